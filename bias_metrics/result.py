@@ -1,0 +1,69 @@
+"""The value object every metric in ``bias_metrics`` returns.
+
+A metric is never a bare float: reviewers need to know how many items it rests on, the counts it
+came from, its uncertainty, and, when it is undefined, why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    """One metric value with its provenance.
+
+    Attributes:
+        name: the paper's metric name, e.g. ``"bias_score_disambig"``.
+        value: the point estimate (a fraction, not x100); ``nan`` when undefined.
+        n: number of items the value is computed over (after any documented exclusions).
+        ci_low, ci_high: bounds of the confidence interval; ``nan`` when not computed or undefined.
+        ci_method: ``"wilson"``, ``"bootstrap"`` (optionally ``"bootstrap-cluster"``) or ``None``.
+        confidence: the interval's nominal coverage, e.g. 0.95.
+        counts: the integer counts the value was computed from (names are metric specific).
+        reason: why the value is undefined (``None`` when it is defined).
+        source: the paper section or code the definition follows.
+    """
+
+    name: str
+    value: float
+    n: int
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    ci_method: str | None = None
+    confidence: float | None = None
+    counts: Mapping[str, int] = field(default_factory=dict)
+    reason: str | None = None
+    source: str = ""
+
+    @property
+    def defined(self) -> bool:
+        """True when ``value`` is a finite number."""
+        return not math.isnan(self.value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; NaN becomes ``None`` so that strict JSON readers accept it."""
+
+        def clean(x: float) -> float | None:
+            return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+        return {
+            "name": self.name,
+            "value": clean(self.value),
+            "n": int(self.n),
+            "ci": [clean(self.ci_low), clean(self.ci_high)],
+            "ci_method": self.ci_method,
+            "confidence": self.confidence,
+            "counts": {k: int(v) for k, v in self.counts.items()},
+            "reason": self.reason,
+            "source": self.source,
+        }
+
+
+def undefined(name: str, reason: str, n: int = 0, counts: Mapping[str, int] | None = None,
+              source: str = "") -> MetricResult:
+    """A NaN ``MetricResult`` carrying the reason it is undefined (e.g. an empty denominator)."""
+    return MetricResult(name=name, value=math.nan, n=n, counts=dict(counts or {}), reason=reason,
+                        source=source)
