@@ -1,0 +1,148 @@
+"""BBQ (Parrish et al., Findings of ACL 2022): English, 11 categories.
+
+Data: ``<data_dir>/bbq/data/<Category>.jsonl`` and ``bbq/supplemental/additional_metadata.csv``
+(``../shared/data/bbq/SOURCE.md``). The biased answer of each item is the metadata's ``target_loc``
+(already polarity-adjusted); metadata rows are de-duplicated on (category, example_id) and items
+without ``target_loc`` (16 Gender_identity rows) are excluded and counted, as the authors' R script
+does. Protocol: cloze log-likelihood of each option after ``"{context}\\n\\nQ: {question}\\nA:"``
+(lm-eval ``bbq`` prompt), argmax over the 3 options.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+from ..data import DataFile, require_file
+from ..errors import DataError
+from .base import BBQFamilyBenchmark, CategoryData, MCItem
+
+CATEGORIES = (
+    "Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance",
+    "Race_ethnicity", "Race_x_SES", "Race_x_gender", "Religion", "SES", "Sexual_orientation",
+)
+REQUIRED_FIELDS = ("example_id", "question_index", "question_polarity", "context_condition",
+                   "category", "answer_info", "context", "question", "ans0", "ans1", "ans2", "label")
+METADATA_FILE = Path("bbq/supplemental/additional_metadata.csv")
+_lock = threading.Lock()
+
+
+@lru_cache(maxsize=4)
+def _read_metadata(path: Path) -> tuple[dict[tuple[str, int], tuple[str | None, str]], dict[str, int], int]:
+    """{(category, example_id): (target_loc or None, label_type)}, duplicate counts per category,
+    and the row count. Raises DataError on a missing column or conflicting duplicates."""
+    table: dict[tuple[str, int], tuple[str | None, str]] = {}
+    duplicates: dict[str, int] = {}
+    rows = 0
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = {"category", "example_id", "target_loc", "label_type"} - set(reader.fieldnames or ())
+        if missing:
+            raise DataError(f"{path}: missing column(s) {sorted(missing)}")
+        for row in reader:
+            rows += 1
+            line = reader.line_num
+            try:
+                key = (row["category"], int(row["example_id"]))
+            except ValueError:
+                raise DataError(f"{path}:{line}: example_id {row['example_id']!r} is not an integer") from None
+            target = None if row["target_loc"] in ("", "NA") else row["target_loc"]
+            value = (target, row["label_type"])
+            if key in table:
+                if table[key][0] != target:
+                    raise DataError(f"{path}:{line}: duplicate metadata for {key} with a different "
+                                    f"target_loc ({table[key][0]} vs {target})")
+                duplicates[key[0]] = duplicates.get(key[0], 0) + 1
+                continue
+            table[key] = value
+    return table, duplicates, rows
+
+
+class BBQ(BBQFamilyBenchmark):
+    """BBQ benchmark: loader and prompt (see module docstring); metrics: flavour ``bbq``."""
+
+    name = "bbq"
+    flavour = "bbq"
+    categories = CATEGORIES
+
+    def load_category(self, data_dir: Path, category: str) -> CategoryData:
+        """Items of one category file joined with their metadata.
+
+        Raises:
+            DataError: unknown category, missing file, malformed JSON line, missing field, a row
+                without exactly one UNKNOWN option, or a target_loc pointing at UNKNOWN; each
+                message names the file and line.
+        """
+        if category not in CATEGORIES:
+            raise DataError(f"unknown BBQ category {category!r}; known: {', '.join(CATEGORIES)}")
+        path = require_file(data_dir / "bbq" / "data" / f"{category}.jsonl", f"BBQ {category} data")
+        meta_path = require_file(data_dir / METADATA_FILE, "BBQ metadata (target_loc)")
+        with _lock:  # one parse of the 5.8 MB metadata per process, even with threads
+            meta, duplicates, meta_rows = _read_metadata(meta_path)
+        items: list[MCItem] = []
+        excluded: dict[str, list[str]] = {}
+        n_rows = 0
+        with open(path, encoding="utf-8") as f:
+            for line_no, line in enumerate(f, start=1):
+                if not line.strip():
+                    raise DataError(f"{path}:{line_no}: empty line")
+                n_rows += 1
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path}:{line_no}: malformed JSON ({e.msg} at column {e.colno})") from None
+                item = self._item(row, path, line_no, category, meta, excluded)
+                if item is not None:
+                    items.append(item)
+        files = [DataFile.of(path, data_dir, n_rows), DataFile.of(meta_path, data_dir, meta_rows)]
+        notes = {"rows": n_rows, "metadata_duplicates_dropped": duplicates.get(category, 0)}
+        return CategoryData(category, items, files, excluded, notes)
+
+    def _item(self, row, path, line_no, category, meta, excluded) -> MCItem | None:
+        where = f"{path}:{line_no}"
+        if not isinstance(row, dict):
+            raise DataError(f"{where}: expected a JSON object")
+        for key in REQUIRED_FIELDS:
+            if key not in row:
+                raise DataError(f"{where}: missing field {key!r}")
+        if row["category"] != category:
+            raise DataError(f"{where}: category {row['category']!r} in the {category} file")
+        if row["context_condition"] not in ("ambig", "disambig"):
+            raise DataError(f"{where}: context_condition {row['context_condition']!r} is not ambig/disambig")
+        if row["question_polarity"] not in ("neg", "nonneg"):
+            raise DataError(f"{where}: question_polarity {row['question_polarity']!r} is not neg/nonneg")
+        item_id = f"{category}-{row['example_id']}"
+        try:
+            unknowns = [k for k in range(3) if row["answer_info"][f"ans{k}"][1] == "unknown"]
+        except (KeyError, IndexError, TypeError):
+            raise DataError(f"{where}: answer_info must map ans0..ans2 to [text, group]") from None
+        if len(unknowns) != 1:
+            raise DataError(f"{where}: expected exactly one UNKNOWN option in answer_info, found {len(unknowns)}")
+        label = row["label"]
+        if label not in (0, 1, 2):
+            raise DataError(f"{where}: label {label!r} is not 0, 1 or 2")
+        entry = meta.get((category, int(row["example_id"])))
+        if entry is None:
+            excluded.setdefault("no metadata row", []).append(item_id)
+            return None
+        target_loc, label_type = entry
+        if target_loc is None:
+            excluded.setdefault("target_loc missing (NA) in additional_metadata.csv", []).append(item_id)
+            return None
+        biased = int(target_loc)
+        if biased == unknowns[0] or biased not in (0, 1, 2):
+            raise DataError(f"{where}: target_loc {biased} points at the UNKNOWN option or out of range")
+        return MCItem(
+            item_id=item_id, category=category, context_condition=row["context_condition"],
+            polarity=row["question_polarity"], context=row["context"], question=row["question"],
+            options=(row["ans0"], row["ans1"], row["ans2"]), gold=label, biased_option=biased,
+            unknown_option=unknowns[0], template_id=str(row["question_index"]), label_type=label_type)
+
+    def prompt(self, item: MCItem) -> str:
+        return f"{item.context}\n\nQ: {item.question}\nA:"
+
+
+BENCHMARKS = {"bbq": BBQ()}

@@ -1,0 +1,58 @@
+"""Where benchmark data lives, and the provenance (hashes, row counts) every results file records."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DataError
+
+DATA_DIR_ENV = "AUDIT_DATA_DIR"
+
+
+def resolve_data_dir(option: str | os.PathLike | None) -> Path:
+    """The data directory: the ``--data-dir`` option, else ``$AUDIT_DATA_DIR``.
+
+    Raises:
+        DataError: neither is set, or the directory does not exist.
+    """
+    raw = option or os.environ.get(DATA_DIR_ENV)
+    if not raw:
+        raise DataError(f"no data directory: pass --data-dir DIR or set {DATA_DIR_ENV} "
+                        "(the folder holding bbq/, esbbq_cabbq/, ...)")
+    path = Path(raw).expanduser().resolve()
+    if not path.is_dir():
+        raise DataError(f"data directory {path} does not exist (from "
+                        f"{'--data-dir' if option else DATA_DIR_ENV})")
+    return path
+
+
+def require_file(path: Path, what: str) -> Path:
+    """``path`` if it is a file, else DataError naming ``what`` it should hold."""
+    if not path.is_file():
+        raise DataError(f"missing {what}: {path}")
+    return path
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """Provenance of one data file read by an audit: path relative to the data dir, sha256, rows."""
+
+    path: str
+    sha256: str
+    rows: int
+
+    @classmethod
+    def of(cls, path: Path, data_dir: Path, rows: int) -> "DataFile":
+        return cls(str(path.relative_to(data_dir)), sha256_file(path), rows)

