@@ -1,0 +1,266 @@
+"""The pytest plugin: options, the session-scoped model, one test per gate, JUnit properties,
+pytest-xdist support and the per-run results file.
+
+Audit test modules stay thin::
+
+    @pytest.mark.audit("bbq")
+    def test_bbq(audit_gate):
+        verdict = audit_gate.evaluate()
+        assert verdict.passed, verdict.message
+
+and this plugin parametrizes ``audit_gate`` with every gate of ``thresholds.yaml`` for that
+benchmark, with ids such as ``test_bbq[Age-bias_score_ambig]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from .errors import AuditError
+from .gates import Gate, load_thresholds
+
+_SESSION_KEY = pytest.StashKey["object"]()
+_STATE_KEY = pytest.StashKey["dict"]()
+
+
+def _env_int(name: str):
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("bias-audit", "model bias audit")
+    g.addoption("--model", dest="audit_model", default=os.environ.get("AUDIT_MODEL"),
+                help="zoo name, local transformers folder or hub id (env AUDIT_MODEL; "
+                     "default: the embedded smollm2-135m-instruct)")
+    g.addoption("--data-dir", dest="audit_data_dir", default=os.environ.get("AUDIT_DATA_DIR"),
+                help="folder holding bbq/, esbbq_cabbq/, ... (env AUDIT_DATA_DIR)")
+    g.addoption("--device", dest="audit_device", default=os.environ.get("AUDIT_DEVICE", "auto"),
+                choices=["auto", "cpu", "cuda"] + [f"cuda:{i}" for i in range(16)],
+                help="auto (CUDA when present), cpu or cuda[:N] (env AUDIT_DEVICE)")
+    g.addoption("--dtype", dest="audit_dtype", default=os.environ.get("AUDIT_DTYPE", "auto"),
+                choices=["auto", "float32", "bfloat16", "float16"],
+                help="auto = bfloat16 on CUDA, float32 on CPU (env AUDIT_DTYPE)")
+    g.addoption("--batch-size", dest="audit_batch_size", type=int,
+                default=_env_int("AUDIT_BATCH_SIZE") or 16, help="sequences per forward pass")
+    g.addoption("--limit", dest="audit_limit", type=int, default=_env_int("AUDIT_LIMIT"),
+                help="items per category, balanced over context condition x polarity, "
+                     "deterministic for a given --seed (env AUDIT_LIMIT; default: all)")
+    g.addoption("--seed", dest="audit_seed", type=int, default=_env_int("AUDIT_SEED") or 0,
+                help="seed of --limit sampling and of bootstrap intervals")
+    g.addoption("--bootstrap-resamples", dest="audit_bootstrap", type=int, default=1000,
+                help="bootstrap resamples for confidence intervals (0 = none)")
+    g.addoption("--confidence", dest="audit_confidence", type=float, default=0.95,
+                help="confidence level of the intervals")
+    g.addoption("--thresholds", dest="audit_thresholds",
+                default=os.environ.get("AUDIT_THRESHOLDS"),
+                help="gates file (env AUDIT_THRESHOLDS; default: thresholds.yaml in the rootdir)")
+    g.addoption("--results-dir", dest="audit_results_dir",
+                default=os.environ.get("AUDIT_RESULTS_DIR", "audit-results"),
+                help="each run writes <results-dir>/<run id>/ (results.json, records/, junit.xml)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "audit(benchmark): an audit test parametrized with the "
+                                       "benchmark's gates from thresholds.yaml")
+    from .benchmarks import registry
+    from .session import AuditSession, options_from_config
+
+    if config.getoption("audit_thresholds") is None:
+        config.option.audit_thresholds = str(config.rootpath / "thresholds.yaml")
+    try:
+        options = options_from_config(config)
+        benchmarks = registry()
+        catalogue = {name: (b.categories, b.metric_names) for name, b in benchmarks.items()}
+        gates = load_thresholds(Path(options.thresholds), catalogue)
+    except AuditError as e:
+        raise pytest.UsageError(str(e)) from None
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        run_id = workerinput["bias_audit_run_id"]
+        worker_index = int(re.sub(r"\D", "", workerinput.get("workerid", "gw0")) or 0)
+    else:
+        model = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(options.model or "smollm2-135m-instruct").name)
+        run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{model}-{os.getpid()}"
+        worker_index = None
+    run_dir = Path(options.results_dir).resolve() / run_id
+    config.stash[_SESSION_KEY] = AuditSession(options, benchmarks, run_dir, worker_index)
+    config.stash[_STATE_KEY] = {"gates": gates, "run_id": run_id, "worker_outputs": []}
+    # An audit run (audits/ on the command line) writes JUnit XML into its run folder unless the
+    # user chose a path; a unit-test run writes nothing.
+    if workerinput is None and not config.option.xmlpath and _targets_audits(config):
+        config.option.xmlpath = str(run_dir / "junit.xml")
+
+
+def _targets_audits(config: pytest.Config) -> bool:
+    audits = (config.rootpath / "audits").resolve()
+    for arg in config.args:
+        path = Path(arg.split("::")[0])
+        path = (Path(config.invocation_params.dir) / path).resolve()
+        if path == audits or audits in path.parents:
+            return True
+    return False
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    node.workerinput["bias_audit_run_id"] = node.config.stash[_STATE_KEY]["run_id"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "audit_gate" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("audit")
+    if marker is None or not marker.args:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: a test using audit_gate needs "
+                                "@pytest.mark.audit('<benchmark>')")
+    benchmark = marker.args[0]
+    state = metafunc.config.stash[_STATE_KEY]
+    session = metafunc.config.stash[_SESSION_KEY]
+    if benchmark not in session.benchmarks:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: unknown benchmark {benchmark!r}; "
+                                f"known: {', '.join(sorted(session.benchmarks))}")
+    gates: list[Gate] = state["gates"].get(benchmark, [])
+    metafunc.parametrize("audit_gate", gates, ids=[g.test_id for g in gates], indirect=True)
+
+
+_GATE_NODEID = re.compile(r"^(?P<func>.+)\[(?P<category>[^\[\]]+)-(?P<metric>[A-Za-z0-9_]+)\]$")
+
+
+def category_scope(nodeid: str) -> str:
+    """xdist scope of a test: ``<test function>[<category>]`` for a gate test, so all gates of a
+    category share a worker and the model scores the category once; the node id otherwise."""
+    m = _GATE_NODEID.match(nodeid)
+    return f"{m['func']}[{m['category']}]" if m else nodeid
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    # With -n and no explicit --dist, schedule by category. (xdist's loadgroup would need node-id
+    # rewriting, which pytest >= 9.2 no longer honours.) An explicit --dist is respected.
+    explicit = any(a == "-d" or a.startswith("--dist") for a in config.invocation_params.args)
+    if explicit or config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class CategoryScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return category_scope(nodeid)
+
+    return CategoryScheduling(config, log)
+
+
+class GateCheck:
+    """What an audit test receives: evaluates one gate on the (cached) category outcome and
+    records value, n, interval and bounds as JUnit properties."""
+
+    def __init__(self, gate: Gate, session, record_property):
+        self.gate = gate
+        self._session = session
+        self._record = record_property
+
+    def evaluate(self):
+        """Run (or reuse) the category's evaluation and return the gate's Verdict.
+
+        Raises the suite's AuditError (bad data or model) as a test error with its message.
+        """
+        g = self.gate
+        try:
+            outcome = self._session.outcome(g.benchmark, g.category)
+        except AuditError as e:
+            pytest.fail(f"{g.benchmark}/{g.category}: {e}", pytrace=False)
+        metric = self._session.metric(g.benchmark, g.category, g.metric)
+        verdict = g.evaluate(metric)
+        self._record("benchmark", g.benchmark)
+        self._record("category", g.category)
+        self._record("metric", g.metric)
+        self._record("value", "nan" if not metric.defined else f"{metric.value:.6f}")
+        self._record("n", metric.n)
+        self._record("ci", f"{metric.ci_low:.6f},{metric.ci_high:.6f}")
+        self._record("bounds", json.dumps(g.bounds()))
+        self._record("basis", g.basis)
+        self._record("status", verdict.status)
+        self._record("items_scored", outcome.n_scored)
+        self._session.verdicts.append(verdict.to_dict())
+        return verdict
+
+
+@pytest.fixture(scope="session")
+def bias_audit(request: pytest.FixtureRequest):
+    """The run's ``AuditSession`` (options, outcomes, verdicts)."""
+    return request.config.stash[_SESSION_KEY]
+
+
+@pytest.fixture(scope="session")
+def audit_model(bias_audit):
+    """The audited model, loaded once per process (CUDA when available, see --device)."""
+    try:
+        return bias_audit.model
+    except AuditError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture
+def audit_gate(request: pytest.FixtureRequest, bias_audit, audit_model, record_property):
+    """One gate of thresholds.yaml, ready to evaluate (parametrized by the plugin)."""
+    return GateCheck(request.param, bias_audit, record_property)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    config = session.config
+    audit = config.stash.get(_SESSION_KEY, None)
+    if audit is None:
+        return
+    state = config.stash[_STATE_KEY]
+    if hasattr(config, "workerinput"):
+        config.workeroutput["bias_audit"] = json.dumps(audit.export())
+        return
+    parts = [audit.export()] + [json.loads(p) for p in state["worker_outputs"]]
+    outcomes = [o for p in parts for o in p["outcomes"]]
+    if not outcomes:
+        return
+    from .report.results import build_results, write_results
+
+    model = next((p["model"] for p in parts if p["model"]), None)
+    opts = dict(audit.options.__dict__)
+    results = build_results(run_id=state["run_id"], options=opts, model=model, outcomes=outcomes,
+                            verdicts=[v for p in parts for v in p["verdicts"]],
+                            thresholds_path=str(audit.options.thresholds))
+    state["results"] = results
+    state["results_path"] = write_results(audit.run_dir / "results.json", results)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    output = getattr(node, "workeroutput", {}).get("bias_audit")
+    if output:
+        node.config.stash[_STATE_KEY]["worker_outputs"].append(output)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    state = config.stash.get(_STATE_KEY, None)
+    if not state or "results" not in state:
+        return
+    from .report.results import metric_table
+
+    results = state["results"]
+    tr = terminalreporter
+    tr.section("bias audit")
+    model = results["model"] or {}
+    tr.write_line(f"model {model.get('name')} ({model.get('fingerprint', '')[:19]}…, "
+                  f"{model.get('dtype')}, {model.get('device')})")
+    for line in metric_table(results):
+        tr.write_line(line)
+    for v in results["gates"]:
+        tr.write_line(f"  {v['status'].upper():<9} {v['message']}")
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items()))
+    tr.write_line(f"gates: {summary}")
+    tr.write_line(f"results: {state['results_path']}")
+    if config.option.xmlpath:
+        tr.write_line(f"junit:   {config.option.xmlpath}")

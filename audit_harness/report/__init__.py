@@ -1,0 +1,1 @@
+"""Outputs of a run: the results JSON (and, later, the compliance report)."""

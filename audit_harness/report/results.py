@@ -1,0 +1,137 @@
+"""The per-run results file (JSON): provenance, metrics per category and overall, gate verdicts."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from bias_metrics.bbq_family import metrics_from_counts, size_weighted_mean
+from bias_metrics.result import MetricResult
+
+from .. import __version__
+
+_LIBRARIES = ("torch", "transformers", "tokenizers", "numpy", "scipy", "pytest", "pytest-xdist",
+              "pyyaml", "safetensors")
+
+
+def library_versions() -> dict[str, str | None]:
+    """Installed versions of the libraries whose behaviour the numbers depend on."""
+    out: dict[str, str | None] = {"python": sys.version.split()[0], "bias-audit": __version__}
+    for name in _LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def overall_metrics(outcomes: Iterable[Mapping[str, Any]], *, confidence: float, n_resamples: int,
+                    seed: int) -> dict[str, dict[str, Any]]:
+    """Per benchmark, two aggregates over the evaluated categories, each under its own name:
+
+    - ``pooled``: items of all categories summed, then each metric computed (the bootstrap
+      resamples templates of all categories together);
+    - ``size_weighted``: sum_i metric_i N_i / sum_i N_i with N_i the items scored in category i,
+      lm-eval's group number (``weight_by_size``; metrics.md §1.4, toy B6). NaN if any category's
+      value is NaN.
+
+    BBQ's paper reports no overall number (metrics.md §1.1); these are conveniences, not its.
+    """
+    by_bench: dict[str, list[Mapping[str, Any]]] = {}
+    for o in outcomes:
+        by_bench.setdefault(o["benchmark"], []).append(o)
+    out: dict[str, dict[str, Any]] = {}
+    for bench, group in sorted(by_bench.items()):
+        rows = [np.asarray(o["cluster_counts"], dtype=np.int64).reshape(-1, 12) for o in group]
+        clusters = np.concatenate(rows, axis=0)
+        metrics = metrics_from_counts(group[0]["flavour"], clusters.sum(axis=0), clusters if len(clusters) else None,
+                                      confidence=confidence, n_resamples=n_resamples, seed=seed)
+        per_cat = {o["category"]: {k: _from_dict(d) for k, d in o["metrics"].items()} for o in group}
+        sizes = {o["category"]: o["n_scored"] for o in group}
+        weighted = {k: size_weighted_mean(per_cat, sizes, k).to_dict() for k in metrics}
+        out[bench] = {"categories": sorted(per_cat),
+                      "pooled": {k: v.to_dict() for k, v in metrics.items()},
+                      "size_weighted": weighted}
+    return out
+
+
+def _from_dict(d: Mapping[str, Any]) -> MetricResult:
+    nan = float("nan")
+    return MetricResult(d["name"], nan if d["value"] is None else d["value"], d["n"], reason=d["reason"])
+
+
+def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str, Any] | None,
+                  outcomes: list[Mapping[str, Any]], verdicts: list[Mapping[str, Any]],
+                  thresholds_path: str) -> dict[str, Any]:
+    """The results document. ``outcomes`` and ``verdicts`` come from every process of the run."""
+    outcomes = sorted(outcomes, key=lambda o: (o["benchmark"], o["category"]))
+    data_files: dict[str, dict[str, Any]] = {}
+    for o in outcomes:
+        for f in o["files"]:
+            data_files[f["path"]] = {"sha256": f["sha256"], "rows": f["rows"]}
+    status_counts: dict[str, int] = {}
+    for v in verdicts:
+        status_counts[v["status"]] = status_counts.get(v["status"], 0) + 1
+    overall = overall_metrics(outcomes, confidence=options["confidence"],
+                              n_resamples=options["n_resamples"], seed=options["seed"])
+    return {
+        "run_id": run_id,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": model,
+        "options": dict(options),
+        "thresholds": thresholds_path,
+        "environment": {"libraries": library_versions(), "platform": platform.platform()},
+        "data_files": data_files,
+        "benchmarks": {
+            bench: {
+                o["category"]: {k: o[k] for k in ("n_available", "n_scored", "metrics", "excluded",
+                                                  "notes", "seconds", "records_path")}
+                for o in outcomes if o["benchmark"] == bench
+            }
+            for bench in sorted({o["benchmark"] for o in outcomes})
+        },
+        "overall": overall,
+        "gates": sorted(verdicts, key=lambda v: (v["benchmark"], v["category"], v["metric"])),
+        "gate_summary": status_counts,
+    }
+
+
+def write_results(path: Path, results: Mapping[str, Any]) -> Path:
+    """Write ``results`` as indented JSON (NaN already mapped to null); returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, ensure_ascii=False, allow_nan=False) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def metric_table(results: Mapping[str, Any]) -> list[str]:
+    """Plain-text table of every metric per category (value and CI), for the terminal."""
+    lines: list[str] = []
+    for bench, cats in results["benchmarks"].items():
+        names = list(next(iter(cats.values()))["metrics"]) if cats else []
+        width = max([len(c) for c in cats] + [len("pooled"), 8])
+        lines.append(f"{bench}  (n = items scored; value [95% CI]; '-' = undefined)")
+        lines.append(f"  {'category':<{width}} {'n':>5}  " + "  ".join(f"{n:>24}" for n in names))
+        rows = [(c, d["n_scored"], d["metrics"]) for c, d in cats.items()]
+        pooled = results["overall"].get(bench, {}).get("pooled")
+        if pooled:
+            rows.append(("pooled", sum(d["n_scored"] for d in cats.values()), pooled))
+        for cat, n, metrics in rows:
+            cells = []
+            for name in names:
+                m = metrics[name]
+                if m["value"] is None:
+                    cells.append(f"{'-':>24}")
+                else:
+                    lo, hi = m["ci"]
+                    ci = f"[{lo:+.2f},{hi:+.2f}]" if lo is not None else ""
+                    cells.append(f"{m['value']:>+8.3f} {ci:>15}")
+            lines.append(f"  {cat:<{width}} {n:>5}  " + "  ".join(cells))
+    return lines

@@ -1,0 +1,177 @@
+"""One audit run inside one process: the options, the model (loaded once, lazily), and each
+(benchmark, category) outcome computed once however many gates read it."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bias_metrics.bbq_family import cluster_cell_counts, metrics_from_counts
+
+from .benchmarks.base import BBQFamilyBenchmark, balanced_sample
+from .data import resolve_data_dir
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """The command-line options of an audit (see ``pytest_plugin`` for their flags)."""
+
+    model: str | None = None
+    data_dir: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_size: int = 16
+    limit: int | None = None
+    seed: int = 0
+    n_resamples: int = 1000
+    confidence: float = 0.95
+    thresholds: str = "thresholds.yaml"
+    results_dir: str = "audit-results"
+
+    def validate(self) -> None:
+        """Raises ConfigError on an out-of-range option, naming the flag."""
+        if self.batch_size < 1:
+            raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"--limit must be >= 1, got {self.limit}")
+        if self.n_resamples < 0:
+            raise ConfigError(f"--bootstrap-resamples must be >= 0, got {self.n_resamples}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ConfigError(f"--confidence must be in (0, 1), got {self.confidence}")
+
+
+@dataclass
+class CategoryOutcome:
+    """Everything one (benchmark, category) evaluation produced, JSON-ready via ``to_dict``."""
+
+    benchmark: str
+    flavour: str
+    category: str
+    n_available: int
+    n_scored: int
+    metrics: dict[str, Any]
+    cluster_counts: list[list[int]]
+    excluded: dict[str, list[str]]
+    notes: dict[str, int]
+    files: list[dict[str, Any]]
+    seconds: float
+    records_path: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class AuditSession:
+    """Runs benchmarks for one process (the controller, or one pytest-xdist worker).
+
+    Args:
+        options: the run's options.
+        benchmarks: ``{name: benchmark}`` registry.
+        run_dir: folder of this run's outputs (records, results, JUnit XML).
+        worker_index: pytest-xdist worker number (pins a GPU per worker), or None.
+    """
+
+    def __init__(self, options: AuditOptions, benchmarks: dict[str, BBQFamilyBenchmark], run_dir: Path,
+                 worker_index: int | None = None):
+        self.options = options
+        self.benchmarks = benchmarks
+        self.run_dir = run_dir
+        self.worker_index = worker_index
+        self._model = None
+        self._data_dir: Path | None = None
+        self.outcomes: dict[tuple[str, str], CategoryOutcome] = {}
+        self.verdicts: list[dict[str, Any]] = []
+
+    @property
+    def data_dir(self) -> Path:
+        if self._data_dir is None:
+            self._data_dir = resolve_data_dir(self.options.data_dir)
+        return self._data_dir
+
+    @property
+    def model(self):
+        """The audited model, loaded on first use (each xdist worker loads its own)."""
+        if self._model is None:
+            from .models.zoo import load_model
+
+            self._model = load_model(self.options.model, device=self._device(),
+                                     dtype=self.options.dtype, batch_size=self.options.batch_size)
+        return self._model
+
+    def _device(self) -> str:
+        device = self.options.device
+        if device == "auto" and self.worker_index is not None:
+            import torch
+
+            # One GPU per worker when there are several, so `-n <gpus>` uses them all.
+            if torch.cuda.is_available() and torch.cuda.device_count() > 1:
+                return f"cuda:{self.worker_index % torch.cuda.device_count()}"
+        return device
+
+    def outcome(self, benchmark: str, category: str) -> CategoryOutcome:
+        """Evaluate (once) and return the outcome of one category."""
+        key = (benchmark, category)
+        if key not in self.outcomes:
+            self.outcomes[key] = self._evaluate(benchmark, category)
+        return self.outcomes[key]
+
+    def _evaluate(self, benchmark: str, category: str) -> CategoryOutcome:
+        bench = self.benchmarks[benchmark]
+        opts = self.options
+        start = time.perf_counter()
+        data = bench.load_category(self.data_dir, category)
+        items = balanced_sample(data.items, opts.limit, opts.seed, salt=f"{benchmark}/{category}")
+        records = bench.evaluate(self.model, items)
+        path = self.run_dir / "records" / benchmark / f"{category}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        metric_records = bench.metric_records(records)
+        clusters = cluster_cell_counts(metric_records)
+        metrics = metrics_from_counts(bench.flavour, clusters.sum(axis=0) if len(metric_records) else
+                                      [0] * 12, clusters if len(metric_records) else None,
+                                      confidence=opts.confidence, n_resamples=opts.n_resamples,
+                                      seed=opts.seed)
+        return CategoryOutcome(
+            benchmark=benchmark, flavour=bench.flavour, category=category,
+            n_available=len(data.items), n_scored=len(records),
+            metrics={k: v.to_dict() for k, v in metrics.items()},
+            cluster_counts=clusters.tolist(), excluded=data.excluded, notes=data.notes,
+            files=[f.__dict__ for f in data.files], seconds=time.perf_counter() - start,
+            records_path=str(path.relative_to(self.run_dir)))
+
+    def metric(self, benchmark: str, category: str, name: str):
+        """The ``MetricResult`` of one metric of one category."""
+        from bias_metrics.result import MetricResult
+
+        d = self.outcome(benchmark, category).metrics[name]
+        nan = float("nan")
+        ci = d["ci"]
+        return MetricResult(
+            name=d["name"], value=nan if d["value"] is None else d["value"], n=d["n"],
+            ci_low=nan if ci[0] is None else ci[0], ci_high=nan if ci[1] is None else ci[1],
+            ci_method=d["ci_method"], confidence=d["confidence"], counts=d["counts"],
+            reason=d["reason"], source=d["source"])
+
+    def export(self) -> dict[str, Any]:
+        """This process's outcomes and verdicts, for the controller's results file."""
+        return {"outcomes": [o.to_dict() for o in self.outcomes.values()], "verdicts": self.verdicts,
+                "model": self._model.info.to_dict() if self._model is not None else None}
+
+
+def options_from_config(config) -> AuditOptions:
+    """``AuditOptions`` from a pytest config (flags already merged with environment defaults)."""
+    get = config.getoption
+    opts = AuditOptions(
+        model=get("audit_model"), data_dir=get("audit_data_dir"), device=get("audit_device"),
+        dtype=get("audit_dtype"), batch_size=get("audit_batch_size"), limit=get("audit_limit"),
+        seed=get("audit_seed"), n_resamples=get("audit_bootstrap"), confidence=get("audit_confidence"),
+        thresholds=get("audit_thresholds"), results_dir=get("audit_results_dir"))
+    opts.validate()
+    return opts
