@@ -1,0 +1,136 @@
+"""End to end: `pytest audits` with the tiny random model on real BBQ rows, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from audit_harness.benchmarks.bbq import BBQ
+from bias_metrics.bbq_family import compute
+
+REPO = Path(__file__).resolve().parents[1]
+CATEGORIES = ("Religion", "Sexual_orientation")
+
+
+def run_audit(tmp_path: Path, data_dir: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "pytest", "audits/test_bbq.py", "--model", "tiny-random-gpt2",
+           "--data-dir", str(data_dir), "--limit", "12", "--results-dir", str(results),
+           "--bootstrap-resamples", "200", "-k", " or ".join(CATEGORIES), "-p", "no:cacheprovider",
+           *extra]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    return proc, results
+
+
+def only_run_dir(results: Path) -> Path:
+    (run_dir,) = list(results.iterdir())
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def serial_run(tmp_path_factory, data_dir):
+    tmp = tmp_path_factory.mktemp("serial")
+    proc, results = run_audit(tmp, data_dir)
+    return proc, only_run_dir(results)
+
+
+def test_one_test_per_gate_with_readable_ids(serial_run):
+    proc, _ = serial_run
+    # The random model fails the release gates: pytest's exit code is the gate.
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for cat in CATEGORIES:
+        for metric in ("bias_score_ambig", "bias_score_disambig", "acc_disambig"):
+            assert f"test_bbq[{cat}-{metric}]" in proc.stdout
+    assert "bias audit" in proc.stdout and "gates:" in proc.stdout
+
+
+def test_junit_xml_carries_the_numbers(serial_run):
+    _, run_dir = serial_run
+    tree = ET.parse(run_dir / "junit.xml")
+    cases = tree.getroot().findall(".//testcase")
+    assert len(cases) == 3 * len(CATEGORIES)
+    for case in cases:
+        props = {p.get("name"): p.get("value") for p in case.findall("./properties/property")}
+        assert {"value", "n", "ci", "bounds", "status", "benchmark", "category", "metric"} <= set(props)
+        assert props["status"] in {"pass", "fail", "undefined"}
+        assert props["status"] != "pass" or case.find("failure") is None
+
+
+def test_results_file_matches_the_saved_records(serial_run, data_dir):
+    _, run_dir = serial_run
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["model"]["name"] == "tiny-random-gpt2"
+    assert results["model"]["fingerprint"].startswith("sha256:")
+    assert results["options"]["limit"] == 12 and results["options"]["seed"] == 0
+    assert results["environment"]["libraries"]["torch"]
+    assert results["data_files"]["bbq/data/Religion.jsonl"]["rows"] == 1200
+    assert len(results["data_files"]["bbq/data/Religion.jsonl"]["sha256"]) == 64
+    bench = BBQ()
+    for cat in CATEGORIES:
+        entry = results["benchmarks"]["bbq"][cat]
+        assert entry["n_scored"] == 12
+        records = [json.loads(line) for line in (run_dir / entry["records_path"]).read_text().splitlines()]
+        assert len(records) == 12
+        assert all(len(r["loglikelihoods"]) == 3 and r["predicted"] in (0, 1, 2) for r in records)
+        recomputed = compute(bench.metric_records(records), "bbq", n_resamples=0)
+        for name, metric in entry["metrics"].items():
+            value = recomputed[name].value
+            assert (metric["value"] is None) == (value != value)
+            if metric["value"] is not None:
+                assert metric["value"] == pytest.approx(value)
+    assert {v["category"] for v in results["gates"]} == set(CATEGORIES)
+    assert sum(results["gate_summary"].values()) == 3 * len(CATEGORIES)
+    assert set(results["overall"]["bbq"]) == {"categories", "pooled", "size_weighted"}
+
+
+def test_xdist_gives_the_same_numbers(serial_run, tmp_path, data_dir):
+    _, serial_dir = serial_run
+    proc, results = run_audit(tmp_path, data_dir, "-n", "2", "-v")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # All gates of a category run on one worker, so each worker scores a category once.
+    workers: dict[str, set[str]] = {}
+    for worker, cat in re.findall(r"^\[(gw\d+)\].*test_bbq\[([A-Za-z_]+)-", proc.stdout, re.M):
+        workers.setdefault(cat, set()).add(worker)
+    assert set(workers) == set(CATEGORIES) and all(len(w) == 1 for w in workers.values()), workers
+    parallel = json.loads((only_run_dir(results) / "results.json").read_text())
+    serial = json.loads((serial_dir / "results.json").read_text())
+    for cat in CATEGORIES:
+        assert parallel["benchmarks"]["bbq"][cat]["metrics"] == serial["benchmarks"]["bbq"][cat]["metrics"]
+    assert parallel["overall"] == serial["overall"]
+    assert len(parallel["gates"]) == len(serial["gates"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--thresholds", "{bad}"), "unknown metric 'bias_score_amb'"),
+    (("--model", "no-such-model"), "unknown model 'no-such-model'"),
+    (("--limit", "0"), "--limit must be >= 1"),
+])
+def test_bad_input_stops_with_one_clear_message(tmp_path, data_dir, args, message):
+    bad = tmp_path / "thresholds.yaml"
+    bad.write_text("bbq:\n  defaults:\n    bias_score_amb: {abs_max: 0.05}\n")
+    args = tuple(a.replace("{bad}", str(bad)) for a in args)
+    proc, _ = run_audit(tmp_path, data_dir, *args)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_missing_data_dir_is_named(tmp_path):
+    proc, _ = run_audit(tmp_path, tmp_path / "no-data")
+    assert proc.returncode != 0
+    assert "data directory" in proc.stdout and "no-data" in proc.stdout
+
+
+def test_category_scope_groups_gate_tests_by_category():
+    from audit_harness.pytest_plugin import category_scope
+
+    assert category_scope("audits/test_bbq.py::test_bbq[Race_x_SES-bias_score_ambig]") == \
+        "audits/test_bbq.py::test_bbq[Race_x_SES]"
+    assert category_scope("tests/test_gates.py::test_point_verdicts[gate0-0.049-pass]") != \
+        category_scope("tests/test_gates.py::test_point_verdicts[gate1-0.049-pass]")

@@ -1,0 +1,124 @@
+"""HF causal-LM backend (token boundary, batching, truncation, generation) and the model zoo."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from audit_harness.errors import ModelError
+from audit_harness.models import load_model
+from audit_harness.models.hf import resolve_device, resolve_dtype
+from audit_harness.models.zoo import ZOO, materialize
+
+REQUESTS = [
+    ("The grandfather and the grandson", " were trying to book a cab."),
+    ("Who was not comfortable using the phone?\nA:", " Can't be determined"),
+    ("La semana pasada vi a un nieto", " con su abuelo."),
+    ("Answer:", " A"),
+    ("", "Not enough information."),
+]
+
+
+def reference_loglikelihood(model, context: str, continuation: str) -> float:
+    """One unbatched, unpadded forward over the whole sequence, summing the continuation's
+    next-token log-probabilities: the definition the batched path must reproduce."""
+    ctx, cont = model.encode_pair(context, continuation)
+    ids = torch.tensor([ctx + cont])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model.model(ids).logits[0].float(), dim=-1)
+    return sum(float(logprobs[len(ctx) + i - 1, tok]) for i, tok in enumerate(cont))
+
+
+def test_batched_scores_equal_the_unbatched_definition(tiny_model):
+    scores = tiny_model.loglikelihood(REQUESTS)
+    expected = [reference_loglikelihood(tiny_model, c, x) for c, x in REQUESTS]
+    assert scores == pytest.approx(expected, abs=1e-4)
+    assert all(s < 0 for s in scores)
+
+
+def test_batch_size_does_not_change_scores(tiny_model):
+    one = load_model("tiny-random-gpt2", device="cpu", batch_size=1).loglikelihood(REQUESTS)
+    assert tiny_model.loglikelihood(REQUESTS) == pytest.approx(one, abs=1e-4)
+
+
+def test_trailing_space_of_the_context_moves_to_the_continuation(tiny_model):
+    assert tiny_model.encode_pair("Answer: ", "A") == tiny_model.encode_pair("Answer:", " A")
+    ctx, cont = tiny_model.encode_pair("Answer:", " A")
+    whole = tiny_model.tokenizer("Answer: A", add_special_tokens=False)["input_ids"]
+    assert ctx + cont == whole  # the canonical tokenization, split at the context boundary
+
+
+def test_empty_context_is_conditioned_on_the_bos_token(tiny_model):
+    ctx, cont = tiny_model.encode_pair("", "Hello")
+    assert ctx == [tiny_model.tokenizer.bos_token_id]
+    assert cont == tiny_model.tokenizer("Hello", add_special_tokens=False)["input_ids"]
+
+
+def test_empty_continuation_is_refused(tiny_model):
+    with pytest.raises(ValueError, match="empty continuation"):
+        tiny_model.loglikelihood([("context", "")])
+
+
+def test_long_context_loses_tokens_from_the_left(tiny_model):
+    context, continuation = "The grandfather and the grandson " * 12, " were here."
+    ctx, cont = tiny_model.encode_pair(context, continuation)
+    model = load_model("tiny-random-gpt2", device="cpu")
+    model.max_length = 24
+    kept = (ctx + cont)[-24:]
+    ids = torch.tensor([kept])
+    with torch.no_grad():
+        lp = torch.log_softmax(model.model(ids).logits[0], dim=-1)
+    expected = sum(float(lp[24 - len(cont) + i - 1, t]) for i, t in enumerate(cont))
+    assert model.loglikelihood([(context, continuation)])[0] == pytest.approx(expected, abs=1e-4)
+
+
+def test_generate_is_greedy_deterministic_and_cut_at_stop(tiny_model):
+    a = tiny_model.generate(["The grandfather", "Answer:"], max_new_tokens=6)
+    b = tiny_model.generate(["The grandfather", "Answer:"], max_new_tokens=6)
+    assert a == b and len(a) == 2 and all(isinstance(t, str) for t in a)
+    stop = a[0][1:3]
+    if stop:
+        cut = tiny_model.generate(["The grandfather"], max_new_tokens=6, stop=[stop])[0]
+        assert stop not in cut and a[0].startswith(cut)
+
+
+def test_unknown_model_lists_the_zoo():
+    with pytest.raises(ModelError) as err:
+        load_model("smollm-135m")
+    for name in ZOO:
+        assert name in str(err.value)
+
+
+def test_model_info_and_fingerprint_are_recorded(tiny_model):
+    info = tiny_model.info
+    assert info.fingerprint.startswith("sha256:") and len(info.fingerprint) == 7 + 64
+    assert (info.dtype, info.device) == ("float32", "cpu") and info.n_parameters > 100_000
+
+
+def test_device_and_dtype_resolution():
+    assert resolve_dtype("auto", torch.device("cpu")) is torch.float32
+    assert resolve_dtype("auto", torch.device("cuda")) is torch.bfloat16
+    assert resolve_device("cpu").type == "cpu"
+    with pytest.raises(ValueError, match="--dtype"):
+        resolve_dtype("int3", torch.device("cpu"))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            resolve_device("cuda")
+
+
+def test_two_processes_materialize_the_same_model_once(tmp_path):
+    """Two xdist workers starting together must not corrupt the cached conversion."""
+    env = dict(os.environ, BIAS_AUDIT_CACHE=str(tmp_path))
+    code = ("from audit_harness.models.zoo import materialize, weights_fingerprint;"
+            "print(weights_fingerprint(materialize('tiny-random-gpt2')))")
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
+    assert outs[0][0] == outs[1][0]
+    folders = [p for p in (tmp_path / "models").iterdir() if p.is_dir()]
+    assert [p.name for p in folders] == ["tiny-random-gpt2"]
