@@ -17,7 +17,9 @@ class MetricResult:
 
     Attributes:
         name: the paper's metric name, e.g. ``"bias_score_disambig"``.
-        value: the point estimate (a fraction, not x100); ``nan`` when undefined.
+        value: the point estimate in the paper's unit: a fraction for the BBQ family and KGQuiz
+            (BBQ's paper prints x100), percent for WinoQueer / CrowS-Pairs (50 = unbiased);
+            ``nan`` when undefined.
         n: number of items the value is computed over (after any documented exclusions).
         ci_low, ci_high: bounds of the confidence interval; ``nan`` when not computed or undefined.
         ci_method: ``"wilson"``, ``"bootstrap"`` (optionally ``"bootstrap-cluster"``) or ``None``.

@@ -1,0 +1,526 @@
+"""KGQuiz-style metrics, project implementation (NOT the authors').
+
+KGQuiz (Bai et al. 2023/2024) publishes data but no evaluation code, and its paper leaves the T/F
+parse rule, the LCS normalisation, the F1 tokenisation and the similarity threshold unstated
+(metrics.md §1.7). Every definition here is the project convention pinned by metrics.md §3.6 (toys
+K1-K4); results say so in their ``source`` and record theta / the embedding model there, so a number
+is never mistaken for one of the paper's.
+
+Per-item scores are plain floats or arrays; the aggregating functions return ``MetricResult``s with
+a Wilson interval for 0/1 outcomes and a seeded item bootstrap for continuous means.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from typing import Sequence
+
+import numpy as np
+
+from bias_metrics.intervals import cluster_bootstrap, wilson_interval
+from bias_metrics.result import MetricResult, undefined
+
+__all__ = [
+    "parse_true_false",
+    "true_false_accuracy",
+    "normalize_text",
+    "lcs_length",
+    "char_lcs_ratio",
+    "token_lcs_ratio",
+    "token_f1",
+    "text_match_scores",
+    "mean_with_bootstrap",
+    "cosine_similarity_matrix",
+    "semantic_match",
+    "semantic_match_rate",
+    "open_ended_precision_recall",
+    "open_ended_scores",
+]
+
+_PROJECT = "KGQuiz-style, project implementation"
+_TF_WORD = re.compile(r"\b(true|false)\b")
+_PUNCT_TABLE = str.maketrans("", "", string.punctuation)
+
+
+# --------------------------------------------------------------------------------------------
+# K1: True/False
+
+
+def parse_true_false(output: str) -> int | None:
+    """Label of a free-text True/False answer: 1 = True, 0 = False, None = invalid.
+
+    Rule (K1): lowercase, find the whole words ``true`` / ``false``; the FIRST mention wins; neither
+    found -> None. So ``True or False? It is False`` parses as 1 (an echo of the question counts):
+    pinning "first" matters, "last mention wins" would flip that row.
+
+    Args:
+        output: the model's generated text.
+    Returns:
+        1, 0, or None.
+    Raises:
+        TypeError: output is not a str.
+    Source: KGQuiz-style, project implementation; metrics.md §3.6 K1.
+    """
+    if not isinstance(output, str):
+        raise TypeError(f"output must be a str, got {type(output).__name__}")
+    m = _TF_WORD.search(output.lower())
+    if m is None:
+        return None
+    return 1 if m.group(1) == "true" else 0
+
+
+def _check_same_length(a: Sequence, b: Sequence, name_a: str, name_b: str) -> None:
+    if len(a) != len(b):
+        raise ValueError(f"{name_a} and {name_b} differ in length: {len(a)} vs {len(b)}")
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+
+
+def _proportion(name: str, k: int, n: int, counts: dict[str, int], confidence: float,
+                source: str) -> MetricResult:
+    low, high = wilson_interval(k, n, confidence)
+    return MetricResult(name=name, value=k / n, n=n, ci_low=low, ci_high=high, ci_method="wilson",
+                        confidence=confidence, counts=counts, source=source)
+
+
+def true_false_accuracy(
+    outputs: Sequence[str],
+    golds: Sequence[int],
+    *,
+    confidence: float = 0.95,
+) -> MetricResult:
+    """True/False accuracy; an unparseable (invalid) output counts as wrong and is reported.
+
+    Args:
+        outputs: shape (n,), raw model outputs (str), parsed with ``parse_true_false``.
+        golds: shape (n,), gold labels, 1 = True, 0 = False (KGQuiz ``ground_truth``; bools accepted).
+        confidence: Wilson interval coverage, in (0, 1).
+    Returns:
+        ``tf_accuracy`` in [0, 1], n = n, counts ``correct``, ``incorrect`` (parsed but wrong),
+        ``invalid``, ``n``; Wilson interval. NaN with a reason when n == 0.
+    Raises:
+        ValueError: mismatched lengths; a gold that is not 0/1 (names its index).
+        TypeError: an output that is not a str.
+    Source: KGQuiz-style, project implementation; metrics.md §3.6 K1 (toy accuracy 0.5).
+    """
+    _check_same_length(outputs, golds, "outputs", "golds")
+    _check_confidence(confidence)
+    source = f"{_PROJECT}; metrics.md §3.6 K1; parse: lowercase, whole words, first mention wins"
+    correct = invalid = 0
+    for i, (out, gold) in enumerate(zip(outputs, golds)):
+        if isinstance(gold, (bool, np.bool_)):
+            gold = int(gold)
+        if not isinstance(gold, (int, np.integer)) or gold not in (0, 1):
+            raise ValueError(f"golds[{i}] must be 0 or 1, got {gold!r}")
+        try:
+            pred = parse_true_false(out)
+        except TypeError as exc:
+            raise TypeError(f"outputs[{i}]: {exc}") from None
+        if pred is None:
+            invalid += 1
+        elif pred == gold:
+            correct += 1
+    n = len(outputs)
+    counts = {"correct": correct, "incorrect": n - correct - invalid, "invalid": invalid, "n": n}
+    if n == 0:
+        return undefined("tf_accuracy", "no items", counts=counts, source=source)
+    return _proportion("tf_accuracy", correct, n, counts, confidence, source)
+
+
+# --------------------------------------------------------------------------------------------
+# K2: string overlap
+
+
+def normalize_text(text: str) -> str:
+    """Project normalisation: lowercase, delete ASCII punctuation, collapse whitespace (and strip).
+
+    Unlike SQuAD's ``normalize_answer`` it keeps articles (a/an/the): K2 pins this choice.
+    ``"Middlesbrough F.C."`` -> ``"middlesbrough fc"``.
+
+    Raises:
+        TypeError: text is not a str.
+    Source: KGQuiz-style, project implementation; metrics.md §3.6 K2.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    return " ".join(text.lower().translate(_PUNCT_TABLE).split())
+
+
+def lcs_length(a: Sequence, b: Sequence) -> int:
+    """Length of the longest common subsequence (not substring) of two sequences.
+
+    Plain O(len(a) * len(b)) dynamic programme with one rolling row; no LCS library is installed
+    and this is the project's own metric.
+
+    Args:
+        a, b: any sequences of hashable, ==-comparable elements (str = characters, list = tokens).
+    Returns:
+        int in [0, min(len(a), len(b))].
+    Source: metrics.md §3.6 K2.
+    """
+    if len(a) < len(b):
+        a, b = b, a  # the row is over the shorter sequence
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
+
+
+def _lcs_ratio(p: Sequence, g: Sequence) -> float:
+    longest = max(len(p), len(g))
+    if longest == 0:
+        return 1.0  # two empty answers are identical; matches SQuAD F1's empty == empty rule
+    return lcs_length(p, g) / longest
+
+
+def char_lcs_ratio(pred: str, gold: str, *, normalize: bool = True) -> float:
+    """Character LCS ratio |LCS(p, g)| / max(|p|, |g|) on normalised strings.
+
+    Args:
+        pred, gold: strings; normalised with ``normalize_text`` unless ``normalize=False``.
+    Returns:
+        float in [0, 1]; 1.0 for identical strings, including two that normalise to empty.
+    Raises:
+        TypeError: a non-str argument.
+    Source: KGQuiz-style, project implementation; metrics.md §3.6 K2 (e.g. Middlesbrough vs
+    Middlesbrough F.C. = 13/16).
+    """
+    p, g = (normalize_text(pred), normalize_text(gold)) if normalize else (_str(pred), _str(gold))
+    return _lcs_ratio(p, g)
+
+
+def token_lcs_ratio(pred: str, gold: str, *, normalize: bool = True) -> float:
+    """Token LCS ratio: as ``char_lcs_ratio`` over whitespace tokens.
+
+    Returns:
+        float in [0, 1]; 1.0 for identical token lists (also both empty).
+    Raises:
+        TypeError: a non-str argument.
+    Source: KGQuiz-style, project implementation; metrics.md §3.6 K2.
+    """
+    p, g = (normalize_text(pred), normalize_text(gold)) if normalize else (_str(pred), _str(gold))
+    return _lcs_ratio(p.split(), g.split())
+
+
+def token_f1(pred: str, gold: str, *, normalize: bool = True) -> float:
+    """SQuAD token F1 (multiset overlap of whitespace tokens) on normalised strings.
+
+    F1 = 2PR/(P+R) with P = overlap/|pred tokens|, R = overlap/|gold tokens|; 0 without overlap;
+    if either side has no tokens, 1 when both are empty, else 0 (SQuAD v2 ``compute_f1``). The
+    normalisation is the project's (articles kept), not SQuAD's.
+
+    Returns:
+        float in [0, 1].
+    Raises:
+        TypeError: a non-str argument.
+    Source: Rajpurkar et al. 2016 official eval F1; metrics.md §3.6 K2.
+    """
+    p, g = (normalize_text(pred), normalize_text(gold)) if normalize else (_str(pred), _str(gold))
+    pt, gt = p.split(), g.split()
+    if not pt or not gt:
+        return float(pt == gt)
+    overlap = sum((Counter(pt) & Counter(gt)).values())
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / len(pt), overlap / len(gt)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _str(x: str) -> str:
+    if not isinstance(x, str):
+        raise TypeError(f"expected a str, got {type(x).__name__}")
+    return x
+
+
+def mean_with_bootstrap(
+    values: Sequence[float] | np.ndarray,
+    *,
+    name: str,
+    source: str,
+    confidence: float = 0.95,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> MetricResult:
+    """Mean of per-item continuous scores with a seeded percentile bootstrap over items.
+
+    NaN items (undefined per-item scores, e.g. precision of an entity with no generated facts) are
+    excluded from the mean and counted in ``counts['undefined']``; they are never read as 0.
+
+    Args:
+        values: shape (n,), per-item scores.
+        name, source: copied into the result.
+        confidence: interval coverage in (0, 1).
+        n_resamples, seed: bootstrap resamples and numpy seed (reproducible intervals).
+    Returns:
+        ``MetricResult`` with value = mean of the defined items, n = their count,
+        ci_method ``"bootstrap"``, counts ``n`` (defined), ``undefined``; NaN with a reason when no
+        item is defined.
+    Raises:
+        ValueError: values not 1-D, or +-inf among them; confidence or n_resamples out of range.
+    Source: project convention (item bootstrap via ``intervals.cluster_bootstrap``, one cluster per
+    item).
+    """
+    _check_confidence(confidence)
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"values must be 1-D (one score per item), got shape {arr.shape}")
+    inf_idx = np.flatnonzero(np.isinf(arr))
+    if inf_idx.size:
+        raise ValueError(f"values[{int(inf_idx[0])}] is infinite")
+    defined = arr[~np.isnan(arr)]
+    counts = {"n": int(defined.size), "undefined": int(arr.size - defined.size)}
+    if defined.size == 0:
+        reason = "no items" if arr.size == 0 else "every item's score is undefined (NaN)"
+        return undefined(name, reason, counts=counts, source=source)
+    # Per-item (score, 1) rows: the resampled mean is sum(score) / sum(1) over the drawn items.
+    cells = np.column_stack([defined, np.ones_like(defined)])
+    low, high = cluster_bootstrap(cells, lambda s: s[..., 0] / s[..., 1],
+                                  n_resamples=n_resamples, confidence=confidence, seed=seed)
+    return MetricResult(name=name, value=float(defined.mean()), n=int(defined.size), ci_low=low,
+                        ci_high=high, ci_method="bootstrap", confidence=confidence, counts=counts,
+                        source=source)
+
+
+def text_match_scores(
+    preds: Sequence[str],
+    golds: Sequence[str],
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> dict[str, MetricResult]:
+    """Mean char-LCS ratio, token-LCS ratio and token F1 over items (blank filling, factual editing).
+
+    Args:
+        preds: shape (n,), model answers (str).
+        golds: shape (n,), gold answers (str; KGQuiz ``ground_truth``).
+        confidence, n_resamples, seed: see ``mean_with_bootstrap``.
+    Returns:
+        {"char_lcs_ratio", "token_lcs_ratio", "token_f1"} -> ``MetricResult`` in [0, 1] with a
+        bootstrap interval; NaN with a reason when n == 0.
+    Raises:
+        ValueError: mismatched lengths. TypeError: a non-str element (names its index).
+    Source: KGQuiz-style, project implementation; metrics.md §3.6 K2.
+    """
+    _check_same_length(preds, golds, "preds", "golds")
+    fns = {"char_lcs_ratio": char_lcs_ratio, "token_lcs_ratio": token_lcs_ratio,
+           "token_f1": token_f1}
+    per_item: dict[str, list[float]] = {k: [] for k in fns}
+    for i, (p, g) in enumerate(zip(preds, golds)):
+        if not isinstance(p, str) or not isinstance(g, str):
+            raise TypeError(f"item {i}: pred and gold must be str, got "
+                            f"{type(p).__name__} and {type(g).__name__}")
+        for key, fn in fns.items():
+            per_item[key].append(fn(p, g))
+    source = f"{_PROJECT}; metrics.md §3.6 K2; normalised: lowercase, no ASCII punctuation"
+    return {key: mean_with_bootstrap(vals, name=key, source=source, confidence=confidence,
+                                     n_resamples=n_resamples, seed=seed)
+            for key, vals in per_item.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# K3 / K4: embedding similarity
+
+
+def _check_theta(theta: float) -> float:
+    if (isinstance(theta, bool) or not isinstance(theta, (int, float, np.integer, np.floating))
+            or not -1.0 <= float(theta) <= 1.0):
+        raise ValueError(f"theta must be a number in [-1, 1], got {theta!r}")
+    return float(theta)
+
+
+def _as_matrix(x: np.ndarray, label: str) -> np.ndarray:
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2:
+        raise ValueError(f"{label} must be (d,) or (n, d), got shape {arr.shape}")
+    bad = np.argwhere(~np.isfinite(arr))
+    if bad.size:
+        raise ValueError(f"{label} has a non-finite value at row {int(bad[0][0])}")
+    norms = np.linalg.norm(arr, axis=1)
+    zero = np.flatnonzero(norms == 0)
+    if zero.size:
+        raise ValueError(f"{label} row {int(zero[0])} is the zero vector; its cosine is undefined")
+    return arr / norms[:, None]
+
+
+def cosine_similarity_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarities between every row of ``a`` and every row of ``b``.
+
+    Args:
+        a: (n, d) or (d,); b: (m, d) or (d,). Embeddings from any model (computed by the harness).
+    Returns:
+        (n, m) float array in [-1, 1] (clipped against rounding).
+    Raises:
+        ValueError: wrong rank, different d, a non-finite value, or a zero row.
+    Source: metrics.md §3.6 K3/K4.
+    """
+    na, nb = _as_matrix(a, "a"), _as_matrix(b, "b")
+    if na.shape[1] != nb.shape[1]:
+        raise ValueError(f"embedding sizes differ: {na.shape[1]} vs {nb.shape[1]}")
+    return np.clip(na @ nb.T, -1.0, 1.0)
+
+
+def semantic_match(pred_emb: np.ndarray, gold_emb: np.ndarray, theta: float) -> np.ndarray:
+    """Per-item semantic match 1[cos(e_p, e_g) >= theta] of paired embeddings.
+
+    Args:
+        pred_emb, gold_emb: (n, d) (row i of each is item i) or (d,) for one item.
+        theta: threshold in [-1, 1] (the paper's is unknown; pin it in the config).
+    Returns:
+        int array (n,) of 0/1.
+    Raises:
+        ValueError: shapes differ, a zero or non-finite row, theta outside [-1, 1].
+    Source: KGQuiz-style, project implementation; metrics.md §3.6 K3.
+    """
+    theta = _check_theta(theta)
+    p, g = _as_matrix(pred_emb, "pred_emb"), _as_matrix(gold_emb, "gold_emb")
+    if p.shape != g.shape:
+        raise ValueError(f"pred_emb and gold_emb shapes differ: {p.shape} vs {g.shape}")
+    cos = np.clip(np.einsum("ij,ij->i", p, g), -1.0, 1.0)
+    return (cos >= theta).astype(np.int64)
+
+
+def semantic_match_rate(
+    pred_emb: np.ndarray,
+    gold_emb: np.ndarray,
+    theta: float,
+    *,
+    embedding_model: str | None = None,
+    confidence: float = 0.95,
+) -> MetricResult:
+    """Share of items whose answer embedding is within cosine theta of the gold's.
+
+    Args:
+        pred_emb, gold_emb: (n, d) paired embeddings; n may be 0 (shape (0, d)).
+        theta: threshold in [-1, 1].
+        embedding_model: name of the model that produced the embeddings, recorded in ``source``.
+        confidence: Wilson interval coverage.
+    Returns:
+        ``semantic_match_rate`` in [0, 1], counts ``match``, ``n``; Wilson interval; NaN with a
+        reason when n == 0.
+    Raises:
+        ValueError: see ``semantic_match``.
+    Source: KGQuiz-style, project implementation; metrics.md §3.6 K3.
+    """
+    _check_confidence(confidence)
+    theta = _check_theta(theta)
+    source = f"{_PROJECT}; metrics.md §3.6 K3; theta={theta}; embedding_model={embedding_model}"
+    p, g = np.asarray(pred_emb, dtype=np.float64), np.asarray(gold_emb, dtype=np.float64)
+    if p.ndim == 2 and p.shape[0] == 0 and g.shape == p.shape:
+        return undefined("semantic_match_rate", "no items", counts={"match": 0, "n": 0},
+                         source=source)
+    matches = semantic_match(p, g, theta)
+    k, n = int(matches.sum()), int(matches.size)
+    return _proportion("semantic_match_rate", k, n, {"match": k, "n": n}, confidence, source)
+
+
+def _as_similarity(similarity: np.ndarray, label: str = "similarity") -> np.ndarray:
+    s = np.asarray(similarity, dtype=np.float64)
+    if s.ndim != 2:
+        raise ValueError(f"{label} must be 2-D (generated facts, gold facts), got shape {s.shape}; "
+                         "pass np.empty((0, n_gold)) when nothing was generated")
+    bad = np.argwhere(np.isnan(s))
+    if bad.size:
+        r, c = (int(v) for v in bad[0])
+        raise ValueError(f"{label} has NaN at row {r}, column {c}")
+    return s
+
+
+def open_ended_precision_recall(
+    similarity: np.ndarray,
+    theta: float,
+    *,
+    confidence: float = 0.95,
+) -> tuple[MetricResult, MetricResult]:
+    """Precision and recall of one entity's generated facts against its gold triples.
+
+    precision = #generated facts whose best gold similarity >= theta / #generated facts;
+    recall = #gold triples whose best generated similarity >= theta / #gold triples.
+    Edges: no generated facts -> precision NaN (reason given), recall 0; no gold triples -> recall
+    NaN, precision 0 (nothing can be matched).
+
+    Args:
+        similarity: (n_generated, n_gold) matrix S, e.g. ``cosine_similarity_matrix(gen, gold)``.
+        theta: threshold in [-1, 1].
+        confidence: Wilson interval coverage.
+    Returns:
+        (``open_ended_precision``, ``open_ended_recall``), each in [0, 1] with counts ``matched``,
+        ``n`` and a Wilson interval over facts (facts of one entity are not independent: use
+        ``open_ended_scores`` for benchmark-level intervals).
+    Raises:
+        ValueError: S not 2-D or containing NaN; theta outside [-1, 1].
+    Source: KGQuiz-style, project implementation; metrics.md §3.6 K4 (toy: 0.75 / 2/3).
+    """
+    _check_confidence(confidence)
+    theta = _check_theta(theta)
+    s = _as_similarity(similarity)
+    n_gen, n_gold = s.shape
+    source = f"{_PROJECT}; metrics.md §3.6 K4; theta={theta}"
+    row_hit = int((s.max(axis=1) >= theta).sum()) if n_gen and n_gold else 0
+    col_hit = int((s.max(axis=0) >= theta).sum()) if n_gen and n_gold else 0
+    if n_gen == 0:
+        precision = undefined("open_ended_precision", "no generated facts",
+                              counts={"matched": 0, "n": 0}, source=source)
+    else:
+        precision = _proportion("open_ended_precision", row_hit, n_gen,
+                                {"matched": row_hit, "n": n_gen}, confidence, source)
+    if n_gold == 0:
+        recall = undefined("open_ended_recall", "no gold facts", counts={"matched": 0, "n": 0},
+                           source=source)
+    else:
+        recall = _proportion("open_ended_recall", col_hit, n_gold,
+                             {"matched": col_hit, "n": n_gold}, confidence, source)
+    return precision, recall
+
+
+def open_ended_scores(
+    similarities: Sequence[np.ndarray],
+    theta: float,
+    *,
+    embedding_model: str | None = None,
+    confidence: float = 0.95,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> dict[str, MetricResult]:
+    """Macro-averaged (per entity) open-ended precision and recall over a benchmark.
+
+    Entities whose precision (recall) is undefined are left out of that mean and counted in its
+    ``counts['undefined']``.
+
+    Args:
+        similarities: one (n_generated_e, n_gold_e) matrix per entity.
+        theta: threshold in [-1, 1].
+        embedding_model: recorded in ``source``.
+        confidence, n_resamples, seed: see ``mean_with_bootstrap`` (entities are resampled).
+    Returns:
+        {"open_ended_precision", "open_ended_recall"} -> ``MetricResult`` in [0, 1].
+    Raises:
+        ValueError: a bad matrix (the message names the entity index) or theta.
+    Source: KGQuiz-style, project implementation; metrics.md §3.6 K4.
+    """
+    theta = _check_theta(theta)
+    precisions, recalls = [], []
+    for e, s in enumerate(similarities):
+        try:
+            p, r = open_ended_precision_recall(_as_similarity(s), theta)
+        except ValueError as exc:
+            raise ValueError(f"entity {e}: {exc}") from None
+        precisions.append(p.value)
+        recalls.append(r.value)
+    source = f"{_PROJECT}; metrics.md §3.6 K4; macro over entities; theta={theta}; " \
+             f"embedding_model={embedding_model}"
+    kw = dict(source=source, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    return {"open_ended_precision": mean_with_bootstrap(precisions, name="open_ended_precision",
+                                                        **kw),
+            "open_ended_recall": mean_with_bootstrap(recalls, name="open_ended_recall", **kw)}
+
