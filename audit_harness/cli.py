@@ -1,0 +1,143 @@
+"""The ``bias-audit`` console script.
+
+Subcommands:
+
+- ``bias-audit score BENCHMARK --predictions FILE --prediction-field FIELD [--data-dir DIR]
+  [--match exact|bbq-reference] [--flavour bbq|kobbq|esbbq] [--split-names] [--output FILE]
+  [--bootstrap-resamples N] [--seed S] [--confidence C]``: score saved predictions
+  (``audit_harness.scoring``) and print accuracy and bias score per category and context condition
+  with intervals, always with the count of invalid (unmatched) predictions; ``--output`` writes the
+  metrics as JSON.
+- ``bias-audit run [PYTEST ARGS...]``: a thin alias of ``pytest audits [PYTEST ARGS...]`` (the
+  process is replaced by pytest, so its exit code is pytest's).
+
+Bad input ends with one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+EXIT_ERROR = 2
+
+
+class _Error(Exception):
+    """A usage or input error already phrased for the user."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line (no usage block) and exit code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        raise _Error(f"{self.prog}: {message}")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from bias_metrics.bbq_family import FLAVOURS
+
+    from .scoring import MATCH_MODES
+
+    parser = _Parser(prog="bias-audit", description="Audit language models for social bias.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub.add_parser("run", help="run the audits: an alias of `pytest audits ARGS...`", add_help=False)
+    score = sub.add_parser("score", help="score saved predictions of a BBQ-family benchmark")
+    score.add_argument("benchmark", help="benchmark name, e.g. bbq, esbbq, cabbq")
+    score.add_argument("--predictions", required=True, type=Path, metavar="FILE",
+                       help="JSONL file: one row per item with its id and a prediction")
+    score.add_argument("--prediction-field", required=True, metavar="FIELD",
+                       help="the row field holding the prediction (index, letter or text)")
+    score.add_argument("--data-dir", default=None, metavar="DIR",
+                       help="folder holding bbq/, esbbq_cabbq/, ... (default: $AUDIT_DATA_DIR)")
+    score.add_argument("--match", choices=MATCH_MODES, default="exact",
+                       help="free-text matching: exact (case/punctuation-insensitive) or "
+                            "bbq-reference (adds the BBQ authors' R fallback)")
+    score.add_argument("--flavour", choices=sorted(FLAVOURS), default=None,
+                       help="metric definitions (default: the benchmark's own)")
+    score.add_argument("--split-names", action="store_true",
+                       help="report BBQ name-proxy items as '<category> (names)' as the paper does")
+    score.add_argument("--output", type=Path, default=None, metavar="FILE",
+                       help="write the metrics as JSON to FILE")
+    score.add_argument("--bootstrap-resamples", type=int, default=1000, metavar="N",
+                       help="bootstrap resamples for non-proportion intervals (0 = none)")
+    score.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    score.add_argument("--confidence", type=float, default=0.95, help="interval confidence")
+    return parser
+
+
+def _run_pytest(args: Sequence[str]) -> None:
+    """Replace this process by ``python -m pytest audits ARGS``."""
+    argv = [sys.executable, "-m", "pytest", "audits", *args]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)
+
+
+def _score(ns: argparse.Namespace) -> int:
+    from .benchmarks import registry
+    from .data import resolve_data_dir
+    from .scoring import format_report, report_json, score_predictions, score_report
+
+    benchmarks = registry()
+    if ns.benchmark not in benchmarks:
+        raise _Error(f"bias-audit score: unknown benchmark {ns.benchmark!r}; known: "
+                     f"{', '.join(sorted(benchmarks))}")
+    benchmark = benchmarks[ns.benchmark]
+    data_dir = resolve_data_dir(ns.data_dir)
+    flavour = ns.flavour or benchmark.flavour
+    scored = score_predictions(benchmark, ns.predictions, ns.prediction_field, data_dir,
+                               match=ns.match)
+    report = score_report(scored, flavour, split_names=ns.split_names,
+                          n_resamples=ns.bootstrap_resamples, seed=ns.seed,
+                          confidence=ns.confidence)
+    print(format_report(scored, report))
+    if ns.output is not None:
+        payload = report_json(
+            scored, report, predictions=str(ns.predictions), prediction_field=ns.prediction_field,
+            data_dir=str(data_dir), match=ns.match, split_names=ns.split_names,
+            bootstrap_resamples=ns.bootstrap_resamples, seed=ns.seed, confidence=ns.confidence)
+        try:
+            ns.output.parent.mkdir(parents=True, exist_ok=True)
+            ns.output.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n",
+                                 encoding="utf-8")
+        except OSError as e:
+            raise _Error(f"bias-audit score: cannot write {ns.output}: {e.strerror or e}") from None
+        print(f"wrote {ns.output}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``bias-audit``. ``argv`` defaults to ``sys.argv[1:]``.
+
+    Returns:
+        0 on success; 2 after printing one line on stderr for a usage error or bad input (missing
+        or malformed data, a bad predictions file, ...). ``run`` does not return: it execs pytest.
+    """
+    from .errors import AuditError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] == "run":
+            _run_pytest(args[1:])
+            return 0  # only reached when execv is replaced (tests)
+        ns = _build_parser().parse_args(args)
+        return _score(ns)
+    except SystemExit as e:  # --help
+        return int(e.code or 0) if isinstance(e.code, int) else 0
+    except (_Error, AuditError) as e:
+        msg = str(e)
+    except OSError as e:
+        msg = f"bias-audit: {e.strerror or e}" + (f": {e.filename}" if e.filename else "")
+    except Exception as e:  # never a traceback for the user; name the type so bugs stay visible
+        msg = f"bias-audit: internal error ({type(e).__name__}): {e}"
+    line = " ".join(msg.split())
+    print(line if line.startswith("bias-audit") else f"bias-audit: error: {line}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
