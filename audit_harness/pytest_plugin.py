@@ -225,15 +225,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     outcomes = [o for p in parts for o in p["outcomes"]]
     if not outcomes:
         return
+    from .report.markdown import write_markdown
     from .report.results import build_results, write_results
 
     model = next((p["model"] for p in parts if p["model"]), None)
     opts = dict(audit.options.__dict__)
+    try:
+        opts["data_dir"] = str(audit.data_dir)  # record the resolved path, not the flag as typed
+    except AuditError:
+        pass
     results = build_results(run_id=state["run_id"], options=opts, model=model, outcomes=outcomes,
                             verdicts=[v for p in parts for v in p["verdicts"]],
                             thresholds_path=str(audit.options.thresholds))
     state["results"] = results
     state["results_path"] = write_results(audit.run_dir / "results.json", results)
+    state["report_path"] = write_markdown(audit.run_dir / "report.md", results)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -262,5 +268,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items()))
     tr.write_line(f"gates: {summary}")
     tr.write_line(f"results: {state['results_path']}")
+    tr.write_line(f"report:  {state['report_path']}")
     if config.option.xmlpath:
         tr.write_line(f"junit:   {config.option.xmlpath}")

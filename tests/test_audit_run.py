@@ -87,6 +87,10 @@ def test_results_file_matches_the_saved_records(serial_run, data_dir):
     assert {v["category"] for v in results["gates"]} == set(CATEGORIES)
     assert sum(results["gate_summary"].values()) == 3 * len(CATEGORIES)
     assert set(results["overall"]["bbq"]) == {"categories", "pooled", "size_weighted"}
+    report = (run_dir / "report.md").read_text()
+    assert results["model"]["fingerprint"] in report
+    for verdict in results["gates"]:
+        assert f"| {verdict['category']} | {verdict['metric']} |" in report
 
 
 def test_xdist_gives_the_same_numbers(serial_run, tmp_path, data_dir):
