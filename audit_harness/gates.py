@@ -164,6 +164,12 @@ def _parse_gate(spec: Any, benchmark: str, category: str, metric: str, where: st
     return Gate(benchmark, category, metric, basis=basis, **bounds)
 
 
+def _check_known(path: Path, where: str, kind: str, keys, known: tuple[str, ...]) -> None:
+    for key in keys:
+        if key not in known:
+            raise ConfigError(f"{path}: {where}: unknown {kind} {key!r}; known: {', '.join(known)}")
+
+
 def load_thresholds(path: Path, catalogue: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]
                     ) -> dict[str, list[Gate]]:
     """Read and validate a thresholds file.
@@ -202,20 +208,12 @@ def load_thresholds(path: Path, catalogue: Mapping[str, tuple[tuple[str, ...], t
         for where, block in ((f"{bench}.defaults", defaults), (f"{bench}.categories", overrides)):
             if not isinstance(block, Mapping):
                 raise ConfigError(f"{path}: {where}: expected a mapping")
-        for metric in defaults:
-            if metric not in metrics:
-                raise ConfigError(f"{path}: {bench}.defaults: unknown metric {metric!r}; "
-                                  f"known: {', '.join(metrics)}")
+        _check_known(path, f"{bench}.defaults", "metric", defaults, metrics)
+        _check_known(path, f"{bench}.categories", "category", overrides, categories)
         for cat, block in overrides.items():
-            if cat not in categories:
-                raise ConfigError(f"{path}: {bench}.categories: unknown category {cat!r}; "
-                                  f"known: {', '.join(categories)}")
             if not isinstance(block, Mapping):
                 raise ConfigError(f"{path}: {bench}.categories.{cat}: expected a mapping of metrics")
-            for metric in block:
-                if metric not in metrics:
-                    raise ConfigError(f"{path}: {bench}.categories.{cat}: unknown metric {metric!r}; "
-                                      f"known: {', '.join(metrics)}")
+            _check_known(path, f"{bench}.categories.{cat}", "metric", block, metrics)
         out: list[Gate] = []
         for cat in categories:
             merged = dict(defaults)
