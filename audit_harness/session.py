@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,9 +100,19 @@ class AuditSession:
         if self._model is None:
             from .models.zoo import load_model
 
+            self._share_cpu_threads()
             self._model = load_model(self.options.model, device=self._device(),
                                      dtype=self.options.dtype, batch_size=self.options.batch_size)
         return self._model
+
+    def _share_cpu_threads(self) -> None:
+        # K xdist workers each using every core oversubscribe the CPU (2 workers x 2 threads on
+        # 2 cores ran slower than one process); give each worker its share.
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+        if self.worker_index is not None and workers > 1:
+            import torch
+
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
     def _device(self) -> str:
         device = self.options.device
