@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Sequence
 
@@ -54,16 +55,45 @@ class HFCausalLM(LanguageModel):
     continuation tokens are ever scored. A BOS token is prepended when the tokenizer adds one by
     default (Gemma); an empty context is replaced by BOS (or EOS when there is no BOS).
 
+    Scoring paths of ``loglikelihood_tokens``:
+
+    - prefix sharing (default): requests are grouped by identical context ids; each distinct
+      context is run once with a key/value cache, and all its continuations are scored against
+      copies of that cache (the choices of a multiple-choice item share their prompt).
+    - full sequence: every (context + continuation) runs from scratch, left-padded. Used when
+      ``prefix_sharing=False``, for requests longer than the window (they are left-truncated, so
+      their context is no longer shared), and for models whose forward takes no cache or
+      position ids, or returns a cache that cannot be batch-indexed (recurrent/linear layers).
+
+    Both give the same numbers up to float rounding (~2e-5 nats per request in fp32, SmolLM2).
+
     Args:
         model: a loaded ``PreTrainedModel`` in eval mode, already on its device and dtype.
         tokenizer: its tokenizer.
         info: provenance recorded in results.
-        batch_size: sequences per forward pass.
+        batch_size: sequences per forward pass (full path), distinct contexts per context forward
+            (prefix sharing).
+        prefix_sharing: run each distinct context once and reuse its key/value cache.
+        token_budget: upper bound on ``rows x (context width + continuation width)`` of one
+            forward pass of the prefix-sharing path, which bounds the copied key/value cache
+            (bytes per token = 2 x layers x kv heads x head dim x dtype size).
+        logits_budget: upper bound on the number of logit elements (``positions x vocab``) one
+            continuation forward may produce; a 262k vocabulary makes this the binding limit.
+    Raises:
+        ValueError: batch_size, token_budget or logits_budget < 1.
     """
 
-    def __init__(self, model, tokenizer, info: ModelInfo, batch_size: int = 16):
+    def __init__(self, model, tokenizer, info: ModelInfo, batch_size: int = 16, *,
+                 prefix_sharing: bool = True, token_budget: int = 8192,
+                 logits_budget: int = 1 << 26):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if token_budget < 1 or logits_budget < 1:
+            raise ValueError(f"token_budget and logits_budget must be >= 1, got "
+                             f"{token_budget} and {logits_budget}")
+        self.prefix_sharing = prefix_sharing
+        self.token_budget = token_budget
+        self.logits_budget = logits_budget
         self.model = model
         self.tokenizer = tokenizer
         self.info = info
@@ -82,7 +112,16 @@ class HFCausalLM(LanguageModel):
         cfg = model.config
         self.max_length = int(getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0)
                               or 2048)
-        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        params = inspect.signature(model.forward).parameters
+        self._keeps_logits = "logits_to_keep" in params
+        # transformers 5.x renamed ``past_key_values`` to ``cache`` (the old name is a deprecated
+        # alias until 5.40); a forward with neither, or without position_ids, cannot continue a
+        # left-padded context, so such models always take the full path.
+        self._cache_arg = next((n for n in ("cache", "past_key_values") if n in params), None)
+        self._can_share = (self._cache_arg is not None and "position_ids" in params
+                           and not getattr(cfg, "is_encoder_decoder", False))
+        text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        self._vocab = int(getattr(text_cfg, "vocab_size", 0) or 1 << 18)
 
     # -- tokenization ----------------------------------------------------------------------------
     def _encode(self, text: str) -> list[int]:
@@ -122,25 +161,43 @@ class HFCausalLM(LanguageModel):
     def loglikelihood_tokens(self, encoded: Sequence[tuple[list[int], list[int]]]) -> list[float]:
         """``loglikelihood`` on pre-tokenized (context ids, continuation ids) pairs.
 
-        Sequences longer than the model's context window lose tokens from the left of the context.
-        Raises ValueError when a continuation alone does not fit the window.
+        Args:
+            encoded: (context ids, continuation ids) per request, as ``encode_pair`` returns them;
+                both non-empty (condition an empty context on BOS, as ``encode_pair`` does).
+        Returns:
+            one summed natural-log probability (<= 0) per request, in request order.
+        Raises:
+            ValueError: an empty context or continuation, or a continuation that alone does not
+                fit the model's window. Longer sequences lose tokens from the left of the context.
         """
-        seqs: list[tuple[list[int], int]] = []
-        for ctx, cont in encoded:
+        for n, (ctx, cont) in enumerate(encoded):
+            if not ctx or not cont:
+                raise ValueError(f"request {n}: empty context or continuation ids (the first "
+                                 "continuation token needs a context token to condition on)")
             if len(cont) >= self.max_length:
                 raise ValueError(f"continuation of {len(cont)} tokens does not fit the model's "
                                  f"{self.max_length}-token window")
-            seq = (ctx + cont)[-self.max_length:]
-            seqs.append((seq, len(cont)))
+        out = [0.0] * len(encoded)
+        full = list(range(len(encoded)))
+        if self.prefix_sharing and self._can_share:
+            fits = [i for i in full if len(encoded[i][0]) + len(encoded[i][1]) <= self.max_length]
+            done = self._loglikelihood_shared(encoded, fits, out)
+            full = [i for i in full if i not in done]
+        if full:
+            self._loglikelihood_full(encoded, full, out)
+        return out
+
+    # full-sequence path ---------------------------------------------------------------------------
+    def _loglikelihood_full(self, encoded, indices: list[int], out: list[float]) -> None:
+        seqs = {i: ((encoded[i][0] + encoded[i][1])[-self.max_length:], len(encoded[i][1]))
+                for i in indices}
         # Longest first: batches of similar length waste little padding, and a too-large batch
         # fails on the first forward rather than at the end.
-        order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i][0]))
-        out = [0.0] * len(seqs)
+        order = sorted(indices, key=lambda i: -len(seqs[i][0]))
         for start in range(0, len(order), self.batch_size):
             idx = order[start:start + self.batch_size]
             for i, value in zip(idx, self._score_batch([seqs[i] for i in idx])):
                 out[i] = value
-        return out
 
     def _score_batch(self, batch: list[tuple[list[int], int]]) -> list[float]:
         width = max(len(s) for s, _ in batch)
@@ -157,11 +214,130 @@ class HFCausalLM(LanguageModel):
         kwargs = {"logits_to_keep": k + 1} if self._keeps_logits else {}
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                             use_cache=False, **kwargs).logits
-        logits = logits[:, -(k + 1):-1, :].float()
-        logprobs = torch.log_softmax(logits, dim=-1)
-        targets = ids[:, width - k:]
-        token_lp = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        token_lp = _token_logprobs(logits[:, -(k + 1):-1, :], ids[:, width - k:])
         return [float(token_lp[row, k - c:].sum()) for row, (_, c) in enumerate(batch)]
+
+    # prefix-sharing path --------------------------------------------------------------------------
+    def _loglikelihood_shared(self, encoded, indices: list[int], out: list[float]) -> set[int]:
+        """Score ``indices`` by running each distinct context once; returns the indices done
+        (all of them, or none when the model's cache turns out not to be batch-indexable, in
+        which case prefix sharing is switched off for this model)."""
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i in indices:
+            groups.setdefault(tuple(encoded[i][0]), []).append(i)
+        # Longest context first: similar widths share a batch (little padding), and the
+        # largest batch runs first, so a memory error shows at once.
+        contexts = sorted(groups, key=len, reverse=True)
+        positions = max(1, self.logits_budget // self._vocab)
+        done: set[int] = set()
+        chunk: list[tuple[int, ...]] = []
+        rows = longest = 0  # continuation rows of the chunk, and their padded width
+        for ctx in contexts + [None]:  # None: flush the last chunk
+            if ctx is not None:
+                conts = [len(encoded[i][1]) - 1 for i in groups[ctx] if len(encoded[i][1]) > 1]
+                width = len(chunk[0]) if chunk else len(ctx)
+                c_rows, c_longest = rows + len(conts), max([longest, *conts])
+                # Close the chunk when one more context would overflow the context batch or make
+                # its continuations need more than one forward; a single context over budget
+                # still goes alone (its continuations are then split, see _score_context_chunk).
+                over = (len(chunk) >= self.batch_size or (len(chunk) + 1) * width > self.token_budget
+                        or c_rows * (width + c_longest) > self.token_budget
+                        or c_rows * c_longest > positions)
+            if chunk and (ctx is None or over):
+                if not self._score_context_chunk(encoded, chunk, groups, positions, out):
+                    self._can_share = False
+                    return set()
+                done.update(i for c in chunk for i in groups[c])
+                chunk, c_rows, c_longest = [], len(conts), max(conts, default=0)
+            if ctx is not None:
+                chunk.append(ctx)
+                rows, longest = c_rows, c_longest
+        return done
+
+    def _score_context_chunk(self, encoded, chunk, groups, positions: int, out: list[float]) -> bool:
+        """One context forward (with cache) for ``chunk``, then continuation forwards for all its
+        requests. Returns False, scoring nothing, if the returned cache cannot be reused."""
+        n_ctx, width = len(chunk), len(chunk[0])
+        ids = torch.full((n_ctx, width), self._pad, dtype=torch.long)
+        mask = torch.zeros((n_ctx, width), dtype=torch.long)
+        for row, ctx in enumerate(chunk):
+            ids[row, width - len(ctx):] = torch.tensor(ctx, dtype=torch.long)
+            mask[row, width - len(ctx):] = 1
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids, mask, position_ids = (t.to(self.device) for t in (ids, mask, position_ids))
+        # logits_to_keep=1: only the last context position's logits are needed (they score the
+        # first continuation token); the cache carries everything else.
+        kwargs = {"logits_to_keep": 1} if self._keeps_logits else {}
+        res = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                         use_cache=True, **kwargs)
+        cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
+        if not _batch_indexable(cache):
+            return False
+        last = res.logits[:, -1, :].float()
+        del res
+        last_lp = last - torch.logsumexp(last, dim=-1, keepdim=True)  # (n_ctx, vocab)
+        ctx_lens = torch.tensor([len(c) for c in chunk], dtype=torch.long, device=self.device)
+
+        pairs = [(i, row) for row, ctx in enumerate(chunk) for i in groups[ctx]]
+        # One gather and one device->host copy for all first tokens (a sync per request is slow
+        # on CUDA).
+        first = last_lp[torch.tensor([r for _, r in pairs], device=self.device),
+                        torch.tensor([encoded[i][1][0] for i, _ in pairs], device=self.device)]
+        for (i, _), value in zip(pairs, first.tolist()):
+            out[i] = value
+        # (request index, context row) of continuations of 2+ tokens
+        multi = [(i, row) for i, row in pairs if len(encoded[i][1]) > 1]
+        if not multi:
+            return True
+        # Longest continuation first, cut into sub-batches of similar length: continuations are
+        # short and many (BBQ: 1-8 tokens), so padding all rows to the longest would multiply the
+        # work (and the (rows, width, vocab) logits) several times; a new sub-batch starts where
+        # the length halves. Each sub-batch is also bounded by the token budget (copied cache +
+        # inputs) and the logits budget.
+        multi.sort(key=lambda t: -len(encoded[t[0]][1]))
+        batches, cur, n = [], [], 0
+        for item in multi:
+            m = len(encoded[item[0]][1]) - 1  # tokens this request feeds
+            # n: fed tokens of the sub-batch's first (longest) continuation = its padded width.
+            if cur and ((len(cur) + 1) * (width + n) > self.token_budget
+                        or (len(cur) + 1) * n > positions or (n >= 4 and 2 * m <= n)):
+                batches.append(cur)
+                cur = []
+            if not cur:
+                n = m
+            cur.append(item)
+        batches.append(cur)
+        for b, sub in enumerate(batches):
+            # batch_select_indices rebinds each layer's tensors to the selected rows; the cache is
+            # only consumed in place by the last sub-batch, earlier ones work on a copy.
+            sub_cache = cache if b == len(batches) - 1 else copy.deepcopy(cache)
+            self._score_continuations(encoded, sub, sub_cache, mask, ctx_lens, out)
+        return True
+
+    def _score_continuations(self, encoded, sub, cache, ctx_mask, ctx_lens, out) -> None:
+        """Add the log-probabilities of continuation tokens 2..n to ``out`` for requests ``sub``
+        ((request index, context row) pairs), feeding tokens 1..n-1 after their context's cache."""
+        rows = torch.tensor([r for _, r in sub], dtype=torch.long, device=self.device)
+        cache.batch_select_indices(rows)
+        n = max(len(encoded[i][1]) for i, _ in sub) - 1
+        ids = torch.full((len(sub), n), self._pad, dtype=torch.long)
+        targets = torch.zeros((len(sub), n), dtype=torch.long)
+        cmask = torch.zeros((len(sub), n), dtype=torch.long)
+        for row, (i, _) in enumerate(sub):
+            cont = encoded[i][1]
+            # Right padding: a continuation's real tokens sit right after its context's cache,
+            # and the padding after them is never attended to by a real token.
+            ids[row, :len(cont) - 1] = torch.tensor(cont[:-1], dtype=torch.long)
+            targets[row, :len(cont) - 1] = torch.tensor(cont[1:], dtype=torch.long)
+            cmask[row, :len(cont) - 1] = 1
+        ids, targets, cmask = (t.to(self.device) for t in (ids, targets, cmask))
+        attention_mask = torch.cat([ctx_mask.index_select(0, rows), cmask], dim=1)
+        position_ids = ctx_lens.index_select(0, rows).unsqueeze(1) + torch.arange(n, device=self.device)
+        logits = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
+                            use_cache=True, **{self._cache_arg: cache}).logits
+        token_lp = _token_logprobs(logits, targets).masked_fill(cmask == 0, 0.0)
+        for row, value in enumerate(token_lp.sum(-1).tolist()):
+            out[sub[row][0]] += value
 
     # -- generation ------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -193,3 +369,29 @@ def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
         if s and (pos := text.find(s)) != -1:
             cut = min(cut, pos)
     return text[:cut]
+
+
+def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[target] in float32. logits (batch, seq, vocab), targets (batch, seq)
+    -> (batch, seq). logit - logsumexp avoids a second (batch, seq, vocab) tensor."""
+    logits = logits.float()
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def _batch_indexable(cache) -> bool:
+    """True when ``cache`` is a transformers ``Cache`` whose layers are plain (or sliding-window)
+    key/value layers, so selecting batch rows selects whole per-sequence states. Recurrent or
+    linear-attention layers keep extra state ``batch_select_indices`` does not cover, and legacy
+    tuple caches have no such method: those models take the full path."""
+    try:
+        from transformers.cache_utils import Cache, DynamicLayer
+    except ImportError:
+        return False
+    try:
+        from transformers.cache_utils import LinearAttentionCacheLayerMixin as _Linear
+    except ImportError:
+        _Linear = ()
+    layers = getattr(cache, "layers", None)
+    return (isinstance(cache, Cache) and bool(layers)
+            and all(isinstance(l, DynamicLayer) and not isinstance(l, _Linear) for l in layers))
