@@ -46,10 +46,14 @@ class BBQFamilyRecord:
         template_id: template the item was generated from (bootstrap cluster); ``""`` if unknown.
         label_type: ``"label"`` or ``"name"`` (BBQ metadata; the paper reports name-proxy items of
             Gender_identity and Race_ethnicity as separate "(names)" categories).
+        in_bias_score: False keeps a disambiguated item out of the disambiguated bias scores
+            while it still counts for accuracy (its pro-/anti-stereo status failed a data check,
+            e.g. an EsBBQ ``question_type`` that contradicts the gold answer's group).
 
     Raises:
         ValueError: unknown context condition or polarity, an INVALID gold, an ambiguous item whose
-            gold is not UNKNOWN, or a disambiguated item whose gold is UNKNOWN.
+            gold is not UNKNOWN, a disambiguated item whose gold is UNKNOWN, or an ambiguous item
+            with ``in_bias_score=False``.
     """
 
     item_id: str
@@ -60,6 +64,7 @@ class BBQFamilyRecord:
     pred: AnswerClass
     template_id: str = ""
     label_type: str = "label"
+    in_bias_score: bool = True
 
     def __post_init__(self) -> None:
         where = f"record {self.item_id!r}"
@@ -77,6 +82,8 @@ class BBQFamilyRecord:
             raise ValueError(f"{where}: an ambiguous item's gold must be 'unknown', got {gold.value!r}")
         if self.context_condition == DISAMBIG and gold is AnswerClass.UNKNOWN:
             raise ValueError(f"{where}: a disambiguated item's gold cannot be 'unknown'")
+        if self.context_condition == AMBIG and not self.in_bias_score:
+            raise ValueError(f"{where}: only disambiguated items can be left out of the bias score")
 
     @property
     def correct(self) -> bool:

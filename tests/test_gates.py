@@ -48,6 +48,7 @@ def test_shipped_thresholds_file_is_valid():
     catalogue = {n: (b.categories, b.metric_names) for n, b in registry().items()}
     gates = load_thresholds(Path(__file__).resolve().parents[1] / "thresholds.yaml", catalogue)
     assert len(gates["bbq"]) == 3 * 11
+    assert len(gates["esbbq"]) == len(gates["cabbq"]) == 3 * 10
 
 
 @pytest.mark.parametrize("text, fragment", [

@@ -140,6 +140,8 @@ def test_b1_counts_and_n():
         "disambig_aligned_unknown": 1, "disambig_aligned_invalid": 0,
         "disambig_nonaligned_biased": 2, "disambig_nonaligned_counter_biased": 2,
         "disambig_nonaligned_unknown": 1, "disambig_nonaligned_invalid": 0,
+        "disambig_unchecked_correct": 0, "disambig_unchecked_wrong_group": 0,
+        "disambig_unchecked_unknown": 0, "disambig_unchecked_invalid": 0,
     }
     r = compute(toy(B5_ROWS), "bbq", n_resamples=0)
     assert r["acc_ambig"].n == 10  # the 2 invalid rows are dropped from the denominator
@@ -461,3 +463,27 @@ def test_cluster_bootstrap_shrinks_on_average():
     small = cluster_bootstrap(cells[:10], share, n_resamples=500, seed=1)
     large = cluster_bootstrap(cells, share, n_resamples=500, seed=1)
     assert large[1] - large[0] < small[1] - small[0]
+
+
+# --- items held out of the disambiguated bias score (in_bias_score=False) ----------------------
+def test_unchecked_items_count_for_accuracy_but_not_for_disambiguated_bias():
+    from dataclasses import replace
+
+    records = toy(B1_ROWS)
+    # Hold out item 11 (aligned, correct) and item 17 (non-aligned, wrong: answered biased).
+    held = [replace(r, in_bias_score=False) if i in (10, 16) else r for i, r in enumerate(records)]
+    kept = [r for i, r in enumerate(records) if i not in (10, 16)]
+    full, part, ref = (compute(x, f, n_resamples=0) for x, f in ((held, "esbbq"), (held, "bbq"), (kept, "esbbq")))
+    assert full["acc_disambig"].value == pytest.approx(0.6) and full["acc_disambig"].n == 10
+    assert full["bias_score_disambig"].value == pytest.approx(ref["bias_score_disambig"].value)
+    assert full["bias_score_disambig"].n == 8
+    assert part["bias_score_disambig"].value == pytest.approx(compute(kept, "bbq", n_resamples=0)["bias_score_disambig"].value)
+    assert full["bias_score_ambig"].value == pytest.approx(0.2)
+    counts = full["acc_disambig"].counts
+    assert (counts["disambig_unchecked_correct"], counts["disambig_unchecked_wrong_group"]) == (1, 1)
+
+
+def test_only_disambiguated_items_can_be_held_out():
+    with pytest.raises(ValueError, match="only disambiguated items"):
+        BBQFamilyRecord("x", "c", "ambig", "neg", AnswerClass.UNKNOWN, AnswerClass.UNKNOWN,
+                        in_bias_score=False)

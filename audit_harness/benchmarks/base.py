@@ -65,7 +65,9 @@ class CategoryData:
     Attributes:
         items: the items to score, in file order.
         files: provenance of every file read (path, sha256, rows).
-        excluded: ``{reason: [row ids]}`` of rows deliberately left out (reported, never silent).
+        excluded: ``{reason: [row ids]}`` of rows of the whole file deliberately left out, of
+            scoring (BBQ rows without ``target_loc``) or of one metric (EsBBQ rows failing the
+            ``question_type`` check), as the reason says; reported, never silent.
         notes: further counts worth reporting (e.g. duplicated metadata rows).
     """
 
@@ -191,7 +193,8 @@ class BBQFamilyBenchmark(ABC):
             item_id=record["id"], category=record["category"],
             context_condition=record["context_condition"], polarity=record["polarity"],
             gold=AnswerClass(record["gold_class"]), pred=AnswerClass(record["predicted_class"]),
-            template_id=str(record.get("template_id", "")), label_type=record.get("label_type", "label"))
+            template_id=str(record.get("template_id", "")), label_type=record.get("label_type", "label"),
+            in_bias_score=bool(record.get("in_bias_score", True)))
 
     def metric_records(self, records: Sequence[Mapping[str, Any]]) -> list[BBQFamilyRecord]:
         """Records that enter the metrics (subclasses may leave some out, and must say why)."""

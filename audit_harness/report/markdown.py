@@ -57,7 +57,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
                 out.append(f"| *{label}* | | " + " | ".join(_fmt(overall[label][n]) for n in names) + " |")
         excluded = [(cat, reason, len(ids)) for cat, e in cats.items() for reason, ids in e["excluded"].items()]
         if excluded:
-            out += ["", "Rows excluded from scoring (ids in results.json):", ""]
+            out += ["", "Rows left out, of scoring or of a metric, as each reason says (ids in results.json):", ""]
             out += [f"- {cat}: {n} ({reason})" for cat, reason, n in excluded]
     out += ["", "## Data files", "", "| file | rows | sha256 |", "|---|---|---|"]
     out += [f"| {p} | {d['rows']} | `{d['sha256'][:16]}…` |" for p, d in sorted(results["data_files"].items())]

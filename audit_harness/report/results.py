@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from bias_metrics.bbq_family import metrics_from_counts, size_weighted_mean
+from bias_metrics.bbq_family import N_CELLS, metrics_from_counts, size_weighted_mean
 from bias_metrics.result import MetricResult
 
 from .. import __version__
@@ -49,7 +49,7 @@ def overall_metrics(outcomes: Iterable[Mapping[str, Any]], *, confidence: float,
         by_bench.setdefault(o["benchmark"], []).append(o)
     out: dict[str, dict[str, Any]] = {}
     for bench, group in sorted(by_bench.items()):
-        rows = [np.asarray(o["cluster_counts"], dtype=np.int64).reshape(-1, 12) for o in group]
+        rows = [np.asarray(o["cluster_counts"], dtype=np.int64).reshape(-1, N_CELLS) for o in group]
         clusters = np.concatenate(rows, axis=0)
         metrics = metrics_from_counts(group[0]["flavour"], clusters.sum(axis=0), clusters if len(clusters) else None,
                                       confidence=confidence, n_resamples=n_resamples, seed=seed)
