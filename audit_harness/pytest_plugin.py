@@ -27,6 +27,7 @@ from .gates import Gate, load_thresholds
 
 _SESSION_KEY = pytest.StashKey["object"]()
 _STATE_KEY = pytest.StashKey["dict"]()
+_VERDICT_KEY = pytest.StashKey["object"]()
 
 
 def _env_int(name: str):
@@ -94,8 +95,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_STATE_KEY] = {"gates": gates, "run_id": run_id, "worker_outputs": []}
     # An audit run (audits/ on the command line) writes JUnit XML into its run folder unless the
     # user chose a path; a unit-test run writes nothing.
-    if workerinput is None and not config.option.xmlpath and _targets_audits(config):
-        config.option.xmlpath = str(run_dir / "junit.xml")
+    if workerinput is None and _targets_audits(config):
+        # Check what every gate needs before anything runs (and before xdist starts workers).
+        try:
+            _check_inputs(config.stash[_SESSION_KEY])
+        except AuditError as e:
+            raise pytest.UsageError(str(e)) from None
+        if not config.option.xmlpath:
+            config.option.xmlpath = str(run_dir / "junit.xml")
+
+
+def _check_inputs(audit) -> None:
+    """Raise AuditError when the data directory or the model name is unusable."""
+    from .models.zoo import check_model_name
+
+    audit.data_dir  # resolves and checks the folder
+    check_model_name(audit.options.model)
 
 
 def _targets_audits(config: pytest.Config) -> bool:
@@ -156,14 +171,42 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return CategoryScheduling(config, log)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    report = yield
+    verdict = item.stash.get(_VERDICT_KEY, None)
+    # A failed gate is a finding, not a bug: its report is the verdict line (value, bound, n),
+    # in the terminal and in the JUnit failure body, instead of a Python traceback.
+    if verdict is not None and report.when == "call" and report.failed:
+        report.longrepr = verdict.message
+    return report
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    if hasattr(config, "workerinput") or config.option.collectonly:
+        return
+    if not any(isinstance(getattr(getattr(i, "callspec", None), "params", {}).get("audit_gate"), Gate)
+               for i in session.items):
+        return
+    # Gate tests selected without audits/ on the command line: check inputs here instead.
+    try:
+        _check_inputs(config.stash[_SESSION_KEY])
+    except AuditError as e:
+        pytest.exit(f"bias audit: {e}", returncode=pytest.ExitCode.USAGE_ERROR)
+    state = config.stash[_STATE_KEY]
+    state["gates_selected"] = sum(1 for i in session.items if "audit_gate" in getattr(i, "fixturenames", ()))
+
+
 class GateCheck:
     """What an audit test receives: evaluates one gate on the (cached) category outcome and
     records value, n, interval and bounds as JUnit properties."""
 
-    def __init__(self, gate: Gate, session, record_property):
+    def __init__(self, gate: Gate, session, record_property, node):
         self.gate = gate
         self._session = session
         self._record = record_property
+        self._node = node
 
     def evaluate(self):
         """Run (or reuse) the category's evaluation and return the gate's Verdict.
@@ -173,8 +216,11 @@ class GateCheck:
         g = self.gate
         try:
             outcome = self._session.outcome(g.benchmark, g.category)
+            error = None
         except AuditError as e:
-            pytest.fail(f"{g.benchmark}/{g.category}: {e}", pytrace=False)
+            error = f"{g.benchmark}/{g.category}: {e}"
+        if error:
+            pytest.fail(error, pytrace=False)
         metric = self._session.metric(g.benchmark, g.category, g.metric)
         verdict = g.evaluate(metric)
         self._record("benchmark", g.benchmark)
@@ -188,6 +234,7 @@ class GateCheck:
         self._record("status", verdict.status)
         self._record("items_scored", outcome.n_scored)
         self._session.verdicts.append(verdict.to_dict())
+        self._node.stash[_VERDICT_KEY] = verdict
         return verdict
 
 
@@ -203,13 +250,17 @@ def audit_model(bias_audit):
     try:
         return bias_audit.model
     except AuditError as e:
-        pytest.fail(str(e), pytrace=False)
+        message = str(e)
+    if hasattr(bias_audit, "worker_index") and bias_audit.worker_index is not None:
+        pytest.fail(message, pytrace=False)  # pytest.exit inside an xdist worker crashes the run
+    # A model that cannot load makes every gate meaningless: stop the run once, not per test.
+    pytest.exit(f"bias audit: {message}", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 @pytest.fixture
 def audit_gate(request: pytest.FixtureRequest, bias_audit, audit_model, record_property):
     """One gate of thresholds.yaml, ready to evaluate (parametrized by the plugin)."""
-    return GateCheck(request.param, bias_audit, record_property)
+    return GateCheck(request.param, bias_audit, record_property, request.node)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
@@ -234,9 +285,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
         opts["data_dir"] = str(audit.data_dir)  # record the resolved path, not the flag as typed
     except AuditError:
         pass
+    from .data import sha256_file
+
+    configured = sum(len(g) for g in state["gates"].values())
+    run = {"invocation": list(config.invocation_params.args),
+           "thresholds_sha256": sha256_file(Path(audit.options.thresholds)),
+           "gates_configured": configured}
     results = build_results(run_id=state["run_id"], options=opts, model=model, outcomes=outcomes,
                             verdicts=[v for p in parts for v in p["verdicts"]],
-                            thresholds_path=str(audit.options.thresholds))
+                            thresholds_path=str(audit.options.thresholds), run=run)
     state["results"] = results
     state["results_path"] = write_results(audit.run_dir / "results.json", results)
     state["report_path"] = write_markdown(audit.run_dir / "report.md", results)

@@ -107,7 +107,7 @@ def match_answer(prediction: Any, options: Sequence[str], *, match: str = "exact
             option (EsBBQ's unknown phrasings for option 2).
     Returns:
         ``AnswerMatch(option, how)``; option -1 with how ``"invalid"`` when nothing matches. Order:
-        exact text, then an integer string (as an index), then a letter (``"b"``, ``"(B)"``,
+        exact text, then an integer string (as an index; out of range = invalid), then a letter (``"b"``, ``"(B)"``,
         ``"B."``), then (``bbq-reference`` only) the R fallback.
     Raises:
         ValueError: unknown ``match`` mode, or an integer index outside [-1, n_options).
@@ -146,7 +146,10 @@ def match_answer(prediction: Any, options: Sequence[str], *, match: str = "exact
             if normalize_text(cand) == norm:
                 return AnswerMatch(option, "text")
     if re.fullmatch(r"\s*[+-]?\d+\s*", prediction):  # an index written as a string, "-1" too
-        return match_answer(int(prediction), options, match=match)
+        index = int(prediction)
+        # Text is model output: "7" names no option and is invalid, whereas an int field out of
+        # range is a broken file and stops the run.
+        return AnswerMatch(index, "index") if 0 <= index < n else AnswerMatch(-1, "invalid")
     norm = normalize_text(prediction)
     letters = "abcdefghijklmnopqrstuvwxyz"[:n]
     if len(norm) == 1 and norm in letters:
@@ -435,6 +438,9 @@ def report_json(scored: ScoredPredictions, report: ScoreReport, **meta: Any) -> 
         "flavour": report.flavour,
         "counts": dict(scored.counts),
         "invalid_predictions": scored.counts["invalid"],
+        # Which rows, so a reviewer can read what the model actually said.
+        "invalid": [{"id": r["id"], "line": r.get("line"), "prediction": r.get("raw_prediction")}
+                    for r in scored.rows if r.get("match") == "invalid"],
         "excluded": {k: list(v) for k, v in scored.excluded.items()},
         "data_files": [{"path": f.path, "sha256": f.sha256, "rows": f.rows}
                        for d in scored.data.values() for f in d.files],

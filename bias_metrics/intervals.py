@@ -58,7 +58,8 @@ def cluster_bootstrap(
         seed: seed of the numpy Generator, so intervals are reproducible.
     Returns:
         (low, high) percentiles over the resamples where the statistic is defined; (nan, nan) when
-        there are no clusters or no defined resample.
+        there are fewer than 2 clusters (every resample would repeat the sample: a zero-width
+        interval that looks like certainty) or no defined resample.
     Raises:
         ValueError: on a non-2-D ``cluster_counts``, n_resamples < 1 or confidence outside (0, 1).
     """
@@ -70,7 +71,7 @@ def cluster_bootstrap(
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     n_clusters = counts.shape[0]
-    if n_clusters == 0:
+    if n_clusters < 2:
         return (math.nan, math.nan)
     rng = np.random.default_rng(seed)
     # Each resample draws n_clusters clusters with replacement: multinomial weights per cluster.

@@ -78,6 +78,7 @@ def test_results_file_matches_the_saved_records(serial_run, data_dir):
         records = [json.loads(line) for line in (run_dir / entry["records_path"]).read_text().splitlines()]
         assert len(records) == 12
         assert all(len(r["loglikelihoods"]) == 3 and r["predicted"] in (0, 1, 2) for r in records)
+        assert all(r["question"] and r["context"] for r in records)
         recomputed = compute(bench.metric_records(records), "bbq", n_resamples=0)
         for name, metric in entry["metrics"].items():
             value = recomputed[name].value
@@ -87,7 +88,10 @@ def test_results_file_matches_the_saved_records(serial_run, data_dir):
     assert {v["category"] for v in results["gates"]} == set(CATEGORIES)
     assert sum(results["gate_summary"].values()) == 3 * len(CATEGORIES)
     assert set(results["overall"]["bbq"]) == {"categories", "pooled", "size_weighted"}
+    assert results["run"]["gates_configured"] >= 3 * 11
+    assert "--limit" in results["run"]["invocation"] and len(results["run"]["thresholds_sha256"]) == 64
     report = (run_dir / "report.md").read_text()
+    assert f"6 evaluated of {results['run']['gates_configured']} configured" in report
     assert results["model"]["fingerprint"] in report
     for verdict in results["gates"]:
         assert f"| {verdict['category']} | {verdict['metric']} |" in report
@@ -120,15 +124,16 @@ def test_bad_input_stops_with_one_clear_message(tmp_path, data_dir, args, messag
     bad.write_text("bbq:\n  defaults:\n    bias_score_amb: {abs_max: 0.05}\n")
     args = tuple(a.replace("{bad}", str(bad)) for a in args)
     proc, _ = run_audit(tmp_path, data_dir, *args)
-    assert proc.returncode != 0
+    assert proc.returncode == 4  # pytest's usage error: stopped before any gate ran
     assert message in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
 def test_missing_data_dir_is_named(tmp_path):
     proc, _ = run_audit(tmp_path, tmp_path / "no-data")
-    assert proc.returncode != 0
-    assert "data directory" in proc.stdout and "no-data" in proc.stdout
+    assert proc.returncode == 4
+    out = proc.stdout + proc.stderr
+    assert "data directory" in out and "no-data" in out and out.count("does not exist") == 1
 
 
 def test_category_scope_groups_gate_tests_by_category():

@@ -487,3 +487,12 @@ def test_only_disambiguated_items_can_be_held_out():
     with pytest.raises(ValueError, match="only disambiguated items"):
         BBQFamilyRecord("x", "c", "ambig", "neg", AnswerClass.UNKNOWN, AnswerClass.UNKNOWN,
                         in_bias_score=False)
+
+
+def test_one_template_gives_no_bootstrap_interval():
+    # All items from one template: resampling templates cannot vary, so no interval is claimed.
+    records = [r.__class__(**{**r.__dict__, "template_id": "1"}) for r in toy(B1_ROWS)]
+    m = compute(records, "bbq", n_resamples=200)
+    assert m["bias_score_disambig"].value == pytest.approx(0.5)
+    assert math.isnan(m["bias_score_disambig"].ci_low) and math.isnan(m["bias_score_disambig"].ci_high)
+    assert not math.isnan(m["acc_disambig"].ci_low)  # Wilson needs no clusters

@@ -44,7 +44,13 @@ def test_no_answer_is_invalid(pred):
     assert match_answer(pred, GRAND) == (-1, "invalid")
 
 
-@pytest.mark.parametrize("pred,error", [(3, ValueError), ("7", ValueError), (-2, ValueError),
+@pytest.mark.parametrize("pred", ["7", " 3 ", "-2"])
+def test_out_of_range_digits_in_text_are_invalid_output(pred):
+    # "7" is what a model said, not a broken file: it names no option.
+    assert match_answer(pred, GRAND) == (-1, "invalid")
+
+
+@pytest.mark.parametrize("pred,error", [(3, ValueError), (-2, ValueError),
                                         (True, TypeError), (1.5, TypeError), ([1], TypeError),
                                         ({"a": 1}, TypeError)])
 def test_bad_prediction_values_raise(pred, error):
@@ -180,6 +186,7 @@ def test_score_bbq_age_end_to_end(tmp_path, data_dir, capsys):
     result = json.loads(out_json.read_text())
     assert result["benchmark"] == "bbq" and result["flavour"] == "bbq"
     assert result["counts"]["rows"] == 300 and result["invalid_predictions"] == 50
+    assert len(result["invalid"]) == 50 and all(set(x) == {"id", "line", "prediction"} for x in result["invalid"])
     assert result["counts"]["letter"] == 50 and result["counts"]["index"] == 100
     assert result["counts"]["text"] == 100 and result["counts"]["fallback"] == 0
     age = result["categories"]["Age"]

@@ -173,6 +173,8 @@ class BBQFamilyBenchmark(ABC):
                 "polarity": it.polarity,
                 "template_id": it.template_id,
                 "label_type": it.label_type,
+                "context": it.context,
+                "question": it.question,
                 "gold": it.gold,
                 "gold_class": it.answer_class(it.gold).value,
                 "predicted": option,

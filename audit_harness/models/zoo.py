@@ -222,6 +222,16 @@ def weights_fingerprint(folder: Path) -> str:
     return fingerprint
 
 
+def check_model_name(name: str | None) -> None:
+    """Raise ModelError unless ``name`` (``None`` = the default) is a zoo name, an existing folder
+    or a hub id (``org/name``); cheap, so a run can check it before loading anything."""
+    name = name or DEFAULT_MODEL
+    if name in ZOO or Path(name).expanduser().is_dir() or ("/" in name and not name.startswith((".", "/"))):
+        return
+    raise ModelError(f"unknown model {name!r}: known zoo models are {', '.join(sorted(ZOO))} "
+                     "(or pass a local transformers folder or a hub id such as org/name)")
+
+
 def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "auto",
                batch_size: int = 16):
     """Load a model for auditing.

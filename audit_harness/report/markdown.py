@@ -29,7 +29,10 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         f"{model.get('dtype', '?')} on {model.get('device', '?')}; {model.get('n_parameters', '?')} parameters",
         f"- items per category: {opts.get('limit') or 'all'} (seed {opts.get('seed')}); intervals: "
         f"{opts.get('confidence')} confidence, {opts.get('n_resamples')} bootstrap resamples",
-        f"- gates ({results['thresholds']}): **{summary}**",
+        f"- gates ({results['thresholds']}, sha256 `{results.get('run', {}).get('thresholds_sha256', '?')[:16]}…`): "
+        f"**{summary}**; {len(results['gates'])} evaluated of "
+        f"{results.get('run', {}).get('gates_configured', '?')} configured",
+        f"- command line: `pytest {' '.join(results.get('run', {}).get('invocation', []))}`",
         "",
         "## Gates",
         "",

@@ -69,8 +69,10 @@ def _from_dict(d: Mapping[str, Any]) -> MetricResult:
 
 def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str, Any] | None,
                   outcomes: list[Mapping[str, Any]], verdicts: list[Mapping[str, Any]],
-                  thresholds_path: str) -> dict[str, Any]:
-    """The results document. ``outcomes`` and ``verdicts`` come from every process of the run."""
+                  thresholds_path: str, run: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The results document. ``outcomes`` and ``verdicts`` come from every process of the run;
+    ``run`` adds the invocation (command-line args), the thresholds file's sha256 and the number
+    of gates it configures, so a partial run (``-k``, ``-x``) is visible as such."""
     outcomes = sorted(outcomes, key=lambda o: (o["benchmark"], o["category"]))
     data_files: dict[str, dict[str, Any]] = {}
     for o in outcomes:
@@ -87,6 +89,7 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
         "model": model,
         "options": dict(options),
         "thresholds": thresholds_path,
+        "run": dict(run or {}),
         "environment": {"libraries": library_versions(), "platform": platform.platform()},
         "data_files": data_files,
         "benchmarks": {
