@@ -476,8 +476,12 @@ def format_report(scored: ScoredPredictions, report: ScoreReport) -> str:
                 value, interval = "NaN", f"undefined: {m.reason}"
             else:
                 value = f"{m.value:.4f}"
-                interval = ("" if math.isnan(m.ci_low) else
-                            f"[{m.ci_low:.4f}, {m.ci_high:.4f}] {m.ci_method}")
+                if not math.isnan(m.ci_low):
+                    interval = f"[{m.ci_low:.4f}, {m.ci_high:.4f}] {m.ci_method}"
+                elif m.ci_method and m.ci_method.startswith("bootstrap"):
+                    interval = "no interval (< 2 templates)"
+                else:
+                    interval = "no interval (bootstrap off)" if not m.ci_method else ""
             lines.append(f"{group:<28} {context_of(name):<9} {name:<32} {value:>8}  {interval:<19} {m.n:>6}")
 
     for group, metrics in report.groups.items():
