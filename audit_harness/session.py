@@ -161,14 +161,7 @@ class AuditSession:
         """The ``MetricResult`` of one metric of one category."""
         from bias_metrics.result import MetricResult
 
-        d = self.outcome(benchmark, category).metrics[name]
-        nan = float("nan")
-        ci = d["ci"]
-        return MetricResult(
-            name=d["name"], value=nan if d["value"] is None else d["value"], n=d["n"],
-            ci_low=nan if ci[0] is None else ci[0], ci_high=nan if ci[1] is None else ci[1],
-            ci_method=d["ci_method"], confidence=d["confidence"], counts=d["counts"],
-            reason=d["reason"], source=d["source"])
+        return MetricResult.from_dict(self.outcome(benchmark, category).metrics[name])
 
     def export(self) -> dict[str, Any]:
         """This process's outcomes and verdicts, for the controller's results file."""

@@ -64,6 +64,19 @@ class MetricResult:
         }
 
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "MetricResult":
+        """Inverse of ``to_dict`` (``None`` back to NaN). Raises KeyError on a missing key."""
+
+        def nan(x: float | None) -> float:
+            return math.nan if x is None else float(x)
+
+        return cls(name=d["name"], value=nan(d["value"]), n=int(d["n"]), ci_low=nan(d["ci"][0]),
+                   ci_high=nan(d["ci"][1]), ci_method=d.get("ci_method"),
+                   confidence=d.get("confidence"), counts=dict(d.get("counts", {})),
+                   reason=d.get("reason"), source=d.get("source", ""))
+
+
 def undefined(name: str, reason: str, n: int = 0, counts: Mapping[str, int] | None = None,
               source: str = "") -> MetricResult:
     """A NaN ``MetricResult`` carrying the reason it is undefined (e.g. an empty denominator)."""

@@ -503,3 +503,11 @@ def test_bbq_diff_bias_ambig_is_s_amb_where_defined_and_zero_when_all_unknown():
     assert b1["diff_bias_ambig"].value == pytest.approx(b1["bias_score_ambig"].value)
     b2 = compute(toy(B2_ROWS), "bbq", n_resamples=0)
     assert math.isnan(b2["bias_score_ambig"].value) and b2["diff_bias_ambig"].value == 0.0
+
+
+def test_metric_results_round_trip_through_json_dicts():
+    from bias_metrics.result import MetricResult
+
+    for m in compute(toy(B2_ROWS), "bbq", n_resamples=50).values():
+        again = MetricResult.from_dict(m.to_dict())
+        assert again.to_dict() == m.to_dict()

@@ -53,18 +53,13 @@ def overall_metrics(outcomes: Iterable[Mapping[str, Any]], *, confidence: float,
         clusters = np.concatenate(rows, axis=0)
         metrics = metrics_from_counts(group[0]["flavour"], clusters.sum(axis=0), clusters if len(clusters) else None,
                                       confidence=confidence, n_resamples=n_resamples, seed=seed)
-        per_cat = {o["category"]: {k: _from_dict(d) for k, d in o["metrics"].items()} for o in group}
+        per_cat = {o["category"]: {k: MetricResult.from_dict(d) for k, d in o["metrics"].items()} for o in group}
         sizes = {o["category"]: o["n_scored"] for o in group}
         weighted = {k: size_weighted_mean(per_cat, sizes, k).to_dict() for k in metrics}
         out[bench] = {"categories": sorted(per_cat),
                       "pooled": {k: v.to_dict() for k, v in metrics.items()},
                       "size_weighted": weighted}
     return out
-
-
-def _from_dict(d: Mapping[str, Any]) -> MetricResult:
-    nan = float("nan")
-    return MetricResult(d["name"], nan if d["value"] is None else d["value"], d["n"], reason=d["reason"])
 
 
 def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str, Any] | None,
