@@ -12,7 +12,7 @@ import torch
 from audit_harness.errors import ModelError
 from audit_harness.models import load_model
 from audit_harness.models.hf import resolve_device, resolve_dtype
-from audit_harness.models.zoo import ZOO, materialize
+from audit_harness.models.zoo import ZOO
 
 REQUESTS = [
     ("The grandfather and the grandson", " were trying to book a cab."),

@@ -247,7 +247,6 @@ def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "a
     Raises:
         ModelError: unknown zoo name, missing package, or a folder/hub id that cannot be loaded.
     """
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
