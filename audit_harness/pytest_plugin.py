@@ -251,7 +251,7 @@ def audit_model(bias_audit):
         return bias_audit.model
     except AuditError as e:
         message = str(e)
-    if hasattr(bias_audit, "worker_index") and bias_audit.worker_index is not None:
+    if bias_audit.worker_index is not None:
         pytest.fail(message, pytrace=False)  # pytest.exit inside an xdist worker crashes the run
     # A model that cannot load makes every gate meaningless: stop the run once, not per test.
     pytest.exit(f"bias audit: {message}", returncode=pytest.ExitCode.USAGE_ERROR)

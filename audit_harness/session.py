@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bias_metrics.bbq_family import N_CELLS, cluster_cell_counts, metrics_from_counts
+from bias_metrics.bbq_family import cluster_cell_counts, metrics_from_counts
 
 from .benchmarks.base import BBQFamilyBenchmark, balanced_sample
 from .data import resolve_data_dir
@@ -145,8 +145,7 @@ class AuditSession:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
         metric_records = bench.metric_records(records)
         clusters = cluster_cell_counts(metric_records)
-        metrics = metrics_from_counts(bench.flavour, clusters.sum(axis=0) if len(metric_records) else
-                                      [0] * N_CELLS, clusters if len(metric_records) else None,
+        metrics = metrics_from_counts(bench.flavour, clusters.sum(axis=0), clusters,
                                       confidence=opts.confidence, n_resamples=opts.n_resamples,
                                       seed=opts.seed)
         return CategoryOutcome(

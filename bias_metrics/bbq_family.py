@@ -332,11 +332,8 @@ def compute(
     Bootstrap intervals resample whole template groups (``record.template_id`` within its category).
     See ``metrics_from_counts`` for arguments, returns and errors.
     """
-    records = list(records)
-    clusters = cluster_cell_counts(records)
-    return metrics_from_counts(flavour, clusters.sum(axis=0) if len(records) else
-                               np.zeros(N_CELLS, dtype=np.int64),
-                               clusters if len(records) else None,
+    clusters = cluster_cell_counts(list(records))
+    return metrics_from_counts(flavour, clusters.sum(axis=0), clusters,
                                confidence=confidence, n_resamples=n_resamples, seed=seed)
 
 

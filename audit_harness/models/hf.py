@@ -199,18 +199,24 @@ class HFCausalLM(LanguageModel):
             for i, value in zip(idx, self._score_batch([seqs[i] for i in idx])):
                 out[i] = value
 
-    def _score_batch(self, batch: list[tuple[list[int], int]]) -> list[float]:
-        width = max(len(s) for s, _ in batch)
-        k = max(c for _, c in batch)
-        ids = torch.full((len(batch), width), self._pad, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        # Left padding puts every continuation at the end, so only the last k+1 positions'
-        # logits are needed: a (batch, k, vocab) tensor instead of (batch, width, vocab).
-        for row, (seq, _) in enumerate(batch):
+    def _left_pad(self, seqs: Sequence[list[int]]):
+        """(ids, attention mask, position ids) of ``seqs`` left-padded to one width, on the
+        model's device; positions count real tokens only, so padding never shifts them."""
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self._pad, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for row, seq in enumerate(seqs):
             ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
             mask[row, width - len(seq):] = 1
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-        ids, mask, position_ids = (t.to(self.device) for t in (ids, mask, position_ids))
+        return tuple(t.to(self.device) for t in (ids, mask, position_ids))
+
+    def _score_batch(self, batch: list[tuple[list[int], int]]) -> list[float]:
+        # Left padding puts every continuation at the end, so only the last k+1 positions'
+        # logits are needed: a (batch, k, vocab) tensor instead of (batch, width, vocab).
+        k = max(c for _, c in batch)
+        ids, mask, position_ids = self._left_pad([seq for seq, _ in batch])
+        width = ids.shape[1]
         kwargs = {"logits_to_keep": k + 1} if self._keeps_logits else {}
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                             use_cache=False, **kwargs).logits
@@ -257,14 +263,8 @@ class HFCausalLM(LanguageModel):
     def _score_context_chunk(self, encoded, chunk, groups, positions: int, out: list[float]) -> bool:
         """One context forward (with cache) for ``chunk``, then continuation forwards for all its
         requests. Returns False, scoring nothing, if the returned cache cannot be reused."""
-        n_ctx, width = len(chunk), len(chunk[0])
-        ids = torch.full((n_ctx, width), self._pad, dtype=torch.long)
-        mask = torch.zeros((n_ctx, width), dtype=torch.long)
-        for row, ctx in enumerate(chunk):
-            ids[row, width - len(ctx):] = torch.tensor(ctx, dtype=torch.long)
-            mask[row, width - len(ctx):] = 1
-        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-        ids, mask, position_ids = (t.to(self.device) for t in (ids, mask, position_ids))
+        ids, mask, position_ids = self._left_pad(chunk)
+        width = ids.shape[1]
         # logits_to_keep=1: only the last context position's logits are needed (they score the
         # first continuation token); the cache carries everything else.
         kwargs = {"logits_to_keep": 1} if self._keeps_logits else {}
@@ -348,13 +348,9 @@ class HFCausalLM(LanguageModel):
         out: list[str] = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = [self._bos + self._encode(p) for p in prompts[start:start + self.batch_size]]
-            width = max(len(s) for s in chunk)
-            ids = torch.full((len(chunk), width), self._pad, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for row, seq in enumerate(chunk):
-                ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-                mask[row, width - len(seq):] = 1
-            gen = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+            ids, mask, _ = self._left_pad(chunk)
+            width = ids.shape[1]
+            gen = self.model.generate(input_ids=ids, attention_mask=mask,
                                       max_new_tokens=max_new_tokens, do_sample=False,
                                       pad_token_id=self._pad)
             for row in range(len(chunk)):
