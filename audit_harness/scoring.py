@@ -462,6 +462,11 @@ def format_report(scored: ScoredPredictions, report: ScoreReport) -> str:
         f"{c['letter']}, text {c['text']}, fallback {c['fallback']}",
         f"invalid (unmatched) predictions: {c['invalid']} of {c['rows']}",
     ]
+    invalid = [r for r in scored.rows if r.get("match") == "invalid"]
+    for r in invalid[:10]:  # what the model said, so a reader can judge the matching
+        lines.append(f"  invalid: {r['id']} (line {r.get('line')}): {str(r.get('raw_prediction'))[:60]!r}")
+    if len(invalid) > 10:
+        lines.append(f"  ... {len(invalid) - 10} more (all listed in --output)")
     for reason, ids in scored.excluded.items():
         lines.append(f"left out of the metrics ({reason}): {len(ids)}")
     lines.append(f"metrics: flavour {report.flavour} (fractions, not x100)")

@@ -88,10 +88,10 @@ def test_results_file_matches_the_saved_records(serial_run, data_dir):
     assert {v["category"] for v in results["gates"]} == set(CATEGORIES)
     assert sum(results["gate_summary"].values()) == 3 * len(CATEGORIES)
     assert set(results["overall"]["bbq"]) == {"categories", "pooled", "size_weighted"}
-    assert results["run"]["gates_configured"] >= 3 * 11
+    assert results["run"]["gates_configured"] == 3 * 11  # the BBQ gates: the benchmark this run touched
     assert "--limit" in results["run"]["invocation"] and len(results["run"]["thresholds_sha256"]) == 64
     report = (run_dir / "report.md").read_text()
-    assert f"6 evaluated of {results['run']['gates_configured']} configured" in report
+    assert "6 evaluated of 33 configured for bbq" in report
     assert results["model"]["fingerprint"] in report
     for verdict in results["gates"]:
         assert f"| {verdict['category']} | {verdict['metric']} |" in report
@@ -127,6 +127,12 @@ def test_bad_input_stops_with_one_clear_message(tmp_path, data_dir, args, messag
     assert proc.returncode == 4  # pytest's usage error: stopped before any gate ran
     assert message in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_data_dir_without_benchmark_folders_stops_at_start(tmp_path, data_dir):
+    proc, _ = run_audit(tmp_path, data_dir / "bbq")  # one level too deep
+    assert proc.returncode == 4
+    assert "holds none of bbq/, esbbq_cabbq/" in proc.stdout + proc.stderr
 
 
 def test_missing_data_dir_is_named(tmp_path):

@@ -130,6 +130,7 @@ class BBQFamilyBenchmark(ABC):
     name: str
     flavour: str
     categories: tuple[str, ...]
+    data_folder: str  # top-level folder of the data directory the benchmark reads
     delimiter: str = " "
 
     @property

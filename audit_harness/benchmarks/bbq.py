@@ -67,6 +67,7 @@ class BBQ(BBQFamilyBenchmark):
     name = "bbq"
     flavour = "bbq"
     categories = CATEGORIES
+    data_folder = "bbq"
 
     def load_category(self, data_dir: Path, category: str) -> CategoryData:
         """Items of one category file joined with their metadata.

@@ -136,6 +136,7 @@ class EsBBQ(BBQFamilyBenchmark):
 
     flavour = "esbbq"
     categories = CATEGORIES
+    data_folder = "esbbq_cabbq"
 
     def __init__(self, language: str):
         self.language = language

@@ -31,7 +31,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         f"{opts.get('confidence')} confidence, {opts.get('n_resamples')} bootstrap resamples",
         f"- gates ({results['thresholds']}, sha256 `{results.get('run', {}).get('thresholds_sha256', '?')[:16]}…`): "
         f"**{summary}**; {len(results['gates'])} evaluated of "
-        f"{results.get('run', {}).get('gates_configured', '?')} configured",
+        f"{results.get('run', {}).get('gates_configured', '?')} configured for "
+        f"{', '.join(results['benchmarks'])}",
         f"- command line: `pytest {' '.join(results.get('run', {}).get('invocation', []))}`",
         "",
         "## Gates",
