@@ -11,6 +11,7 @@ import torch
 
 from audit_harness.errors import ModelError
 from audit_harness.models import load_model
+from audit_harness.models.base import GenerationRequest
 from audit_harness.models.hf import resolve_device, resolve_dtype
 from audit_harness.models.zoo import ZOO
 
@@ -77,13 +78,40 @@ def test_long_context_loses_tokens_from_the_left(tiny_model):
 
 
 def test_generate_is_greedy_deterministic_and_cut_at_stop(tiny_model):
-    a = tiny_model.generate(["The grandfather", "Answer:"], max_new_tokens=6)
-    b = tiny_model.generate(["The grandfather", "Answer:"], max_new_tokens=6)
+    reqs = [GenerationRequest("The grandfather", 6), GenerationRequest("Answer:", 6)]
+    a = tiny_model.generate(reqs)
+    b = tiny_model.generate(reqs)
     assert a == b and len(a) == 2 and all(isinstance(t, str) for t in a)
     stop = a[0][1:3]
-    if stop:
-        cut = tiny_model.generate(["The grandfather"], max_new_tokens=6, stop=[stop])[0]
-        assert stop not in cut and a[0].startswith(cut)
+    assert stop, a
+    cut = tiny_model.generate([GenerationRequest("The grandfather", 6, stop=(stop,))])[0]
+    assert stop not in cut and a[0].startswith(cut)
+
+
+def test_batched_generation_equals_one_at_a_time(tiny_model):
+    prompts = ["The grandfather and the grandson", "Answer:", "La semana pasada vi a un nieto con",
+               "Who was not comfortable using the phone?"]
+    reqs = [GenerationRequest(p, 8) for p in prompts]
+    one_by_one = [tiny_model.generate([r])[0] for r in reqs]
+    assert tiny_model.generate(reqs) == one_by_one
+
+
+def test_token_logprobs_equal_one_forward_per_prefix(tiny_model):
+    """Per-token log-probabilities of whole sequences (batched, left-padded) equal a slow
+    reference: one forward per prefix, the last position's next-token distribution."""
+    sentences = ["The grandfather and the grandson were trying to book a cab.", "Answer: A",
+                 "No hay suficiente información."]
+    encs = [tiny_model.encode_sentence(s) for s in sentences]
+    positions = [list(range(1, len(e.ids))) for e in encs]
+    got = tiny_model.token_logprobs([e.ids for e in encs], positions)
+    for enc, pos, values in zip(encs, positions, got):
+        assert enc.special[0] and not any(enc.special[1:])
+        for p, v in zip(pos, values):
+            with torch.no_grad():
+                logits = tiny_model.model(torch.tensor([enc.ids[:p]])).logits[0, -1].float()
+            assert v == pytest.approx(float(torch.log_softmax(logits, -1)[enc.ids[p]]), abs=1e-4)
+    with pytest.raises(ValueError, match="position 0"):
+        tiny_model.token_logprobs([encs[0].ids], [[0]])
 
 
 def test_unknown_model_lists_the_zoo():

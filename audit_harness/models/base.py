@@ -1,11 +1,19 @@
-"""The small interface every model backend implements (HF causal LM now; masked LM and
-OpenAI-compatible servers later): log-likelihood of continuations, and greedy generation."""
+"""The small interface every model backend implements: log-likelihood of continuations, per-token
+log-probabilities of whole sequences, and generation. A backend implements what its model can do
+(a masked LM cannot generate) and says so in ``capabilities``; benchmarks declare what they need,
+and the session refuses a mismatch with one clear message before anything is scored."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Sequence
+
+from ..errors import ModelError
+
+#: Capability names (``LanguageModel.capabilities``, ``Benchmark.requires``).
+LOGLIKELIHOOD = "loglikelihood"
+TOKEN_LOGPROBS = "token_logprobs"
+GENERATE = "generate"
 
 
 @dataclass(frozen=True)
@@ -19,6 +27,7 @@ class ModelInfo:
         dtype: torch dtype name used for inference, e.g. ``"float32"``.
         device: ``"cpu"`` or ``"cuda:0"``.
         n_parameters: parameter count.
+        kind: ``"causal"`` (next-token LM), ``"masked"`` (masked LM) or ``"replay"`` (saved outputs).
     """
 
     name: str
@@ -27,17 +36,63 @@ class ModelInfo:
     dtype: str
     device: str
     n_parameters: int
+    kind: str = "causal"
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-class LanguageModel(ABC):
-    """A scored language model. Implementations must be deterministic for a fixed input."""
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One generation: greedy continuation of ``prompt``.
+
+    Attributes:
+        prompt: the full text the model continues (already chat-formatted where wanted, see
+            ``LanguageModel.chat_prompt``).
+        max_new_tokens: at most this many new tokens (>= 1).
+        stop: the output is cut before the first occurrence of any of these strings.
+        item_id: the item that asked; lets a replay model answer from saved outputs.
+    """
+
+    prompt: str
+    max_new_tokens: int
+    stop: tuple[str, ...] = ()
+    item_id: str = ""
+
+
+@dataclass(frozen=True)
+class SentenceEncoding:
+    """A whole sentence as the model scores it token by token.
+
+    Attributes:
+        ids: token ids. Causal LMs: a conditioning prefix (BOS, or the tokenizer's equivalent when
+            it has none) + the sentence's tokens; masked LMs: the tokenizer's encoding with its
+            special tokens (``[CLS] ... [SEP]``).
+        special: per position, True for tokens the model added (BOS, CLS, SEP): they are never
+            scored (metrics.md §1.6 (d): upstream skips the first and last shared positions
+            whether or not they are special; we skip exactly the special ones).
+    """
+
+    ids: tuple[int, ...]
+    special: tuple[bool, ...]
+
+
+class LanguageModel:
+    """A scored language model. Implementations must be deterministic for a fixed input.
+
+    Subclasses override the methods named in ``capabilities``; the others raise ModelError naming
+    the model and what it cannot do.
+    """
 
     info: ModelInfo
+    capabilities: frozenset[str] = frozenset()
 
-    @abstractmethod
+    def _unsupported(self, what: str) -> ModelError:
+        kind = getattr(getattr(self, "info", None), "kind", "?")
+        name = getattr(getattr(self, "info", None), "name", type(self).__name__)
+        return ModelError(f"model {name!r} ({kind} LM) cannot compute {what}; it supports "
+                          f"{', '.join(sorted(self.capabilities)) or 'nothing'}")
+
     def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[float]:
         """Summed log-probability (natural log, <= 0) of each continuation given its context.
 
@@ -47,11 +102,52 @@ class LanguageModel(ABC):
         Returns:
             One float per request, in request order.
         Raises:
-            ValueError: an empty continuation.
+            ValueError: an empty continuation. ModelError: the model cannot score continuations.
         """
+        raise self._unsupported("continuation log-likelihoods")
 
-    @abstractmethod
-    def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
-                 stop: Sequence[str] = ()) -> list[str]:
-        """Greedy completion of each prompt (the text after the prompt), cut before the first
-        occurrence of any ``stop`` string. One string per prompt, in prompt order."""
+    def encode_sentence(self, text: str) -> SentenceEncoding:
+        """``text`` tokenized for ``token_logprobs`` (see ``SentenceEncoding``).
+
+        Raises:
+            ModelError: the model cannot score sentences token by token.
+        """
+        raise self._unsupported("per-token log-probabilities")
+
+    def token_logprobs(self, sequences: Sequence[Sequence[int]],
+                       positions: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Log-probability (natural log) of the token at each requested position.
+
+        Causal LMs: log P(ids[p] | ids[:p]), every token conditioned on its whole left context (one
+        forward per sequence). Masked LMs: log P(ids[p] | ids with position p masked), one masked
+        row per position (pseudo-log-likelihood terms, Salazar et al. 2020; CrowS-Pairs metric.py).
+
+        Args:
+            sequences: token ids per sequence (``encode_sentence(...).ids``).
+            positions: per sequence, the positions to score (causal: >= 1, as position 0 has no
+                left context); may be empty.
+        Returns:
+            per sequence, one float per requested position, in the order given.
+        Raises:
+            ValueError: lengths differ, or a position is out of range. ModelError: unsupported.
+        """
+        raise self._unsupported("per-token log-probabilities")
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
+        """Greedy completion of each request's prompt (the text after the prompt), cut before the
+        first occurrence of any of its ``stop`` strings. One string per request, in order.
+
+        Raises:
+            ValueError: ``max_new_tokens < 1``. ModelError: the model cannot generate.
+        """
+        raise self._unsupported("generations")
+
+    def chat_prompt(self, user_message: str) -> str | None:
+        """``user_message`` as one user turn through the tokenizer's chat template, with the
+        generation prompt appended; ``None`` when the model has no chat template."""
+        return None
+
+    @property
+    def chat_template(self) -> str | None:
+        """The chat template text the model formats prompts with, or ``None``."""
+        return None

@@ -1,4 +1,5 @@
-"""Hugging Face causal-LM backend: batched continuation log-likelihoods and greedy generation."""
+"""Hugging Face causal-LM backend: batched continuation log-likelihoods, per-token log-probabilities
+of whole sequences, and greedy generation."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Sequence
 
 import torch
 
-from .base import LanguageModel, ModelInfo
+from .base import (GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, GenerationRequest, LanguageModel,
+                   ModelInfo, SentenceEncoding)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -83,6 +85,8 @@ class HFCausalLM(LanguageModel):
         ValueError: batch_size, token_budget or logits_budget < 1.
     """
 
+    capabilities = frozenset({LOGLIKELIHOOD, TOKEN_LOGPROBS, GENERATE})
+
     def __init__(self, model, tokenizer, info: ModelInfo, batch_size: int = 16, *,
                  prefix_sharing: bool = True, token_budget: int = 8192,
                  logits_budget: int = 1 << 26):
@@ -151,6 +155,20 @@ class HFCausalLM(LanguageModel):
             raise ValueError(f"continuation {continuation!r} encodes to no token")
         return ctx, cont
 
+    def encode_sentence(self, text: str) -> SentenceEncoding:
+        """BOS (or, without one, the tokenizer's EOS, as for an empty context) + the tokens of
+        ``text``; only the prefix is marked special. WinoQueer ``metric_autoregressive.py``
+        encodes ``bos_token + sentence`` the same way.
+
+        Raises:
+            ValueError: ``text`` encodes to no token.
+        """
+        ids = self._encode(text)
+        if not ids:
+            raise ValueError(f"sentence {text!r} encodes to no token")
+        prefix = list(self._empty_prefix)
+        return SentenceEncoding(tuple(prefix + ids), tuple([True] * len(prefix) + [False] * len(ids)))
+
     # -- scoring ---------------------------------------------------------------------------------
     @torch.inference_mode()
     def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[float]:
@@ -189,15 +207,74 @@ class HFCausalLM(LanguageModel):
 
     # full-sequence path ---------------------------------------------------------------------------
     def _loglikelihood_full(self, encoded, indices: list[int], out: list[float]) -> None:
-        seqs = {i: ((encoded[i][0] + encoded[i][1])[-self.max_length:], len(encoded[i][1]))
-                for i in indices}
+        seqs, positions = [], []
+        for i in indices:
+            seq = (encoded[i][0] + encoded[i][1])[-self.max_length:]
+            seqs.append(seq)
+            positions.append(range(len(seq) - len(encoded[i][1]), len(seq)))
+        for i, lps in zip(indices, self._token_logprobs_batched(seqs, positions)):
+            out[i] = float(sum(lps))
+
+    @torch.inference_mode()
+    def token_logprobs(self, sequences: Sequence[Sequence[int]],
+                       positions: Sequence[Sequence[int]]) -> list[list[float]]:
+        """log P(ids[p] | ids[:p]) at each requested position, one forward per sequence (batched,
+        left-padded; see ``LanguageModel.token_logprobs``).
+
+        Raises:
+            ValueError: lengths of ``sequences`` and ``positions`` differ, a sequence is longer
+                than the model's window, or a position is outside ``[1, len(sequence))``.
+        """
+        if len(sequences) != len(positions):
+            raise ValueError(f"{len(sequences)} sequences but {len(positions)} position lists")
+        for n, (seq, pos) in enumerate(zip(sequences, positions)):
+            if len(seq) > self.max_length:
+                raise ValueError(f"sequence {n}: {len(seq)} tokens exceed the model's "
+                                 f"{self.max_length}-token window")
+            bad = [p for p in pos if not 1 <= p < len(seq)]
+            if bad:
+                raise ValueError(f"sequence {n}: position {bad[0]} is outside [1, {len(seq)}) "
+                                 "(position 0 has no left context)")
+        return self._token_logprobs_batched([list(s) for s in sequences], positions)
+
+    def _token_logprobs_batched(self, seqs: list[list[int]], positions) -> list[list[float]]:
+        out: list[list[float]] = [[] for _ in seqs]
+        todo = [i for i in range(len(seqs)) if len(positions[i])]
         # Longest first: batches of similar length waste little padding, and a too-large batch
         # fails on the first forward rather than at the end.
-        order = sorted(indices, key=lambda i: -len(seqs[i][0]))
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start:start + self.batch_size]
-            for i, value in zip(idx, self._score_batch([seqs[i] for i in idx])):
-                out[i] = value
+        todo.sort(key=lambda i: -len(seqs[i]))
+        start = 0
+        while start < len(todo):
+            idx = [todo[start]]
+            width = len(seqs[todo[start]])
+            keep = width - min(positions[todo[start]]) + 1
+            for i in todo[start + 1:start + self.batch_size]:
+                k = max(keep, len(seqs[i]) - min(positions[i]) + 1)
+                if (len(idx) + 1) * k * self._vocab > self.logits_budget:
+                    break
+                idx.append(i)
+                keep = k
+            for i, lps in zip(idx, self._score_rows([seqs[i] for i in idx], [positions[i] for i in idx])):
+                out[i] = lps
+            start += len(idx)
+        return out
+
+    def _score_rows(self, seqs: list[list[int]], positions) -> list[list[float]]:
+        """One left-padded forward over ``seqs``; the log-probabilities at ``positions`` (sequence
+        coordinates). Logits are kept only from the earliest position any row needs: left padding
+        puts every sequence's end at the right edge, so that is a suffix of every row."""
+        ids, mask, position_ids = self._left_pad(seqs)
+        width = ids.shape[1]
+        pads = [width - len(s) for s in seqs]
+        keep = max(width - (pad + min(pos)) + 1 for pad, pos in zip(pads, positions))
+        kwargs = {"logits_to_keep": keep} if self._keeps_logits else {}
+        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                            use_cache=False, **kwargs).logits[:, -keep:, :]
+        # logits[:, j] predicts padded position width - keep + j + 1.
+        token_lp = _token_logprobs(logits[:, :-1, :], ids[:, width - keep + 1:])
+        first = width - keep + 1
+        rows = token_lp.tolist()
+        return [[rows[r][pad + p - first] for p in pos] for r, (pad, pos) in enumerate(zip(pads, positions))]
 
     def _left_pad(self, seqs: Sequence[list[int]]):
         """(ids, attention mask, position ids) of ``seqs`` left-padded to one width, on the
@@ -210,18 +287,6 @@ class HFCausalLM(LanguageModel):
             mask[row, width - len(seq):] = 1
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
         return tuple(t.to(self.device) for t in (ids, mask, position_ids))
-
-    def _score_batch(self, batch: list[tuple[list[int], int]]) -> list[float]:
-        # Left padding puts every continuation at the end, so only the last k+1 positions'
-        # logits are needed: a (batch, k, vocab) tensor instead of (batch, width, vocab).
-        k = max(c for _, c in batch)
-        ids, mask, position_ids = self._left_pad([seq for seq, _ in batch])
-        width = ids.shape[1]
-        kwargs = {"logits_to_keep": k + 1} if self._keeps_logits else {}
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                            use_cache=False, **kwargs).logits
-        token_lp = _token_logprobs(logits[:, -(k + 1):-1, :], ids[:, width - k:])
-        return [float(token_lp[row, k - c:].sum()) for row, (_, c) in enumerate(batch)]
 
     # prefix-sharing path --------------------------------------------------------------------------
     def _loglikelihood_shared(self, encoded, indices: list[int], out: list[float]) -> set[int]:
@@ -340,23 +405,49 @@ class HFCausalLM(LanguageModel):
             out[sub[row][0]] += value
 
     # -- generation ------------------------------------------------------------------------------
+    def _encode_prompt(self, prompt: str) -> list[int]:
+        # A chat-formatted prompt may already start with the BOS text (Gemma's template writes
+        # "<bos>"); prepending it again would condition on two.
+        bos_text = self.tokenizer.bos_token
+        if self._bos and bos_text and prompt.startswith(bos_text):
+            return self._encode(prompt)
+        return self._bos + self._encode(prompt)
+
     @torch.inference_mode()
-    def generate(self, prompts: Sequence[str], *, max_new_tokens: int,
-                 stop: Sequence[str] = ()) -> list[str]:
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        out: list[str] = []
-        for start in range(0, len(prompts), self.batch_size):
-            chunk = [self._bos + self._encode(p) for p in prompts[start:start + self.batch_size]]
-            ids, mask, _ = self._left_pad(chunk)
-            width = ids.shape[1]
-            gen = self.model.generate(input_ids=ids, attention_mask=mask,
-                                      max_new_tokens=max_new_tokens, do_sample=False,
-                                      pad_token_id=self._pad)
-            for row in range(len(chunk)):
-                text = self.tokenizer.decode(gen[row, width:], skip_special_tokens=True)
-                out.append(_cut_at_stop(text, stop))
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
+        """Greedy generation, batched (left-padded) over requests with the same
+        ``max_new_tokens``; see ``LanguageModel.generate``."""
+        for r in requests:
+            if r.max_new_tokens < 1:
+                raise ValueError(f"max_new_tokens must be >= 1, got {r.max_new_tokens}")
+        out = [""] * len(requests)
+        by_budget: dict[int, list[int]] = {}
+        for i, r in enumerate(requests):
+            by_budget.setdefault(r.max_new_tokens, []).append(i)
+        for max_new, indices in by_budget.items():
+            for start in range(0, len(indices), self.batch_size):
+                idx = indices[start:start + self.batch_size]
+                chunk = [self._encode_prompt(requests[i].prompt) for i in idx]
+                ids, mask, _ = self._left_pad(chunk)
+                width = ids.shape[1]
+                gen = self.model.generate(input_ids=ids, attention_mask=mask,
+                                          max_new_tokens=max_new, do_sample=False,
+                                          pad_token_id=self._pad)
+                for row, i in enumerate(idx):
+                    text = self.tokenizer.decode(gen[row, width:], skip_special_tokens=True)
+                    out[i] = _cut_at_stop(text, requests[i].stop)
         return out
+
+    def chat_prompt(self, user_message: str) -> str | None:
+        if not self.chat_template:
+            return None
+        return self.tokenizer.apply_chat_template([{"role": "user", "content": user_message}],
+                                                  tokenize=False, add_generation_prompt=True)
+
+    @property
+    def chat_template(self) -> str | None:
+        template = getattr(self.tokenizer, "chat_template", None)
+        return template if isinstance(template, str) and template else None
 
 
 def _cut_at_stop(text: str, stop: Sequence[str]) -> str:

