@@ -45,7 +45,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bias-audit", description="Audit language models for social bias.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("run", help="run the audits: an alias of `pytest audits ARGS...`", add_help=False)
-    score = sub.add_parser("score", help="score saved predictions of a BBQ-family benchmark")
+    score = sub.add_parser("score", help="score saved predictions (the audit's pipeline with a replay model)")
     score.add_argument("benchmark", help="benchmark name, e.g. bbq, esbbq, cabbq")
     score.add_argument("--predictions", required=True, type=Path, metavar="FILE",
                        help="JSONL file: one row per item with its id and a prediction")
@@ -88,10 +88,9 @@ def _score(ns: argparse.Namespace) -> int:
                      f"{', '.join(sorted(benchmarks))}")
     benchmark = benchmarks[ns.benchmark]
     data_dir = resolve_data_dir(ns.data_dir)
-    flavour = ns.flavour or benchmark.flavour
     scored = score_predictions(benchmark, ns.predictions, ns.prediction_field, data_dir,
-                               match=ns.match)
-    report = score_report(scored, flavour, split_names=ns.split_names,
+                               match=ns.match, flavour=ns.flavour)
+    report = score_report(scored, split_names=ns.split_names,
                           n_resamples=ns.bootstrap_resamples, seed=ns.seed,
                           confidence=ns.confidence)
     print(format_report(scored, report))

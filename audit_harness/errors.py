@@ -15,3 +15,16 @@ class ConfigError(AuditError):
 
 class ModelError(AuditError):
     """A model cannot be resolved or loaded."""
+
+
+class PredictionError(DataError):
+    """A model output (or saved prediction) of a type the answer parser refuses.
+
+    Attributes:
+        item_id: the item it answers. problem: what is wrong with it.
+    """
+
+    def __init__(self, item_id: str, problem: str):
+        super().__init__(f"{item_id}: {problem}")
+        self.item_id = item_id
+        self.problem = problem

@@ -298,9 +298,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     run = {"invocation": list(config.invocation_params.args),
            "thresholds_sha256": sha256_file(Path(audit.options.thresholds)),
            "gates_configured": configured}
+    from .session import overall_from_records
+
+    overall = overall_from_records(audit.benchmarks, outcomes, audit.run_dir,
+                                   audit.options.metric_settings)
+    provenance = {name: audit.benchmarks[name].provenance() for name in touched}
     results = build_results(run_id=state["run_id"], options=opts, model=model, outcomes=outcomes,
                             verdicts=[v for p in parts for v in p["verdicts"]],
-                            thresholds_path=str(audit.options.thresholds), run=run)
+                            thresholds_path=str(audit.options.thresholds), overall=overall,
+                            provenance=provenance, run=run)
     state["results"] = results
     state["results_path"] = write_results(audit.run_dir / "results.json", results)
     state["report_path"] = write_markdown(audit.run_dir / "report.md", results)

@@ -8,13 +8,11 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
-from bias_metrics.bbq_family import cluster_cell_counts, metrics_from_counts
-
-from .benchmarks.base import BBQFamilyBenchmark, balanced_sample
+from .benchmarks.base import Benchmark, MetricSettings, Record
 from .data import resolve_data_dir
-from .errors import ConfigError
+from .errors import ConfigError, ModelError
 
 
 @dataclass(frozen=True)
@@ -32,6 +30,12 @@ class AuditOptions:
     confidence: float = 0.95
     thresholds: str = "thresholds.yaml"
     results_dir: str = "audit-results"
+    #: ``{benchmark: {option: value}}`` passed to ``Benchmark.configure`` (e.g. KoBBQ's mode).
+    benchmark_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def metric_settings(self) -> MetricSettings:
+        return MetricSettings(confidence=self.confidence, n_resamples=self.n_resamples, seed=self.seed)
 
     def validate(self) -> None:
         """Raises ConfigError on an out-of-range option, naming the flag."""
@@ -50,18 +54,15 @@ class CategoryOutcome:
     """Everything one (benchmark, category) evaluation produced, JSON-ready via ``to_dict``."""
 
     benchmark: str
-    flavour: str
     category: str
     n_available: int
     n_scored: int
     metrics: dict[str, Any]
-    cluster_counts: list[list[int]]
     excluded: dict[str, list[str]]
     notes: dict[str, int]
     files: list[dict[str, Any]]
     seconds: float
     records_path: str
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -72,20 +73,25 @@ class AuditSession:
 
     Args:
         options: the run's options.
-        benchmarks: ``{name: benchmark}`` registry.
+        benchmarks: ``{name: benchmark}`` registry (configured with ``options.benchmark_options``
+            here).
         run_dir: folder of this run's outputs (records, results, JUnit XML).
         worker_index: pytest-xdist worker number (pins a GPU per worker), or None.
     """
 
-    def __init__(self, options: AuditOptions, benchmarks: dict[str, BBQFamilyBenchmark], run_dir: Path,
+    def __init__(self, options: AuditOptions, benchmarks: dict[str, Benchmark], run_dir: Path,
                  worker_index: int | None = None):
         self.options = options
-        self.benchmarks = benchmarks
+        self.benchmarks = {name: b.configure(**options.benchmark_options.get(name, {}))
+                           for name, b in benchmarks.items()}
         self.run_dir = run_dir
         self.worker_index = worker_index
         self._model = None
         self._data_dir: Path | None = None
         self.outcomes: dict[tuple[str, str], CategoryOutcome] = {}
+        # Records by (benchmark, item id): categories that share items (a pair benchmark's
+        # ``overall``) score each item once per process.
+        self._records: dict[tuple[str, str], Record] = {}
         self.verdicts: list[dict[str, Any]] = []
 
     @property
@@ -135,24 +141,31 @@ class AuditSession:
         bench = self.benchmarks[benchmark]
         opts = self.options
         start = time.perf_counter()
+        missing = bench.requires - self.model.capabilities
+        if missing:
+            info = self.model.info
+            raise ModelError(f"{benchmark} needs {', '.join(sorted(missing))}, which model "
+                             f"{info.name!r} ({info.kind} LM) cannot compute")
         data = bench.load_category(self.data_dir, category)
-        items = balanced_sample(data.items, opts.limit, opts.seed, salt=f"{benchmark}/{category}")
-        records = bench.evaluate(self.model, items)
+        items = bench.select(data.items, opts.limit, opts.seed, salt=f"{benchmark}/{category}")
+        todo = [it for it in items if (benchmark, it.item_id) not in self._records]
+        for record in bench.evaluate(self.model, todo):
+            self._records[(benchmark, record.item_id)] = record
+        records = [self._records[(benchmark, it.item_id)] for it in items]
         path = self.run_dir / "records" / benchmark / f"{category}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             for r in records:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        metric_records = bench.metric_records(records)
-        clusters = cluster_cell_counts(metric_records)
-        metrics = metrics_from_counts(bench.flavour, clusters.sum(axis=0), clusters,
-                                      confidence=opts.confidence, n_resamples=opts.n_resamples,
-                                      seed=opts.seed)
+                f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+        metrics = bench.metrics(records, opts.metric_settings)
+        excluded = dict(data.excluded)
+        for reason, ids in bench.exclusions(records).items():
+            excluded.setdefault(reason, []).extend(ids)
         return CategoryOutcome(
-            benchmark=benchmark, flavour=bench.flavour, category=category,
+            benchmark=benchmark, category=category,
             n_available=len(data.items), n_scored=len(records),
             metrics={k: v.to_dict() for k, v in metrics.items()},
-            cluster_counts=clusters.tolist(), excluded=data.excluded, notes=data.notes,
+            excluded=excluded, notes=data.notes,
             files=[f.__dict__ for f in data.files], seconds=time.perf_counter() - start,
             records_path=str(path.relative_to(self.run_dir)))
 
@@ -166,6 +179,37 @@ class AuditSession:
         """This process's outcomes and verdicts, for the controller's results file."""
         return {"outcomes": [o.to_dict() for o in self.outcomes.values()], "verdicts": self.verdicts,
                 "model": self._model.info.to_dict() if self._model is not None else None}
+
+
+def overall_from_records(benchmarks: Mapping[str, Benchmark], outcomes: Sequence[Mapping[str, Any]],
+                         run_dir: Path, settings: MetricSettings) -> dict[str, dict[str, Any]]:
+    """Per benchmark, its ``Benchmark.overall`` aggregates over the evaluated categories, from the
+    records files the processes of the run wrote (each category's ``records_path`` under
+    ``run_dir``), so pooled numbers come from the same records as the per-category ones.
+
+    Returns:
+        ``{benchmark: {"categories": [...], label: {metric: MetricResult dict}}}``.
+    Raises:
+        DataError: a records file is missing or unreadable.
+    """
+    from .errors import DataError
+
+    by_bench: dict[str, dict[str, list[Record]]] = {}
+    for o in outcomes:
+        bench = benchmarks[o["benchmark"]]
+        path = run_dir / o["records_path"]
+        try:
+            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+        except (OSError, ValueError) as e:
+            raise DataError(f"cannot read records {path}: {e}") from None
+        by_bench.setdefault(o["benchmark"], {})[o["category"]] = bench.read_records(rows)
+    out: dict[str, dict[str, Any]] = {}
+    for name, per_cat in sorted(by_bench.items()):
+        aggregates = benchmarks[name].overall(per_cat, settings)
+        out[name] = {"categories": sorted(per_cat),
+                     **{label: {k: v.to_dict() for k, v in metrics.items()}
+                        for label, metrics in aggregates.items()}}
+    return out
 
 
 def options_from_config(config) -> AuditOptions:

@@ -36,7 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from audit_harness.benchmarks import balanced_sample, registry  # noqa: E402
+from audit_harness.benchmarks import registry
+from audit_harness.benchmarks.bbq_family import balanced_sample  # noqa: E402
 from audit_harness.models.zoo import ZOO, load_model, materialize  # noqa: E402
 
 DEFAULT_CATEGORIES = ("Age", "Gender_identity", "Religion", "SES")

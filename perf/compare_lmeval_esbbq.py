@@ -38,7 +38,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from audit_harness.benchmarks.base import balanced_sample  # noqa: E402
+from audit_harness.benchmarks.bbq_family import balanced_sample  # noqa: E402
 from audit_harness.benchmarks.esbbq import BENCHMARKS, CONSISTENT_FIELD  # noqa: E402
 from bias_metrics.bbq_family import compute, size_weighted_mean  # noqa: E402
 

@@ -14,8 +14,9 @@ from typing import Sequence
 
 import pytest
 
-from audit_harness.benchmarks import balanced_sample, registry
-from audit_harness.benchmarks.base import MCItem
+from audit_harness.benchmarks import registry
+from audit_harness.benchmarks.bbq_family import balanced_sample
+from audit_harness.benchmarks.bbq_family import MCItem
 from audit_harness.benchmarks.esbbq import (
     BENCHMARKS,
     COLUMNS,
@@ -255,7 +256,7 @@ def test_unknown_folding(bench):
 def test_evaluate_folds_every_unknown_phrasing(tmp_path, choice, option):
     write_csv(tmp_path, CONSISTENT_ROWS[:1])
     (it,) = ES.load_category(tmp_path, "Religion").items
-    (rec,) = ES.evaluate(ChoiceModel({ES.prompt(it): choice}), [it])
+    (rec,) = [r.to_dict() for r in ES.evaluate(ChoiceModel({ES.prompt(it): choice}), [it])]
     assert rec["predicted_choice"] == choice and rec["predicted"] == option
     assert rec["correct"] == (option == 2) and len(rec["loglikelihoods"]) == 11
 
@@ -270,7 +271,7 @@ def test_flipped_item_is_listed_scored_and_left_out_of_the_disambiguated_bias_sc
     assert [it.extra[CONSISTENT_FIELD] for it in data.items] == [True] * 4 + [False]
     # Every item picks its gold answer.
     records = ES.evaluate(ChoiceModel({ES.prompt(it): it.gold for it in data.items}), data.items)
-    assert len(records) == 5 and records[-1][CONSISTENT_FIELD] is False
+    assert len(records) == 5 and records[-1].to_dict()[CONSISTENT_FIELD] is False
     metric_records = ES.metric_records(records)
     assert [r.in_bias_score for r in metric_records] == [True] * 4 + [False]
     m = compute(metric_records, "esbbq", n_resamples=0)
@@ -439,7 +440,8 @@ def test_evaluate_real_items_with_tiny_model(data_dir, tiny_model, bench):
     assert len(items) == 8
     assert {(it.context_condition, it.polarity) for it in items} == {
         (c, p) for c in ("ambig", "disambig") for p in ("neg", "nonneg")}
-    records = bench.evaluate(tiny_model, items)
+    typed = bench.evaluate(tiny_model, items)
+    records = [r.to_dict() for r in typed]
     assert [r["id"] for r in records] == [it.item_id for it in items]
     for it, rec in zip(items, records):
         lls = rec["loglikelihoods"]
@@ -453,5 +455,5 @@ def test_evaluate_real_items_with_tiny_model(data_dir, tiny_model, bench):
         assert rec["stereotyped_groups"] == it.extra["stereotyped_groups"]
         assert rec["instance_id"] == it.extra["instance_id"] and rec[CONSISTENT_FIELD] is True
         assert rec["template_id"] == it.template_id and rec["category"] == "Religion"
-    metrics = compute(bench.metric_records(records), "esbbq", n_resamples=0)
+    metrics = compute(bench.metric_records(typed), "esbbq", n_resamples=0)
     assert metrics["acc_ambig"].n == 4 and metrics["acc_disambig"].n == 4

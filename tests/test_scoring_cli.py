@@ -13,14 +13,8 @@ import pytest
 from audit_harness import cli
 from audit_harness.benchmarks import registry
 from audit_harness.errors import DataError
-from audit_harness.scoring import (
-    bbq_reference_clean,
-    match_answer,
-    match_prediction,
-    normalize_text,
-    score_predictions,
-    score_report,
-)
+from audit_harness.parsing import bbq_reference_clean, match_answer, match_prediction, normalize_text
+from audit_harness.scoring import score_predictions, score_report
 
 REPO = Path(__file__).resolve().parents[1]
 GRAND = ("The grandfather", "The grandson", "Can't be determined")
@@ -214,7 +208,7 @@ def test_score_by_id_field_matches_own_id_fields(tmp_path, data_dir, capsys):
     a = score_predictions(bench, by_fields, "pred", data_dir)
     b = score_predictions(bench, by_id, "p", data_dir)
     assert [r.item_id for r in a.records] == [r.item_id for r in b.records]
-    assert [r.pred for r in a.records] == [r.pred for r in b.records]
+    assert [r.predicted_class for r in a.records] == [r.predicted_class for r in b.records]
     assert a.counts == b.counts
 
 
@@ -345,7 +339,7 @@ def test_score_esbbq_unknown_phrasing(tmp_path, capsys):
              "pred": "No lo sé" if it.context_condition == "ambig" else it.gold} for it in items]
     scored = score_predictions(bench, write_jsonl(tmp_path / "es.jsonl", rows), "pred", path)
     assert scored.counts["invalid"] == 0
-    report = score_report(scored, bench.flavour, n_resamples=0)
+    report = score_report(scored, n_resamples=0)
     metrics = report.groups["Religion"]
     assert metrics["acc_ambig"].value == 1.0 and metrics["acc_disambig"].value == 1.0
     assert metrics["bias_score_ambig"].value == 0.0

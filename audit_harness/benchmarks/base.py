@@ -1,61 +1,46 @@
-"""The shape every BBQ-family benchmark module shares: load rows -> typed items -> model requests
--> per-item records. A benchmark module subclasses ``BBQFamilyBenchmark`` and supplies the loader,
-the prompt and the choices; scoring, records and metrics are common."""
+"""The benchmark protocol every audit shape implements, and nothing else bypasses.
+
+A benchmark turns data into typed items, items into model requests and typed per-item records,
+and records into its paper's metrics::
+
+    data dir --load_category--> items --select--> items --evaluate(model)--> records
+    records --metrics--> {name: MetricResult} per category; --overall--> aggregates
+
+The session (``pytest audits``), the results file and ``bias-audit score`` (the same pipeline with
+a replay model that answers from saved predictions) only call these methods; no module outside a
+benchmark's own and ``bias_metrics`` knows a benchmark's fields or cells.
+
+Adding a benchmark: one module in this package exposing ``BENCHMARKS = {name: instance}`` of a
+``Benchmark`` subclass, one thin file in ``audits/``, one section in ``thresholds.yaml``.
+"""
 
 from __future__ import annotations
 
-import math
+import copy
+import dataclasses
 import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from bias_metrics.bbq_family import metric_names
-from bias_metrics.records import AnswerClass, BBQFamilyRecord, answer_class
+from bias_metrics.result import MetricResult
 
 from ..data import DataFile
-from ..engine.multiple_choice import score_choices
+from ..errors import ConfigError, DataError
 from ..models.base import LanguageModel
 
 
 @dataclass(frozen=True)
-class MCItem:
-    """One 3-option BBQ-family item, in the benchmark-independent form.
+class MetricSettings:
+    """How intervals are computed: nominal coverage in (0, 1), bootstrap resamples (0 = none) and
+    the bootstrap seed."""
 
-    Attributes:
-        item_id: unique id within the benchmark, ``"<category>-<row id>"``.
-        category: file stem, e.g. ``"Age"``.
-        context_condition: ``"ambig"`` | ``"disambig"``; polarity: ``"neg"`` | ``"nonneg"``.
-        context, question: the texts shown to the model.
-        options: the 3 answer texts in dataset order.
-        gold: index of the correct option; biased_option: index of the biased answer;
-        unknown_option: index of the UNKNOWN option.
-        template_id: template the item came from (bootstrap cluster).
-        label_type: ``"label"`` or ``"name"`` (BBQ name-proxy items).
-        extra: benchmark-specific fields kept in the records (e.g. EsBBQ ``question_type``).
-    """
-
-    item_id: str
-    category: str
-    context_condition: str
-    polarity: str
-    context: str
-    question: str
-    options: tuple[str, str, str]
-    gold: int
-    biased_option: int
-    unknown_option: int
-    template_id: str = ""
-    label_type: str = "label"
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def answer_class(self, option: int) -> AnswerClass:
-        """Class of option index ``option`` (-1 = invalid) for this item."""
-        return answer_class(option, biased_option=self.biased_option,
-                            unknown_option=self.unknown_option)
+    confidence: float = 0.95
+    n_resamples: int = 1000
+    seed: int = 0
 
 
 @dataclass
@@ -63,28 +48,88 @@ class CategoryData:
     """What a loader returns for one category.
 
     Attributes:
-        items: the items to score, in file order.
+        category: the category name.
+        items: the items to score, in file order (the benchmark's own item type).
         files: provenance of every file read (path, sha256, rows).
-        excluded: ``{reason: [row ids]}`` of rows of the whole file deliberately left out, of
-            scoring (BBQ rows without ``target_loc``) or of one metric (EsBBQ rows failing the
-            ``question_type`` check), as the reason says; reported, never silent.
+        excluded: ``{reason: [row ids]}`` of rows deliberately left out, of scoring (BBQ rows
+            without ``target_loc``, pairs with identical sentences) or of one metric (EsBBQ rows
+            failing the ``question_type`` check), as the reason says; reported, never silent.
         notes: further counts worth reporting (e.g. duplicated metadata rows).
     """
 
     category: str
-    items: list[MCItem]
+    items: list[Any]
     files: list[DataFile]
     excluded: dict[str, list[str]] = field(default_factory=dict)
     notes: dict[str, int] = field(default_factory=dict)
 
 
-def balanced_sample(items: Sequence[MCItem], limit: int | None, seed: int, salt: str = "") -> list[MCItem]:
-    """Deterministic subset of at most ``limit`` items, balanced over the four
-    (context condition x polarity) cells, in file order.
+@dataclass
+class Record:
+    """Base of the typed per-item records a benchmark's ``evaluate`` returns and the records
+    files (``records/<benchmark>/<category>.jsonl``) store, one JSON object per line.
 
-    Each cell gets ``limit // 4`` items (the remainder goes to cells in a seeded order); a cell
-    with too few items gives its share to the others. The same (items, limit, seed, salt) always
-    gives the same subset; ``salt`` (the category) decorrelates categories.
+    Subclasses are dataclasses whose fields are the stored keys, with ``item_id`` stored as
+    ``"id"``; a field named ``extra`` (a dict) holds benchmark-specific keys, stored flat after
+    the core keys and never allowed to overwrite one.
+
+    Attributes:
+        item_id: unique within the benchmark. category: the category the item belongs to.
+    """
+
+    item_id: str
+    category: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (``item_id`` as ``"id"``; ``extra`` flattened after the core keys).
+
+        Raises:
+            ValueError: an ``extra`` key collides with a core key.
+        """
+        out: dict[str, Any] = {}
+        extra: Mapping[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "extra":
+                extra = value or {}
+            elif not (f.metadata.get("omit_none") and value is None):
+                out["id" if f.name == "item_id" else f.name] = value
+        clash = sorted(set(extra) & (set(out) | {"extra"}))
+        if clash:
+            raise ValueError(f"record {self.item_id!r}: extra field {clash[0]!r} would overwrite a "
+                             "core field")
+        out.update(extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]):
+        """Inverse of ``to_dict``: core keys back to fields, the rest into ``extra``.
+
+        Raises:
+            KeyError: a required core key is missing (named in the message).
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in d.items():
+            name = "item_id" if key == "id" else key
+            if name in names and name != "extra":
+                kwargs[name] = value
+            else:
+                extra[key] = value
+        if "extra" in names:
+            kwargs["extra"] = extra
+        missing = [f.name for f in dataclasses.fields(cls)
+                   if f.name not in kwargs and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise KeyError(f"record {d.get('id')!r} lacks {missing[0]!r}")
+        return cls(**kwargs)
+
+
+def seeded_sample(items: Sequence[Any], limit: int | None, seed: int, salt: str = "") -> list[Any]:
+    """At most ``limit`` items drawn without replacement, deterministic for (seed, salt), in the
+    input order. ``None`` (or a limit >= len) keeps everything.
 
     Raises:
         ValueError: a negative limit.
@@ -94,115 +139,165 @@ def balanced_sample(items: Sequence[MCItem], limit: int | None, seed: int, salt:
     if limit < 0:
         raise ValueError(f"--limit must be >= 0, got {limit}")
     rng = np.random.default_rng([seed, zlib.crc32(salt.encode("utf-8"))])
-    cells: dict[tuple[str, str], list[int]] = {}
-    for i, it in enumerate(items):
-        cells.setdefault((it.context_condition, it.polarity), []).append(i)
-    keys = sorted(cells)
-    shuffled = {k: list(rng.permutation(cells[k])) for k in keys}
-    quota = {k: 0 for k in keys}
-    remaining = limit
-    # Round-robin in a seeded order hands out the limit evenly and moves the share of a short
-    # cell to the others.
-    order = [keys[j] for j in rng.permutation(len(keys))]
-    while remaining > 0:
-        progressed = False
-        for k in order:
-            if remaining and quota[k] < len(shuffled[k]):
-                quota[k] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            break
-    chosen = sorted(int(i) for k in keys for i in shuffled[k][: quota[k]])
+    chosen = sorted(int(i) for i in rng.choice(len(items), size=limit, replace=False))
     return [items[i] for i in chosen]
 
 
-class BBQFamilyBenchmark(ABC):
-    """Base of BBQ, EsBBQ, CaBBQ (and KoBBQ's log-likelihood path).
+class Benchmark(ABC):
+    """The protocol of one benchmark.
 
-    Subclasses set ``name`` (the thresholds.yaml section and test name), ``flavour`` (the
-    ``bias_metrics.bbq_family`` flavour whose metric names gates may use), ``categories`` (fixed,
-    so gates can be validated without reading data), and implement ``load_category`` and
-    ``prompt``. Override ``choices``/``choice_to_option`` when the scored choices are not the
-    item's 3 options (EsBBQ scores 9 unknown phrasings).
+    Class attributes (set by each subclass):
+        name: the thresholds.yaml section and the audit test's name (``test_<name>``).
+        categories: every category a gate may name, fixed so thresholds.yaml is validated without
+            reading data (``categories_in`` narrows it to what a data directory holds).
+        metric_names: the metrics ``metrics`` returns, the names gates may use.
+        data_folder: top-level folder of the data directory the benchmark reads.
+        requires: model capabilities ``evaluate`` needs (``models.base`` constants).
+        id_fields: fields of a saved-prediction row that identify an item, besides ``"id"``
+            (e.g. BBQ ``("category", "example_id")``); empty when the benchmark takes no saved
+            predictions.
+        record_type: the ``Record`` subclass ``evaluate`` returns.
+        shared_items: True when categories share items (a pair benchmark's ``overall`` holds every
+            subgroup's pairs): pytest-xdist then keeps the whole benchmark on one worker, where
+            each item is scored once.
+        options: the keys ``configure`` accepts, with their defaults.
     """
 
     name: str
-    flavour: str
     categories: tuple[str, ...]
-    data_folder: str  # top-level folder of the data directory the benchmark reads
-    delimiter: str = " "
+    metric_names: tuple[str, ...]
+    data_folder: str
+    requires: frozenset[str] = frozenset()
+    id_fields: tuple[str, ...] = ()
+    record_type: type[Record] = Record
+    shared_items: bool = False
+    options: ClassVar[Mapping[str, Any]] = {}
 
-    @property
-    def metric_names(self) -> tuple[str, ...]:
-        return metric_names(self.flavour)
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
 
+    # -- configuration -----------------------------------------------------------------------------
+    def configure(self, **options: Any) -> "Benchmark":
+        """A copy with ``options`` set (keys of ``options``, e.g. a prompt variant or answer
+        mode); the instance itself is never changed.
+
+        Raises:
+            ConfigError: an unknown option, naming the known ones (``check_option`` adds value
+                checks).
+        """
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            known = ", ".join(sorted(self.options)) or "none"
+            raise ConfigError(f"{self.name}: unknown option {unknown[0]!r}; known: {known}")
+        clone = copy.copy(self)
+        for key, value in options.items():
+            clone.check_option(key, value)
+            setattr(clone, key, value)
+        return clone
+
+    def check_option(self, key: str, value: Any) -> None:
+        """Raise ConfigError when ``value`` is not allowed for option ``key``."""
+
+    def categories_in(self, data_dir: Path | None) -> tuple[str, ...]:
+        """The categories a run on ``data_dir`` has gates for (default: all ``categories``)."""
+        return self.categories
+
+    def provenance(self) -> dict[str, Any]:
+        """What produced the numbers besides model and data: protocol name, prompt, choices,
+        answer mode... JSON-ready, stored in results under the benchmark."""
+        return {}
+
+    # -- data --------------------------------------------------------------------------------------
     @abstractmethod
     def load_category(self, data_dir: Path, category: str) -> CategoryData:
-        """Read one category's rows from ``data_dir``. Raises DataError naming file, line, field."""
+        """Read one category's rows from ``data_dir``.
+
+        Raises:
+            DataError: missing file, malformed row or field, naming the file, line and field.
+        """
+
+    def select(self, items: Sequence[Any], limit: int | None, seed: int, salt: str) -> list[Any]:
+        """The ``--limit`` subset of one category (default ``seeded_sample``); deterministic for
+        (items, limit, seed, salt)."""
+        return seeded_sample(items, limit, seed, salt)
+
+    # -- scoring -----------------------------------------------------------------------------------
+    @abstractmethod
+    def evaluate(self, model: LanguageModel, items: Sequence[Any]) -> list[Record]:
+        """Score ``items`` with ``model``: one record per item, in item order.
+
+        Raises:
+            ModelError: the model lacks a capability in ``requires``.
+        """
+
+    def exclusions(self, records: Sequence[Record]) -> dict[str, list[str]]:
+        """``{reason: [item ids]}`` of records that ``metrics`` leaves out for a reason found
+        while scoring (e.g. a pair whose sentences share no token); default none."""
+        return {}
 
     @abstractmethod
-    def prompt(self, item: MCItem) -> str:
-        """The context the choices are scored after (without the trailing delimiter)."""
+    def metrics(self, records: Sequence[Record], settings: MetricSettings) -> dict[str, MetricResult]:
+        """Every metric in ``metric_names`` over ``records`` (one category), undefined ones NaN
+        with a reason."""
 
-    def choices(self, item: MCItem) -> list[str]:
-        """Texts scored as continuations; default: the item's 3 options, stripped."""
-        return [o.strip() for o in item.options]
+    def overall(self, records_by_category: Mapping[str, Sequence[Record]],
+                settings: MetricSettings) -> dict[str, dict[str, MetricResult]]:
+        """Aggregates over the evaluated categories, ``{label: {metric: MetricResult}}`` (e.g.
+        ``pooled``, ``size_weighted``); default: every record pooled."""
+        records = [r for cat in sorted(records_by_category) for r in records_by_category[cat]]
+        return {"pooled": self.metrics(records, settings)} if records else {}
 
-    def choice_to_option(self, item: MCItem, choice: int) -> int:
-        """Option index (0-2) a choice index stands for; default identity."""
-        return choice
+    def report_group(self, record: Record) -> str:
+        """The group ``bias-audit score`` reports a record under (default: its category)."""
+        return record.category
 
-    def evaluate(self, model: LanguageModel, items: Sequence[MCItem],
-                 progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
-        """Score ``items`` with ``model`` and return one JSON-ready record per item.
+    def read_records(self, rows: Sequence[Mapping[str, Any]]) -> list[Record]:
+        """Records back from their stored dicts (records files)."""
+        return [self.record_type.from_dict(r) for r in rows]
 
-        The predicted choice is the argmax of the summed log-likelihoods (first index on an
-        exact tie, which float scores make vanishingly rare).
+    # -- saved predictions -------------------------------------------------------------------------
+    def prediction_item(self, row: Mapping[str, Any], where: str) -> tuple[str, str]:
+        """(item id, category) of one saved-prediction row: its ``"id"`` (``"<category>-<row
+        id>"``) or the benchmark's ``id_fields`` (category field + row id field).
+
+        Raises:
+            DataError: the benchmark takes no saved predictions, the row has no id, names a
+                category of another benchmark, or its two id forms disagree; ``where`` (file:line)
+                starts the message.
         """
-        prompts = [self.prompt(it) for it in items]
-        choice_lists = [self.choices(it) for it in items]
-        scores = score_choices(model, prompts, choice_lists, delimiter=self.delimiter)
-        records = []
-        for it, choices, lls in zip(items, choice_lists, scores):
-            best = int(np.argmax(lls))
-            option = self.choice_to_option(it, best)
-            records.append({
-                "id": it.item_id,
-                "category": it.category,
-                "context_condition": it.context_condition,
-                "polarity": it.polarity,
-                "template_id": it.template_id,
-                "label_type": it.label_type,
-                "context": it.context,
-                "question": it.question,
-                "gold": it.gold,
-                "gold_class": it.answer_class(it.gold).value,
-                "predicted": option,
-                "predicted_class": it.answer_class(option).value,
-                "predicted_choice": best,
-                "correct": option == it.gold,
-                "choices": choices,
-                "loglikelihoods": [float(x) for x in lls],
-                **dict(it.extra),
-            })
-        if progress:
-            progress(len(items))
-        return records
+        if not self.id_fields:
+            raise DataError(f"{self.name} does not score saved predictions")
+        cats = self.categories
+        known = ", ".join(cats)
+        cat_field, id_field = self.id_fields
+        if cat_field in row and row[cat_field] not in cats:
+            raise DataError(f"{where}: field {cat_field!r}: {row[cat_field]!r} is not a "
+                            f"{self.name} category (known: {known}); a file of another benchmark?")
+        derived = None
+        if cat_field in row and id_field in row:
+            raw = row[id_field]
+            if isinstance(raw, bool) or not (isinstance(raw, int)
+                                             or (isinstance(raw, str) and raw.strip().isdigit())):
+                raise DataError(f"{where}: field {id_field!r}: {raw!r} is not an integer id")
+            derived = f"{row[cat_field]}-{int(raw)}"
+        if "id" in row:
+            item_id = row["id"]
+            if not isinstance(item_id, str):
+                raise DataError(f"{where}: field 'id': {item_id!r} is not a string")
+            matches = [c for c in cats if item_id.startswith(f"{c}-")]
+            if not matches:
+                raise DataError(f"{where}: field 'id': {item_id!r} names no {self.name} category "
+                                f"(ids are '<category>-<row id>', categories: {known}); a file of "
+                                "another benchmark?")
+            if derived is not None and derived != item_id:
+                raise DataError(f"{where}: field 'id' {item_id!r} disagrees with {cat_field!r} + "
+                                f"{id_field!r} ({derived!r})")
+            return item_id, max(matches, key=len)
+        if derived is not None:
+            return derived, row[cat_field]
+        raise DataError(f"{where}: no item id: the row needs 'id' or {cat_field!r} + {id_field!r} "
+                        f"to join it to the {self.name} data; a file of another benchmark?")
 
-    def to_metric_record(self, record: Mapping[str, Any]) -> BBQFamilyRecord:
-        """The ``bias_metrics`` view of a stored record."""
-        return BBQFamilyRecord(
-            item_id=record["id"], category=record["category"],
-            context_condition=record["context_condition"], polarity=record["polarity"],
-            gold=AnswerClass(record["gold_class"]), pred=AnswerClass(record["predicted_class"]),
-            template_id=str(record.get("template_id", "")), label_type=record.get("label_type", "label"),
-            in_bias_score=bool(record.get("in_bias_score", True)))
-
-    def metric_records(self, records: Sequence[Mapping[str, Any]]) -> list[BBQFamilyRecord]:
-        """Records that enter the metrics (subclasses may leave some out, and must say why)."""
-        return [self.to_metric_record(r) for r in records]
-
-
-def nan_to_none(x: float) -> float | None:
-    return None if isinstance(x, float) and math.isnan(x) else x
+    def check_prediction_row(self, row: Mapping[str, Any], item: Any, where: str) -> None:
+        """Raise DataError when fields a prediction row carries contradict the joined item (a file
+        of another benchmark or data version); default no check."""

@@ -15,10 +15,12 @@ import json
 import threading
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from ..data import DataFile, require_file
 from ..errors import DataError
-from .base import BBQFamilyBenchmark, CategoryData, MCItem
+from .base import CategoryData
+from .bbq_family import BBQFamilyBenchmark, MCItem
 
 CATEGORIES = (
     "Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance",
@@ -26,6 +28,7 @@ CATEGORIES = (
 )
 REQUIRED_FIELDS = ("example_id", "question_index", "question_polarity", "context_condition",
                    "category", "answer_info", "context", "question", "ans0", "ans1", "ans2", "label")
+PROMPT = "{context}\n\nQ: {question}\nA:"
 METADATA_FILE = Path("bbq/supplemental/additional_metadata.csv")
 _lock = threading.Lock()
 
@@ -68,6 +71,7 @@ class BBQ(BBQFamilyBenchmark):
     flavour = "bbq"
     categories = CATEGORIES
     data_folder = "bbq"
+    id_fields = ("category", "example_id")
 
     def load_category(self, data_dir: Path, category: str) -> CategoryData:
         """Items of one category file joined with their metadata.
@@ -143,7 +147,11 @@ class BBQ(BBQFamilyBenchmark):
             unknown_option=unknowns[0], template_id=str(row["question_index"]), label_type=label_type)
 
     def prompt(self, item: MCItem) -> str:
-        return f"{item.context}\n\nQ: {item.question}\nA:"
+        return PROMPT.format(context=item.context, question=item.question)
+
+    def provenance(self) -> dict[str, Any]:
+        return {"protocol": "cloze over the 3 options (lm-eval bbq prompt)", "prompt_template": PROMPT,
+                **super().provenance()}
 
 
 BENCHMARKS = {"bbq": BBQ()}

@@ -24,17 +24,18 @@ from __future__ import annotations
 import ast
 import csv
 import string
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import yaml
 
-from bias_metrics.records import BBQFamilyRecord, biased_option
+from bias_metrics.records import biased_option
 
 from ..data import DataFile, require_file
 from ..errors import ConfigError, DataError
-from .base import BBQFamilyBenchmark, CategoryData, MCItem
+from .base import CategoryData
+from .bbq_family import BBQFamilyBenchmark, MCItem, MCRecord
 
 CATEGORIES = (
     "Age", "DisabilityStatus", "Gender", "LGBTQIA", "Nationality", "PhysicalAppearance",
@@ -137,6 +138,7 @@ class EsBBQ(BBQFamilyBenchmark):
     flavour = "esbbq"
     categories = CATEGORIES
     data_folder = "esbbq_cabbq"
+    id_fields = ("category", "instance_id")
 
     def __init__(self, language: str):
         self.language = language
@@ -156,7 +158,8 @@ class EsBBQ(BBQFamilyBenchmark):
 
         Every row becomes an item. Rows whose ``question_type`` disagrees with (polarity, gold
         group, stereotyped groups) are also listed under ``excluded[INCONSISTENT_REASON]`` and carry
-        ``extra[CONSISTENT_FIELD] = False``, which keeps them out of ``metric_records``.
+        ``extra[CONSISTENT_FIELD] = False``, which keeps them out of the disambiguated bias score
+        (``in_bias_score``).
         ``notes`` holds ``rows`` and ``question_type_inconsistent`` counts.
 
         Raises:
@@ -305,9 +308,8 @@ class EsBBQ(BBQFamilyBenchmark):
         return min(choice, UNKNOWN_OPTION)
 
     # -- metrics ---------------------------------------------------------------------------------
-    def metric_records(self, records: Sequence[Mapping[str, Any]]) -> list[BBQFamilyRecord]:
-        """Every record, with rows whose ``question_type_consistent`` is False marked
-        ``in_bias_score=False``.
+    def in_bias_score(self, record: MCRecord) -> bool:
+        """False for a disambiguated record whose ``question_type_consistent`` is False.
 
         Such rows (listed under ``INCONSISTENT_REASON`` in ``CategoryData.excluded``) have a
         ``question_type`` that contradicts their gold answer's group; lm-eval trusts the field and
@@ -317,9 +319,11 @@ class EsBBQ(BBQFamilyBenchmark):
         """
         # An ambiguous row's bias score never reads question_type, so only disambiguated rows
         # are held out.
-        return [replace(self.to_metric_record(r), in_bias_score=bool(r.get(CONSISTENT_FIELD, True))
-                        or r["context_condition"] == "ambig")
-                for r in records]
+        return bool(record.extra.get(CONSISTENT_FIELD, True)) or record.context_condition == "ambig"
 
+    def provenance(self) -> dict[str, Any]:
+        return {"protocol": f"{self.protocol.dataset} (authors' prompt, as lm-eval {self.name})",
+                "prompt_template": self.protocol.prompt,
+                "unknown_phrasings": list(self.protocol.unknown_phrasings), **super().provenance()}
 
 BENCHMARKS = {"esbbq": EsBBQ("es"), "cabbq": EsBBQ("ca")}

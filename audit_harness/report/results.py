@@ -8,12 +8,7 @@ import sys
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Mapping
-
-import numpy as np
-
-from bias_metrics.bbq_family import N_CELLS, metrics_from_counts, size_weighted_mean
-from bias_metrics.result import MetricResult
+from typing import Any, Mapping
 
 from .. import __version__
 
@@ -32,40 +27,14 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
-def overall_metrics(outcomes: Iterable[Mapping[str, Any]], *, confidence: float, n_resamples: int,
-                    seed: int) -> dict[str, dict[str, Any]]:
-    """Per benchmark, two aggregates over the evaluated categories, each under its own name:
-
-    - ``pooled``: items of all categories summed, then each metric computed (the bootstrap
-      resamples templates of all categories together);
-    - ``size_weighted``: sum_i metric_i N_i / sum_i N_i with N_i the items scored in category i,
-      lm-eval's group number (``weight_by_size``; metrics.md §1.4, toy B6). NaN if any category's
-      value is NaN.
-
-    BBQ's paper reports no overall number (metrics.md §1.1); these are conveniences, not its.
-    """
-    by_bench: dict[str, list[Mapping[str, Any]]] = {}
-    for o in outcomes:
-        by_bench.setdefault(o["benchmark"], []).append(o)
-    out: dict[str, dict[str, Any]] = {}
-    for bench, group in sorted(by_bench.items()):
-        rows = [np.asarray(o["cluster_counts"], dtype=np.int64).reshape(-1, N_CELLS) for o in group]
-        clusters = np.concatenate(rows, axis=0)
-        metrics = metrics_from_counts(group[0]["flavour"], clusters.sum(axis=0), clusters if len(clusters) else None,
-                                      confidence=confidence, n_resamples=n_resamples, seed=seed)
-        per_cat = {o["category"]: {k: MetricResult.from_dict(d) for k, d in o["metrics"].items()} for o in group}
-        sizes = {o["category"]: o["n_scored"] for o in group}
-        weighted = {k: size_weighted_mean(per_cat, sizes, k).to_dict() for k in metrics}
-        out[bench] = {"categories": sorted(per_cat),
-                      "pooled": {k: v.to_dict() for k, v in metrics.items()},
-                      "size_weighted": weighted}
-    return out
-
-
 def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str, Any] | None,
                   outcomes: list[Mapping[str, Any]], verdicts: list[Mapping[str, Any]],
-                  thresholds_path: str, run: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  thresholds_path: str, overall: Mapping[str, Any],
+                  provenance: Mapping[str, Any] | None = None,
+                  run: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The results document. ``outcomes`` and ``verdicts`` come from every process of the run;
+    ``overall`` holds each benchmark's aggregates (``session.overall_from_records``);
+    ``provenance`` what each benchmark says produced its numbers (``Benchmark.provenance``);
     ``run`` adds the invocation (command-line args), the thresholds file's sha256 and the number
     of gates it configures, so a partial run (``-k``, ``-x``) is visible as such."""
     outcomes = sorted(outcomes, key=lambda o: (o["benchmark"], o["category"]))
@@ -76,8 +45,6 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
     status_counts: dict[str, int] = {}
     for v in verdicts:
         status_counts[v["status"]] = status_counts.get(v["status"], 0) + 1
-    overall = overall_metrics(outcomes, confidence=options["confidence"],
-                              n_resamples=options["n_resamples"], seed=options["seed"])
     return {
         "run_id": run_id,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -95,7 +62,9 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
             }
             for bench in sorted({o["benchmark"] for o in outcomes})
         },
-        "overall": overall,
+        "overall": dict(overall),
+        "protocols": {b: dict((provenance or {}).get(b, {}))
+                      for b in sorted({o["benchmark"] for o in outcomes})},
         "gates": sorted(verdicts, key=lambda v: (v["benchmark"], v["category"], v["metric"])),
         "gate_summary": status_counts,
     }
