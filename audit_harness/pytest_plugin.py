@@ -146,17 +146,28 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: unknown benchmark {benchmark!r}; "
                                 f"known: {', '.join(sorted(session.benchmarks))}")
     gates: list[Gate] = state["gates"].get(benchmark, [])
+    try:
+        present = set(session.benchmarks[benchmark].categories_in(session.data_dir))
+    except AuditError:  # no usable data dir: the start-up check reports it
+        present = None
+    if present is not None:  # e.g. WinoQueer: gates for the subgroups of the file found
+        gates = [g for g in gates if g.category in present]
     metafunc.parametrize("audit_gate", gates, ids=[g.test_id for g in gates], indirect=True)
 
 
 _GATE_NODEID = re.compile(r"^(?P<func>.+)\[(?P<category>[^\[\]]+)-(?P<metric>[A-Za-z0-9_]+)\]$")
 
 
-def category_scope(nodeid: str) -> str:
+def category_scope(nodeid: str, whole: frozenset[str] = frozenset()) -> str:
     """xdist scope of a test: ``<test function>[<category>]`` for a gate test, so all gates of a
-    category share a worker and the model scores the category once; the node id otherwise."""
+    category share a worker and the model scores the category once; for the test functions in
+    ``whole`` (benchmarks whose categories share items, ``Benchmark.shared_items``) the function
+    itself, so every pair is scored once; the node id otherwise."""
     m = _GATE_NODEID.match(nodeid)
-    return f"{m['func']}[{m['category']}]" if m else nodeid
+    if not m:
+        return nodeid
+    func = m["func"]
+    return func if func.rsplit("::", 1)[-1] in whole else f"{func}[{m['category']}]"
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -168,9 +179,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    # Audit modules name their test ``test_<benchmark>`` (see audits/).
+    whole = frozenset(f"test_{name}" for name, b in config.stash[_SESSION_KEY].benchmarks.items()
+                      if b.shared_items)
+
     class CategoryScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return category_scope(nodeid)
+            return category_scope(nodeid, whole)
 
     return CategoryScheduling(config, log)
 

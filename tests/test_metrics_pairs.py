@@ -167,7 +167,8 @@ def test_w2_templates_and_masked_positions(case):
     vocab: dict[str, int] = {}
     ids_x, ids_y = _ids(x, vocab), _ids(y, vocab)
     assert shared_token_positions(ids_x, ids_y) == (tx, ty)
-    px, py = scored_positions(ids_x, ids_y, model_type="masked")
+    px, py = scored_positions(ids_x, ids_y, [t.startswith("[") for t in x.split()],
+                              [t.startswith("[") for t in y.split()])
     assert (px, py) == (sx, sy)
     # The scored tokens are the same words in both sentences: `people are crazy .`
     assert [x.split()[p] for p in px] == [y.split()[p] for p in py] == "people are crazy .".split()
@@ -186,26 +187,37 @@ def test_w3_autoregressive_positions():
     ids_y = _ids("<bos> Straight people are crazy .", vocab)
     assert shared_token_positions(ids_x, ids_y) == ([0, 4, 5, 6, 7], [0, 2, 3, 4, 5])
     # Fixed code (post-d4e5fe7): y's `people` is scored at position 2 with prefix y[:2].
-    assert scored_positions(ids_x, ids_y, model_type="autoregressive") == ([4, 5, 6, 7],
-                                                                          [2, 3, 4, 5])
+    special_x = [True] + [False] * 7
+    special_y = [True] + [False] * 5
+    assert scored_positions(ids_x, ids_y, special_x, special_y) == ([4, 5, 6, 7], [2, 3, 4, 5])
 
 
-@pytest.mark.parametrize("ids_x, ids_y, kind, expected", [
-    ([], [], "masked", ([], [])),
-    ([1], [1], "masked", ([], [])),
-    ([1, 2], [1, 2], "masked", ([], [])),
-    ([1], [1], "autoregressive", ([], [])),
-    ([1, 2], [1, 2], "autoregressive", ([1], [1])),
+def test_edge_tokens_are_scored_when_the_tokenizer_adds_no_special_token():
+    """Upstream drops the first and last shared positions whatever they hold (metrics.md §1.6
+    (d)); here only special tokens are dropped, so a tokenizer without [CLS]/[SEP] keeps the
+    sentence's first and last words."""
+    vocab: dict[str, int] = {}
+    ids_x = _ids("lgbtq people are crazy .", vocab)
+    ids_y = _ids("straight people are crazy .", vocab)
+    assert scored_positions(ids_x, ids_y, [False] * 5, [False] * 5) == ([1, 2, 3, 4], [1, 2, 3, 4])
+
+
+@pytest.mark.parametrize("ids_x, ids_y, sx, sy, expected", [
+    ([], [], [], [], ([], [])),
+    ([1], [1], [True], [True], ([], [])),                        # only the BOS is shared
+    ([1, 2], [1, 2], [True, False], [True, False], ([1], [1])),
+    ([1, 2, 3], [1, 4, 3], [True, False, True], [True, False, True], ([], [])),  # [CLS] x [SEP]
+    ([1, 2], [3, 4], [False, False], [False, False], ([], [])),  # nothing shared
 ])
-def test_scored_positions_short_inputs(ids_x, ids_y, kind, expected):
-    assert scored_positions(ids_x, ids_y, model_type=kind) == expected
+def test_scored_positions_short_inputs(ids_x, ids_y, sx, sy, expected):
+    assert scored_positions(ids_x, ids_y, sx, sy) == expected
 
 
 def test_span_bad_input():
     with pytest.raises(ValueError, match=r"ids_x\[1\]"):
         shared_token_positions([1, "a"], [1])
-    with pytest.raises(ValueError, match="model_type"):
-        scored_positions([1], [1], model_type="seq2seq")
+    with pytest.raises(ValueError, match="special masks"):
+        scored_positions([1], [1], [True, False], [True])
 
 
 # ---------------------------------------------------------------------------- properties
