@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
+from urllib.parse import quote
 
 import yaml
 
@@ -58,9 +59,10 @@ class SourceFile:
     note: str | None = None
 
     def url(self, base_url: str | None = None) -> str:
-        """``{base}/{repo}/{commit}/{upstream}``; base defaults to raw.githubusercontent.com."""
+        """``{base}/{repo}/{commit}/{upstream}``, percent-encoded (BBQ's template names hold
+        spaces); base defaults to raw.githubusercontent.com."""
         base = (base_url or RAW_BASE_URL).rstrip("/")
-        return f"{base}/{self.repo}/{self.commit}/{self.upstream}"
+        return f"{base}/{quote(self.repo)}/{self.commit}/{quote(self.upstream)}"
 
     @property
     def folder(self) -> str:

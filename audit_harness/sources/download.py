@@ -86,7 +86,10 @@ def download(client: httpx.Client, url: str, target: Path, *, sha256: str, size:
             offset = 0
         if size is not None and offset == size:
             break  # a complete part from an earlier run: just verify it
-        headers = {"Range": f"bytes={offset}-"} if offset else {}
+        # identity: a Range then counts the file's own bytes, not those of a gzip encoding.
+        headers = {"Accept-Encoding": "identity"}
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
         try:
             with client.stream("GET", url, headers=headers) as r:
                 if r.status_code == 416 and offset:
@@ -101,7 +104,7 @@ def download(client: httpx.Client, url: str, target: Path, *, sha256: str, size:
                                         f"Content-Range {r.headers.get('content-range')!r}")
                 mode = "ab" if r.status_code == 206 else "wb"
                 with open(part, mode) as f:
-                    for chunk in r.iter_bytes(1 << 16):
+                    for chunk in r.iter_bytes():  # as received: a cut loses nothing written
                         f.write(chunk)
                         transferred += len(chunk)
                         if on_bytes:

@@ -21,6 +21,7 @@ from ..data import sha256_file
 from . import SourceFile, files_for, git_blob_file
 from .download import DownloadError, HashMismatch, RetryPolicy, download, part_path
 
+BASE_URL_ENV = "BIAS_AUDIT_SOURCE_BASE_URL"  # a mirror in the repositories' layout
 STUB_MARKER = "<!-- written by `bias-audit data fetch`; replaced on the next fetch -->"
 UNLICENSED_REASON = ("the authors grant no licence (see the benchmark's SOURCE.md: no LICENSE, "
                      "no terms; KGQuiz's UMLS items must never be redistributed); pass "
@@ -61,7 +62,7 @@ def fetch(benchmarks: Iterable[str] | None, to: Path, *, base_url: str | None = 
     if it were the published file). Entries without a verified copy are "unavailable"; files
     without a licence are "skipped" unless ``accept_unlicensed``. After a network failure
     (connection refused, DNS, timeouts after every retry) the remaining downloads are not
-    attempted. ``out`` receives one line per file (default: stdout); ``progress`` shows a tqdm bar
+    attempted. ``base_url`` defaults to ``$BIAS_AUDIT_SOURCE_BASE_URL``, else raw GitHub. ``out`` receives one line per file (default: stdout); ``progress`` shows a tqdm bar
     (default: when stderr is a TTY and ``CI`` is not set).
 
     Returns:
@@ -73,6 +74,7 @@ def fetch(benchmarks: Iterable[str] | None, to: Path, *, base_url: str | None = 
     import httpx
 
     entries = files_for(benchmarks)
+    base_url = base_url or os.environ.get(BASE_URL_ENV) or None
     out = out or print
     to = Path(to)
     show_bar = _interactive(sys.stderr) if progress is None else progress
