@@ -413,3 +413,63 @@ def test_audit_with_fetch_data_fetches_then_runs(server, tmp_path):
     assert "fetching bbq data into" in out
     assert (tmp_path / "cache" / "data" / "bbq" / "data" / "Religion.jsonl").is_file()
     assert "test_bbq[Religion-" in out or "passed" in out or "failed" in out
+
+
+# --- the Hugging Face source (EsBBQ / CaBBQ) --------------------------------------------------
+
+def _typed(row: dict[str, str]) -> dict:
+    """A CSV row as the Hub's JSONL record: list literals parsed, answer_info nested, label and
+    instance_id integers, proper_nouns_only a boolean (SOURCE.md: the JSONL twins equal the CSV)."""
+    import ast
+
+    out: dict = {}
+    for key, value in row.items():
+        if key.startswith("answer_info."):
+            out.setdefault("answer_info", {})[key.split(".", 1)[1]] = ast.literal_eval(value)
+        elif key in ("stereotyped_groups", "source"):
+            out[key] = ast.literal_eval(value)
+        elif key in ("label", "instance_id"):
+            out[key] = int(value)
+        elif key == "proper_nouns_only":
+            out[key] = {"True": True, "False": False}[value]
+        else:
+            out[key] = value
+    return out
+
+
+@pytest.mark.parametrize("benchmark, categories", [("esbbq", ["Nationality", "Religion"]),
+                                                    ("cabbq", ["Nationality"])])
+def test_hf_rows_equal_pinned_csv_rows(tmp_path, data_dir, benchmark, categories):
+    datasets = pytest.importorskip("datasets")
+    from audit_harness.sources.hf import read_rows
+
+    hub = tmp_path / "hub"  # the layout push_to_hub writes: <config>/test-*.parquet + README configs
+    readme = ["---", "configs:"]
+    for cat in categories:
+        rows, _ = read_rows(benchmark, cat, data_dir=data_dir)
+        (hub / cat).mkdir(parents=True)
+        datasets.Dataset.from_list([_typed(r) for r in rows]).to_parquet(
+            str(hub / cat / "test-00000-of-00001.parquet"))
+        readme += [f"- config_name: {cat}", "  data_files:", "  - split: test",
+                   f"    path: {cat}/test-*"]
+    (hub / "README.md").write_text("\n".join(readme + ["---", ""]), encoding="utf-8")
+    for cat in categories:
+        pinned, prov_files = read_rows(benchmark, cat, data_dir=data_dir)
+        from_hf, prov = read_rows(benchmark, cat, source="hf", hf_path=str(hub),
+                                  cache_dir=tmp_path / "hf-cache")
+        assert from_hf == pinned and len(pinned) > 100
+        assert list(from_hf[0]) == list(pinned[0])  # same columns, same order
+        assert prov["source"] == "hf" and prov["config"] == cat and prov["revision"]
+        assert prov_files["path"].endswith(f"{cat}.full.csv")
+
+
+def test_hf_source_errors_are_named(tmp_path, data_dir):
+    from audit_harness.sources.hf import read_rows
+
+    with pytest.raises(DataError, match="cannot load .*config 'Nope'"):
+        read_rows("esbbq", "Nope", source="hf", hf_path=str(tmp_path / "nowhere"),
+                  cache_dir=tmp_path / "c")
+    with pytest.raises(DataError, match="unknown source 'web'"):
+        read_rows("esbbq", "Age", source="web")
+    with pytest.raises(DataError, match="unknown benchmark 'bbq'"):
+        read_rows("bbq", "Age", data_dir=data_dir)
