@@ -6,7 +6,9 @@ VENV     ?= .venv
 BIN      := $(VENV)/bin
 # Data: DATA_DIR or AUDIT_DATA_DIR when set, else ../shared/data when it exists, else the cache
 # folder ($BIAS_AUDIT_CACHE/data), filled from the authors' pinned sources on first use.
-DATA_DIR ?= $(or $(AUDIT_DATA_DIR),$(if $(wildcard ../shared/data),$(abspath ../shared/data)))
+ifeq ($(origin DATA_DIR),undefined)
+DATA_DIR := $(or $(AUDIT_DATA_DIR),$(if $(wildcard ../shared/data),$(abspath ../shared/data)))
+endif
 DATA_ARGS := $(if $(DATA_DIR),--data-dir $(DATA_DIR),--fetch-data)
 MODEL    ?= smollm2-135m-instruct
 LIMIT    ?= 40
