@@ -4,7 +4,12 @@
 PYTHON   ?= python3
 VENV     ?= .venv
 BIN      := $(VENV)/bin
-DATA_DIR ?= $(abspath ../shared/data)
+# Data: DATA_DIR or AUDIT_DATA_DIR when set, else ../shared/data when it exists, else the cache
+# folder ($BIAS_AUDIT_CACHE/data), filled from the authors' pinned sources on first use.
+ifeq ($(origin DATA_DIR),undefined)
+DATA_DIR := $(or $(AUDIT_DATA_DIR),$(if $(wildcard ../shared/data),$(abspath ../shared/data)))
+endif
+DATA_ARGS := $(if $(DATA_DIR),--data-dir $(DATA_DIR),--fetch-data)
 MODEL    ?= smollm2-135m-instruct
 LIMIT    ?= 40
 # Pinned so a CPU machine gets the CPU build where a local wheel exists; override for CUDA.
@@ -29,10 +34,10 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 audit: setup
-	$(BIN)/python -m pytest audits/test_bbq.py --model $(MODEL) --data-dir $(DATA_DIR) --limit $(LIMIT) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest audits/test_bbq.py --model $(MODEL) $(DATA_ARGS) --limit $(LIMIT) $(PYTEST_ARGS)
 
 audit-multilingual: setup
-	$(BIN)/python -m pytest audits/test_esbbq.py --model gemma-3-270m --data-dir $(DATA_DIR) --limit 20 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest audits/test_esbbq.py --model gemma-3-270m $(DATA_ARGS) --limit 20 $(PYTEST_ARGS)
 
 test: setup
 	$(BIN)/python -m pytest tests -m "not slow" $(PYTEST_ARGS)

@@ -8,6 +8,8 @@ Subcommands:
   (``audit_harness.scoring``) and print accuracy and bias score per category and context condition
   with intervals, always with the count of invalid (unmatched) predictions; ``--output`` writes the
   metrics as JSON.
+- ``bias-audit data fetch|verify ...``: bring the benchmark files from the authors' pinned commits,
+  or check a data folder against them (``audit_harness.sources.cli``).
 - ``bias-audit run [PYTEST ARGS...]``: a thin alias of ``pytest audits [PYTEST ARGS...]`` (the
   process is replaced by pytest, so its exit code is pytest's).
 
@@ -45,6 +47,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bias-audit", description="Audit language models for social bias.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("run", help="run the audits: an alias of `pytest audits ARGS...`", add_help=False)
+    sub.add_parser("data", help="fetch or verify benchmark data (bias-audit data --help)",
+                   add_help=False)
     score = sub.add_parser("score", help="score saved predictions (the audit's pipeline with a replay model)")
     score.add_argument("benchmark", help="benchmark name, e.g. bbq, esbbq, cabbq")
     score.add_argument("--predictions", required=True, type=Path, metavar="FILE",
@@ -123,6 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args and args[0] == "run":
             _run_pytest(args[1:])
             return 0  # only reached when execv is replaced (tests)
+        if args and args[0] == "data":
+            from .sources.cli import main as data_main
+
+            return data_main(args[1:])
         ns = _build_parser().parse_args(args)
         return _score(ns)
     except SystemExit as e:  # --help

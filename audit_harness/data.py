@@ -12,16 +12,24 @@ from .errors import DataError
 DATA_DIR_ENV = "AUDIT_DATA_DIR"
 
 
+def default_data_dir() -> Path:
+    """Where ``bias-audit data fetch`` puts data by default: ``$BIAS_AUDIT_CACHE/data``
+    (``~/.cache/bias-audit/data``), beside the converted models."""
+    from .models.zoo import cache_dir
+
+    return cache_dir() / "data"
+
+
 def resolve_data_dir(option: str | os.PathLike | None) -> Path:
-    """The data directory: the ``--data-dir`` option, else ``$AUDIT_DATA_DIR``.
+    """The data directory: the ``--data-dir`` option, else ``$AUDIT_DATA_DIR``, else
+    :func:`default_data_dir` (which may not exist yet: the start-up check then names what to fetch).
 
     Raises:
-        DataError: neither is set, or the directory does not exist.
+        DataError: a directory given by option or environment does not exist.
     """
     raw = option or os.environ.get(DATA_DIR_ENV)
     if not raw:
-        raise DataError(f"no data directory: pass --data-dir DIR or set {DATA_DIR_ENV} "
-                        "(the folder holding bbq/, esbbq_cabbq/, ...)")
+        return default_data_dir().resolve()
     path = Path(raw).expanduser().resolve()
     if not path.is_dir():
         raise DataError(f"data directory {path} does not exist (from "

@@ -41,7 +41,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="zoo name, local transformers folder or hub id (env AUDIT_MODEL; "
                      "default: the embedded smollm2-135m-instruct)")
     g.addoption("--data-dir", dest="audit_data_dir", default=os.environ.get("AUDIT_DATA_DIR"),
-                help="folder holding bbq/, esbbq_cabbq/, ... (env AUDIT_DATA_DIR)")
+                help="folder holding bbq/, esbbq_cabbq/, ... (env AUDIT_DATA_DIR; default: "
+                     "$BIAS_AUDIT_CACHE/data)")
+    g.addoption("--fetch-data", dest="audit_fetch_data", action="store_true", default=False,
+                help="fetch missing benchmark files from the authors' pinned sources first")
     g.addoption("--device", dest="audit_device", default=os.environ.get("AUDIT_DEVICE", "auto"),
                 choices=["auto", "cpu", "cuda"] + [f"cuda:{i}" for i in range(16)],
                 help="auto (CUDA when present), cpu or cuda[:N] (env AUDIT_DEVICE)")
@@ -98,23 +101,31 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is None and _targets_audits(config):
         # Check what every gate needs before anything runs (and before xdist starts workers).
         try:
-            _check_inputs(config.stash[_SESSION_KEY])
+            _check_inputs(config.stash[_SESSION_KEY], _selected_benchmarks(config, gates),
+                          config.getoption("audit_fetch_data"))
         except AuditError as e:
             raise pytest.UsageError(str(e)) from None
         if not config.option.xmlpath:
             config.option.xmlpath = str(run_dir / "junit.xml")
 
 
-def _check_inputs(audit) -> None:
-    """Raise AuditError when the data directory or the model name is unusable."""
-    from .errors import DataError
+def _check_inputs(audit, selected, fetch: bool = False) -> None:
+    """Raise AuditError when the data directory lacks a selected benchmark's files (fetching them
+    first with --fetch-data) or the model name is unusable."""
     from .models.zoo import check_model_name
+    from .sources.check import require_data
 
-    folders = sorted({b.data_folder for b in audit.benchmarks.values()})
-    if not any((audit.data_dir / f).is_dir() for f in folders):
-        raise DataError(f"data directory {audit.data_dir} holds none of {', '.join(f + '/' for f in folders)}"
-                        " (pass the folder that contains them)")
+    require_data(audit.data_dir, selected, {b.data_folder for b in audit.benchmarks.values()},
+                 fetch=fetch)
     check_model_name(audit.options.model)
+
+
+def _selected_benchmarks(config: pytest.Config, gates) -> list[str]:
+    from .selection import selected_benchmarks
+
+    return selected_benchmarks(config.rootpath / "audits", config.args,
+                               Path(config.invocation_params.dir), config.option.keyword,
+                               {b: [g.test_id for g in gs] for b, gs in gates.items()})
 
 
 def _targets_audits(config: pytest.Config) -> bool:
@@ -209,8 +220,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                for i in session.items):
         return
     # Gate tests selected without audits/ on the command line: check inputs here instead.
+    selected = {i.callspec.params["audit_gate"].benchmark for i in session.items
+                if isinstance(getattr(getattr(i, "callspec", None), "params", {}).get("audit_gate"), Gate)}
     try:
-        _check_inputs(config.stash[_SESSION_KEY])
+        _check_inputs(config.stash[_SESSION_KEY], sorted(selected), config.getoption("audit_fetch_data"))
     except AuditError as e:
         pytest.exit(f"bias audit: {e}", returncode=pytest.ExitCode.USAGE_ERROR)
     state = config.stash[_STATE_KEY]

@@ -1,0 +1,87 @@
+"""Which benchmarks a pytest run will audit, known before collection (so that missing data stops the
+run at start-up, before xdist starts workers).
+
+From the command line's paths under ``audits/`` (each audit module names its benchmarks in
+``@pytest.mark.audit("<name>")``) and the ``-k`` expression evaluated, as pytest does, against the
+gate test names the plugin will generate (``test_bbq[Age-bias_score_ambig]``). Conservative: when
+anything cannot be read, the benchmark counts as selected.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterable, Mapping
+
+_AUDIT_TEST = re.compile(
+    r"@pytest\.mark\.audit\(\s*['\"](?P<bench>[\w-]+)['\"]\s*\)\s*\n\s*def\s+(?P<func>test_\w+)")
+
+
+def audit_functions(module: Path) -> list[tuple[str, str]]:
+    """``(benchmark, test function)`` pairs declared in one audit module."""
+    try:
+        text = module.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    return [(m["bench"], m["func"]) for m in _AUDIT_TEST.finditer(text)]
+
+
+def selected_benchmarks(audits_dir: Path, args: Iterable[str], invocation_dir: Path,
+                        keyword: str | None, gate_ids: Mapping[str, Iterable[str]]) -> list[str]:
+    """Benchmarks whose gate tests the run may select.
+
+    Args:
+        audits_dir: the repository's ``audits/`` folder.
+        args: pytest's positional arguments (paths, optionally ``::test_name[...]``).
+        invocation_dir: where pytest was started (relative paths are resolved from it).
+        keyword: the ``-k`` expression, or None/empty.
+        gate_ids: per benchmark, the ids of its gates (``Age-bias_score_ambig``).
+    """
+    audits_dir = audits_dir.resolve()
+    candidates: list[tuple[str, str, str]] = []  # (benchmark, function, module file name)
+    for arg in args:
+        raw_path, _, rest = arg.partition("::")
+        path = (Path(invocation_dir) / raw_path).resolve()
+        if path != audits_dir and audits_dir not in path.parents:
+            continue
+        modules = sorted(path.rglob("test_*.py")) if path.is_dir() else [path]
+        only = rest.split("[", 1)[0] if rest else None
+        for module in modules:
+            for bench, func in audit_functions(module):
+                if only is None or only == func:
+                    candidates.append((bench, func, module.name))
+    matcher = _keyword_filter(keyword)
+    selected = []
+    for bench, func, module in candidates:
+        if bench in selected:
+            continue
+        ids = list(gate_ids.get(bench, ())) or [""]
+        if any(matcher([f"{func}[{i}]" if i else func, module, audits_dir.name, "audit"])
+               for i in ids):
+            selected.append(bench)
+    return selected
+
+
+def _keyword_filter(keyword: str | None):
+    """A predicate over an item's names that mirrors ``-k`` (case-insensitive substrings)."""
+    if not keyword:
+        return lambda names: True
+    try:
+        from _pytest.mark.expression import Expression
+
+        expr = Expression.compile(keyword)
+    except Exception:  # a private API or a syntax error pytest itself will report: select all
+        return lambda names: True
+
+    def match(names: list[str]) -> bool:
+        lowered = [n.lower() for n in names]
+
+        def has(sub: str, **_kwargs) -> bool:
+            return any(sub.lower() in n for n in lowered)
+
+        try:
+            return expr.evaluate(has)
+        except Exception:
+            return True
+
+    return match
