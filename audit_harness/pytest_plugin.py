@@ -51,6 +51,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--dtype", dest="audit_dtype", default=os.environ.get("AUDIT_DTYPE", "auto"),
                 choices=["auto", "float32", "bfloat16", "float16"],
                 help="auto = bfloat16 on CUDA, float32 on CPU (env AUDIT_DTYPE)")
+    g.addoption("--data-source", dest="audit_data_source", choices=["files", "hf"],
+                default=os.environ.get("AUDIT_DATA_SOURCE", "files"),
+                help="EsBBQ/CaBBQ rows from the pinned files in the data dir, or from the authors' "
+                     "Hugging Face copy through `datasets` (env AUDIT_DATA_SOURCE)")
+    g.addoption("--hf-dataset", dest="audit_hf_dataset", default=None, metavar="ID_OR_DIR",
+                help="with --data-source hf: a Hub id or a local copy in the Hub layout "
+                     "(default: BSC-LT/EsBBQ or BSC-LT/CaBBQ)")
     g.addoption("--batch-size", dest="audit_batch_size", type=int,
                 default=_env_int("AUDIT_BATCH_SIZE") or 16, help="sequences per forward pass")
     g.addoption("--limit", dest="audit_limit", type=int, default=_env_int("AUDIT_LIMIT"),

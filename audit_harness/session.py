@@ -212,6 +212,15 @@ def overall_from_records(benchmarks: Mapping[str, Benchmark], outcomes: Sequence
     return out
 
 
+def _benchmark_options(get) -> dict[str, dict[str, Any]]:
+    """Per-benchmark options (``Benchmark.configure``) from the plugin's flags."""
+    out: dict[str, dict[str, Any]] = {}
+    if get("audit_data_source") != "files" or get("audit_hf_dataset"):
+        for name in ("esbbq", "cabbq"):
+            out[name] = {"data_source": get("audit_data_source"), "hf_path": get("audit_hf_dataset")}
+    return out
+
+
 def options_from_config(config) -> AuditOptions:
     """``AuditOptions`` from a pytest config (flags already merged with environment defaults)."""
     get = config.getoption
@@ -219,6 +228,7 @@ def options_from_config(config) -> AuditOptions:
         model=get("audit_model"), data_dir=get("audit_data_dir"), device=get("audit_device"),
         dtype=get("audit_dtype"), batch_size=get("audit_batch_size"), limit=get("audit_limit"),
         seed=get("audit_seed"), n_resamples=get("audit_bootstrap"), confidence=get("audit_confidence"),
-        thresholds=get("audit_thresholds"), results_dir=get("audit_results_dir"))
+        thresholds=get("audit_thresholds"), results_dir=get("audit_results_dir"),
+        benchmark_options=_benchmark_options(get))
     opts.validate()
     return opts

@@ -368,7 +368,8 @@ def test_require_data_fetches_with_fetch_data(server, tmp_path):
 
 
 @pytest.mark.parametrize("args, keyword, expected", [
-    (["audits"], None, ["bbq", "esbbq", "cabbq"]),
+    (["audits"], None, ["bbq", "crows_pairs", "esbbq", "cabbq", "winoqueer"]),
+    (["audits"], "crows_pairs or winoqueer", ["crows_pairs", "winoqueer"]),
     (["audits/test_bbq.py"], None, ["bbq"]),
     (["audits"], "test_bbq and (Age or Religion)", ["bbq"]),
     (["audits"], "esbbq or cabbq", ["esbbq", "cabbq"]),
@@ -473,3 +474,30 @@ def test_hf_source_errors_are_named(tmp_path, data_dir):
         read_rows("esbbq", "Age", source="web")
     with pytest.raises(DataError, match="unknown benchmark 'bbq'"):
         read_rows("bbq", "Age", data_dir=data_dir)
+
+
+def test_esbbq_loader_on_the_hub_copy_gives_the_same_items(tmp_path, data_dir):
+    """``--data-source hf``: the EsBBQ benchmark reads its rows through ``datasets`` from a copy in
+    the Hub layout and builds exactly the items the pinned CSV gives, with the Hub revision in the
+    provenance."""
+    datasets = pytest.importorskip("datasets")
+    from audit_harness.benchmarks import registry
+    from audit_harness.sources.hf import read_rows
+
+    hub = tmp_path / "hub"
+    rows, _ = read_rows("esbbq", "PhysicalAppearance", data_dir=data_dir)
+    (hub / "PhysicalAppearance").mkdir(parents=True)
+    datasets.Dataset.from_list([_typed(r) for r in rows]).to_parquet(
+        str(hub / "PhysicalAppearance" / "test-00000-of-00001.parquet"))
+    (hub / "README.md").write_text("---\nconfigs:\n- config_name: PhysicalAppearance\n  data_files:\n"
+                                   "  - split: test\n    path: PhysicalAppearance/test-*\n---\n")
+    bench = registry()["esbbq"]
+    files = bench.load_category(data_dir, "PhysicalAppearance")
+    from_hub = bench.configure(data_source="hf", hf_path=str(hub)).load_category(
+        tmp_path / "unused", "PhysicalAppearance")
+    assert from_hub.items == files.items and len(files.items) > 100
+    assert from_hub.excluded == files.excluded and from_hub.notes == files.notes  # 4 flagged rows
+    (prov,) = from_hub.files
+    assert prov.path.startswith(f"hf:{hub}/PhysicalAppearance@") and prov.rows == len(rows)
+    with pytest.raises(Exception, match="data_source must be files or hf"):
+        bench.configure(data_source="web")

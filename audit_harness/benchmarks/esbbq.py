@@ -139,6 +139,17 @@ class EsBBQ(BBQFamilyBenchmark):
     categories = CATEGORIES
     data_folder = "esbbq_cabbq"
     id_fields = ("category", "instance_id")
+    options = {**BBQFamilyBenchmark.options, "data_source": "files", "hf_path": None}
+    #: ``files`` (the pinned CSVs under the data dir) or ``hf`` (the authors' Hugging Face copy,
+    #: ``BSC-LT/EsBBQ`` / ``BSC-LT/CaBBQ``, or ``hf_path``: a Hub id or a local copy in the Hub
+    #: layout), through ``datasets`` with its cache and offline mode.
+    data_source = "files"
+    hf_path: str | None = None
+
+    def check_option(self, key: str, value: Any) -> None:
+        if key == "data_source" and value not in ("files", "hf"):
+            raise ConfigError(f"{self.name}: data_source must be files or hf, got {value!r}")
+        super().check_option(key, value)
 
     def __init__(self, language: str):
         self.language = language
@@ -172,14 +183,45 @@ class EsBBQ(BBQFamilyBenchmark):
         if category not in CATEGORIES:
             raise DataError(f"unknown {self.protocol.dataset} category {category!r}; "
                             f"known: {', '.join(CATEGORIES)}")
-        path = require_file(self.category_file(data_dir, category),
-                            f"{self.protocol.dataset} {category} data")
-        items, n_rows = self._read(path, category)
+        if self.data_source == "hf":
+            items, provenance = self._read_hub(category)
+        else:
+            path = require_file(self.category_file(data_dir, category),
+                                f"{self.protocol.dataset} {category} data")
+            items, n_rows = self._read(path, category)
+            provenance = DataFile.of(path, Path(data_dir), n_rows)
         bad = [it.item_id for it in items if not it.extra[CONSISTENT_FIELD]]
         excluded = {INCONSISTENT_REASON: bad} if bad else {}
-        notes = {"rows": n_rows, "question_type_inconsistent": len(bad)}
-        return CategoryData(category, items, [DataFile.of(path, Path(data_dir), n_rows)],
-                            excluded, notes)
+        notes = {"rows": len(items), "question_type_inconsistent": len(bad)}
+        return CategoryData(category, items, [provenance], excluded, notes)
+
+    def _read_hub(self, category: str) -> tuple[list[MCItem], DataFile]:
+        """Items of one category from the authors' Hub copy (``--data-source hf``): the same rows
+        as the pinned CSV (``sources.hf.read_rows``), parsed by the same row checks. The
+        provenance path is ``hf:<dataset>/<config>@<revision>`` and its hash the sha256 of the
+        rows as read, so two runs on different Hub revisions are told apart."""
+        import hashlib
+        import json
+
+        from ..sources.hf import read_rows
+
+        rows, prov = read_rows(self.name, category, source="hf", hf_path=self.hf_path)
+        where = f"hf:{prov['dataset']}/{prov['config']}"
+        missing = [c for c in COLUMNS if rows and c not in rows[0]]
+        if missing:
+            raise DataError(f"{where}: missing column(s) {missing}")
+        items: list[MCItem] = []
+        seen: dict[int, int] = {}
+        for n, row in enumerate(rows, start=1):
+            item = self._item(row, f"{where}: row {n}", category, len(row))
+            instance_id = item.extra["instance_id"]
+            if instance_id in seen:
+                raise DataError(f"{where}: row {n}: field 'instance_id': duplicate id {instance_id} "
+                                f"(first at row {seen[instance_id]})")
+            seen[instance_id] = n
+            items.append(item)
+        digest = hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode("utf-8")).hexdigest()
+        return items, DataFile(f"{where}@{prov['revision']}", digest, len(rows))
 
     def _read(self, path: Path, category: str) -> tuple[list[MCItem], int]:
         items: list[MCItem] = []
