@@ -87,6 +87,21 @@ class LanguageModel:
     info: ModelInfo
     capabilities: frozenset[str] = frozenset()
 
+    @property
+    def engine(self):
+        """The ``engine.executor.Engine`` that runs this model's scoring requests: the session's
+        (with its result cache and progress) once attached, else a plain one made on first use."""
+        eng = self.__dict__.get("_engine")
+        if eng is None:
+            from ..engine.executor import Engine
+
+            eng = self.__dict__["_engine"] = Engine(self)
+        return eng
+
+    @engine.setter
+    def engine(self, value) -> None:
+        self.__dict__["_engine"] = value
+
     def _unsupported(self, what: str) -> ModelError:
         kind = getattr(getattr(self, "info", None), "kind", "?")
         name = getattr(getattr(self, "info", None), "name", type(self).__name__)

@@ -126,6 +126,10 @@ class HFCausalLM(LanguageModel):
                            and not getattr(cfg, "is_encoder_decoder", False))
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
         self._vocab = int(getattr(text_cfg, "vocab_size", 0) or 1 << 18)
+        layer_types = getattr(text_cfg, "layer_types", None) or ()
+        self._sliding = (any("sliding" in str(t) or "chunked" in str(t) for t in layer_types)
+                         or (not layer_types and getattr(text_cfg, "sliding_window", None) is not None
+                             and getattr(text_cfg, "use_sliding_window", True) is not False))
 
     # -- tokenization ----------------------------------------------------------------------------
     def _encode(self, text: str) -> list[int]:
@@ -169,97 +173,62 @@ class HFCausalLM(LanguageModel):
         prefix = list(self._empty_prefix)
         return SentenceEncoding(tuple(prefix + ids), tuple([True] * len(prefix) + [False] * len(ids)))
 
-    # -- scoring ---------------------------------------------------------------------------------
-    @torch.inference_mode()
+    # -- engine-facing properties -------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab
+
+    @property
+    def can_share(self) -> bool:
+        """Whether ``forward_segments`` can continue a key/value state (see the class doc)."""
+        return self._can_share
+
+    def disable_prefix_sharing(self) -> None:
+        """Called by the engine when a returned cache turned out not to be reusable."""
+        self._can_share = False
+
+    @property
+    def two_level_sharing(self) -> bool:
+        """Sliding-window layers count cache slots, not real tokens: their state must stay free
+        of padding holes, which only the context -> continuation tree guarantees."""
+        return self._sliding
+
+    @property
+    def cache_key(self) -> str:
+        """What besides the token ids decides a score: weights, dtype, device type."""
+        return f"{self.info.fingerprint}|{self.info.dtype}|{self.device.type}"
+
+    # -- scoring (the engine runs the requests) ---------------------------------------------------
     def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[float]:
-        encoded = [self.encode_pair(c, x) for c, x in requests]
-        return self.loglikelihood_tokens(encoded)
+        return self.engine.loglikelihood(requests)
 
-    @torch.inference_mode()
     def loglikelihood_tokens(self, encoded: Sequence[tuple[list[int], list[int]]]) -> list[float]:
-        """``loglikelihood`` on pre-tokenized (context ids, continuation ids) pairs.
+        """``loglikelihood`` on pre-tokenized (context ids, continuation ids) pairs, through the
+        engine (``Engine.loglikelihood_tokens``: same returns and errors)."""
+        return self.engine.loglikelihood_tokens(encoded)
 
-        Args:
-            encoded: (context ids, continuation ids) per request, as ``encode_pair`` returns them;
-                both non-empty (condition an empty context on BOS, as ``encode_pair`` does).
-        Returns:
-            one summed natural-log probability (<= 0) per request, in request order.
-        Raises:
-            ValueError: an empty context or continuation, or a continuation that alone does not
-                fit the model's window. Longer sequences lose tokens from the left of the context.
-        """
-        for n, (ctx, cont) in enumerate(encoded):
-            if not ctx or not cont:
-                raise ValueError(f"request {n}: empty context or continuation ids (the first "
-                                 "continuation token needs a context token to condition on)")
-            if len(cont) >= self.max_length:
-                raise ValueError(f"continuation of {len(cont)} tokens does not fit the model's "
-                                 f"{self.max_length}-token window")
-        out = [0.0] * len(encoded)
-        full = list(range(len(encoded)))
-        if self.prefix_sharing and self._can_share:
-            fits = [i for i in full if len(encoded[i][0]) + len(encoded[i][1]) <= self.max_length]
-            done = self._loglikelihood_shared(encoded, fits, out)
-            full = [i for i in full if i not in done]
-        if full:
-            self._loglikelihood_full(encoded, full, out)
-        return out
-
-    # full-sequence path ---------------------------------------------------------------------------
-    def _loglikelihood_full(self, encoded, indices: list[int], out: list[float]) -> None:
-        seqs, positions = [], []
-        for i in indices:
-            seq = (encoded[i][0] + encoded[i][1])[-self.max_length:]
-            seqs.append(seq)
-            positions.append(range(len(seq) - len(encoded[i][1]), len(seq)))
-        for i, lps in zip(indices, self._token_logprobs_batched(seqs, positions)):
-            out[i] = float(sum(lps))
-
-    @torch.inference_mode()
     def token_logprobs(self, sequences: Sequence[Sequence[int]],
                        positions: Sequence[Sequence[int]]) -> list[list[float]]:
-        """log P(ids[p] | ids[:p]) at each requested position, one forward per sequence (batched,
-        left-padded; see ``LanguageModel.token_logprobs``).
+        """log P(ids[p] | ids[:p]) at each requested position, one forward per sequence (batched
+        by the engine; see ``LanguageModel.token_logprobs``).
 
         Raises:
             ValueError: lengths of ``sequences`` and ``positions`` differ, a sequence is longer
                 than the model's window, or a position is outside ``[1, len(sequence))``.
         """
-        if len(sequences) != len(positions):
-            raise ValueError(f"{len(sequences)} sequences but {len(positions)} position lists")
-        for n, (seq, pos) in enumerate(zip(sequences, positions)):
-            if len(seq) > self.max_length:
-                raise ValueError(f"sequence {n}: {len(seq)} tokens exceed the model's "
-                                 f"{self.max_length}-token window")
-            bad = [p for p in pos if not 1 <= p < len(seq)]
-            if bad:
-                raise ValueError(f"sequence {n}: position {bad[0]} is outside [1, {len(seq)}) "
-                                 "(position 0 has no left context)")
-        return self._token_logprobs_batched([list(s) for s in sequences], positions)
+        return self.engine.token_logprobs(sequences, positions)
 
-    def _token_logprobs_batched(self, seqs: list[list[int]], positions) -> list[list[float]]:
-        out: list[list[float]] = [[] for _ in seqs]
-        todo = [i for i in range(len(seqs)) if len(positions[i])]
-        # Longest first: batches of similar length waste little padding, and a too-large batch
-        # fails on the first forward rather than at the end.
-        todo.sort(key=lambda i: -len(seqs[i]))
-        start = 0
-        while start < len(todo):
-            idx = [todo[start]]
-            width = len(seqs[todo[start]])
-            keep = width - min(positions[todo[start]]) + 1
-            for i in todo[start + 1:start + self.batch_size]:
-                k = max(keep, len(seqs[i]) - min(positions[i]) + 1)
-                if (len(idx) + 1) * k * self._vocab > self.logits_budget:
-                    break
-                idx.append(i)
-                keep = k
-            for i, lps in zip(idx, self._score_rows([seqs[i] for i in idx], [positions[i] for i in idx])):
-                out[i] = lps
-            start += len(idx)
-        return out
+    # -- forwards ---------------------------------------------------------------------------------
+    def _forward(self, **kwargs):
+        try:
+            return self.model(**kwargs)
+        except torch.OutOfMemoryError as e:
+            from ..engine.executor import BackendOutOfMemory
 
-    def _score_rows(self, seqs: list[list[int]], positions) -> list[list[float]]:
+            raise BackendOutOfMemory(str(e)) from None
+
+    @torch.inference_mode()
+    def forward_full(self, seqs: list[list[int]], positions) -> list[list[float]]:
         """One left-padded forward over ``seqs``; the log-probabilities at ``positions`` (sequence
         coordinates). Logits are kept only from the earliest position any row needs: left padding
         puts every sequence's end at the right edge, so that is a suffix of every row."""
@@ -268,8 +237,8 @@ class HFCausalLM(LanguageModel):
         pads = [width - len(s) for s in seqs]
         keep = max(width - (pad + min(pos)) + 1 for pad, pos in zip(pads, positions))
         kwargs = {"logits_to_keep": keep} if self._keeps_logits else {}
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                            use_cache=False, **kwargs).logits[:, -keep:, :]
+        logits = self._forward(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                               use_cache=False, **kwargs).logits[:, -keep:, :]
         # logits[:, j] predicts padded position width - keep + j + 1.
         token_lp = _token_logprobs(logits[:, :-1, :], ids[:, width - keep + 1:])
         first = width - keep + 1
@@ -288,121 +257,79 @@ class HFCausalLM(LanguageModel):
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
         return tuple(t.to(self.device) for t in (ids, mask, position_ids))
 
-    # prefix-sharing path --------------------------------------------------------------------------
-    def _loglikelihood_shared(self, encoded, indices: list[int], out: list[float]) -> set[int]:
-        """Score ``indices`` by running each distinct context once; returns the indices done
-        (all of them, or none when the model's cache turns out not to be batch-indexable, in
-        which case prefix sharing is switched off for this model)."""
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for i in indices:
-            groups.setdefault(tuple(encoded[i][0]), []).append(i)
-        # Longest context first: similar widths share a batch (little padding), and the
-        # largest batch runs first, so a memory error shows at once.
-        contexts = sorted(groups, key=len, reverse=True)
-        positions = max(1, self.logits_budget // self._vocab)
-        done: set[int] = set()
-        chunk: list[tuple[int, ...]] = []
-        rows = longest = 0  # continuation rows of the chunk, and their padded width
-        for ctx in contexts + [None]:  # None: flush the last chunk
-            if ctx is not None:
-                conts = [len(encoded[i][1]) - 1 for i in groups[ctx] if len(encoded[i][1]) > 1]
-                width = len(chunk[0]) if chunk else len(ctx)
-                c_rows, c_longest = rows + len(conts), max([longest, *conts])
-                # Close the chunk when one more context would overflow the context batch or make
-                # its continuations need more than one forward; a single context over budget
-                # still goes alone (its continuations are then split, see _score_context_chunk).
-                over = (len(chunk) >= self.batch_size or (len(chunk) + 1) * width > self.token_budget
-                        or c_rows * (width + c_longest) > self.token_budget
-                        or c_rows * c_longest > positions)
-            if chunk and (ctx is None or over):
-                if not self._score_context_chunk(encoded, chunk, groups, positions, out):
-                    self._can_share = False
-                    return set()
-                done.update(i for c in chunk for i in groups[c])
-                chunk, c_rows, c_longest = [], len(conts), max(conts, default=0)
-            if ctx is not None:
-                chunk.append(ctx)
-                rows, longest = c_rows, c_longest
-        return done
+    @torch.inference_mode()
+    def forward_segments(self, state, parent_rows, segments: list[list[int]],
+                         queries: list[list[tuple[int, int]]]):
+        """One forward of ``segments`` (the engine's prefix tree), each continuing row
+        ``parent_rows[i]`` of ``state`` (None: from scratch, left-padded); returns (the state of
+        these rows, per segment the log-probability of each query's target after
+        ``segment[:offset + 1]``). Logits are computed only at queried columns and
+        log-softmaxed there in float32.
 
-    def _score_context_chunk(self, encoded, chunk, groups, positions: int, out: list[float]) -> bool:
-        """One context forward (with cache) for ``chunk``, then continuation forwards for all its
-        requests. Returns False, scoring nothing, if the returned cache cannot be reused."""
-        ids, mask, position_ids = self._left_pad(chunk)
-        width = ids.shape[1]
-        # logits_to_keep=1: only the last context position's logits are needed (they score the
-        # first continuation token); the cache carries everything else.
-        kwargs = {"logits_to_keep": 1} if self._keeps_logits else {}
-        res = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                         use_cache=True, **kwargs)
-        cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
-        if not _batch_indexable(cache):
-            return False
-        last = res.logits[:, -1, :].float()
-        del res
-        last_lp = last - torch.logsumexp(last, dim=-1, keepdim=True)  # (n_ctx, vocab)
-        ctx_lens = torch.tensor([len(c) for c in chunk], dtype=torch.long, device=self.device)
+        A state is (key/value cache, attention mask, real lengths). Continuations are right-padded
+        after their parent's padded width: the padding sits between a row's real tokens, masked,
+        with explicit position ids, so values do not depend on the batch (full-attention layers;
+        sliding-window models get ``two_level_sharing``, where no real token follows a hole).
 
-        pairs = [(i, row) for row, ctx in enumerate(chunk) for i in groups[ctx]]
-        # One gather and one device->host copy for all first tokens (a sync per request is slow
-        # on CUDA).
-        first = last_lp[torch.tensor([r for _, r in pairs], device=self.device),
-                        torch.tensor([encoded[i][1][0] for i, _ in pairs], device=self.device)]
-        for (i, _), value in zip(pairs, first.tolist()):
-            out[i] = value
-        # (request index, context row) of continuations of 2+ tokens
-        multi = [(i, row) for i, row in pairs if len(encoded[i][1]) > 1]
-        if not multi:
-            return True
-        # Longest continuation first, cut into sub-batches of similar length: continuations are
-        # short and many (BBQ: 1-8 tokens), so padding all rows to the longest would multiply the
-        # work (and the (rows, width, vocab) logits) several times; a new sub-batch starts where
-        # the length halves. Each sub-batch is also bounded by the token budget (copied cache +
-        # inputs) and the logits budget.
-        multi.sort(key=lambda t: -len(encoded[t[0]][1]))
-        batches, cur, n = [], [], 0
-        for item in multi:
-            m = len(encoded[item[0]][1]) - 1  # tokens this request feeds
-            # n: fed tokens of the sub-batch's first (longest) continuation = its padded width.
-            if cur and ((len(cur) + 1) * (width + n) > self.token_budget
-                        or (len(cur) + 1) * n > positions or (n >= 4 and 2 * m <= n)):
-                batches.append(cur)
-                cur = []
-            if not cur:
-                n = m
-            cur.append(item)
-        batches.append(cur)
-        for b, sub in enumerate(batches):
-            # batch_select_indices rebinds each layer's tensors to the selected rows; the cache is
-            # only consumed in place by the last sub-batch, earlier ones work on a copy.
-            sub_cache = cache if b == len(batches) - 1 else copy.deepcopy(cache)
-            self._score_continuations(encoded, sub, sub_cache, mask, ctx_lens, out)
-        return True
+        Raises:
+            PrefixUnsupported: the returned cache cannot be batch-indexed (recurrent or linear
+                layers, legacy tuples). BackendOutOfMemory: CUDA ran out of memory.
+        """
+        from ..engine.executor import PrefixUnsupported
 
-    def _score_continuations(self, encoded, sub, cache, ctx_mask, ctx_lens, out) -> None:
-        """Add the log-probabilities of continuation tokens 2..n to ``out`` for requests ``sub``
-        ((request index, context row) pairs), feeding tokens 1..n-1 after their context's cache."""
-        rows = torch.tensor([r for _, r in sub], dtype=torch.long, device=self.device)
-        cache.batch_select_indices(rows)
-        n = max(len(encoded[i][1]) for i, _ in sub) - 1
-        ids = torch.full((len(sub), n), self._pad, dtype=torch.long)
-        targets = torch.zeros((len(sub), n), dtype=torch.long)
-        cmask = torch.zeros((len(sub), n), dtype=torch.long)
-        for row, (i, _) in enumerate(sub):
-            cont = encoded[i][1]
-            # Right padding: a continuation's real tokens sit right after its context's cache,
-            # and the padding after them is never attended to by a real token.
-            ids[row, :len(cont) - 1] = torch.tensor(cont[:-1], dtype=torch.long)
-            targets[row, :len(cont) - 1] = torch.tensor(cont[1:], dtype=torch.long)
-            cmask[row, :len(cont) - 1] = 1
-        ids, targets, cmask = (t.to(self.device) for t in (ids, targets, cmask))
-        attention_mask = torch.cat([ctx_mask.index_select(0, rows), cmask], dim=1)
-        position_ids = ctx_lens.index_select(0, rows).unsqueeze(1) + torch.arange(n, device=self.device)
-        logits = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
-                            use_cache=True, **{self._cache_arg: cache}).logits
-        token_lp = _token_logprobs(logits, targets).masked_fill(cmask == 0, 0.0)
-        for row, value in enumerate(token_lp.sum(-1).tolist()):
-            out[sub[row][0]] += value
+        n = len(segments)
+        lens = torch.tensor([len(s) for s in segments], dtype=torch.long)
+        if state is None:
+            ids, mask, position_ids = self._left_pad(segments)
+            width = ids.shape[1]
+            cols = [[width - len(seg) + o for o, _ in q] for seg, q in zip(segments, queries)]
+            kwargs = {}
+            lengths = lens.to(self.device)
+        else:
+            cache, parent_mask, parent_lens = state
+            rows = torch.tensor(parent_rows, dtype=torch.long, device=self.device)
+            # A shallow copy whose layers are rebound to the selected rows (advanced indexing makes
+            # new tensors), so the parent state stays intact for its other children.
+            cache = copy.copy(cache)
+            cache.layers = [copy.copy(layer) for layer in cache.layers]
+            cache.batch_select_indices(rows)
+            width = max(len(s) for s in segments)
+            ids = torch.full((n, width), self._pad, dtype=torch.long)
+            seg_mask = torch.zeros((n, width), dtype=torch.long)
+            for r, seg in enumerate(segments):
+                ids[r, :len(seg)] = torch.tensor(seg, dtype=torch.long)
+                seg_mask[r, :len(seg)] = 1
+            ids, seg_mask = ids.to(self.device), seg_mask.to(self.device)
+            mask = torch.cat([parent_mask.index_select(0, rows), seg_mask], dim=1)
+            base = parent_lens.index_select(0, rows)
+            position_ids = base.unsqueeze(1) + torch.arange(width, device=self.device)
+            cols = [[o for o, _ in q] for q in queries]
+            kwargs = {self._cache_arg: cache}
+            lengths = base + lens.to(self.device)
+        keep = sorted({c for row in cols for c in row})
+        if self._keeps_logits and keep:
+            kwargs["logits_to_keep"] = torch.tensor(keep, dtype=torch.long, device=self.device)
+        res = self._forward(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                            use_cache=True, **kwargs)
+        new_cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
+        if not _batch_indexable(new_cache):
+            raise PrefixUnsupported(f"{type(new_cache).__name__} cache cannot be batch-indexed")
+        out: list[list[float]] = [[] for _ in segments]
+        if keep:
+            col_of = {c: j for j, c in enumerate(keep)} if self._keeps_logits else {c: c for c in keep}
+            q_rows = [r for r, row in enumerate(cols) for _ in row]
+            q_cols = [col_of[c] for row in cols for c in row]
+            targets = [t for q in queries for _, t in q]
+            logits = res.logits[torch.tensor(q_rows, device=self.device),
+                                torch.tensor(q_cols, device=self.device)].float()
+            del res
+            picked = logits.gather(-1, torch.tensor(targets, device=self.device).unsqueeze(-1)).squeeze(-1)
+            values = (picked - torch.logsumexp(logits, dim=-1)).tolist()
+            pos = 0
+            for r, row in enumerate(cols):
+                out[r] = values[pos:pos + len(row)]
+                pos += len(row)
+        return (new_cache, mask, lengths), out
 
     # -- generation ------------------------------------------------------------------------------
     def _encode_prompt(self, prompt: str) -> list[int]:

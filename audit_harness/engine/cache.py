@@ -1,0 +1,116 @@
+"""The result cache: scores already computed, in one SQLite file, so a repeated run costs nothing and
+a run killed half-way recomputes only what is missing.
+
+A key is the sha256 of (engine version, model key, request kind, exact token ids [, positions]):
+the model key is the weights' fingerprint with the dtype and device type (bf16 and fp32 scores
+differ), so changing the weights, the tokenizer's output or the engine's numerics misses.
+Values are little-endian float64 arrays. Several processes (pytest-xdist workers) may read and
+write one file at once: WAL journal, a busy timeout, and retries of a locked write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import struct
+import time
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+#: Bumped whenever the engine's numbers for the same tokens could change.
+ENGINE_VERSION = "engine-1"
+FILE_NAME = "scores.sqlite"
+
+
+def default_cache_dir() -> Path:
+    """``<user cache dir>/scores`` (``audit_harness.models.zoo.cache_dir()``)."""
+    from ..models.zoo import cache_dir
+
+    return cache_dir() / "scores"
+
+
+def request_key(model_key: str, kind: str, ids: Sequence[int], extra: Sequence[int] = ()) -> bytes:
+    """32-byte key of one request. ``kind`` names the request type (``"ll"``: continuation
+    log-likelihood of (context, continuation) with ``ids`` the context and ``extra`` the
+    continuation; ``"tlp"``: token log-probabilities of ``ids`` at positions ``extra``)."""
+    h = hashlib.sha256()
+    h.update(f"{ENGINE_VERSION}\0{model_key}\0{kind}\0{len(ids)}\0".encode())
+    h.update(struct.pack(f"<{len(ids)}q", *ids))
+    h.update(struct.pack(f"<{len(extra)}q", *extra))
+    return h.digest()
+
+
+def pack(values: Sequence[float]) -> bytes:
+    return struct.pack(f"<{len(values)}d", *values)
+
+
+def unpack(blob: bytes) -> list[float]:
+    return list(struct.unpack(f"<{len(blob) // 8}d", blob))
+
+
+class ResultCache:
+    """SQLite key -> float64 array store (see module doc).
+
+    Args:
+        folder: created if missing; the database is ``folder/scores.sqlite``.
+        retries: attempts of a write that finds the database locked (exponential back-off
+            from 50 ms), on top of SQLite's own 30 s busy timeout.
+    Raises:
+        OSError / sqlite3.Error: the folder cannot be created or the file is not a database.
+    """
+
+    def __init__(self, folder: str | os.PathLike, retries: int = 8):
+        self.folder = Path(folder).expanduser()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.path = self.folder / FILE_NAME
+        self.retries = retries
+        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
+                                   check_same_thread=False)
+        self._retry(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._retry(lambda: self._db.execute(
+            "CREATE TABLE IF NOT EXISTS results (key BLOB PRIMARY KEY, value BLOB NOT NULL)"))
+
+    def _retry(self, fn):
+        delay = 0.05
+        for attempt in range(self.retries + 1):
+            try:
+                return fn()
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e) or attempt == self.retries:
+                    raise
+                time.sleep(delay)
+                delay *= 2
+
+    def get_many(self, keys: Iterable[bytes]) -> dict[bytes, list[float]]:
+        """The stored values of those ``keys`` that are present."""
+        keys = list(keys)
+        out: dict[bytes, list[float]] = {}
+        for start in range(0, len(keys), 500):  # SQLite's bound-parameter limit
+            chunk = keys[start:start + 500]
+            rows = self._retry(lambda: self._db.execute(
+                f"SELECT key, value FROM results WHERE key IN ({','.join('?' * len(chunk))})",
+                chunk).fetchall())
+            out.update((k, unpack(v)) for k, v in rows)
+        return out
+
+    def put_many(self, items: Mapping[bytes, Sequence[float]]) -> None:
+        """Store ``items`` in one transaction (an existing key keeps its value: same key, same
+        numbers)."""
+        if not items:
+            return
+        rows = [(k, pack(v)) for k, v in items.items()]
+
+        def write():
+            with self._db:  # BEGIN ... COMMIT, rolled back on error
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.executemany("INSERT OR IGNORE INTO results (key, value) VALUES (?, ?)", rows)
+
+        self._retry(write)
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+
+    def close(self) -> None:
+        self._db.close()

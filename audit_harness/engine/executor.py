@@ -1,0 +1,376 @@
+"""Request execution for every backend: dedupe, the result cache, the prefix tree, ordering,
+token-budget batching (halved and retried on out-of-memory) and progress. A backend only runs
+forwards:
+
+- ``forward_full(sequences, positions) -> [[logprob]]``: one forward over a batch of whole
+  sequences (left-padded), log P(ids[p] | ids[:p]) at the given positions.
+- ``forward_segments(state, parent_rows, segments, queries) -> (state, [[logprob]])`` (optional,
+  ``can_share``): one forward of token segments, each continuing row ``parent_rows[i]`` of
+  ``state`` (None: from scratch), returning the log-probability of each query's target after
+  ``segment[:offset + 1]``; the new state continues these rows.
+
+and declares ``batch_size``, ``token_budget``, ``logits_budget``, ``vocab_size``,
+``max_length``, ``prefix_sharing``, ``can_share``, ``two_level_sharing`` and ``cache_key``.
+Backend errors: ``BackendOutOfMemory`` (retry smaller), ``PrefixUnsupported`` (switch sharing
+off for this model; rescore on the full path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+from .cache import ResultCache, request_key
+from .prefix_tree import PrefixTree, Segment, build_tree
+
+#: Distinct requests scored per prefix tree: bounds the tree's memory and makes a crash lose at
+#: most one chunk (requests are sorted first, so chunks rarely cut a shared prefix).
+CHUNK_REQUESTS = 2048
+
+
+class BackendOutOfMemory(RuntimeError):
+    """A forward ran out of device memory; the engine halves the batch and retries."""
+
+
+class PrefixUnsupported(RuntimeError):
+    """The model's key/value state cannot be reused (recurrent layers, legacy caches)."""
+
+
+@dataclass
+class EngineStats:
+    """Counters since the engine (or ``reset_stats``) started.
+
+    Attributes:
+        requests: requests asked (duplicates included); distinct: after dedupe.
+        from_cache: distinct requests answered by the result cache or this process's memo.
+        computed: distinct requests the model computed.
+        tokens_forwarded: real (non-padding) tokens fed to the model.
+        forwards: forward passes.
+        oom_retries: batches halved after an out-of-memory error.
+    """
+
+    requests: int = 0
+    distinct: int = 0
+    from_cache: int = 0
+    computed: int = 0
+    tokens_forwarded: int = 0
+    forwards: int = 0
+    oom_retries: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Engine:
+    """Executes scoring requests on one backend (see module doc).
+
+    Args:
+        model: the backend.
+        cache: the persistent result cache, or None (a per-process memo still dedupes across
+            calls, items and benchmarks).
+        min_shared: shortest shared prefix given its own forward (``build_tree``).
+        memo: keep every result of this process in memory too (dedupe across calls, items and
+            benchmarks without a cache file). A bare model's own engine has none, so changing
+            its settings between calls recomputes.
+    """
+
+    def __init__(self, model, cache: ResultCache | None = None, min_shared: int = 4,
+                 memo: bool = False):
+        self.model = model
+        self.cache = cache
+        self.min_shared = min_shared
+        self.memo: dict[bytes, list[float]] | None = {} if memo else None
+        self._results: dict[bytes, list[float]] = {}
+        self.stats = EngineStats()
+        self.progress = None  # a ProgressTask while a category runs
+
+    def reset_stats(self) -> EngineStats:
+        """Return the counters so far and start new ones."""
+        old, self.stats = self.stats, EngineStats()
+        return old
+
+    # -- public requests ---------------------------------------------------------------------------
+    def loglikelihood(self, requests: Sequence[tuple[str, str]],
+                      weights: Sequence[float] | None = None) -> list[float]:
+        """Summed log-probability (natural log) of each continuation after its context (strings
+        tokenized by the backend's ``encode_pair``). ``weights``: progress units per request
+        (an item's share), default none."""
+        encoded = [self.model.encode_pair(c, x) for c, x in requests]
+        return self.loglikelihood_tokens(encoded, weights)
+
+    def loglikelihood_tokens(self, encoded: Sequence[tuple[Sequence[int], Sequence[int]]],
+                             weights: Sequence[float] | None = None) -> list[float]:
+        """``loglikelihood`` on (context ids, continuation ids).
+
+        Raises:
+            ValueError: an empty context or continuation, or a continuation that alone does not
+                fit the model's window (longer sequences lose tokens from the left of the context).
+        """
+        m = self.model
+        for n, (ctx, cont) in enumerate(encoded):
+            if not ctx or not cont:
+                raise ValueError(f"request {n}: empty context or continuation ids (the first "
+                                 "continuation token needs a context token to condition on)")
+            if len(cont) >= m.max_length:
+                raise ValueError(f"continuation of {len(cont)} tokens does not fit the model's "
+                                 f"{m.max_length}-token window")
+        keys = [request_key(m.cache_key, "ll", ctx, cont) for ctx, cont in encoded]
+        first = {}
+        for i, k in enumerate(keys):
+            first.setdefault(k, i)
+        todo = self._lookup(keys, first, weights)
+        if todo:
+            pending = {k: (tuple(encoded[first[k]][0]), tuple(encoded[first[k]][1])) for k in todo}
+            self._compute_loglikelihood(pending, todo)
+        return [self._results[k][0] for k in keys]
+
+    def token_logprobs(self, sequences: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
+                       weights: Sequence[float] | None = None) -> list[list[float]]:
+        """log P(ids[p] | context) at each requested position, each (sequence, positions) pair
+        computed once (cache, memo). Backends with ``forward_full`` are batched here; others
+        (masked LMs) get the misses in one ``token_logprobs`` call.
+
+        Raises:
+            ValueError: lengths differ, a sequence exceeds the window, or a position is outside
+                ``[1, len(sequence))``.
+        """
+        m = self.model
+        if len(sequences) != len(positions):
+            raise ValueError(f"{len(sequences)} sequences but {len(positions)} position lists")
+        if hasattr(m, "forward_full"):
+            for n, (seq, pos) in enumerate(zip(sequences, positions)):
+                if len(seq) > m.max_length:
+                    raise ValueError(f"sequence {n}: {len(seq)} tokens exceed the model's "
+                                     f"{m.max_length}-token window")
+                bad = [p for p in pos if not 1 <= p < len(seq)]
+                if bad:
+                    raise ValueError(f"sequence {n}: position {bad[0]} is outside [1, {len(seq)}) "
+                                     "(position 0 has no left context)")
+        keys = [request_key(m.cache_key, "tlp", list(s), list(p)) for s, p in zip(sequences, positions)]
+        first = {}
+        for i, k in enumerate(keys):
+            first.setdefault(k, i)
+        todo = self._lookup(keys, first, weights)
+        if todo:
+            seqs = [list(sequences[first[k]]) for k in todo]
+            pos = [list(positions[first[k]]) for k in todo]
+            if hasattr(m, "forward_full"):
+                values = self._full(seqs, pos)
+            else:
+                values = m.token_logprobs(seqs, pos)
+            self.stats.computed += len(todo)
+            self._store(dict(zip(todo, values)), todo)
+        return [list(self._results[k]) for k in keys]
+
+    # -- dedupe, cache, progress ---------------------------------------------------------------------
+    def _lookup(self, keys: list[bytes], first: dict[bytes, int], weights) -> list[bytes]:
+        """Count the requests, answer what the memo and cache hold; returns the keys to compute."""
+        self.stats.requests += len(keys)
+        self.stats.distinct += len(first)
+        self._weight = {}
+        if weights is not None:
+            for k, w in zip(keys, weights):
+                self._weight[k] = self._weight.get(k, 0.0) + w
+        self._results = {}
+        if self.memo is not None:
+            self._results.update((k, self.memo[k]) for k in first if k in self.memo)
+        missing = [k for k in first if k not in self._results]
+        if self.cache is not None and missing:
+            found = self.cache.get_many(missing)
+            self._results.update(found)
+            if self.memo is not None:
+                self.memo.update(found)
+            missing = [k for k in missing if k not in found]
+        self.stats.from_cache += len(first) - len(missing)
+        missing_set = set(missing)
+        self._advance([k for k in first if k not in missing_set])
+        return missing
+
+    def _advance(self, keys) -> None:
+        if self.progress is not None and self._weight:
+            self.progress.advance(sum(self._weight.get(k, 0.0) for k in keys))
+
+    def _store(self, values: dict[bytes, list[float]], keys) -> None:
+        self._results.update(values)
+        if self.memo is not None:
+            self.memo.update(values)
+        if self.cache is not None:
+            self.cache.put_many(values)
+        self._advance(keys)
+
+    # -- log-likelihood execution ----------------------------------------------------------------------
+    def _compute_loglikelihood(self, pending: dict[bytes, tuple], keys: list[bytes]) -> None:
+        m = self.model
+        share = m.prefix_sharing and m.can_share
+        fits = [k for k in keys if share and len(pending[k][0]) + len(pending[k][1]) <= m.max_length]
+        fit_set = set(fits)
+        full = [k for k in keys if k not in fit_set]
+        # Lexicographic order puts requests with shared prefixes next to each other, so chunking
+        # keeps what they share in one tree.
+        fits.sort(key=lambda k: pending[k][0] + pending[k][1])
+        for start in range(0, len(fits), CHUNK_REQUESTS):
+            chunk = fits[start:start + CHUNK_REQUESTS]
+            try:
+                self._run_tree(chunk, pending)
+            except PrefixUnsupported:
+                m.disable_prefix_sharing()
+                full += [k for k in fits[start:] if k not in self._results]
+                break
+        if full:
+            seqs, positions = [], []
+            for k in full:
+                ctx, cont = pending[k]
+                seq = list(ctx + cont)[-m.max_length:]
+                seqs.append(seq)
+                positions.append(range(len(seq) - len(cont), len(seq)))
+            values = self._full(seqs, positions)
+            self.stats.computed += len(full)
+            self._store({k: [float(sum(v))] for k, v in zip(full, values)}, full)
+
+    def _run_tree(self, chunk: list[bytes], pending: dict) -> None:
+        m = self.model
+        tree = build_tree([pending[k] for k in chunk], min_shared=self.min_shared,
+                          two_level=m.two_level_sharing)
+        values = [0.0] * tree.n_queries
+        known = [False] * tree.n_queries
+        # Per query, the requests still waiting on it; a request is stored once all its queries are in.
+        waiting: dict[int, list[int]] = {}
+        left = [0] * len(chunk)
+        for r, qids in enumerate(tree.request_queries):
+            left[r] = len(qids)
+            for q in qids:
+                waiting.setdefault(q, []).append(r)
+
+        def deliver(qids: list[int], vals: list[float]) -> None:
+            done = []
+            for q, v in zip(qids, vals):
+                if known[q]:
+                    continue
+                known[q], values[q] = True, v
+                for r in waiting.get(q, ()):
+                    left[r] -= 1
+                    if left[r] == 0:
+                        done.append(r)
+            if done:
+                ks = [chunk[r] for r in done]
+                self.stats.computed += len(ks)
+                self._store({chunk[r]: [float(sum(values[q] for q in tree.request_queries[r]))]
+                             for r in done}, ks)
+
+        roots = sorted(tree.roots, key=lambda s: -len(s.tokens))
+        for batch in self._root_batches(roots):
+            self._run_level(None, 0, batch, deliver)
+
+    def _root_batches(self, roots: list[Segment]):
+        m = self.model
+        positions = max(1, m.logits_budget // m.vocab_size)
+        start = 0
+        while start < len(roots):
+            # Longest first, so the first root sets the padded width; one root over a budget
+            # still goes alone.
+            width = len(roots[start].tokens)
+            n, logits = 1, _n_offsets(roots[start])
+            while start + n < len(roots) and n < m.batch_size and (n + 1) * width <= m.token_budget:
+                more = _n_offsets(roots[start + n])
+                if logits + more > positions:
+                    break
+                logits += more
+                n += 1
+            yield roots[start:start + n]
+            start += n
+
+    def _child_batches(self, children: list[tuple[int, Segment]], width: int):
+        """Children (parent row, segment), longest first, cut where the token budget (copied
+        state + inputs) or the logits budget is reached or where the segment length halves
+        (padding a batch to its longest row would multiply the work of short ones)."""
+        m = self.model
+        positions = max(1, m.logits_budget // m.vocab_size)
+        children = sorted(children, key=lambda c: -len(c[1].tokens))
+        cur: list = []
+        n = 0
+        for row, seg in children:
+            k = len(seg.tokens)
+            if cur and ((len(cur) + 1) * (width + n) > m.token_budget
+                        or (len(cur) + 1) * n > positions or (n >= 4 and 2 * k <= n)):
+                yield cur
+                cur = []
+            if not cur:
+                n = k
+            cur.append((row, seg))
+        if cur:
+            yield cur
+
+    def _run_level(self, state, width: int, batch, deliver: Callable) -> None:
+        """Forward ``batch`` (root segments, or (parent row, segment) pairs continuing ``state``
+        of padded width ``width``), deliver its queries, then recurse into its children."""
+        m = self.model
+        if state is None:
+            rows, segs = None, list(batch)
+        else:
+            rows, segs = [r for r, _ in batch], [s for _, s in batch]
+        try:
+            new_state, vals = m.forward_segments(state, rows, [s.tokens for s in segs],
+                                                 [[(o, t) for o, t, _ in s.queries] for s in segs])
+        except BackendOutOfMemory:
+            if len(batch) == 1:
+                raise
+            self.stats.oom_retries += 1
+            half = len(batch) // 2
+            self._run_level(state, width, batch[:half], deliver)
+            self._run_level(state, width, batch[half:], deliver)
+            return
+        self.stats.forwards += 1
+        self.stats.tokens_forwarded += sum(len(s.tokens) for s in segs)
+        deliver([q for s in segs for _, _, q in s.queries], [v for row in vals for v in row])
+        new_width = width + max(len(s.tokens) for s in segs)
+        children = [(row, c) for row, s in enumerate(segs) for c in s.children]
+        for sub in self._child_batches(children, new_width):
+            self._run_level(new_state, new_width, sub, deliver)
+        del new_state
+
+    # -- full-sequence path ----------------------------------------------------------------------------
+    def _full(self, seqs: list[list[int]], positions) -> list[list[float]]:
+        """``forward_full`` over batches bounded by ``batch_size`` and the logits budget, longest
+        first (similar lengths waste little padding; a too-large batch fails at once)."""
+        m = self.model
+        out: list[list[float]] = [[] for _ in seqs]
+        todo = [i for i in range(len(seqs)) if len(positions[i])]
+        todo.sort(key=lambda i: -len(seqs[i]))
+        start = 0
+        while start < len(todo):
+            idx = [todo[start]]
+            keep = len(seqs[todo[start]]) - min(positions[todo[start]]) + 1
+            for i in todo[start + 1:start + m.batch_size]:
+                k = max(keep, len(seqs[i]) - min(positions[i]) + 1)
+                if (len(idx) + 1) * k * m.vocab_size > m.logits_budget:
+                    break
+                idx.append(i)
+                keep = k
+            self._full_batch(seqs, positions, idx, out)
+            start += len(idx)
+        return out
+
+    def _full_batch(self, seqs, positions, idx: list[int], out) -> None:
+        try:
+            values = self.model.forward_full([seqs[i] for i in idx], [positions[i] for i in idx])
+        except BackendOutOfMemory:
+            if len(idx) == 1:
+                raise
+            self.stats.oom_retries += 1
+            half = len(idx) // 2
+            self._full_batch(seqs, positions, idx[:half], out)
+            self._full_batch(seqs, positions, idx[half:], out)
+            return
+        self.stats.forwards += 1
+        self.stats.tokens_forwarded += sum(len(seqs[i]) for i in idx)
+        for i, v in zip(idx, values):
+            out[i] = v
+
+
+def _n_offsets(seg: Segment) -> int:
+    return len({o for o, _, _ in seg.queries})
+
+
+def tree_of(model, encoded) -> PrefixTree:
+    """The prefix tree the engine would run for ``encoded`` on ``model`` (for reports)."""
+    return build_tree(encoded, two_level=model.two_level_sharing)
