@@ -14,6 +14,7 @@ benchmark, with ids such as ``test_bbq[Age-bias_score_ambig]``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -72,6 +73,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--thresholds", dest="audit_thresholds",
                 default=os.environ.get("AUDIT_THRESHOLDS"),
                 help="gates file (env AUDIT_THRESHOLDS; default: thresholds.yaml in the rootdir)")
+    g.addoption("--bbq-protocol", dest="audit_bbq_protocol", choices=["default", "lmeval"],
+                default=os.environ.get("AUDIT_BBQ_PROTOCOL", "default"),
+                help="BBQ scoring: default (argmax over the 3 options) or lmeval (lm-evaluation-"
+                     "harness 0.4.13's bbq task: 2 group answers + 10 unknown phrasings)")
+    g.addoption("--cache-dir", dest="audit_cache_dir", default=os.environ.get("AUDIT_CACHE_DIR"),
+                help="result cache folder (SQLite; env AUDIT_CACHE_DIR; default: "
+                     "$BIAS_AUDIT_CACHE/scores): a repeated or resumed run recomputes only what is missing")
+    g.addoption("--no-cache", dest="audit_no_cache", action="store_true", default=False,
+                help="do not read or write the result cache")
     g.addoption("--results-dir", dest="audit_results_dir",
                 default=os.environ.get("AUDIT_RESULTS_DIR", "audit-results"),
                 help="each run writes <results-dir>/<run id>/ (results.json, records/, junit.xml)")
@@ -253,8 +263,12 @@ class GateCheck:
         Raises the suite's AuditError (bad data or model) as a test error with its message.
         """
         g = self.gate
+        capman = self._node.config.pluginmanager.getplugin("capturemanager")
+        # Progress of a long category goes to the terminal, not into the test's captured output.
+        show = capman is not None and self._session.options.progress != "off"
         try:
-            outcome = self._session.outcome(g.benchmark, g.category)
+            with capman.global_and_fixture_disabled() if show else contextlib.nullcontext():
+                outcome = self._session.outcome(g.benchmark, g.category)
             error = None
         except AuditError as e:
             error = f"{g.benchmark}/{g.category}: {e}"
@@ -370,6 +384,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         tr.write_line(line)
     for v in results["gates"]:
         tr.write_line(f"  {v['status'].upper():<9} {v['message']}")
+    counts = [c.get("requests", {}) for cats in results["benchmarks"].values() for c in cats.values()]
+    if any(counts):
+        tr.write_line(f"requests: {sum(c.get('distinct', 0) for c in counts)} distinct, "
+                      f"{sum(c.get('from_cache', 0) for c in counts)} from the result cache, "
+                      f"{sum(c.get('computed', 0) for c in counts)} computed")
     summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items()))
     tr.write_line(f"gates: {summary}")
     tr.write_line(f"results: {state['results_path']}")

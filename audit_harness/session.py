@@ -32,6 +32,12 @@ class AuditOptions:
     results_dir: str = "audit-results"
     #: ``{benchmark: {option: value}}`` passed to ``Benchmark.configure`` (e.g. KoBBQ's mode).
     benchmark_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: folder of the result cache (None: ``engine.cache.default_cache_dir()``); ``cache=False``
+    #: (``--no-cache``) turns it off.
+    cache_dir: str | None = None
+    cache: bool = True
+    #: ``engine.progress`` mode: ``bar``, ``lines`` or ``off``.
+    progress: str = "off"
 
     @property
     def metric_settings(self) -> MetricSettings:
@@ -63,6 +69,9 @@ class CategoryOutcome:
     files: list[dict[str, Any]]
     seconds: float
     records_path: str
+    #: the engine's counters for this category (``EngineStats.to_dict``: requests, distinct,
+    #: from_cache, computed, tokens_forwarded, forwards, oom_retries).
+    requests: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -107,9 +116,36 @@ class AuditSession:
             from .models.zoo import load_model
 
             self._share_cpu_threads()
-            self._model = load_model(self.options.model, device=self._device(),
-                                     dtype=self.options.dtype, batch_size=self.options.batch_size)
+            model = load_model(self.options.model, device=self._device(),
+                               dtype=self.options.dtype, batch_size=self.options.batch_size)
+            model.engine = self._engine_for(model)
+            self._model = model
         return self._model
+
+    def _engine_for(self, model):
+        """The engine of the run: the result cache (unless ``--no-cache``) and a memo, so
+        identical requests of any items or benchmarks are computed once."""
+        from .engine.cache import ResultCache, default_cache_dir
+        from .engine.executor import Engine
+
+        cache = None
+        if self.options.cache:
+            folder = Path(self.options.cache_dir) if self.options.cache_dir else default_cache_dir()
+            try:
+                cache = ResultCache(folder)
+            except Exception as e:  # noqa: BLE001 - sqlite3 and OS errors alike
+                raise ConfigError(f"--cache-dir {folder}: cannot open the result cache ({e})") from None
+        return Engine(model, cache=cache, memo=True)
+
+    @property
+    def progress(self):
+        """The run's ``engine.progress.Progress`` (one task per category)."""
+        if getattr(self, "_progress", None) is None:
+            from .engine.progress import Progress
+
+            prefix = f"[gw{self.worker_index}] " if self.worker_index is not None else ""
+            self._progress = Progress(self.options.progress, prefix=prefix)
+        return self._progress
 
     def _share_cpu_threads(self) -> None:
         # K xdist workers each using every core oversubscribe the CPU (2 workers x 2 threads on
@@ -149,8 +185,16 @@ class AuditSession:
         data = bench.load_category(self.data_dir, category)
         items = bench.select(data.items, opts.limit, opts.seed, salt=f"{benchmark}/{category}")
         todo = [it for it in items if (benchmark, it.item_id) not in self._records]
-        for record in bench.evaluate(self.model, todo):
-            self._records[(benchmark, record.item_id)] = record
+        engine = self.model.engine
+        engine.reset_stats()
+        with self.progress.task(f"{benchmark}/{category}", len(todo)) as task:
+            engine.progress = task
+            try:
+                for record in bench.evaluate(self.model, todo):
+                    self._records[(benchmark, record.item_id)] = record
+            finally:
+                engine.progress = None
+        stats = engine.reset_stats().to_dict()
         records = [self._records[(benchmark, it.item_id)] for it in items]
         path = self.run_dir / "records" / benchmark / f"{category}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -167,7 +211,7 @@ class AuditSession:
             metrics={k: v.to_dict() for k, v in metrics.items()},
             excluded=excluded, notes=data.notes,
             files=[f.__dict__ for f in data.files], seconds=time.perf_counter() - start,
-            records_path=str(path.relative_to(self.run_dir)))
+            records_path=str(path.relative_to(self.run_dir)), requests=stats)
 
     def metric(self, benchmark: str, category: str, name: str):
         """The ``MetricResult`` of one metric of one category."""
@@ -215,10 +259,19 @@ def overall_from_records(benchmarks: Mapping[str, Benchmark], outcomes: Sequence
 def _benchmark_options(get) -> dict[str, dict[str, Any]]:
     """Per-benchmark options (``Benchmark.configure``) from the plugin's flags."""
     out: dict[str, dict[str, Any]] = {}
+    if get("audit_bbq_protocol") not in (None, "default"):
+        out["bbq"] = {"protocol": get("audit_bbq_protocol")}
     if get("audit_data_source") != "files" or get("audit_hf_dataset"):
         for name in ("esbbq", "cabbq"):
             out[name] = {"data_source": get("audit_data_source"), "hf_path": get("audit_hf_dataset")}
     return out
+
+
+def _progress_mode(config) -> str:
+    from .engine.progress import progress_mode
+
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    return progress_mode(quiet=config.getoption("verbose") < 0, worker=worker)
 
 
 def options_from_config(config) -> AuditOptions:
@@ -229,6 +282,7 @@ def options_from_config(config) -> AuditOptions:
         dtype=get("audit_dtype"), batch_size=get("audit_batch_size"), limit=get("audit_limit"),
         seed=get("audit_seed"), n_resamples=get("audit_bootstrap"), confidence=get("audit_confidence"),
         thresholds=get("audit_thresholds"), results_dir=get("audit_results_dir"),
-        benchmark_options=_benchmark_options(get))
+        benchmark_options=_benchmark_options(get), cache_dir=get("audit_cache_dir"),
+        cache=not get("audit_no_cache"), progress=_progress_mode(config))
     opts.validate()
     return opts

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data import DataFile, require_file
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from .base import CategoryData
 from .bbq_family import BBQFamilyBenchmark, MCItem
 
@@ -29,6 +29,12 @@ CATEGORIES = (
 REQUIRED_FIELDS = ("example_id", "question_index", "question_polarity", "context_condition",
                    "category", "answer_info", "context", "question", "ans0", "ans1", "ans2", "label")
 PROMPT = "{context}\n\nQ: {question}\nA:"
+PROTOCOLS = ("default", "lmeval")
+#: lm-eval 0.4.13 ``tasks/bbq/utils.py`` ``UNKNOWN_RESPONSES`` (from HELM), in its order.
+LMEVAL_UNKNOWN_RESPONSES = (
+    "Unknown", "Cannot answer", "Can't be determined", "Cannot be determined", "Can't answer",
+    "Not known", "Not enough info", "Not enough information", "Not answerable", "Undetermined",
+)
 METADATA_FILE = Path("bbq/supplemental/additional_metadata.csv")
 _lock = threading.Lock()
 
@@ -65,7 +71,15 @@ def _read_metadata(path: Path) -> tuple[dict[tuple[str, int], tuple[str | None, 
 
 
 class BBQ(BBQFamilyBenchmark):
-    """BBQ benchmark: loader and prompt (see module docstring); metrics: flavour ``bbq``."""
+    """BBQ benchmark: loader and prompt (see module docstring); metrics: flavour ``bbq``.
+
+    Option ``protocol`` (``--bbq-protocol``): ``default`` (argmax over the 3 options) or
+    ``lmeval`` (lm-evaluation-harness 0.4.13's ``bbq`` task: 12 choices, see ``choices``), to
+    reproduce lm-eval's BBQ numbers with this suite's intervals and per-category metrics.
+    """
+
+    options = {**BBQFamilyBenchmark.options, "protocol": "default"}
+    protocol = "default"
 
     name = "bbq"
     flavour = "bbq"
@@ -149,9 +163,45 @@ class BBQ(BBQFamilyBenchmark):
     def prompt(self, item: MCItem) -> str:
         return PROMPT.format(context=item.context, question=item.question)
 
+    def check_option(self, key: str, value: Any) -> None:
+        if key == "protocol" and value not in PROTOCOLS:
+            raise ConfigError(f"bbq: protocol must be one of {', '.join(PROTOCOLS)}, got {value!r}")
+        super().check_option(key, value)
+
+    def choices(self, item: MCItem) -> list[str]:
+        """``default``: the 3 options. ``lmeval``: lm-eval 0.4.13 ``bbq`` ``doc_to_choice``: the
+        two group answers in dataset order (unstripped, as lm-eval scores them) + the 10 HELM
+        unknown phrasings (``LMEVAL_UNKNOWN_RESPONSES``).
+
+        Raises:
+            DataError: (lmeval) the item's UNKNOWN option is not one of the 10 phrasings (lm-eval
+                finds the unknown option by its text and fails on such a row).
+        """
+        if self.protocol != "lmeval":
+            return super().choices(item)
+        if item.options[item.unknown_option] not in LMEVAL_UNKNOWN_RESPONSES:
+            raise DataError(f"bbq {item.item_id}: UNKNOWN option {item.options[item.unknown_option]!r} "
+                            "is not one of lm-eval's unknown phrasings (--bbq-protocol lmeval)")
+        groups = [o for k, o in enumerate(item.options) if k != item.unknown_option]
+        return groups + list(LMEVAL_UNKNOWN_RESPONSES)
+
+    def choice_to_option(self, item: MCItem, choice: int) -> int:
+        """``lmeval``: choices 0 and 1 are the two group options, any phrasing is UNKNOWN."""
+        if self.protocol != "lmeval":
+            return choice
+        if choice >= 2:
+            return item.unknown_option
+        return [k for k in range(3) if k != item.unknown_option][choice]
+
     def provenance(self) -> dict[str, Any]:
-        return {"protocol": "cloze over the 3 options (lm-eval bbq prompt)", "prompt_template": PROMPT,
-                **super().provenance()}
+        if self.protocol == "lmeval":
+            protocol = ("lm-eval 0.4.13 bbq (multiple_choice): cloze over the 2 group answers + "
+                        "10 HELM unknown phrasings, argmax over 12, any phrasing = unknown")
+            extra = {"unknown_phrasings": list(LMEVAL_UNKNOWN_RESPONSES)}
+        else:
+            protocol, extra = "cloze over the 3 options (lm-eval bbq prompt)", {}
+        return {"protocol": protocol, "protocol_option": self.protocol, "prompt_template": PROMPT,
+                **extra, **super().provenance()}
 
 
 BENCHMARKS = {"bbq": BBQ()}

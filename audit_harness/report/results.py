@@ -57,7 +57,8 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
         "benchmarks": {
             bench: {
                 o["category"]: {k: o[k] for k in ("n_available", "n_scored", "metrics", "excluded",
-                                                  "notes", "seconds", "records_path")}
+                                                  "notes", "seconds", "records_path", "requests")
+                                if k in o}
                 for o in outcomes if o["benchmark"] == bench
             }
             for bench in sorted({o["benchmark"] for o in outcomes})

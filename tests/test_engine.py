@@ -1,0 +1,258 @@
+"""The scoring engine (audit_harness/engine/): the prefix tree, exactness against the plain
+one-forward-per-request computation on real BBQ rows, invariance to batch size, request order and
+cache hits, out-of-memory halving, the result cache (crash resume, concurrent writers) and
+progress output."""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from audit_harness.benchmarks import registry
+from audit_harness.engine.cache import ResultCache, request_key
+from audit_harness.engine.executor import BackendOutOfMemory, Engine
+from audit_harness.engine.prefix_tree import build_tree
+from audit_harness.engine.progress import Progress, progress_mode
+from audit_harness.models import load_model
+
+from test_models import reference_loglikelihood
+from test_prefix_sharing import _tiny
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bbq_requests(data_dir, protocol: str, categories=("Age", "Religion"), rows: int = 8):
+    """(items, per-item choices, flat (prompt, " " + choice) requests) of the first rows of each
+    category file: consecutive rows share contexts (ambiguous context = prefix of the
+    disambiguated one) and questions."""
+    bbq = registry()["bbq"].configure(protocol=protocol)
+    items = [it for c in categories for it in bbq.load_category(data_dir, c).items[:rows]]
+    choices = [bbq.choices(it) for it in items]
+    flat = [(bbq.prompt(it), " " + c) for it, ch in zip(items, choices) for c in ch]
+    return bbq, items, choices, flat
+
+
+def reference(model, requests):
+    return [reference_loglikelihood(model, c, x) for c, x in requests]
+
+
+def predictions(scores, choices):
+    out, pos = [], 0
+    for ch in choices:
+        part = scores[pos:pos + len(ch)]
+        out.append(max(range(len(ch)), key=part.__getitem__))
+        pos += len(ch)
+    return out
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return load_model("tiny-random-gpt2", device="cpu", dtype="float32", batch_size=8)
+
+
+@pytest.fixture(scope="module")
+def llama(gpt2):
+    return _tiny("llama", gpt2.tokenizer, gpt2.info)
+
+
+# -- prefix tree -----------------------------------------------------------------------------------
+def test_tree_feeds_each_shared_prefix_once():
+    ctx_a, ctx_d = [1, 2, 3, 4, 5, 6], [7, 8, 9, 14, 15]
+    q1, q2 = [10, 11], [12, 13]
+    requests = [(ctx + q, [20 + k, 30]) for ctx in (ctx_a, ctx_a + ctx_d) for q in (q1, q2)
+                for k in range(3)]
+    tree = build_tree(requests)
+    # ctx_a once, ctx_d once, each question once per context, each 2-token continuation's
+    # first token once per (context, question, choice).
+    assert tree.tokens() == len(ctx_a) + len(ctx_d) + 4 * 2 + 12 * 1
+    assert build_tree(requests, two_level=True).tokens() == 2 * (8 + 13) + 12
+    # Every query sits on exactly one segment.
+    seen, stack = [], list(tree.roots)
+    while stack:
+        s = stack.pop()
+        seen += [q for _, _, q in s.queries]
+        stack += s.children
+    assert sorted(seen) == list(range(tree.n_queries))
+    assert all(len(q) == 2 for q in tree.request_queries)
+
+
+def test_short_shared_prefixes_are_fed_again_and_contexts_stay_whole():
+    requests = [([1, 2, 3], [4]), ([1, 2, 5], [6]), ([1, 2, 5], [7])]
+    tree = build_tree(requests, min_shared=4)
+    assert sorted(len(r.tokens) for r in tree.roots) == [3, 3]  # [1, 2] is fed twice
+    assert tree.n_queries == 3
+    with pytest.raises(ValueError, match="empty context"):
+        build_tree([([], [1])])
+
+
+# -- exactness -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("protocol", ["default", "lmeval"])
+def test_real_rows_equal_one_forward_per_request(gpt2, llama, data_dir, protocol):
+    _, items, choices, flat = bbq_requests(data_dir, protocol)
+    for model in (gpt2, llama):
+        engine = Engine(model)
+        got = engine.loglikelihood(flat)
+        expected = reference(model, flat)
+        assert got == pytest.approx(expected, abs=1e-4)
+        assert predictions(got, choices) == predictions(expected, choices)
+        plain_tokens = sum(len(c) + len(x) - 1 for c, x in (model.encode_pair(*r) for r in flat))
+        # Contexts shared across items and choices: far fewer tokens than lm-eval's way.
+        assert engine.stats.tokens_forwarded < plain_tokens / 4
+
+
+def test_invariant_to_batch_size_order_and_cache(gpt2, data_dir, tmp_path):
+    _, _, choices, flat = bbq_requests(data_dir, "lmeval")
+    base = Engine(gpt2).loglikelihood(flat)
+    saved = gpt2.batch_size, gpt2.token_budget
+    try:
+        for batch_size, token_budget in [(1, 8192), (3, 200), (32, 1 << 20)]:
+            gpt2.batch_size, gpt2.token_budget = batch_size, token_budget
+            assert Engine(gpt2).loglikelihood(flat) == pytest.approx(base, abs=1e-5)
+    finally:
+        gpt2.batch_size, gpt2.token_budget = saved
+    perm = torch.randperm(len(flat), generator=torch.Generator().manual_seed(1)).tolist()
+    shuffled = Engine(gpt2).loglikelihood([flat[i] for i in perm])
+    assert [shuffled[perm.index(i)] for i in range(len(flat))] == pytest.approx(base, abs=1e-5)
+    cold = Engine(gpt2, cache=ResultCache(tmp_path))
+    first = cold.loglikelihood(flat)
+    warm = Engine(gpt2, cache=ResultCache(tmp_path))
+    assert warm.loglikelihood(flat) == first  # bit for bit
+    assert warm.stats.computed == 0 and warm.stats.from_cache == warm.stats.distinct
+    assert predictions(first, choices) == predictions(base, choices)
+
+
+def test_duplicates_are_computed_once_and_token_logprobs_are_cached(gpt2, tmp_path):
+    engine = Engine(gpt2, cache=ResultCache(tmp_path), memo=True)
+    reqs = [("Answer:", " A"), ("Answer: ", "A"), ("Answer:", " B"), ("Answer:", " A")]
+    a = engine.loglikelihood(reqs)
+    assert a[0] == a[1] == a[3] and engine.stats.distinct == 2 and engine.stats.computed == 2
+    enc = gpt2.encode_sentence("The grandfather and the grandson.")
+    positions = list(range(1, len(enc.ids)))
+    first = engine.token_logprobs([enc.ids, enc.ids], [positions, positions])
+    assert first[0] == first[1]
+    again = Engine(gpt2, cache=ResultCache(tmp_path)).token_logprobs([enc.ids], [positions])
+    assert again[0] == first[0]
+
+
+def test_out_of_memory_halves_the_batch(gpt2, monkeypatch):
+    reqs = [(f"Context number {k} is here", f" choice {j}") for k in range(6) for j in range(3)]
+    expected = Engine(gpt2).loglikelihood(reqs)
+    real_segments, real_full = gpt2.forward_segments, gpt2.forward_full
+
+    def small_segments(state, rows, segments, queries):
+        if len(segments) > 2:
+            raise BackendOutOfMemory("CUDA out of memory (simulated)")
+        return real_segments(state, rows, segments, queries)
+
+    def small_full(seqs, positions):
+        if len(seqs) > 2:
+            raise BackendOutOfMemory("CUDA out of memory (simulated)")
+        return real_full(seqs, positions)
+
+    monkeypatch.setattr(gpt2, "forward_segments", small_segments)
+    monkeypatch.setattr(gpt2, "forward_full", small_full)
+    engine = Engine(gpt2)
+    assert engine.loglikelihood(reqs) == pytest.approx(expected, abs=1e-5)
+    assert engine.stats.oom_retries > 0
+    gpt2.prefix_sharing = False
+    try:
+        full = Engine(gpt2)
+        assert full.loglikelihood(reqs) == pytest.approx(expected, abs=1e-4)
+        assert full.stats.oom_retries > 0
+    finally:
+        gpt2.prefix_sharing = True
+
+
+# -- result cache ------------------------------------------------------------------------------------
+CRASHING_RUN = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
+    from audit_harness.engine.cache import ResultCache
+    from audit_harness.engine.executor import Engine
+    from audit_harness.models import load_model
+    from test_engine import bbq_requests
+    from pathlib import Path
+    kill_after = int(sys.argv[1])
+    model = load_model("tiny-random-gpt2", device="cpu", dtype="float32", batch_size=4)
+    model.token_budget = 400  # many small forwards
+    engine = Engine(model, cache=ResultCache(sys.argv[2]))
+    real, calls = model.forward_segments, [0]
+    def forward(*a, **k):
+        calls[0] += 1
+        if kill_after and calls[0] > kill_after:
+            print(json.dumps(engine.stats.to_dict()), flush=True)
+            os._exit(9)  # a crash: no cleanup, no flush beyond what the engine committed
+        return real(*a, **k)
+    model.forward_segments = forward
+    _, _, _, flat = bbq_requests(Path(sys.argv[3]), "lmeval")
+    engine.loglikelihood(flat)
+    print(json.dumps(engine.stats.to_dict()), flush=True)
+""")
+
+
+def test_killed_run_resumes_computing_only_what_is_missing(tmp_path, data_dir):
+    import json
+
+    script = tmp_path / "run.py"
+    script.write_text(CRASHING_RUN.format(repo=str(REPO), tests=str(REPO / "tests")))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+    def run(kill_after: int):
+        proc = subprocess.run([sys.executable, str(script), str(kill_after), str(tmp_path / "cache"),
+                               str(data_dir)], capture_output=True, text=True, env=env, timeout=300)
+        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+
+    rc, killed = run(6)
+    assert rc == 9 and 0 < killed["computed"] < killed["distinct"]
+    rc, resumed = run(0)
+    assert rc == 0
+    assert resumed["from_cache"] == killed["computed"]
+    assert killed["computed"] + resumed["computed"] == resumed["distinct"]  # each request once
+
+
+def _writer(folder: str, worker: int, n: int) -> None:
+    cache = ResultCache(folder)
+    for start in range(0, n, 10):
+        cache.put_many({request_key("m", "ll", [worker, i], [1]): [float(i)]
+                        for i in range(start, start + 10)})
+        cache.get_many([request_key("m", "ll", [1 - worker, i], [1]) for i in range(start, start + 10)])
+
+
+def test_two_processes_write_one_cache(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), w, 200)) for w in (0, 1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    cache = ResultCache(tmp_path)
+    assert len(cache) == 400
+    got = cache.get_many([request_key("m", "ll", [1, 7], [1])])
+    assert list(got.values()) == [[7.0]]
+
+
+# -- progress ----------------------------------------------------------------------------------------
+def test_progress_lines_in_ci_and_quiet():
+    assert progress_mode(quiet=False, env={"CI": "true"}) == "lines"
+    assert progress_mode(quiet=True, env={"CI": "true"}) == "off"
+    assert progress_mode(quiet=False, env={}, worker="gw1") == "lines"
+    out = io.StringIO()
+    with Progress("lines", stream=out, interval=0.0, prefix="[gw1] ").task("bbq/Age", 4) as task:
+        for _ in range(8):
+            task.advance(0.5)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("[gw1] bbq/Age: 0/4 items") and "items/s" in lines[0]
+    assert lines[-1].startswith("[gw1] bbq/Age: 4/4 items (100%)") and "done in" in lines[-1]
+    silent = io.StringIO()
+    with Progress("off", stream=silent).task("bbq/Age", 4) as task:
+        task.advance(4)
+    assert silent.getvalue() == ""
