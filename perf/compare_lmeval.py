@@ -1,0 +1,326 @@
+"""Side by side with lm-evaluation-harness 0.4.13, in one invocation: our engine and lm-eval on the
+same model (fp32, CPU, same torch threads and batch size), the same items (the first N rows of
+every category file) and the same prompts and choices (lm-eval's ``bbq`` task for BBQ, i.e. our
+``--bbq-protocol lmeval``; the authors' ``esbbq`` protocol for EsBBQ, which lm-eval uses unchanged).
+
+Each side runs as its own process (start-up and model load included), timed by wall clock, with
+its peak resident memory from ``os.wait4``. Ours runs twice: cold (an empty result cache) and warm
+(the same cache again). Printed: wall time, items/s, tokens forwarded and peak memory of each
+side, the ratios, identical predictions (argmax choice per item) and the largest per-choice
+log-likelihood difference, ending with the line
+``speedup <x>x, memory <y>x, predictions identical <k>/<n>, max |dLL| <d>``.
+
+lm-eval is installed on first use from the package registry into ``.venv-lmeval`` in the repo
+(git-ignored): ``pip install "lm_eval[hf]==0.4.13" torch==2.13.0``. It reads our rows offline: a
+task that includes lm-eval's own task yaml unchanged, pointed at a JSONL of exactly those rows.
+A timing on a shared machine varies: read the ratios of one invocation, and note the load.
+
+usage: python perf/compare_lmeval.py --benchmark {bbq,esbbq} --per-category N
+           [--model smollm2-135m-instruct] [--batch-size 16] [--threads 2] [--data-dir DIR]
+           [--workdir DIR] [--json-out FILE] [--profile]
+
+Exit status 0; 1 when a prediction or a prompt/choice differs; 2 when lm-eval cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import venv
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LMEVAL_VENV = REPO / ".venv-lmeval"
+LMEVAL_PIP = ["lm_eval[hf]==0.4.13", "torch==2.13.0"]
+# EsBBQ CSV -> the Hugging Face hub schema (BSC-LT/EsBBQ) that lm-eval's utils read:
+# ``doc["answer_info"]["ansK"]`` and ``group in doc["stereotyped_groups"]`` need real lists.
+LIST_COLS = ("stereotyped_groups", "source")
+INT_COLS = ("instance_id", "template_id", "label")
+
+
+# -- lm-eval side ------------------------------------------------------------------------------------
+def lmeval_python() -> Path:
+    """The lm-eval interpreter, installing it into ``.venv-lmeval`` when absent."""
+    python = LMEVAL_VENV / "bin" / "python"
+    if python.is_file() and subprocess.run([str(python), "-c", "import lm_eval"],
+                                           capture_output=True).returncode == 0:
+        return python
+    print(f"installing {' '.join(LMEVAL_PIP)} into {LMEVAL_VENV} (one time, ~1-2 min)", flush=True)
+    venv.create(LMEVAL_VENV, with_pip=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *LMEVAL_PIP], check=True)
+    return python
+
+
+def hub_record(row: dict[str, str]) -> dict:
+    """One EsBBQ CSV row in the hub JSONL schema (answer_info dict of lists, typed fields)."""
+    out: dict = {}
+    for k, v in row.items():
+        if k.startswith("answer_info."):
+            out.setdefault("answer_info", {})[k.split(".", 1)[1]] = ast.literal_eval(v)
+        elif k in LIST_COLS:
+            out[k] = ast.literal_eval(v)
+        elif k in INT_COLS:
+            out[k] = int(v)
+        elif k == "proper_nouns_only":
+            out[k] = {"True": True, "False": False}[v]
+        else:
+            out[k] = v
+    return out
+
+
+def first_rows(benchmark: str, data_dir: Path, bench, n: int) -> dict[str, list[dict]]:
+    """The first ``n`` rows of every category file, as lm-eval's dataset rows."""
+    out = {}
+    for category in bench.categories:
+        if benchmark == "bbq":
+            path = data_dir / "bbq" / "data" / f"{category}.jsonl"
+            with open(path, encoding="utf-8") as f:
+                out[category] = [json.loads(line) for _, line in zip(range(n), f)]
+        else:
+            with open(bench.category_file(data_dir, category), encoding="utf-8", newline="") as f:
+                out[category] = [hub_record(r) for _, r in zip(range(n), csv.DictReader(f))]
+    return out
+
+
+def row_key(benchmark: str, category: str, row: dict) -> str:
+    return f"{category}-{row['example_id'] if benchmark == 'bbq' else row['instance_id']}"
+
+
+def write_task(workdir: Path, benchmark: str, rows: dict[str, list[dict]], tasks_dir: Path) -> str:
+    """One lm-eval task over all chosen rows: lm-eval's task yaml included unchanged, the data
+    a local JSONL."""
+    tdir = workdir / "tasks"
+    tdir.mkdir(parents=True, exist_ok=True)
+    base = tasks_dir / ("bbq/bbq_multiple_choice.yaml" if benchmark == "bbq"
+                        else "esbbq/_esbbq_common_yaml")
+    if not base.is_file():
+        raise SystemExit(f"lm-eval task config not found: {base}")
+    jsonl = tdir / "rows.jsonl"
+    with open(jsonl, "w", encoding="utf-8") as f:
+        for cat_rows in rows.values():
+            for r in cat_rows:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    task = f"cmp_{benchmark}"
+    (tdir / f"{task}.yaml").write_text(
+        f"include: {base}\ntask: {task}\ntag: []\ndataset_path: json\ndataset_name: null\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {jsonl.resolve()}\n", encoding="utf-8")
+    return task
+
+
+def timed(cmd: list[str], env: dict, cwd: Path, log: Path) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS in bytes, return code) of one child process."""
+    t0 = time.perf_counter()
+    with open(log, "w", encoding="utf-8") as out:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t0, usage.ru_maxrss * 1024, proc.returncode
+
+
+def run_lmeval(python: Path, folder: Path, task: str, workdir: Path, args) -> tuple[dict, float, int]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HOME": str(workdir / "hf_home"), "TOKENIZERS_PARALLELISM": "false",
+           "OMP_NUM_THREADS": str(args.threads)}
+    env.pop("PYTHONPATH", None)  # keep our packages out of the lm-eval interpreter
+    out = workdir / "lmeval_out"
+    cmd = [str(python), "-m", "lm_eval", "--model", "hf",
+           "--model_args", f"pretrained={folder},dtype=float32", "--device", "cpu",
+           "--batch_size", str(args.batch_size), "--tasks", task,
+           "--include_path", str(workdir / "tasks"), "--log_samples", "--output_path", str(out)]
+    seconds, rss, rc = timed(cmd, env, workdir, workdir / "lm_eval.log")
+    if rc != 0:
+        print((workdir / "lm_eval.log").read_text(encoding="utf-8")[-4000:], file=sys.stderr)
+        print(f"lm_eval failed (rc {rc}); log {workdir / 'lm_eval.log'}", file=sys.stderr)
+        sys.exit(2)
+    (samples,) = [p for p in out.rglob(f"samples_{task}_*.jsonl")][-1:]
+    docs = [json.loads(line) for line in samples.open(encoding="utf-8")]
+    return {"docs": docs}, seconds, rss
+
+
+# -- our side (a child process of this script) --------------------------------------------------------
+def ours_main(argv: list[str]) -> None:
+    """``--_ours``: score the chosen items with our engine and write the result JSON."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--_ours", dest="out", required=True)
+    ap.add_argument("--benchmark", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--keys", required=True, help="JSON list of row keys to score")
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--batch-size", type=int, required=True)
+    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--cache-dir", required=True)
+    ap.add_argument("--profile", action="store_true")
+    a = ap.parse_args(argv)
+    t_start = time.perf_counter()
+    sys.path.insert(0, str(REPO))
+    import torch
+
+    torch.set_num_threads(a.threads)
+    from audit_harness.benchmarks import registry
+    from audit_harness.engine.cache import ResultCache
+    from audit_harness.engine.executor import Engine
+    from audit_harness.models.zoo import load_model
+
+    bench = registry()[a.benchmark]
+    if a.benchmark == "bbq":
+        bench = bench.configure(protocol="lmeval")
+    keys = set(json.loads(Path(a.keys).read_text()))
+    model = load_model(a.model, device="cpu", dtype="float32", batch_size=a.batch_size)
+    model.engine = Engine(model, cache=ResultCache(a.cache_dir))
+    t_loaded = time.perf_counter()
+    items = []
+    for category in bench.categories:
+        for it in bench.load_category(Path(a.data_dir), category).items:
+            key = it.item_id if a.benchmark == "bbq" else f"{category}-{it.extra['instance_id']}"
+            if key in keys:
+                items.append((key, it))
+    prof = None
+    if a.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    t0 = time.perf_counter()
+    records = bench.evaluate(model, [it for _, it in items])
+    t_scored = time.perf_counter()
+    if prof is not None:
+        import pstats
+
+        prof.disable()
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
+    flat = [(bench.prompt(it), bench.delimiter + c) for _, it in items for c in bench.choices(it)]
+    plain = sum(len(c) + len(x) - 1 for c, x in (model.encode_pair(*r) for r in flat))
+    out = {"items": {k: {"lls": r.loglikelihoods, "choice": r.predicted_choice, "choices": r.choices,
+                         "prompt": bench.prompt(it)} for (k, it), r in zip(items, records)},
+           "stats": model.engine.stats.to_dict(), "plain_tokens": plain, "requests": len(flat),
+           "seconds": {"startup_and_load": t_loaded - t_start, "scoring": t_scored - t0},
+           "threads": torch.get_num_threads()}
+    Path(a.out).write_text(json.dumps(out), encoding="utf-8")
+
+
+def run_ours(args, folder: Path, keys_path: Path, workdir: Path, cache_dir: Path, tag: str):
+    out = workdir / f"ours_{tag}.json"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--_ours", str(out), "--benchmark",
+           args.benchmark, "--model", args.model, "--keys", str(keys_path), "--data-dir",
+           str(args.data_dir), "--batch-size", str(args.batch_size), "--threads", str(args.threads),
+           "--cache-dir", str(cache_dir)] + (["--profile"] if args.profile and tag == "cold" else [])
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(args.threads),
+           "TOKENIZERS_PARALLELISM": "false"}
+    seconds, rss, rc = timed(cmd, env, REPO, workdir / f"ours_{tag}.log")
+    if rc != 0:
+        print((workdir / f"ours_{tag}.log").read_text(encoding="utf-8")[-4000:], file=sys.stderr)
+        raise SystemExit(f"our run failed (rc {rc})")
+    return json.loads(out.read_text(encoding="utf-8")), seconds, rss
+
+
+# -- comparison ------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--_ours" in argv:
+        ours_main(argv)
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--benchmark", choices=["bbq", "esbbq"], required=True)
+    ap.add_argument("--per-category", type=int, required=True, help="first N rows of every category")
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="zoo name")
+    ap.add_argument("--batch-size", type=int, default=16, help="both sides' batch size")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads, both sides")
+    ap.add_argument("--data-dir", default=os.environ.get("AUDIT_DATA_DIR") or str(REPO.parent / "shared" / "data"))
+    ap.add_argument("--workdir", help="keep inputs, logs and outputs here (default: a temp dir)")
+    ap.add_argument("--json-out", help="write the summary as JSON")
+    ap.add_argument("--profile", action="store_true", help="cProfile of our cold scoring (in its log)")
+    args = ap.parse_args(argv)
+    args.data_dir = Path(args.data_dir).resolve()
+    sys.path.insert(0, str(REPO))
+    from audit_harness.benchmarks import registry
+    from audit_harness.models.zoo import materialize
+
+    bench = registry()[args.benchmark]
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix=f"cmp_{args.benchmark}_")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    python = lmeval_python()
+    tasks_dir = Path(subprocess.run([str(python), "-c", "import os, lm_eval.tasks as t; "
+                                     "print(os.path.dirname(t.__file__))"],
+                                    capture_output=True, text=True, check=True).stdout.strip())
+    rows = first_rows(args.benchmark, args.data_dir, bench, args.per_category)
+    keys = [row_key(args.benchmark, c, r) for c, rs in rows.items() for r in rs]
+    keys_path = workdir / "keys.json"
+    keys_path.write_text(json.dumps(keys))
+    task = write_task(workdir, args.benchmark, rows, tasks_dir)
+    folder = materialize(args.model)
+    print(f"{args.benchmark}: first {args.per_category} rows of {len(rows)} categories ({len(keys)} rows); "
+          f"model {args.model}; fp32 CPU, {args.threads} threads, batch size {args.batch_size}; "
+          f"load {os.getloadavg()[0]:.1f}; workdir {workdir}", flush=True)
+
+    cache_dir = workdir / "cache"
+    cold, t_cold, rss_cold = run_ours(args, folder, keys_path, workdir, cache_dir, "cold")
+    warm, t_warm, rss_warm = run_ours(args, folder, keys_path, workdir, cache_dir, "warm")
+    lm, t_lm, rss_lm = run_lmeval(python, folder, task, workdir, args)
+
+    # per item
+    # The rows' own category field may be spelled unlike the file name: map back to the file.
+    id_field = "example_id" if args.benchmark == "bbq" else "instance_id"
+    file_of = {(r["category"], r[id_field]): c for c, rs in rows.items() for r in rs}
+    theirs = {row_key(args.benchmark, file_of[(d["doc"]["category"], d["doc"][id_field])], d["doc"]): d
+              for d in lm["docs"]}
+    n = identical = protocol_diff = 0
+    max_dll = 0.0
+    for key, mine in cold["items"].items():
+        d = theirs.get(key)
+        if d is None:
+            continue
+        n += 1
+        arg_list = [d["arguments"][f"gen_args_{k}"] for k in range(len(d["arguments"]))]
+        if ([a["arg_0"] for a in arg_list] != [mine["prompt"]] * len(mine["choices"])
+                or [a["arg_1"] for a in arg_list] != [" " + c for c in mine["choices"]]):
+            protocol_diff += 1
+            continue
+        lls = [float(r[0]) for r in d["filtered_resps"]]
+        max_dll = max(max_dll, max(abs(a - b) for a, b in zip(lls, mine["lls"])))
+        identical += max(range(len(lls)), key=lls.__getitem__) == mine["choice"]
+    lm_tokens = cold["plain_tokens"]  # lm-eval feeds (context + continuation)[:-1] per request
+    n_items = len(cold["items"])
+    table = [("ours (cold cache)", t_cold, cold["stats"]["tokens_forwarded"], rss_cold),
+             ("ours (warm cache)", t_warm, warm["stats"]["tokens_forwarded"], rss_warm),
+             ("lm-eval 0.4.13", t_lm, lm_tokens, rss_lm)]
+    print(f"\n{'side':<20}{'wall s':>9}{'items/s':>9}{'tokens fwd':>12}{'peak MiB':>10}")
+    for name, t, tok, rss in table:
+        print(f"{name:<20}{t:>9.1f}{n_items / t:>9.2f}{tok:>12}{rss / 2**20:>10.0f}")
+    print(f"ours: {cold['requests']} requests, {cold['stats']['distinct']} distinct, "
+          f"{cold['stats']['forwards']} forwards; cold: start-up+load {cold['seconds']['startup_and_load']:.1f} s, "
+          f"scoring {cold['seconds']['scoring']:.1f} s; warm: scoring {warm['seconds']['scoring']:.2f} s "
+          f"({warm['stats']['from_cache']} of {warm['stats']['distinct']} from the cache, "
+          f"{100 * warm['seconds']['scoring'] / max(cold['seconds']['scoring'], 1e-9):.1f}% of cold scoring, "
+          f"{100 * t_warm / t_cold:.0f}% of cold wall)")
+    print(f"ratios: wall {t_lm / t_cold:.2f}x, tokens {lm_tokens / max(cold['stats']['tokens_forwarded'], 1):.2f}x, "
+          f"peak memory ours/lm-eval {rss_cold / rss_lm:.2f}")
+    if protocol_diff:
+        print(f"{protocol_diff} items with a different prompt or choices than lm-eval's", file=sys.stderr)
+    if n != n_items:
+        print(f"{n_items - n} of our items missing from lm-eval's samples", file=sys.stderr)
+    summary = {"benchmark": args.benchmark, "per_category": args.per_category, "items": n_items,
+               "compared": n, "identical": identical, "max_abs_dll": max_dll,
+               "seconds": {"ours_cold": t_cold, "ours_warm": t_warm, "lmeval": t_lm,
+                           "ours_inner": cold["seconds"], "ours_warm_inner": warm["seconds"]},
+               "peak_rss_bytes": {"ours_cold": rss_cold, "ours_warm": rss_warm, "lmeval": rss_lm},
+               "tokens": {"ours": cold["stats"]["tokens_forwarded"], "lmeval": lm_tokens},
+               "protocol_mismatches": protocol_diff, "threads": args.threads,
+               "batch_size": args.batch_size, "workdir": str(workdir)}
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    print(f"speedup {t_lm / t_cold:.2f}x, memory {rss_cold / rss_lm:.2f}x, predictions identical "
+          f"{identical}/{n_items}, max |dLL| {max_dll:.2e}")
+    return 0 if identical == n_items and not protocol_diff else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
