@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -18,13 +19,15 @@ REPO = Path(__file__).resolve().parents[1]
 CATEGORIES = ("Religion", "Sexual_orientation")
 
 
-def run_audit(tmp_path: Path, data_dir: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
-    results = tmp_path / "results"
+def run_audit(tmp_path: Path, data_dir: Path, *extra: str, env: dict | None = None,
+              results_name: str = "results") -> tuple[subprocess.CompletedProcess, Path]:
+    results = tmp_path / results_name
     cmd = [sys.executable, "-m", "pytest", "audits/test_bbq.py", "--model", "tiny-random-gpt2",
            "--data-dir", str(data_dir), "--limit", "12", "--results-dir", str(results),
            "--bootstrap-resamples", "200", "-k", " or ".join(CATEGORIES), "-p", "no:cacheprovider",
-           *extra]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+           "--cache-dir", str(tmp_path / "cache"), *extra]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **(env or {})})
     return proc, results
 
 
@@ -113,6 +116,21 @@ def test_xdist_gives_the_same_numbers(serial_run, tmp_path, data_dir):
         assert parallel["benchmarks"]["bbq"][cat]["metrics"] == serial["benchmarks"]["bbq"][cat]["metrics"]
     assert parallel["overall"] == serial["overall"]
     assert len(parallel["gates"]) == len(serial["gates"])
+    # The two workers wrote one result cache: a rerun computes nothing, gives the same numbers,
+    # and under CI=true prints plain progress lines.
+    proc, again = run_audit(tmp_path, data_dir, env={"CI": "true", "BIAS_AUDIT_PROGRESS_INTERVAL": "0"},
+                            results_name="again")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rerun = json.loads((only_run_dir(again) / "results.json").read_text())
+    for cat in CATEGORIES:
+        first, second = parallel["benchmarks"]["bbq"][cat], rerun["benchmarks"]["bbq"][cat]
+        assert first["requests"]["computed"] == first["requests"]["distinct"] > 0
+        assert second["requests"]["from_cache"] == second["requests"]["distinct"]
+        assert second["requests"]["computed"] == 0
+        assert second["metrics"] == first["metrics"]
+        assert re.search(rf"^bbq/{cat}: 12/12 items \(100%\), [0-9.]+ items/s, done in", proc.stderr, re.M), \
+            proc.stderr[-2000:]
+    assert "from the result cache" in proc.stdout
 
 
 @pytest.mark.parametrize("args, message", [

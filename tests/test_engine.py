@@ -29,7 +29,7 @@ from test_prefix_sharing import _tiny
 REPO = Path(__file__).resolve().parents[1]
 
 
-def bbq_requests(data_dir, protocol: str, categories=("Age", "Religion"), rows: int = 8):
+def bbq_requests(data_dir, protocol: str, categories=("Age", "Religion"), rows: int = 4):
     """(items, per-item choices, flat (prompt, " " + choice) requests) of the first rows of each
     category file: consecutive rows share contexts (ambiguous context = prefix of the
     disambiguated one) and questions."""
@@ -98,14 +98,30 @@ def test_short_shared_prefixes_are_fed_again_and_contexts_stay_whole():
 def test_real_rows_equal_one_forward_per_request(gpt2, llama, data_dir, protocol):
     _, items, choices, flat = bbq_requests(data_dir, protocol)
     for model in (gpt2, llama):
-        engine = Engine(model)
-        got = engine.loglikelihood(flat)
         expected = reference(model, flat)
-        assert got == pytest.approx(expected, abs=1e-4)
-        assert predictions(got, choices) == predictions(expected, choices)
         plain_tokens = sum(len(c) + len(x) - 1 for c, x in (model.encode_pair(*r) for r in flat))
-        # Contexts shared across items and choices: far fewer tokens than lm-eval's way.
-        assert engine.stats.tokens_forwarded < plain_tokens / 4
+        for packing in (True, False):  # packed tree attention; levels over copied caches
+            model.packing = packing
+            engine = Engine(model)
+            got = engine.loglikelihood(flat)
+            model.packing = True
+            assert got == pytest.approx(expected, abs=1e-4)
+            assert predictions(got, choices) == predictions(expected, choices)
+            # Contexts shared across items and choices: far fewer tokens than lm-eval's way.
+            assert engine.stats.tokens_forwarded < plain_tokens / 4
+
+
+def test_packed_rows_split_at_the_token_budget(gpt2, data_dir):
+    _, _, _, flat = bbq_requests(data_dir, "lmeval", categories=("Age",), rows=4)
+    whole = Engine(gpt2).loglikelihood(flat)
+    saved = gpt2.token_budget
+    gpt2.token_budget = 40  # below one BBQ subtree: its prefix is repeated in several rows
+    try:
+        engine = Engine(gpt2)
+        assert engine.loglikelihood(flat) == pytest.approx(whole, abs=1e-5)
+        assert engine.stats.forwards > 1
+    finally:
+        gpt2.token_budget = saved
 
 
 def test_invariant_to_batch_size_order_and_cache(gpt2, data_dir, tmp_path):
@@ -113,7 +129,7 @@ def test_invariant_to_batch_size_order_and_cache(gpt2, data_dir, tmp_path):
     base = Engine(gpt2).loglikelihood(flat)
     saved = gpt2.batch_size, gpt2.token_budget
     try:
-        for batch_size, token_budget in [(1, 8192), (3, 200), (32, 1 << 20)]:
+        for batch_size, token_budget in [(1, 8192), (5, 200)]:
             gpt2.batch_size, gpt2.token_budget = batch_size, token_budget
             assert Engine(gpt2).loglikelihood(flat) == pytest.approx(base, abs=1e-5)
     finally:
@@ -157,11 +173,22 @@ def test_out_of_memory_halves_the_batch(gpt2, monkeypatch):
             raise BackendOutOfMemory("CUDA out of memory (simulated)")
         return real_full(seqs, positions)
 
+    real_packed = gpt2.forward_packed
+
+    def small_packed(rows):
+        if len(rows) > 1:
+            raise BackendOutOfMemory("CUDA out of memory (simulated)")
+        return real_packed(rows)
+
+    monkeypatch.setattr(gpt2, "forward_packed", small_packed)
     monkeypatch.setattr(gpt2, "forward_segments", small_segments)
     monkeypatch.setattr(gpt2, "forward_full", small_full)
-    engine = Engine(gpt2)
-    assert engine.loglikelihood(reqs) == pytest.approx(expected, abs=1e-5)
-    assert engine.stats.oom_retries > 0
+    for packing in (True, False):
+        gpt2.packing = packing
+        engine = Engine(gpt2)
+        assert engine.loglikelihood(reqs) == pytest.approx(expected, abs=1e-5)
+        assert engine.stats.oom_retries > 0
+    gpt2.packing = True
     gpt2.prefix_sharing = False
     try:
         full = Engine(gpt2)
@@ -182,16 +209,16 @@ CRASHING_RUN = textwrap.dedent("""
     from pathlib import Path
     kill_after = int(sys.argv[1])
     model = load_model("tiny-random-gpt2", device="cpu", dtype="float32", batch_size=4)
-    model.token_budget = 400  # many small forwards
+    model.batch_size, model.token_budget = 1, 600  # several forwards
     engine = Engine(model, cache=ResultCache(sys.argv[2]))
-    real, calls = model.forward_segments, [0]
+    real, calls = model.forward_packed, [0]
     def forward(*a, **k):
         calls[0] += 1
         if kill_after and calls[0] > kill_after:
             print(json.dumps(engine.stats.to_dict()), flush=True)
             os._exit(9)  # a crash: no cleanup, no flush beyond what the engine committed
         return real(*a, **k)
-    model.forward_segments = forward
+    model.forward_packed = forward
     _, _, _, flat = bbq_requests(Path(sys.argv[3]), "lmeval")
     engine.loglikelihood(flat)
     print(json.dumps(engine.stats.to_dict()), flush=True)
@@ -210,7 +237,7 @@ def test_killed_run_resumes_computing_only_what_is_missing(tmp_path, data_dir):
                                str(data_dir)], capture_output=True, text=True, env=env, timeout=300)
         return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
 
-    rc, killed = run(6)
+    rc, killed = run(3)
     assert rc == 9 and 0 < killed["computed"] < killed["distinct"]
     rc, resumed = run(0)
     assert rc == 0

@@ -1,5 +1,6 @@
-"""Prefix sharing in the HF backend: each distinct context runs once with a key/value cache and
-all its continuations are scored against it. Scores must equal the full-sequence path and the
+"""Prefix sharing in the HF backend over copied key/value caches (``packing=False``; the packed
+tree-attention path is tested in test_engine.py): each distinct context runs once with a key/value
+cache and all its continuations are scored against it. Scores must equal the full-sequence path and the
 unbatched reference definition (tests/test_models.py), for absolute (GPT-2) and rotary (Llama,
 Gemma 3 with sliding-window layers) positions."""
 
@@ -66,13 +67,14 @@ def model(request, gpt2) -> HFCausalLM:
 
 def _scores(model: HFCausalLM, requests, *, sharing: bool, batch_size: int, **budgets) -> list[float]:
     saved = (model.prefix_sharing, model.batch_size, model.token_budget, model.logits_budget)
-    model.prefix_sharing, model.batch_size = sharing, batch_size
+    model.prefix_sharing, model.batch_size, model.packing = sharing, batch_size, False
     model.token_budget = budgets.get("token_budget", model.token_budget)
     model.logits_budget = budgets.get("logits_budget", model.logits_budget)
     try:
         return model.loglikelihood(requests)
     finally:
         model.prefix_sharing, model.batch_size, model.token_budget, model.logits_budget = saved
+        model.packing = True
 
 
 class ForwardCounter:
@@ -156,7 +158,7 @@ def test_full_path_is_used_when_sharing_is_off(gpt2, monkeypatch):
 
 def test_requests_longer_than_the_window_take_the_truncating_full_path(monkeypatch):
     model = load_model("tiny-random-gpt2", device="cpu", batch_size=4)
-    model.max_length = 24
+    model.max_length, model.packing = 24, False
     long_ctx = "The grandfather and the grandson " * 12
     requests = [(long_ctx, " were here."), (long_ctx, " A"), ("Answer:", " A"), ("Answer:", " B")]
     counter = ForwardCounter(model, monkeypatch)
@@ -189,6 +191,7 @@ def test_uncacheable_output_falls_back_to_full_path(gpt2, monkeypatch):
     """A cache that is not a batch-indexable transformers Cache (legacy tuples, recurrent
     state) switches sharing off for the model and rescores everything on the full path."""
     model = load_model("tiny-random-gpt2", device="cpu", batch_size=7)
+    model.packing = False
     inner = model.model.forward
 
     def forward(*args, **kwargs):

@@ -81,6 +81,7 @@ class Engine:
         self.min_shared = min_shared
         self.memo: dict[bytes, list[float]] | None = {} if memo else None
         self._results: dict[bytes, list[float]] = {}
+        self._weight: dict[bytes, float] = {}
         self.stats = EngineStats()
         self.progress = None  # a ProgressTask while a category runs
 
@@ -95,6 +96,15 @@ class Engine:
         """Summed log-probability (natural log) of each continuation after its context (strings
         tokenized by the backend's ``encode_pair``). ``weights``: progress units per request
         (an item's share), default none."""
+        if not hasattr(self.model, "encode_pair") or self._model_key() is None:
+            # A backend that scores strings itself (a test double, a future server without
+            # token ids): no token ids to key a cache on, so its own call runs as is.
+            values = list(self.model.loglikelihood(requests))
+            self.stats.requests += len(requests)
+            self.stats.computed += len(requests)
+            if self.progress is not None and weights is not None:
+                self.progress.advance(sum(weights))
+            return values
         encoded = [self.model.encode_pair(c, x) for c, x in requests]
         return self.loglikelihood_tokens(encoded, weights)
 
@@ -114,7 +124,7 @@ class Engine:
             if len(cont) >= m.max_length:
                 raise ValueError(f"continuation of {len(cont)} tokens does not fit the model's "
                                  f"{m.max_length}-token window")
-        keys = [request_key(m.cache_key, "ll", ctx, cont) for ctx, cont in encoded]
+        keys = [request_key(self._model_key(), "ll", ctx, cont) for ctx, cont in encoded]
         first = {}
         for i, k in enumerate(keys):
             first.setdefault(k, i)
@@ -146,7 +156,13 @@ class Engine:
                 if bad:
                     raise ValueError(f"sequence {n}: position {bad[0]} is outside [1, {len(seq)}) "
                                      "(position 0 has no left context)")
-        keys = [request_key(m.cache_key, "tlp", list(s), list(p)) for s, p in zip(sequences, positions)]
+        if not hasattr(m, "forward_full") and self._model_key() is None:
+            values = m.token_logprobs(sequences, positions)
+            self.stats.requests += len(sequences)
+            self.stats.computed += len(sequences)
+            return values
+        keys = [request_key(self._model_key(), "tlp", list(s), list(p))
+                for s, p in zip(sequences, positions)]
         first = {}
         for i, k in enumerate(keys):
             first.setdefault(k, i)
@@ -163,6 +179,9 @@ class Engine:
         return [list(self._results[k]) for k in keys]
 
     # -- dedupe, cache, progress ---------------------------------------------------------------------
+    def _model_key(self) -> str | None:
+        return getattr(self.model, "cache_key", None)
+
     def _lookup(self, keys: list[bytes], first: dict[bytes, int], weights) -> list[bytes]:
         """Count the requests, answer what the memo and cache hold; returns the keys to compute."""
         self.stats.requests += len(keys)
@@ -257,9 +276,47 @@ class Engine:
                 self._store({chunk[r]: [float(sum(values[q] for q in tree.request_queries[r]))]
                              for r in done}, ks)
 
+        if getattr(m, "can_pack", False):
+            self._run_packed(tree, deliver)
+            return
         roots = sorted(tree.roots, key=lambda s: -len(s.tokens))
         for batch in self._root_batches(roots):
             self._run_level(None, 0, batch, deliver)
+
+    # -- packed trees (one row per subtree, tree attention) -------------------------------------------
+    def _run_packed(self, tree: PrefixTree, deliver: Callable) -> None:
+        """Each root's subtree flattened into one row (split where it exceeds the token budget):
+        every token attends to its ancestors only, so a row computes every prefix of the subtree
+        at once, with no key/value copies. Rows are batched longest first by ``batch_size``, the
+        token budget and the logits budget."""
+        m = self.model
+        rows = [r for root in tree.roots for r in _split(root, m.token_budget)]
+        flat = sorted((_flatten(r) for r in rows), key=lambda f: -len(f[0]))
+        start = 0
+        while start < len(flat):
+            n, width, queries = 1, len(flat[start][0]), len(flat[start][3])
+            while (start + n < len(flat) and n < m.batch_size
+                   and (n + 1) * width <= m.token_budget
+                   and (queries + len(flat[start + n][3])) * m.vocab_size <= m.logits_budget):
+                queries += len(flat[start + n][3])
+                n += 1
+            self._packed_batch(flat[start:start + n], deliver)
+            start += n
+
+    def _packed_batch(self, batch, deliver: Callable) -> None:
+        try:
+            vals = self.model.forward_packed([(t, p, d, [(c, tg) for c, tg, _ in q]) for t, p, d, q in batch])
+        except BackendOutOfMemory:
+            if len(batch) == 1:
+                raise
+            self.stats.oom_retries += 1
+            half = len(batch) // 2
+            self._packed_batch(batch[:half], deliver)
+            self._packed_batch(batch[half:], deliver)
+            return
+        self.stats.forwards += 1
+        self.stats.tokens_forwarded += sum(len(t) for t, _, _, _ in batch)
+        deliver([qid for _, _, _, q in batch for _, _, qid in q], [v for row in vals for v in row])
 
     def _root_batches(self, roots: list[Segment]):
         m = self.model
@@ -367,10 +424,51 @@ class Engine:
             out[i] = v
 
 
+def _subtree_tokens(seg: Segment) -> int:
+    return len(seg.tokens) + sum(_subtree_tokens(c) for c in seg.children)
+
+
+def _split(seg: Segment, budget: int) -> list[Segment]:
+    """``seg``'s subtree as rows of at most ``budget`` tokens where possible: a subtree too big
+    for one row repeats its own tokens in each row, over groups of its children (a single
+    segment longer than the budget still goes alone)."""
+    if not seg.children or _subtree_tokens(seg) <= budget:
+        return [seg]
+    room = max(1, budget - len(seg.tokens))
+    groups: list[list[Segment]] = [[]]
+    used = 0
+    for child in seg.children:
+        for part in _split(child, room):
+            size = _subtree_tokens(part)
+            if groups[-1] and used + size > room:
+                groups.append([])
+                used = 0
+            groups[-1].append(part)
+            used += size
+    # Queries of seg's own tokens are the same in every copy; the engine keeps the first value.
+    return [Segment(seg.tokens, seg.depth, seg.queries, g) for g in groups]
+
+
+def _flatten(root: Segment):
+    """(tokens, parent index per token (-1: none), position per token, queries as (column,
+    target, query id)) of ``root``'s subtree in depth-first order."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    positions: list[int] = []
+    queries: list[tuple[int, int, int]] = []
+    stack = [(root, -1)]
+    while stack:
+        seg, parent = stack.pop()
+        base = len(tokens)
+        for k, tok in enumerate(seg.tokens):
+            tokens.append(tok)
+            parents.append(parent if k == 0 else base + k - 1)
+            positions.append(seg.depth + k)
+        queries.extend((base + o, t, q) for o, t, q in seg.queries)
+        last = len(tokens) - 1
+        stack.extend((c, last) for c in reversed(seg.children))
+    return tokens, parents, positions, queries
+
+
 def _n_offsets(seg: Segment) -> int:
     return len({o for o, _, _ in seg.queries})
-
-
-def tree_of(model, encoded) -> PrefixTree:
-    """The prefix tree the engine would run for ``encoded`` on ``model`` (for reports)."""
-    return build_tree(encoded, two_level=model.two_level_sharing)

@@ -1,4 +1,5 @@
-"""Cloze multiple choice: score each choice as a continuation of the item's prompt."""
+"""Cloze multiple choice: score each choice as a continuation of the item's prompt (through the
+model's engine: shared prefixes, cache, progress)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,13 @@ def score_choices(model: LanguageModel, prompts: Sequence[str], choices: Sequenc
     if len(prompts) != len(choices):
         raise ValueError(f"{len(prompts)} prompts but {len(choices)} choice lists")
     flat: list[tuple[str, str]] = []
+    weights: list[float] = []  # progress: each item counts 1, spread over its choices
     for i, (prompt, opts) in enumerate(zip(prompts, choices)):
         if not opts:
             raise ValueError(f"item {i} has no choices")
         flat.extend((prompt, delimiter + c) for c in opts)
-    scores = model.loglikelihood(flat)
+        weights.extend([1.0 / len(opts)] * len(opts))
+    scores = model.engine.loglikelihood(flat, weights)
     out, pos = [], 0
     for opts in choices:
         out.append(scores[pos:pos + len(opts)])

@@ -1,5 +1,5 @@
-"""Hugging Face causal-LM backend: batched continuation log-likelihoods, per-token log-probabilities
-of whole sequences, and greedy generation."""
+"""Hugging Face causal-LM backend: the forwards behind continuation log-likelihoods and per-token
+log-probabilities (the engine schedules them), and greedy generation."""
 
 from __future__ import annotations
 
@@ -57,15 +57,16 @@ class HFCausalLM(LanguageModel):
     continuation tokens are ever scored. A BOS token is prepended when the tokenizer adds one by
     default (Gemma); an empty context is replaced by BOS (or EOS when there is no BOS).
 
-    Scoring paths of ``loglikelihood_tokens``:
+    Scoring requests go through the engine (``audit_harness.engine.executor.Engine``: prefix
+    tree, batching, cache); this class only runs forwards:
 
-    - prefix sharing (default): requests are grouped by identical context ids; each distinct
-      context is run once with a key/value cache, and all its continuations are scored against
-      copies of that cache (the choices of a multiple-choice item share their prompt).
-    - full sequence: every (context + continuation) runs from scratch, left-padded. Used when
-      ``prefix_sharing=False``, for requests longer than the window (they are left-truncated, so
-      their context is no longer shared), and for models whose forward takes no cache or
-      position ids, or returns a cache that cannot be batch-indexed (recurrent/linear layers).
+    - ``forward_segments``: segments of the engine's prefix tree, each continuing a row of a
+      previous forward's key/value cache (shared prefixes run once). Not available
+      (``can_share`` False) for models whose forward takes no cache or position ids, or returns a
+      cache that cannot be batch-indexed (recurrent/linear layers); sliding-window models share
+      whole contexts only (``two_level_sharing``).
+    - ``forward_full``: whole sequences from scratch, left-padded: ``prefix_sharing=False``,
+      requests longer than the window (left-truncated), ``token_logprobs``.
 
     Both give the same numbers up to float rounding (~2e-5 nats per request in fp32, SmolLM2).
 
@@ -73,14 +74,17 @@ class HFCausalLM(LanguageModel):
         model: a loaded ``PreTrainedModel`` in eval mode, already on its device and dtype.
         tokenizer: its tokenizer.
         info: provenance recorded in results.
-        batch_size: sequences per forward pass (full path), distinct contexts per context forward
+        batch_size: sequences per forward pass (full path), top-level segments per forward
             (prefix sharing).
-        prefix_sharing: run each distinct context once and reuse its key/value cache.
-        token_budget: upper bound on ``rows x (context width + continuation width)`` of one
-            forward pass of the prefix-sharing path, which bounds the copied key/value cache
+        prefix_sharing: run each shared prefix once.
+        packing: with prefix sharing, run each prefix tree as one packed row with tree attention
+            (``forward_packed``) rather than level by level over copied key/value caches
+            (``forward_segments``); off, or unavailable (sliding windows), the latter.
+        token_budget: upper bound on ``rows x (state width + segment width)`` of one forward of
+            the prefix-sharing path, which bounds the copied key/value cache
             (bytes per token = 2 x layers x kv heads x head dim x dtype size).
         logits_budget: upper bound on the number of logit elements (``positions x vocab``) one
-            continuation forward may produce; a 262k vocabulary makes this the binding limit.
+            forward may produce; a 262k vocabulary makes this the binding limit.
     Raises:
         ValueError: batch_size, token_budget or logits_budget < 1.
     """
@@ -88,7 +92,7 @@ class HFCausalLM(LanguageModel):
     capabilities = frozenset({LOGLIKELIHOOD, TOKEN_LOGPROBS, GENERATE})
 
     def __init__(self, model, tokenizer, info: ModelInfo, batch_size: int = 16, *,
-                 prefix_sharing: bool = True, token_budget: int = 8192,
+                 prefix_sharing: bool = True, packing: bool = True, token_budget: int = 8192,
                  logits_budget: int = 1 << 26):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -126,10 +130,18 @@ class HFCausalLM(LanguageModel):
                            and not getattr(cfg, "is_encoder_decoder", False))
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
         self._vocab = int(getattr(text_cfg, "vocab_size", 0) or 1 << 18)
+        self._softcap = getattr(text_cfg, "final_logit_softcapping", None)
+        # Packing needs a decoder that takes a custom 4-D mask and position ids, an output head,
+        # and full attention everywhere (a custom mask bypasses sliding windows).
+        self.packing = packing
+        self._can_pack = (self._can_share and hasattr(model, "base_model")
+                          and model.get_output_embeddings() is not None
+                          and "position_ids" in inspect.signature(model.base_model.forward).parameters)
         layer_types = getattr(text_cfg, "layer_types", None) or ()
         self._sliding = (any("sliding" in str(t) or "chunked" in str(t) for t in layer_types)
                          or (not layer_types and getattr(text_cfg, "sliding_window", None) is not None
                              and getattr(text_cfg, "use_sliding_window", True) is not False))
+        self._can_pack = self._can_pack and not self._sliding
 
     # -- tokenization ----------------------------------------------------------------------------
     def _encode(self, text: str) -> list[int]:
@@ -330,6 +342,66 @@ class HFCausalLM(LanguageModel):
                 out[r] = values[pos:pos + len(row)]
                 pos += len(row)
         return (new_cache, mask, lengths), out
+
+    @property
+    def can_pack(self) -> bool:
+        """Whether the engine may use ``forward_packed`` (``packing`` on, a full-attention model
+        whose decoder takes a 4-D mask and position ids)."""
+        return self.packing and self._can_pack
+
+    @torch.inference_mode()
+    def forward_packed(self, rows) -> list[list[float]]:
+        """One forward of packed prefix trees. Each row is (tokens, parent index per token (-1:
+        none), position id per token, queries as (column, target)): token i attends to itself
+        and its ancestors only (a 4-D additive mask), at position id = its depth, so every
+        prefix in the row is computed as if alone; no key/value cache is kept. Hidden states are
+        gathered at the queried columns only, then the output head and a float32 log-softmax.
+
+        Returns:
+            per row, the log-probability of each query's target.
+        Raises:
+            BackendOutOfMemory: CUDA ran out of memory.
+        """
+        import numpy as np
+
+        n, width = len(rows), max(len(r[0]) for r in rows)
+        ids = torch.full((n, width), self._pad, dtype=torch.long)
+        pos = torch.zeros((n, width), dtype=torch.long)
+        allowed = np.zeros((n, width, width), dtype=bool)
+        for r, (tokens, parents, positions, _) in enumerate(rows):
+            ids[r, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            pos[r, :len(tokens)] = torch.tensor(positions, dtype=torch.long)
+            a = allowed[r]
+            for i, p in enumerate(parents):  # parents precede children (depth-first order)
+                if p >= 0:
+                    a[i] = a[p]
+                a[i, i] = True
+            for i in range(len(tokens), width):  # padding sees itself: no all-masked row
+                a[i, i] = True
+        dtype = self.model.dtype
+        mask = torch.zeros((n, 1, width, width), dtype=dtype)
+        mask.masked_fill_(~torch.from_numpy(allowed).unsqueeze(1), torch.finfo(dtype).min)
+        ids, pos, mask = ids.to(self.device), pos.to(self.device), mask.to(self.device)
+        try:
+            hidden = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                           use_cache=False).last_hidden_state
+            q_rows = torch.tensor([r for r, row in enumerate(rows) for _ in row[3]], device=self.device)
+            q_cols = torch.tensor([c for row in rows for c, _ in row[3]], device=self.device)
+            targets = torch.tensor([t for row in rows for _, t in row[3]], device=self.device)
+            logits = self.model.get_output_embeddings()(hidden[q_rows, q_cols]).float()
+        except torch.OutOfMemoryError as e:
+            from ..engine.executor import BackendOutOfMemory
+
+            raise BackendOutOfMemory(str(e)) from None
+        if self._softcap:
+            logits = torch.tanh(logits / self._softcap) * self._softcap
+        values = (logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+                  - torch.logsumexp(logits, dim=-1)).tolist()
+        out, k = [], 0
+        for row in rows:
+            out.append(values[k:k + len(row[3])])
+            k += len(row[3])
+        return out
 
     # -- generation ------------------------------------------------------------------------------
     def _encode_prompt(self, prompt: str) -> list[int]:
