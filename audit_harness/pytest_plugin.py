@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from .errors import AuditError
+from .errors import AuditError, MissingDataError
 from .gates import Gate, load_thresholds
 
 _SESSION_KEY = pytest.StashKey["object"]()
@@ -202,6 +202,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state["gates_selected"] = sum(1 for i in session.items if "audit_gate" in getattr(i, "fixturenames", ()))
 
 
+def skipped_verdict(gate: Gate, reason: str) -> dict:
+    """The results-file verdict of a gate whose category could not be evaluated because its data
+    file is missing: status ``skipped``, no value, ``reason`` as the message."""
+    return {"benchmark": gate.benchmark, "category": gate.category, "metric": gate.metric,
+            "status": "skipped", "bounds": gate.bounds(), "basis": gate.basis, "value": None,
+            "ci": [None, None], "n": 0, "message": reason}
+
+
 class GateCheck:
     """What an audit test receives: evaluates one gate on the (cached) category outcome and
     records value, n, interval and bounds as JUnit properties."""
@@ -215,12 +223,20 @@ class GateCheck:
     def evaluate(self):
         """Run (or reuse) the category's evaluation and return the gate's Verdict.
 
-        Raises the suite's AuditError (bad data or model) as a test error with its message.
+        Raises the suite's AuditError (bad data or model) as a test error with its message; a
+        ``MissingDataError`` skips the test (``pytest.skip``) and records a ``skipped`` verdict.
         """
         g = self.gate
         try:
             outcome = self._session.outcome(g.benchmark, g.category)
             error = None
+        except MissingDataError as e:
+            # A category whose file is absent is skipped, and the skip is kept in the results so
+            # the report lists the gate instead of silently dropping it.
+            reason = f"{g.benchmark}/{g.category}: {e}"
+            self._record("status", "skipped")
+            self._session.verdicts.append(skipped_verdict(g, reason))
+            pytest.skip(reason)
         except AuditError as e:
             error = f"{g.benchmark}/{g.category}: {e}"
         if error:
@@ -278,7 +294,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
         return
     parts = [audit.export()] + [json.loads(p) for p in state["worker_outputs"]]
     outcomes = [o for p in parts for o in p["outcomes"]]
-    if not outcomes:
+    verdicts = [v for p in parts for v in p["verdicts"]]
+    if not outcomes and not verdicts:
         return
     from .report.markdown import write_markdown
     from .report.results import build_results, write_results
@@ -293,7 +310,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
     # Gates configured for the benchmarks this run touched: a BBQ-only run is complete when
     # all BBQ gates ran, whatever EsBBQ's section holds.
-    touched = {o["benchmark"] for o in outcomes}
+    touched = {o["benchmark"] for o in outcomes} | {v["benchmark"] for v in verdicts}
     configured = sum(len(g) for b, g in state["gates"].items() if b in touched)
     run = {"invocation": list(config.invocation_params.args),
            "thresholds_sha256": sha256_file(Path(audit.options.thresholds)),
@@ -304,7 +321,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
                                    audit.options.metric_settings)
     provenance = {name: audit.benchmarks[name].provenance() for name in touched}
     results = build_results(run_id=state["run_id"], options=opts, model=model, outcomes=outcomes,
-                            verdicts=[v for p in parts for v in p["verdicts"]],
+                            verdicts=verdicts,
                             thresholds_path=str(audit.options.thresholds), overall=overall,
                             provenance=provenance, run=run)
     state["results"] = results
