@@ -220,32 +220,50 @@ def clean_short_answer(text: str) -> str:
     return line[:-1].rstrip() if line.endswith(".") else line
 
 
-def isolate_revised_entity(output: str, corrupted_path: str) -> str:
+def isolate_revised_entity(output: str, corrupted_path: str, *, min_anchor: int = 2) -> str:
     """The entity a factual-editing answer put in place of the wrong one.
 
-    The paper isolates it with the longest common substring against the corrupted path. Here:
-    the output's first line and the path (tabs and ``|`` as separators) are normalised
-    (``bias_metrics.kgquiz.normalize_text``) into words; ``difflib.SequenceMatcher`` aligns them
-    by longest common substrings (recursively left and right of the longest one, Ratcliff /
-    Obershelp); the output's words outside the aligned blocks form spans, and the longest span
-    (the first on a tie) is the revised entity. An output sharing nothing with the path (just an
-    entity) is returned whole; an output that repeats the path unchanged gives ``""``.
+    The paper isolates it with the longest common substring against the corrupted path. Here,
+    on the output's first line, both sides normalised (``bias_metrics.kgquiz.normalize_text``):
+
+    1. when the line has the path's fields (split at tabs or ``|``, as the prompt asks), the
+       entity is the field that differs from the path (the longest, the first on a tie, if the
+       model changed several; ``""`` if it changed none);
+    2. otherwise, words: ``difflib.SequenceMatcher`` aligns output and path by longest common
+       substrings (recursively left and right of the longest one, Ratcliff / Obershelp); the
+       output's words outside the aligned blocks form spans, spans separated by fewer than
+       ``min_anchor`` aligned words are merged (so a shared "of" inside the new entity does not
+       cut it), and the longest span (the first on a tie) is the entity. An output sharing
+       nothing with the path (just an entity) is returned whole.
 
     Args:
         output: the generation. corrupted_path: the question's path (tab-separated fields).
+        min_anchor: aligned words needed to separate two unaligned spans (>= 1).
     Returns:
         the revised entity, normalised (lower case, no ASCII punctuation), possibly ``""``.
     """
-    out_words = normalize_text(first_line(output)).split()
+    line = first_line(output)
+    path_fields = [normalize_text(f) for f in corrupted_path.split("\t")]
+    out_fields = [normalize_text(f) for f in re.split(r"[\t|]", line)]
+    if len(path_fields) > 1 and len(out_fields) == len(path_fields):
+        changed = [o for o, p in zip(out_fields, path_fields) if o != p]
+        return max(changed, key=len) if changed else ""
+    out_words = normalize_text(line).split()
     path_words = normalize_text(corrupted_path.replace("\t", " ")).split()
     matcher = difflib.SequenceMatcher(None, out_words, path_words, autojunk=False)
-    spans: list[list[str]] = []
+    spans: list[list[int]] = []  # [start, end) in out_words
     pos = 0
     for block in matcher.get_matching_blocks():  # the last block is the (len, len, 0) sentinel
         if block.a > pos:
-            spans.append(out_words[pos:block.a])
+            if spans and pos - spans[-1][1] < min_anchor:
+                spans[-1][1] = block.a  # too short an anchor between them: one span
+            else:
+                spans.append([pos, block.a])
         pos = block.a + block.size
-    return " ".join(max(spans, key=len)) if spans else ""
+    if not spans:
+        return ""
+    start, stop = max(spans, key=lambda sp: sp[1] - sp[0])
+    return " ".join(out_words[start:stop])
 
 
 _FACT_SPLIT = re.compile(r"\n+|(?<=[.!?;])\s+")
@@ -655,8 +673,9 @@ class KGQuiz(Benchmark):
                                 "invalid counts as wrong in accuracy's denominator",
             "task1_distractor_strategy": self.distractor_strategy,
             "task4_path_length": self.path_length,
-            "task4_entity_isolation": "longest common substrings (difflib) against the corrupted "
-                                      "path; the longest unmatched span of the output",
+            "task4_entity_isolation": "the field that differs from the corrupted path, else "
+                                      "longest common substrings (difflib) against it: the "
+                                      "longest unaligned span of the output",
             "task5_fact_split": f"lines and sentences, >= {p.min_fact_words} words, de-duplicated",
             "semantic_match": {
                 "theta": self.theta, "embedding_model": p.embedding_model,
