@@ -51,8 +51,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--batch-size", dest="audit_batch_size", type=int,
                 default=_env_int("AUDIT_BATCH_SIZE") or 16, help="sequences per forward pass")
     g.addoption("--limit", dest="audit_limit", type=int, default=_env_int("AUDIT_LIMIT"),
-                help="items per category, balanced over context condition x polarity, "
-                     "deterministic for a given --seed (env AUDIT_LIMIT; default: all)")
+                help="items per category, balanced as the benchmark defines (BBQ family: "
+                     "context condition x polarity; KGQuiz true/false: the label), deterministic for a "
+                     "given --seed (env AUDIT_LIMIT; default: all)")
     g.addoption("--seed", dest="audit_seed", type=int, default=_env_int("AUDIT_SEED") or 0,
                 help="seed of --limit sampling and of bootstrap intervals")
     g.addoption("--bootstrap-resamples", dest="audit_bootstrap", type=int, default=1000,

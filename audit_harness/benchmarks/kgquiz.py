@@ -214,10 +214,10 @@ def first_line(text: str) -> str:
 
 def clean_short_answer(text: str) -> str:
     """A blank-filling answer from a generation: its first non-empty line without an
-    ``A:``/``Answer:`` prefix, enclosing quotes or ``*``, and a final period. Project rule."""
+    ``A:``/``Answer:`` prefix and enclosing quotes, ``*`` or backticks (punctuation left inside is
+    removed by the metrics' normalisation). Project rule."""
     line = re.sub(r"^(?:a|answer)\s*:\s*", "", first_line(text), flags=re.IGNORECASE)
-    line = line.strip().strip("\"'*`").strip()
-    return line[:-1].rstrip() if line.endswith(".") else line
+    return line.strip().strip("\"'*`").strip()
 
 
 def isolate_revised_entity(output: str, corrupted_path: str, *, min_anchor: int = 2) -> str:
@@ -361,15 +361,22 @@ class KGQuiz(Benchmark):
         if key == "distractor_strategy" and not (isinstance(value, str) and value):
             raise ConfigError(f"kgquiz: distractor_strategy must be a non-empty string")
 
-    def with_embedder(self, embedder: SentenceEmbedder) -> "KGQuiz":
-        """A copy that embeds with ``embedder``."""
-        clone = self.configure()
-        clone._embedder = embedder
-        return clone
-
     @property
     def embedder(self) -> SentenceEmbedder:
-        return self._embedder if self._embedder is not None else default_embedder()
+        """The injected embedder, else the process-wide default, which must be the model the
+        protocol names (its theta was calibrated for it).
+
+        Raises:
+            ConfigError: the protocol names another embedding model than the default.
+        """
+        if self._embedder is not None:
+            return self._embedder
+        default = default_embedder()
+        if default.name != self.protocol.embedding_model:
+            raise ConfigError(f"kgquiz_protocol.yaml names embedding model "
+                              f"{self.protocol.embedding_model!r}, but the suite embeds with "
+                              f"{default.name!r}; its theta would not apply")
+        return default
 
     # -- data ------------------------------------------------------------------------------------
     def category_file(self, data_dir: Path, category: str) -> Path:
@@ -626,7 +633,7 @@ class KGQuiz(Benchmark):
         task = tasks[0]
         kw = dict(confidence=settings.confidence)
         boot = dict(n_resamples=max(settings.n_resamples, 1), seed=settings.seed, **kw)
-        emb = f"{self.protocol.embedding_model} ({self._fingerprint()})"
+        emb = f"{self.embedder.name} ({self._fingerprint()})"
         if task in ("Task1", "Task2"):
             rule = ("strict first word " + "/".join(self.protocol.labels) if task == "Task1"
                     else "parsing.match_answer on the first line, then its leading letter")
@@ -678,7 +685,7 @@ class KGQuiz(Benchmark):
                                       "longest unaligned span of the output",
             "task5_fact_split": f"lines and sentences, >= {p.min_fact_words} words, de-duplicated",
             "semantic_match": {
-                "theta": self.theta, "embedding_model": p.embedding_model,
+                "theta": self.theta, "embedding_model": self.embedder.name,
                 "embedding_fingerprint": self._fingerprint(),
                 "note": "the paper's embedding API (InstructGPT Ada) is not available; theta is "
                         "calibrated for this model (tools/calibrate_semantic_match.py), so "
