@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from .errors import AuditError
+from .errors import AuditError, MissingDataError
 from .gates import Gate, load_thresholds
 
 _SESSION_KEY = pytest.StashKey["object"]()
@@ -61,8 +61,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--batch-size", dest="audit_batch_size", type=int,
                 default=_env_int("AUDIT_BATCH_SIZE") or 16, help="sequences per forward pass")
     g.addoption("--limit", dest="audit_limit", type=int, default=_env_int("AUDIT_LIMIT"),
-                help="items per category, balanced over context condition x polarity, "
-                     "deterministic for a given --seed (env AUDIT_LIMIT; default: all)")
+                help="items per category, balanced as the benchmark defines (BBQ family: "
+                     "context condition x polarity; KGQuiz true/false: the label), deterministic for a "
+                     "given --seed (env AUDIT_LIMIT; default: all)")
     g.addoption("--seed", dest="audit_seed", type=int, default=_env_int("AUDIT_SEED") or 0,
                 help="seed of --limit sampling and of bootstrap intervals")
     g.addoption("--bootstrap-resamples", dest="audit_bootstrap", type=int, default=1000,
@@ -242,6 +243,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state["gates_selected"] = sum(1 for i in session.items if "audit_gate" in getattr(i, "fixturenames", ()))
 
 
+def skipped_verdict(gate: Gate, reason: str) -> dict:
+    """The results-file verdict of a gate whose category could not be evaluated because its data
+    file is missing: status ``skipped``, no value, ``reason`` as the message."""
+    return {"benchmark": gate.benchmark, "category": gate.category, "metric": gate.metric,
+            "status": "skipped", "bounds": gate.bounds(), "basis": gate.basis, "value": None,
+            "ci": [None, None], "n": 0, "message": reason}
+
+
 class GateCheck:
     """What an audit test receives: evaluates one gate on the (cached) category outcome and
     records value, n, interval and bounds as JUnit properties."""
@@ -255,12 +264,20 @@ class GateCheck:
     def evaluate(self):
         """Run (or reuse) the category's evaluation and return the gate's Verdict.
 
-        Raises the suite's AuditError (bad data or model) as a test error with its message.
+        Raises the suite's AuditError (bad data or model) as a test error with its message; a
+        ``MissingDataError`` skips the test (``pytest.skip``) and records a ``skipped`` verdict.
         """
         g = self.gate
         try:
             outcome = self._session.outcome(g.benchmark, g.category)
             error = None
+        except MissingDataError as e:
+            # A category whose file is absent is skipped, and the skip is kept in the results so
+            # the report lists the gate instead of silently dropping it.
+            reason = f"{g.benchmark}/{g.category}: {e}"
+            self._record("status", "skipped")
+            self._session.verdicts.append(skipped_verdict(g, reason))
+            pytest.skip(reason)
         except AuditError as e:
             error = f"{g.benchmark}/{g.category}: {e}"
         if error:
@@ -318,7 +335,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
         return
     parts = [audit.export()] + [json.loads(p) for p in state["worker_outputs"]]
     outcomes = [o for p in parts for o in p["outcomes"]]
-    if not outcomes:
+    verdicts = [v for p in parts for v in p["verdicts"]]
+    if not outcomes and not verdicts:
         return
     from .report.markdown import write_markdown
     from .report.results import build_results, write_results
@@ -333,7 +351,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
     # Gates configured for the benchmarks this run touched: a BBQ-only run is complete when
     # all BBQ gates ran, whatever EsBBQ's section holds.
-    touched = {o["benchmark"] for o in outcomes}
+    touched = {o["benchmark"] for o in outcomes} | {v["benchmark"] for v in verdicts}
     configured = sum(len(_gates_for_data(audit, b, g)) for b, g in state["gates"].items() if b in touched)
     run = {"invocation": list(config.invocation_params.args),
            "thresholds_sha256": sha256_file(Path(audit.options.thresholds)),
@@ -344,7 +362,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
                                    audit.options.metric_settings)
     provenance = {name: audit.benchmarks[name].provenance() for name in touched}
     results = build_results(run_id=state["run_id"], options=opts, model=model, outcomes=outcomes,
-                            verdicts=[v for p in parts for v in p["verdicts"]],
+                            verdicts=verdicts,
                             thresholds_path=str(audit.options.thresholds), overall=overall,
                             provenance=provenance, run=run)
     state["results"] = results
