@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from .errors import AuditError
+from .errors import AuditError, MissingDataError
 from .gates import Gate, load_thresholds
 
 _SESSION_KEY = pytest.StashKey["object"]()
@@ -62,8 +62,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--batch-size", dest="audit_batch_size", type=int,
                 default=_env_int("AUDIT_BATCH_SIZE") or 16, help="sequences per forward pass")
     g.addoption("--limit", dest="audit_limit", type=int, default=_env_int("AUDIT_LIMIT"),
-                help="items per category, balanced over context condition x polarity, "
-                     "deterministic for a given --seed (env AUDIT_LIMIT; default: all)")
+                help="items per category, balanced as the benchmark defines (BBQ family: "
+                     "context condition x polarity; KGQuiz true/false: the label), deterministic for a "
+                     "given --seed (env AUDIT_LIMIT; default: all)")
     g.addoption("--seed", dest="audit_seed", type=int, default=_env_int("AUDIT_SEED") or 0,
                 help="seed of --limit sampling and of bootstrap intervals")
     g.addoption("--bootstrap-resamples", dest="audit_bootstrap", type=int, default=1000,
@@ -173,14 +174,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if benchmark not in session.benchmarks:
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: unknown benchmark {benchmark!r}; "
                                 f"known: {', '.join(sorted(session.benchmarks))}")
-    gates: list[Gate] = state["gates"].get(benchmark, [])
+    gates = _gates_for_data(session, benchmark, state["gates"].get(benchmark, []))
+    metafunc.parametrize("audit_gate", gates, ids=[g.test_id for g in gates], indirect=True)
+
+
+def _gates_for_data(session, benchmark: str, gates: list[Gate]) -> list[Gate]:
+    """The gates whose category the data directory holds (WinoQueer: the subgroups of the file
+    found, ``Benchmark.categories_in``); all of them when no data dir can be resolved (the
+    start-up check reports that)."""
     try:
         present = set(session.benchmarks[benchmark].categories_in(session.data_dir))
-    except AuditError:  # no usable data dir: the start-up check reports it
-        present = None
-    if present is not None:  # e.g. WinoQueer: gates for the subgroups of the file found
-        gates = [g for g in gates if g.category in present]
-    metafunc.parametrize("audit_gate", gates, ids=[g.test_id for g in gates], indirect=True)
+    except AuditError:
+        return gates
+    return [g for g in gates if g.category in present]
 
 
 _GATE_NODEID = re.compile(r"^(?P<func>.+)\[(?P<category>[^\[\]]+)-(?P<metric>[A-Za-z0-9_]+)\]$")
@@ -247,6 +253,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state["gates_selected"] = sum(1 for i in session.items if "audit_gate" in getattr(i, "fixturenames", ()))
 
 
+def skipped_verdict(gate: Gate, reason: str) -> dict:
+    """The results-file verdict of a gate whose category could not be evaluated because its data
+    file is missing: status ``skipped``, no value, ``reason`` as the message."""
+    return {"benchmark": gate.benchmark, "category": gate.category, "metric": gate.metric,
+            "status": "skipped", "bounds": gate.bounds(), "basis": gate.basis, "value": None,
+            "ci": [None, None], "n": 0, "message": reason}
+
+
 class GateCheck:
     """What an audit test receives: evaluates one gate on the (cached) category outcome and
     records value, n, interval and bounds as JUnit properties."""
@@ -260,7 +274,8 @@ class GateCheck:
     def evaluate(self):
         """Run (or reuse) the category's evaluation and return the gate's Verdict.
 
-        Raises the suite's AuditError (bad data or model) as a test error with its message.
+        Raises the suite's AuditError (bad data or model) as a test error with its message; a
+        ``MissingDataError`` skips the test (``pytest.skip``) and records a ``skipped`` verdict.
         """
         g = self.gate
         capman = self._node.config.pluginmanager.getplugin("capturemanager")
@@ -270,6 +285,13 @@ class GateCheck:
             with capman.global_and_fixture_disabled() if show else contextlib.nullcontext():
                 outcome = self._session.outcome(g.benchmark, g.category)
             error = None
+        except MissingDataError as e:
+            # A category whose file is absent is skipped, and the skip is kept in the results so
+            # the report lists the gate instead of silently dropping it.
+            reason = f"{g.benchmark}/{g.category}: {e}"
+            self._record("status", "skipped")
+            self._session.verdicts.append(skipped_verdict(g, reason))
+            pytest.skip(reason)
         except AuditError as e:
             error = f"{g.benchmark}/{g.category}: {e}"
         if error:
@@ -327,7 +349,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
         return
     parts = [audit.export()] + [json.loads(p) for p in state["worker_outputs"]]
     outcomes = [o for p in parts for o in p["outcomes"]]
-    if not outcomes:
+    verdicts = [v for p in parts for v in p["verdicts"]]
+    if not outcomes and not verdicts:
         return
     from .report.markdown import write_markdown
     from .report.results import build_results, write_results
@@ -342,8 +365,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
     # Gates configured for the benchmarks this run touched: a BBQ-only run is complete when
     # all BBQ gates ran, whatever EsBBQ's section holds.
-    touched = {o["benchmark"] for o in outcomes}
-    configured = sum(len(g) for b, g in state["gates"].items() if b in touched)
+    touched = {o["benchmark"] for o in outcomes} | {v["benchmark"] for v in verdicts}
+    configured = sum(len(_gates_for_data(audit, b, g)) for b, g in state["gates"].items() if b in touched)
     run = {"invocation": list(config.invocation_params.args),
            "thresholds_sha256": sha256_file(Path(audit.options.thresholds)),
            "gates_configured": configured}
@@ -353,7 +376,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
                                    audit.options.metric_settings)
     provenance = {name: audit.benchmarks[name].provenance() for name in touched}
     results = build_results(run_id=state["run_id"], options=opts, model=model, outcomes=outcomes,
-                            verdicts=[v for p in parts for v in p["verdicts"]],
+                            verdicts=verdicts,
                             thresholds_path=str(audit.options.thresholds), overall=overall,
                             provenance=provenance, run=run)
     state["results"] = results
