@@ -4,13 +4,17 @@ forwards:
 
 - ``forward_full(sequences, positions) -> [[logprob]]``: one forward over a batch of whole
   sequences (left-padded), log P(ids[p] | ids[:p]) at the given positions.
+- ``forward_packed(rows) -> [[logprob]]`` (optional, ``can_pack``): one forward of prefix trees
+  flattened into rows (tokens, parent index per token, position per token, queries as (column,
+  target)) with tree attention: every prefix computed once, no key/value copies. Preferred.
 - ``forward_segments(state, parent_rows, segments, queries) -> (state, [[logprob]])`` (optional,
   ``can_share``): one forward of token segments, each continuing row ``parent_rows[i]`` of
   ``state`` (None: from scratch), returning the log-probability of each query's target after
-  ``segment[:offset + 1]``; the new state continues these rows.
+  ``segment[:offset + 1]``; the new state continues these rows (for models that cannot pack).
 
 and declares ``batch_size``, ``token_budget``, ``logits_budget``, ``vocab_size``,
-``max_length``, ``prefix_sharing``, ``can_share``, ``two_level_sharing`` and ``cache_key``.
+``max_length``, ``prefix_sharing``, ``can_pack``, ``can_share``, ``two_level_sharing`` and
+``cache_key``.
 Backend errors: ``BackendOutOfMemory`` (retry smaller), ``PrefixUnsupported`` (switch sharing
 off for this model; rescore on the full path).
 """
