@@ -17,13 +17,21 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from .errors import AuditError
-from .gates import Gate, load_thresholds
+from .gates import Gate, Verdict, load_thresholds
+
+#: The audit modules ship inside the package (the repository's ``audits/`` links here), so
+#: ``bias-audit run`` works from any directory.
+AUDITS_DIR = Path(__file__).resolve().parent / "audits"
+#: The gates used when neither --thresholds nor ./thresholds.yaml gives any.
+PACKAGED_THRESHOLDS = Path(__file__).resolve().parent / "thresholds.yaml"
 
 _SESSION_KEY = pytest.StashKey["object"]()
 _STATE_KEY = pytest.StashKey["dict"]()
@@ -71,7 +79,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="confidence level of the intervals")
     g.addoption("--thresholds", dest="audit_thresholds",
                 default=os.environ.get("AUDIT_THRESHOLDS"),
-                help="gates file (env AUDIT_THRESHOLDS; default: thresholds.yaml in the rootdir)")
+                help="gates file (env AUDIT_THRESHOLDS; default: ./thresholds.yaml when present, "
+                     "else the packaged one)")
+    g.addoption("--min-n", dest="audit_min_n", type=int, default=_env_int("AUDIT_MIN_N"),
+                help="fewest items in a metric's denominator for any verdict, overriding the "
+                     "thresholds file's min_n (below it: INSUFFICIENT, a failure)")
+    g.addoption("--require-published-data", dest="audit_require_published", action="store_true",
+                default=False, help="stop (exit 4) unless every data file read is the authors' "
+                                    "published release (sha256 of the pinned source table)")
     g.addoption("--results-dir", dest="audit_results_dir",
                 default=os.environ.get("AUDIT_RESULTS_DIR", "audit-results"),
                 help="each run writes <results-dir>/<run id>/ (results.json, records/, junit.xml)")
@@ -84,12 +99,13 @@ def pytest_configure(config: pytest.Config) -> None:
     from .session import AuditSession, options_from_config
 
     if config.getoption("audit_thresholds") is None:
-        config.option.audit_thresholds = str(config.rootpath / "thresholds.yaml")
+        local = Path(config.invocation_params.dir) / "thresholds.yaml"
+        config.option.audit_thresholds = str(local if local.is_file() else PACKAGED_THRESHOLDS)
     try:
         options = options_from_config(config)
         benchmarks = registry()
         catalogue = {name: (b.categories, b.metric_names) for name, b in benchmarks.items()}
-        gates = load_thresholds(Path(options.thresholds), catalogue)
+        gates = load_thresholds(Path(options.thresholds), catalogue, min_n=options.min_n)
     except AuditError as e:
         raise pytest.UsageError(str(e)) from None
     workerinput = getattr(config, "workerinput", None)
@@ -102,16 +118,24 @@ def pytest_configure(config: pytest.Config) -> None:
         worker_index = None
     run_dir = Path(options.results_dir).resolve() / run_id
     config.stash[_SESSION_KEY] = AuditSession(options, benchmarks, run_dir, worker_index)
-    config.stash[_STATE_KEY] = {"gates": gates, "run_id": run_id, "worker_outputs": []}
-    # An audit run (audits/ on the command line) writes JUnit XML into its run folder unless the
+    config.stash[_STATE_KEY] = {"gates": gates, "run_id": run_id, "worker_outputs": [],
+                                "started": time.time(), "validated": False, "selected": None}
+    # An audit run (audits on the command line) writes JUnit XML into its run folder unless the
     # user chose a path; a unit-test run writes nothing.
     if workerinput is None and _targets_audits(config):
-        # Check what every gate needs before anything runs (and before xdist starts workers).
+        # Check what every gate needs before anything runs (and before xdist starts workers):
+        # files present, model name usable, and every selected category's rows valid.
+        audit = config.stash[_SESSION_KEY]
+        selected = _selected_gates(config, gates)
         try:
-            _check_inputs(config.stash[_SESSION_KEY], _selected_benchmarks(config, gates),
-                          config.getoption("audit_fetch_data"))
+            _check_inputs(audit, list(selected), config.getoption("audit_fetch_data"))
+            pairs = _present_pairs(audit, selected)
+            audit.validate_data(pairs)
         except AuditError as e:
             raise pytest.UsageError(str(e)) from None
+        state = config.stash[_STATE_KEY]
+        state["validated"] = True
+        state["selected"] = selected
         if not config.option.xmlpath:
             config.option.xmlpath = str(run_dir / "junit.xml")
 
@@ -127,20 +151,33 @@ def _check_inputs(audit, selected, fetch: bool = False) -> None:
     check_model_name(audit.options.model)
 
 
-def _selected_benchmarks(config: pytest.Config, gates) -> list[str]:
-    from .selection import selected_benchmarks
+def _present_pairs(audit, selected: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """(benchmark, category) of the selected gate ids whose category the data dir holds (the
+    gates ``pytest_generate_tests`` will create), in order."""
+    pairs: list[tuple[str, str]] = []
+    for bench, ids in selected.items():
+        present = set(audit.benchmarks[bench].categories_in(audit.data_dir))
+        for gate_id in ids:
+            category = gate_id.rsplit("-", 1)[0]
+            if category in present and (bench, category) not in pairs:
+                pairs.append((bench, category))
+    return pairs
 
-    return selected_benchmarks(config.rootpath / "audits", config.args,
-                               Path(config.invocation_params.dir), config.option.keyword,
-                               {b: [g.test_id for g in gs] for b, gs in gates.items()})
+
+def _selected_gates(config: pytest.Config, gates) -> dict[str, list[str]]:
+    """``{benchmark: [gate ids]}`` the command line selects (``selection.selected_gate_ids``)."""
+    from .selection import selected_gate_ids
+
+    return selected_gate_ids(AUDITS_DIR, config.args, Path(config.invocation_params.dir),
+                             config.option.keyword,
+                             {b: [g.test_id for g in gs] for b, gs in gates.items()})
 
 
 def _targets_audits(config: pytest.Config) -> bool:
-    audits = (config.rootpath / "audits").resolve()
     for arg in config.args:
         path = Path(arg.split("::")[0])
         path = (Path(config.invocation_params.dir) / path).resolve()
-        if path == audits or audits in path.parents:
+        if path == AUDITS_DIR or AUDITS_DIR in path.parents:
             return True
     return False
 
@@ -219,22 +256,50 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     return report
 
 
+def _gate_of(item) -> Gate | None:
+    gate = getattr(getattr(item, "callspec", None), "params", {}).get("audit_gate")
+    return gate if isinstance(gate, Gate) else None
+
+
+def _gate_of_nodeid(nodeid: str, gates) -> Gate | None:
+    """The Gate a gate test's node id names (``...::test_<benchmark>[<category>-<metric>]``)."""
+    m = _GATE_NODEID.match(nodeid)
+    if not m:
+        return None
+    bench = m["func"].rsplit("::", 1)[-1].removeprefix("test_")
+    return next((g for g in gates.get(bench, ()) if g.category == m["category"]
+                 and g.metric == m["metric"]), None)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if hasattr(config, "workerinput") or config.option.collectonly:
         return
-    if not any(isinstance(getattr(getattr(i, "callspec", None), "params", {}).get("audit_gate"), Gate)
-               for i in session.items):
+    state = config.stash[_STATE_KEY]
+    chosen = [g for g in map(_gate_of, session.items) if g is not None]
+    if chosen and state["validated"]:
+        state["collected_gates"] = chosen
+    if not chosen or state["validated"]:
         return
-    # Gate tests selected without audits/ on the command line: check inputs here instead.
-    selected = {i.callspec.params["audit_gate"].benchmark for i in session.items
-                if isinstance(getattr(getattr(i, "callspec", None), "params", {}).get("audit_gate"), Gate)}
+    # Gate tests selected without the audits folder on the command line: check inputs here.
+    audit = config.stash[_SESSION_KEY]
     try:
-        _check_inputs(config.stash[_SESSION_KEY], sorted(selected), config.getoption("audit_fetch_data"))
+        _check_inputs(audit, sorted({g.benchmark for g in chosen}), config.getoption("audit_fetch_data"))
+        audit.validate_data(list(dict.fromkeys((g.benchmark, g.category) for g in chosen)))
     except AuditError as e:
         pytest.exit(f"bias audit: {e}", returncode=pytest.ExitCode.USAGE_ERROR)
-    state = config.stash[_STATE_KEY]
-    state["gates_selected"] = sum(1 for i in session.items if "audit_gate" in getattr(i, "fixturenames", ()))
+    state["validated"] = True
+    state["collected_gates"] = chosen
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    # With xdist the controller collects nothing: learn the selected gates from the workers, so
+    # that gates never run (an interrupted run) are listed as NOT RUN.
+    state = node.config.stash[_STATE_KEY]
+    if "collected_gates" not in state:
+        state["collected_gates"] = [g for g in (_gate_of_nodeid(i, state["gates"]) for i in ids)
+                                    if g is not None]
 
 
 class GateCheck:
@@ -255,11 +320,13 @@ class GateCheck:
         g = self.gate
         try:
             outcome = self._session.outcome(g.benchmark, g.category)
-            error = None
         except AuditError as e:
             error = f"{g.benchmark}/{g.category}: {e}"
-        if error:
+            self._record_error(error)
             pytest.fail(error, pytrace=False)
+        except Exception as e:  # a backend crash: recorded as this gate's ERROR, traceback kept
+            self._record_error(f"{g.benchmark}/{g.category}: {type(e).__name__}: {e}")
+            raise
         metric = self._session.metric(g.benchmark, g.category, g.metric)
         verdict = g.evaluate(metric)
         self._record("benchmark", g.benchmark)
@@ -275,6 +342,11 @@ class GateCheck:
         self._session.verdicts.append(verdict.to_dict())
         self._node.stash[_VERDICT_KEY] = verdict
         return verdict
+
+    def _record_error(self, message: str) -> None:
+        verdict = Verdict.error(self.gate, message)
+        self._record("status", verdict.status)
+        self._session.verdicts.append(verdict.to_dict())
 
 
 @pytest.fixture(scope="session")
@@ -313,10 +385,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
         return
     parts = [audit.export()] + [json.loads(p) for p in state["worker_outputs"]]
     outcomes = [o for p in parts for o in p["outcomes"]]
-    if not outcomes:
-        return
+    verdicts = [v for p in parts for v in p["verdicts"]]
+    errors = [e for p in parts for e in p.get("errors", [])]
+    collected = state.get("collected_gates") or []
+    if not (outcomes or verdicts or errors or collected):
+        return  # not an audit run (or nothing selected): no results folder
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    # Every selected gate appears in the results: those never evaluated as NOT RUN, with why.
+    seen = {(v["benchmark"], v["category"], v["metric"]) for v in verdicts}
+    why = ("the run was interrupted" if interrupted
+           else "the run stopped before it (-x/--maxfail, a skip, or a crash)")
+    verdicts += [Verdict.not_run(g, why).to_dict() for g in collected
+                 if (g.benchmark, g.category, g.metric) not in seen]
     from .report.markdown import write_markdown
-    from .report.results import build_results, write_results
+    from .report.results import build_results, suite_provenance, write_results
 
     model = next((p["model"] for p in parts if p["model"]), None)
     opts = dict(audit.options.__dict__)
@@ -328,20 +410,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
     # Gates configured for the benchmarks this run touched: a BBQ-only run is complete when
     # all BBQ gates ran, whatever EsBBQ's section holds.
-    touched = {o["benchmark"] for o in outcomes}
+    touched = ({o["benchmark"] for o in outcomes} | {v["benchmark"] for v in verdicts}
+               | {e["benchmark"] for e in errors})
     configured = sum(len(g) for b, g in state["gates"].items() if b in touched)
-    run = {"invocation": list(config.invocation_params.args),
+    args = list(config.invocation_params.args)
+    run = {"status": "interrupted" if interrupted else "complete",
+           "exit_status": int(exitstatus),
+           "invocation": args,
+           "command_line": shlex.join(["pytest", *args]),
+           "working_directory": str(config.invocation_params.dir),
+           "started": datetime.fromtimestamp(state["started"], timezone.utc).isoformat(timespec="seconds"),
+           "duration_s": round(time.time() - state["started"], 3),
+           "suite": suite_provenance(),
            "thresholds_sha256": sha256_file(Path(audit.options.thresholds)),
            "gates_configured": configured}
     from .session import overall_from_records
 
     overall = overall_from_records(audit.benchmarks, outcomes, audit.run_dir,
                                    audit.options.metric_settings)
-    provenance = {name: audit.benchmarks[name].provenance() for name in touched}
+    provenance = {name: audit.protocol(name, model) for name in touched}
     results = build_results(run_id=state["run_id"], options=opts, model=model, outcomes=outcomes,
-                            verdicts=[v for p in parts for v in p["verdicts"]],
-                            thresholds_path=str(audit.options.thresholds), overall=overall,
-                            provenance=provenance, run=run)
+                            verdicts=verdicts, thresholds_path=str(audit.options.thresholds),
+                            overall=overall, provenance=provenance, run=run, errors=errors)
     state["results"] = results
     state["results_path"] = write_results(audit.run_dir / "results.json", results)
     state["report_path"] = write_markdown(audit.run_dir / "report.md", results)
@@ -354,22 +444,45 @@ def pytest_testnodedown(node, error) -> None:
         node.config.stash[_STATE_KEY]["worker_outputs"].append(output)
 
 
+def _known_audits(config: pytest.Config) -> list[str]:
+    """Lines naming every benchmark and the categories its gates cover (the ``-k`` hint)."""
+    audit = config.stash[_SESSION_KEY]
+    gates = config.stash[_STATE_KEY]["gates"]
+    lines = []
+    for name in sorted(audit.benchmarks):
+        cats = list(dict.fromkeys(g.category for g in gates.get(name, ())))
+        lines.append(f"  test_{name}: {', '.join(cats) if cats else '(no gates configured)'}")
+    return lines
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     state = config.stash.get(_STATE_KEY, None)
-    if not state or "results" not in state:
+    if not state:
+        return
+    tr = terminalreporter
+    if state.get("selected") == {} and config.option.keyword:
+        tr.section("bias audit")
+        tr.write_line(f"-k {config.option.keyword!r} selects no audit gate. Gate tests are named "
+                      "test_<benchmark>[<category>-<metric>]; the benchmarks and categories are:")
+        for line in _known_audits(config):
+            tr.write_line(line)
+        return
+    if "results" not in state:
         return
     from .report.results import metric_table
 
     results = state["results"]
-    tr = terminalreporter
     tr.section("bias audit")
+    if results["run"].get("status") == "interrupted":
+        tr.write_line("INTERRUPTED: this run was stopped before every selected gate ran; the gates "
+                      "that did not run are listed as NOT RUN", red=True)
     model = results["model"] or {}
     tr.write_line(f"model {model.get('name')} ({model.get('fingerprint', '')[:19]}…, "
                   f"{model.get('dtype')}, {model.get('device')})")
     for line in metric_table(results):
         tr.write_line(line)
     for v in results["gates"]:
-        tr.write_line(f"  {v['status'].upper():<9} {v['message']}")
+        tr.write_line(f"  {v['status'].upper():<12} {v['message']}")
     summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items()))
     tr.write_line(f"gates: {summary}")
     tr.write_line(f"results: {state['results_path']}")

@@ -161,6 +161,10 @@ class Benchmark(ABC):
             subgroup's pairs): pytest-xdist then keeps the whole benchmark on one worker, where
             each item is scored once.
         options: the keys ``configure`` accepts, with their defaults.
+        protocol_version: version of the benchmark's protocol (prompt, choices, scoring), bumped
+            when a change can move its numbers; recorded in results.
+        uses_chat_template: True when prompts go through the model's chat template (results
+            then record the template's sha256; otherwise "none").
     """
 
     name: str
@@ -172,6 +176,8 @@ class Benchmark(ABC):
     record_type: type[Record] = Record
     shared_items: bool = False
     options: ClassVar[Mapping[str, Any]] = {}
+    protocol_version: str = "1"
+    uses_chat_template: bool = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -203,9 +209,11 @@ class Benchmark(ABC):
         return self.categories
 
     def provenance(self) -> dict[str, Any]:
-        """What produced the numbers besides model and data: protocol name, prompt, choices,
-        answer mode... JSON-ready, stored in results under the benchmark."""
-        return {}
+        """What produced the numbers besides model and data: ``protocol`` (its name), prompt
+        template, delimiter, choices, answer mode... JSON-ready, stored in results under
+        ``protocols`` (with ``protocol_version`` and the chat template the session adds) and
+        rendered in report.md."""
+        return {"protocol": self.name}
 
     # -- data --------------------------------------------------------------------------------------
     @abstractmethod
