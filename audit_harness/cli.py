@@ -10,10 +10,12 @@ Subcommands:
   metrics as JSON.
 - ``bias-audit data fetch|verify ...``: bring the benchmark files from the authors' pinned commits,
   or check a data folder against them (``audit_harness.sources.cli``).
-- ``bias-audit run [PYTEST ARGS...]``: a thin alias of ``pytest audits [PYTEST ARGS...]`` (the
-  process is replaced by pytest, so its exit code is pytest's).
+- ``bias-audit run [PYTEST ARGS...]``: ``pytest <the packaged audits> [PYTEST ARGS...]`` from any
+  directory (the process is replaced by pytest, so its exit code is pytest's); ``run --help``
+  shows the audit options first, then pytest's.
 
-Bad input ends with one line on stderr and exit code 2, never a traceback.
+``bias-audit`` alone prints the usage. Bad input ends with one line on stderr and exit code 2,
+never a traceback; ``score`` also exits 2 when no prediction row could be scored.
 """
 
 from __future__ import annotations
@@ -73,12 +75,46 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _audits_dir() -> str:
+    from .pytest_plugin import AUDITS_DIR
+
+    return str(AUDITS_DIR)
+
+
 def _run_pytest(args: Sequence[str]) -> None:
-    """Replace this process by ``python -m pytest audits ARGS``."""
-    argv = [sys.executable, "-m", "pytest", "audits", *args]
+    """Replace this process by ``python -m pytest <packaged audits> ARGS``."""
+    argv = [sys.executable, "-m", "pytest", _audits_dir(), *args]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)
+
+
+def run_help(pytest_help: str) -> str:
+    """``bias-audit run --help``: the audit options (pytest's "model bias audit" group) first,
+    then the rest of pytest's help, from the text of ``pytest --help``."""
+    lines = pytest_help.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("model bias audit")), None)
+    head = ["usage: bias-audit run [audit options] [pytest options] [-k EXPRESSION]", "",
+            "Runs the audits (one pytest test per gate of the thresholds file) from any directory;",
+            "the exit code is pytest's: 0 all gates pass, 1 a gate failed, 2 interrupted, 4 bad input.", ""]
+    if start is None:
+        return "\n".join(head + lines)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()),
+               len(lines))
+    while end > start and not lines[end - 1].strip():
+        end -= 1
+    section = lines[start:end]
+    rest = lines[:start] + lines[end:]
+    return "\n".join(head + ["audit options:"] + section[1:] + ["", "pytest options:", *rest])
+
+
+def _print_run_help() -> int:
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "pytest", _audits_dir(), "--help"],
+                          capture_output=True, text=True)
+    print(run_help(proc.stdout))
+    return 0 if proc.returncode == 0 else proc.returncode
 
 
 def _score(ns: argparse.Namespace) -> int:
@@ -94,6 +130,15 @@ def _score(ns: argparse.Namespace) -> int:
     data_dir = resolve_data_dir(ns.data_dir)
     scored = score_predictions(benchmark, ns.predictions, ns.prediction_field, data_dir,
                                match=ns.match, flavour=ns.flavour)
+    if not scored.records:
+        # Nothing to compute: list why every row was held out, then fail (an empty table with
+        # exit 0 would read like a clean result).
+        from .scoring import held_out_lines
+
+        for line in held_out_lines(scored):
+            print(line)
+        raise _Error(f"bias-audit score: nothing was scored: all {scored.counts['rows']} "
+                     f"prediction row(s) of {ns.predictions} were held out (reasons above)")
     report = score_report(scored, split_names=ns.split_names,
                           n_resamples=ns.bootstrap_resamples, seed=ns.seed,
                           confidence=ns.confidence)
@@ -124,6 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        if not args:
+            print(_build_parser().format_help(), file=sys.stderr)
+            return EXIT_ERROR
+        if args[0] == "run" and any(a in ("-h", "--help") for a in args[1:]):
+            return _print_run_help()
         if args and args[0] == "run":
             _run_pytest(args[1:])
             return 0  # only reached when execv is replaced (tests)

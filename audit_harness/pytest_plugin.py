@@ -356,16 +356,18 @@ def bias_audit(request: pytest.FixtureRequest):
 
 
 @pytest.fixture(scope="session")
-def audit_model(bias_audit):
+def audit_model(bias_audit, request):
     """The audited model, loaded once per process (CUDA when available, see --device)."""
-    try:
-        return bias_audit.model
-    except AuditError as e:
-        message = str(e)
-    if bias_audit.worker_index is not None:
-        pytest.fail(message, pytrace=False)  # pytest.exit inside an xdist worker crashes the run
-    # A model that cannot load makes every gate meaningless: stop the run once, not per test.
-    pytest.exit(f"bias audit: {message}", returncode=pytest.ExitCode.USAGE_ERROR)
+    if bias_audit.model_error is None:
+        try:
+            return bias_audit.model
+        except AuditError as e:
+            bias_audit.model_error = str(e)
+    # A model that cannot load makes every gate meaningless: fail this test with the one-line
+    # message and stop the run (pytest.exit would print an internal traceback, and crash an
+    # xdist worker); the results list every selected gate as ERROR and the exit code is 4.
+    request.session.shouldstop = "bias audit: the model could not be loaded"
+    pytest.fail(f"bias audit: {bias_audit.model_error}", pytrace=False)
 
 
 @pytest.fixture
@@ -387,16 +389,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     outcomes = [o for p in parts for o in p["outcomes"]]
     verdicts = [v for p in parts for v in p["verdicts"]]
     errors = [e for p in parts for e in p.get("errors", [])]
+    model_error = next((p["model_error"] for p in parts if p.get("model_error")), None)
+    if model_error:  # an input error, as a bad model name at start-up is
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
     collected = state.get("collected_gates") or []
     if not (outcomes or verdicts or errors or collected):
         return  # not an audit run (or nothing selected): no results folder
-    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    # (A model that cannot load stops the run through shouldstop, which pytest also reports as
+    # INTERRUPTED: that is an ERROR, not a Ctrl-C.)
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED and not model_error
     # Every selected gate appears in the results: those never evaluated as NOT RUN, with why.
     seen = {(v["benchmark"], v["category"], v["metric"]) for v in verdicts}
     why = ("the run was interrupted" if interrupted
            else "the run stopped before it (-x/--maxfail, a skip, or a crash)")
-    verdicts += [Verdict.not_run(g, why).to_dict() for g in collected
-                 if (g.benchmark, g.category, g.metric) not in seen]
+    verdicts += [(Verdict.error(g, f"{g.benchmark}/{g.category}: {model_error}") if model_error
+                  else Verdict.not_run(g, why)).to_dict()
+                 for g in collected if (g.benchmark, g.category, g.metric) not in seen]
     from .report.markdown import write_markdown
     from .report.results import build_results, suite_provenance, write_results
 

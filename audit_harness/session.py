@@ -98,6 +98,8 @@ class AuditSession:
         # Loaded (validated) data per (benchmark, category): read once, at start-up where the
         # plugin validates it, and reused by the evaluation.
         self._data: dict[tuple[str, str], CategoryData] = {}
+        #: why the model could not be loaded (then every gate of the run is an ERROR), or None.
+        self.model_error: str | None = None
         #: ``{(benchmark, category): message}`` of categories whose evaluation failed mid-run.
         self.errors: dict[tuple[str, str], str] = {}
         # Records by (benchmark, item id): categories that share items (a pair benchmark's
@@ -255,7 +257,7 @@ class AuditSession:
         return {"outcomes": [o.to_dict() for o in self.outcomes.values()], "verdicts": self.verdicts,
                 "errors": [{"benchmark": b, "category": c, "message": m}
                            for (b, c), m in self.errors.items()],
-                "model": model}
+                "model": model, "model_error": self.model_error}
 
     def protocol(self, benchmark: str, model: Mapping[str, Any] | None) -> dict[str, Any]:
         """What produced a benchmark's numbers besides model and data (results' ``protocols``):
