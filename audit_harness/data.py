@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Sequence
 
 from .errors import DataError
 
@@ -64,3 +66,37 @@ class DataFile:
     @classmethod
     def of(cls, path: Path, data_dir: Path, rows: int) -> "DataFile":
         return cls(str(path.relative_to(data_dir)), sha256_file(path), rows)
+
+
+def csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, int, dict]]:
+    """``(line where the row starts, header width, row)`` for each row of a CSV file with a
+    header, read strictly (an unbalanced quote is an error instead of silently swallowing later
+    rows). Rows are ``csv.DictReader``'s: a short row has ``None`` values, a long one a ``None``
+    key; callers name those in their own terms.
+
+    Raises:
+        DataError: an empty file, a malformed header or row, or a missing column among
+            ``columns``; messages are ``"<file>:<line>: ..."``.
+    """
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f, strict=True)
+        try:
+            header = reader.fieldnames
+        except csv.Error as e:
+            raise DataError(f"{path}:1: malformed CSV header ({e})") from None
+        if not header:
+            raise DataError(f"{path}: empty file (no header row)")
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise DataError(f"{path}:1: missing column(s) {missing} (header: {header})")
+        end = reader.line_num
+        while True:
+            start = end + 1  # a quoted field may span lines: report where the row starts
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as e:
+                raise DataError(f"{path}:{start}: malformed CSV ({e})") from None
+            end = reader.line_num
+            yield start, len(header), row

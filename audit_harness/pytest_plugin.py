@@ -200,14 +200,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if benchmark not in session.benchmarks:
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: unknown benchmark {benchmark!r}; "
                                 f"known: {', '.join(sorted(session.benchmarks))}")
-    gates: list[Gate] = state["gates"].get(benchmark, [])
+    gates = _gates_for_data(session, benchmark, state["gates"].get(benchmark, []))
+    metafunc.parametrize("audit_gate", gates, ids=[g.test_id for g in gates], indirect=True)
+
+
+def _gates_for_data(session, benchmark: str, gates: list[Gate]) -> list[Gate]:
+    """The gates whose category the data directory holds (WinoQueer: the subgroups of the file
+    found, ``Benchmark.categories_in``); all of them when no data dir can be resolved (the
+    start-up check reports that)."""
     try:
         present = set(session.benchmarks[benchmark].categories_in(session.data_dir))
-    except AuditError:  # no usable data dir: the start-up check reports it
-        present = None
-    if present is not None:  # e.g. WinoQueer: gates for the subgroups of the file found
-        gates = [g for g in gates if g.category in present]
-    metafunc.parametrize("audit_gate", gates, ids=[g.test_id for g in gates], indirect=True)
+    except AuditError:
+        return gates
+    return [g for g in gates if g.category in present]
 
 
 _GATE_NODEID = re.compile(r"^(?P<func>.+)\[(?P<category>[^\[\]]+)-(?P<metric>[A-Za-z0-9_]+)\]$")
@@ -420,7 +425,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     # all BBQ gates ran, whatever EsBBQ's section holds.
     touched = ({o["benchmark"] for o in outcomes} | {v["benchmark"] for v in verdicts}
                | {e["benchmark"] for e in errors})
-    configured = sum(len(g) for b, g in state["gates"].items() if b in touched)
+    configured = sum(len(_gates_for_data(audit, b, g)) for b, g in state["gates"].items() if b in touched)
     args = list(config.invocation_params.args)
     run = {"status": "interrupted" if interrupted else "complete",
            "exit_status": int(exitstatus),

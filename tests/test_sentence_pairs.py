@@ -294,5 +294,7 @@ def test_audit_runs_the_masked_path_end_to_end(tmp_path, data_dir):
     assert res["data_files"]["winoqueer/v0/winoqueer_benchmark.csv"]["rows"] == 5872
     gates = {(g["benchmark"], g["category"]) for g in res["gates"]}
     assert ("winoqueer", "overall") in gates and ("crows_pairs", "race-color") in gates
+    # Complete: the WinoQueer gates counted are those of the file found (v0), not the final's.
+    assert "19 evaluated of 19 configured" in (run_dir / "report.md").read_text()
     overall = res["benchmarks"]["crows_pairs"]["overall"]["metrics"]["bias_score"]
     assert overall["n"] == 6 and 0 <= overall["value"] <= 100 and overall["ci"][0] <= overall["value"]

@@ -127,6 +127,12 @@ class Record:
         return cls(**kwargs)
 
 
+def sample_rng(seed: int, salt: str) -> np.random.Generator:
+    """The generator every ``--limit`` sample draws from: one stream per (seed, salt), the salt
+    (``"<benchmark>/<category>"``) decorrelating categories."""
+    return np.random.default_rng([seed, zlib.crc32(salt.encode("utf-8"))])
+
+
 def seeded_sample(items: Sequence[Any], limit: int | None, seed: int, salt: str = "") -> list[Any]:
     """At most ``limit`` items drawn without replacement, deterministic for (seed, salt), in the
     input order. ``None`` (or a limit >= len) keeps everything.
@@ -138,8 +144,7 @@ def seeded_sample(items: Sequence[Any], limit: int | None, seed: int, salt: str 
         return list(items)
     if limit < 0:
         raise ValueError(f"--limit must be >= 0, got {limit}")
-    rng = np.random.default_rng([seed, zlib.crc32(salt.encode("utf-8"))])
-    chosen = sorted(int(i) for i in rng.choice(len(items), size=limit, replace=False))
+    chosen = sorted(int(i) for i in sample_rng(seed, salt).choice(len(items), size=limit, replace=False))
     return [items[i] for i in chosen]
 
 

@@ -10,7 +10,6 @@ argmax) for audits, and ``generate`` (the model's text mapped to an option by
 from __future__ import annotations
 
 import hashlib
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -25,7 +24,7 @@ from ..engine.multiple_choice import score_choices
 from ..errors import ConfigError, DataError, PredictionError
 from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest, LanguageModel
 from ..parsing import MATCH_MODES, match_answer
-from .base import Benchmark, MetricSettings, Record
+from .base import Benchmark, MetricSettings, Record, sample_rng
 
 ANSWER_MODES = ("loglikelihood", "generate")
 
@@ -130,7 +129,7 @@ def balanced_sample(items: Sequence[MCItem], limit: int | None, seed: int, salt:
         return list(items)
     if limit < 0:
         raise ValueError(f"--limit must be >= 0, got {limit}")
-    rng = np.random.default_rng([seed, zlib.crc32(salt.encode("utf-8"))])
+    rng = sample_rng(seed, salt)
     cells: dict[tuple[str, str], list[int]] = {}
     for i, it in enumerate(items):
         cells.setdefault((it.context_condition, it.polarity), []).append(i)

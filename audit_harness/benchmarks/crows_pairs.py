@@ -19,7 +19,7 @@ from pathlib import Path
 from ..data import DataFile
 from ..errors import DataError
 from .sentence_pairs import (DIRECTIONS, OVERALL, PairFile, PairItem, SentencePairBenchmark,
-                             read_csv_rows)
+                             read_csv_rows, row_index)
 
 BIAS_TYPES = ("race-color", "gender", "socioeconomic", "nationality", "religion", "age",
               "sexual-orientation", "physical-appearance", "disability")
@@ -55,12 +55,7 @@ def _read_crows_format(bench, key, data_dir, direction_column, groups) -> PairFi
     excluded: dict[str, dict[str, list[str]]] = {}
     seen: dict[str, int] = {}
     for line, row in rows:
-        index = row[""]
-        if not index.isdigit():
-            raise DataError(f"{path}:{line}: the first (index) column {index!r} is not an integer")
-        if index in seen:
-            raise DataError(f"{path}:{line}: duplicate row index {index} (first at line {seen[index]})")
-        seen[index] = line
+        index = row_index(row, path, line, seen)
         if row[direction_column] not in DIRECTIONS:
             raise DataError(f"{path}:{line}: field {direction_column!r}: {row[direction_column]!r} "
                             f"is not one of {list(DIRECTIONS)}")

@@ -22,7 +22,6 @@ metrics (listed in ``CategoryData.excluded``).
 from __future__ import annotations
 
 import ast
-import csv
 import string
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ import yaml
 
 from bias_metrics.records import biased_option
 
-from ..data import DataFile, require_file
+from ..data import DataFile, csv_rows, require_file
 from ..errors import ConfigError, DataError
 from .base import CategoryData
 from .bbq_family import BBQFamilyBenchmark, MCItem, MCRecord
@@ -211,51 +210,30 @@ class EsBBQ(BBQFamilyBenchmark):
         if missing:
             raise DataError(f"{where}: missing column(s) {missing}")
         items: list[MCItem] = []
-        seen: dict[int, int] = {}
+        seen: dict[int, str] = {}
         for n, row in enumerate(rows, start=1):
-            item = self._item(row, f"{where}: row {n}", category, len(row))
-            instance_id = item.extra["instance_id"]
-            if instance_id in seen:
-                raise DataError(f"{where}: row {n}: field 'instance_id': duplicate id {instance_id} "
-                                f"(first at row {seen[instance_id]})")
-            seen[instance_id] = n
-            items.append(item)
+            self._add(items, seen, self._item(row, f"{where}: row {n}", category, len(row)),
+                      f"{where}: row {n}", f"row {n}")
         digest = hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode("utf-8")).hexdigest()
         return items, DataFile(f"{where}@{prov['revision']}", digest, len(rows))
 
     def _read(self, path: Path, category: str) -> tuple[list[MCItem], int]:
         items: list[MCItem] = []
-        seen: dict[int, int] = {}
-        with open(path, encoding="utf-8", newline="") as f:
-            # strict: an unbalanced quote is an error instead of silently swallowing later rows.
-            reader = csv.DictReader(f, strict=True)
-            try:
-                header = reader.fieldnames
-            except csv.Error as e:
-                raise DataError(f"{path}:1: malformed CSV header ({e})") from None
-            if header is None:
-                raise DataError(f"{path}: empty file (no header row)")
-            missing = [c for c in COLUMNS if c not in header]
-            if missing:
-                raise DataError(f"{path}:1: missing column(s) {missing}")
-            end = reader.line_num
-            while True:
-                start = end + 1  # a quoted field may span lines: report where the row starts
-                try:
-                    row = next(reader)
-                except StopIteration:
-                    break
-                except csv.Error as e:
-                    raise DataError(f"{path}:{start}: malformed CSV ({e})") from None
-                end = reader.line_num
-                item = self._item(row, f"{path}:{start}", category, len(header))
-                instance_id = item.extra["instance_id"]
-                if instance_id in seen:
-                    raise DataError(f"{path}:{start}: field 'instance_id': duplicate id {instance_id} "
-                                    f"(first at line {seen[instance_id]})")
-                seen[instance_id] = start
-                items.append(item)
+        seen: dict[int, str] = {}
+        for start, width, row in csv_rows(path, COLUMNS):
+            self._add(items, seen, self._item(row, f"{path}:{start}", category, width),
+                      f"{path}:{start}", f"line {start}")
         return items, len(items)
+
+    @staticmethod
+    def _add(items: list[MCItem], seen: dict[int, str], item: MCItem, where: str, here: str) -> None:
+        """Append ``item`` unless its ``instance_id`` was seen (DataError naming where first)."""
+        instance_id = item.extra["instance_id"]
+        if instance_id in seen:
+            raise DataError(f"{where}: field 'instance_id': duplicate id {instance_id} "
+                            f"(first at {seen[instance_id]})")
+        seen[instance_id] = here
+        items.append(item)
 
     def _item(self, row: dict, where: str, category: str, n_columns: int) -> MCItem:
         if None in row:

@@ -19,7 +19,6 @@ scores each pair once (``shared_items``), and every distinct sentence is sent to
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -27,7 +26,7 @@ from typing import Any, Mapping, Sequence
 from bias_metrics.pairs import pair_metrics, pair_outcomes, scored_positions
 from bias_metrics.result import MetricResult
 
-from ..data import DataFile
+from ..data import DataFile, csv_rows
 from ..engine.token_scores import score_positions
 from ..errors import DataError
 from ..models.base import TOKEN_LOGPROBS, LanguageModel, SentenceEncoding
@@ -108,32 +107,27 @@ def read_csv_rows(path: Path, columns: Sequence[str], what: str) -> list[tuple[i
     if not path.is_file():
         raise DataError(f"missing {what}: {path}")
     rows: list[tuple[int, dict[str, str]]] = []
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f, strict=True)
-        try:
-            header = reader.fieldnames
-        except csv.Error as e:
-            raise DataError(f"{path}:1: malformed CSV header ({e})") from None
-        if not header:
-            raise DataError(f"{path}: empty file (no header row)")
-        missing = [c for c in columns if c not in header]
-        if missing:
-            raise DataError(f"{path}:1: missing column(s) {missing} (header: {header})")
-        end = reader.line_num
-        while True:
-            start = end + 1  # a quoted field may span lines: report where the row starts
-            try:
-                row = next(reader)
-            except StopIteration:
-                break
-            except csv.Error as e:
-                raise DataError(f"{path}:{start}: malformed CSV ({e})") from None
-            end = reader.line_num
-            if None in row or any(v is None for v in row.values()):
-                raise DataError(f"{path}:{start}: the row has a different number of fields than "
-                                f"the header ({len(header)})")
-            rows.append((start, {k: v.strip() for k, v in row.items()}))
+    for start, width, row in csv_rows(path, columns):
+        if None in row or any(v is None for v in row.values()):
+            raise DataError(f"{path}:{start}: the row has a different number of fields than "
+                            f"the header ({width})")
+        rows.append((start, {k: v.strip() for k, v in row.items()}))
     return rows
+
+
+def row_index(row: Mapping[str, str], path: Path, line: int, seen: dict[str, int]) -> str:
+    """The row's index (the file's unnamed first column), checked to be an integer seen once.
+
+    Raises:
+        DataError: a non-integer or duplicated index, naming file and line.
+    """
+    index = row[""]
+    if not index.isdigit():
+        raise DataError(f"{path}:{line}: the first (index) column {index!r} is not an integer")
+    if index in seen:
+        raise DataError(f"{path}:{line}: duplicate row index {index} (first at line {seen[index]})")
+    seen[index] = line
+    return index
 
 
 @dataclass

@@ -24,7 +24,8 @@ from pathlib import Path
 from ..data import DataFile
 from ..errors import DataError
 from .crows_pairs import read_crows_format
-from .sentence_pairs import OVERALL, PairFile, PairItem, SentencePairBenchmark, read_csv_rows
+from .sentence_pairs import (OVERALL, PairFile, PairItem, SentencePairBenchmark, read_csv_rows,
+                             row_index)
 
 #: ``Gender_ID_x`` values of the final file (upstream metric script's group list).
 FINAL_GROUPS = ("LGBTQ", "Queer", "Transgender", "NB", "Bisexual", "Pansexual", "Lesbian", "Asexual", "Gay")
@@ -53,12 +54,7 @@ def _read_final(bench, key, data_dir) -> PairFile:
     excluded: dict[str, dict[str, list[str]]] = {}
     seen: dict[str, int] = {}
     for line, row in rows:
-        index = row[""]
-        if not index.isdigit():
-            raise DataError(f"{path}:{line}: the first (index) column {index!r} is not an integer")
-        if index in seen:
-            raise DataError(f"{path}:{line}: duplicate row index {index} (first at line {seen[index]})")
-        seen[index] = line
+        index = row_index(row, path, line, seen)
         if row["Gender_ID_x"] not in FINAL_GROUPS:
             raise DataError(f"{path}:{line}: field 'Gender_ID_x': {row['Gender_ID_x']!r} is not one "
                             f"of {list(FINAL_GROUPS)}")
