@@ -307,7 +307,6 @@ def test_bad_input_stops_with_file_line_reason(tmp_path, data_dir, capsys, case)
     (["score", "bbq", "--predictions", "x", "--prediction-field", "p", "--match", "fuzzy"],
      "--match"),
     (["frobnicate"], "invalid choice"),
-    ([], "required"),
 ])
 def test_usage_errors_one_line_exit_2(capsys, args, needle):
     assert cli.main(args) == 2
