@@ -28,3 +28,9 @@ class PredictionError(DataError):
         super().__init__(f"{item_id}: {problem}")
         self.item_id = item_id
         self.problem = problem
+
+
+class MissingDataError(DataError):
+    """A data file a category needs is absent from an otherwise usable data directory (e.g. the
+    5 KGQuiz files missing upstream). Its gates are reported as skipped, never as passed; the
+    message names the path and how to obtain or verify the file."""

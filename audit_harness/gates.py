@@ -28,7 +28,8 @@ A NaN metric never passes.
 
 Verdict statuses: ``pass``, ``fail``, ``undefined`` (NaN metric), ``insufficient`` (n < min_n),
 ``error`` (the category could not be evaluated: a model failure), ``not run`` (selected but never
-evaluated: an interrupted or ``-x`` run). Only ``pass`` passes.
+evaluated: an interrupted or ``-x`` run), ``skipped`` (its data file is missing upstream; written by
+the plugin). Only ``pass`` passes.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ GATE_KEYS = BOUND_KEYS + ("basis", "min_n")
 BASES = ("point", "ci")
 #: Items in a metric's denominator below which no gate passes, when thresholds.yaml sets none.
 DEFAULT_MIN_N = 30
-STATUSES = ("pass", "fail", "undefined", "insufficient", "error", "not run")
+STATUSES = ("pass", "fail", "undefined", "insufficient", "error", "not run", "skipped")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 MATCH_MODES = ("exact", "bbq-reference")
 #: How a prediction was mapped to an option.
@@ -145,3 +145,35 @@ def match_prediction(prediction: Any, options: Sequence[str], *, match: str = "e
     return match_answer(prediction, options, match=match, extra_choices=extra_choices).option
 
 
+
+
+def match_leading_label(text: Any, labels: Mapping[str, int]) -> int | None:
+    """Strict label parse: the label of the output's FIRST word, if that word is one of
+    ``labels`` (case-insensitive), else ``None`` (invalid).
+
+    Only non-alphanumeric characters may precede the word (whitespace, quotes, ``**``, ``(``), and
+    it must end at a word boundary: with labels ``{"true": 1, "yes": 1, "false": 0, "no": 0}``,
+    ``"False."`` -> 0, ``"**Yes**, it is"`` -> 1, ``"The statement is true"`` -> None,
+    ``"Trueish"`` -> None. Stricter than ``bias_metrics.kgquiz.parse_true_false`` (first mention
+    anywhere), so an answer that hedges or restates the question is invalid, not guessed.
+
+    Args:
+        text: the model output; ``None`` (no output) is invalid.
+        labels: ``{word: label}``; words are matched lower-cased, so keys must be lower case words.
+    Returns:
+        the label, or None.
+    Raises:
+        TypeError: text is neither a str nor None.
+        ValueError: a key of ``labels`` that is not a lower-case word.
+    """
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise TypeError(f"output of type {type(text).__name__} is not text")
+    for word in labels:
+        if not re.fullmatch(r"[a-z]+", word):
+            raise ValueError(f"label word {word!r} must be a lower-case word")
+    m = re.match(r"[\W_]*([A-Za-z]+)\b", text)
+    if m is None:
+        return None
+    return labels.get(m.group(1).lower())

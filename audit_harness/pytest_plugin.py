@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from .errors import AuditError
+from .errors import AuditError, MissingDataError
 from .gates import Gate, Verdict, load_thresholds
 
 #: The audit modules ship inside the package (the repository's ``audits/`` links here), so
@@ -69,8 +69,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--batch-size", dest="audit_batch_size", type=int,
                 default=_env_int("AUDIT_BATCH_SIZE") or 16, help="sequences per forward pass")
     g.addoption("--limit", dest="audit_limit", type=int, default=_env_int("AUDIT_LIMIT"),
-                help="items per category, balanced over context condition x polarity, "
-                     "deterministic for a given --seed (env AUDIT_LIMIT; default: all)")
+                help="items per category, balanced as the benchmark defines (BBQ family: "
+                     "context condition x polarity; KGQuiz true/false: the label), deterministic for a "
+                     "given --seed (env AUDIT_LIMIT; default: all)")
     g.addoption("--seed", dest="audit_seed", type=int, default=_env_int("AUDIT_SEED") or 0,
                 help="seed of --limit sampling and of bootstrap intervals")
     g.addoption("--bootstrap-resamples", dest="audit_bootstrap", type=int, default=1000,
@@ -307,6 +308,14 @@ def pytest_xdist_node_collection_finished(node, ids) -> None:
                                     if g is not None]
 
 
+def skipped_verdict(gate: Gate, reason: str) -> dict:
+    """The results-file verdict of a gate whose category could not be evaluated because its data
+    file is missing: status ``skipped``, no value, ``reason`` as the message."""
+    return {"benchmark": gate.benchmark, "category": gate.category, "metric": gate.metric,
+            "status": "skipped", "bounds": gate.bounds(), "basis": gate.basis, "value": None,
+            "ci": [None, None], "n": 0, "message": reason}
+
+
 class GateCheck:
     """What an audit test receives: evaluates one gate on the (cached) category outcome and
     records value, n, interval and bounds as JUnit properties."""
@@ -320,11 +329,19 @@ class GateCheck:
     def evaluate(self):
         """Run (or reuse) the category's evaluation and return the gate's Verdict.
 
-        Raises the suite's AuditError (bad data or model) as a test error with its message.
+        Raises the suite's AuditError (bad data or model) as a test error with its message; a
+        ``MissingDataError`` skips the test (``pytest.skip``) and records a ``skipped`` verdict.
         """
         g = self.gate
         try:
             outcome = self._session.outcome(g.benchmark, g.category)
+        except MissingDataError as e:
+            # A category whose file is absent is skipped, and the skip is kept in the results so
+            # the report lists the gate instead of silently dropping it.
+            reason = f"{g.benchmark}/{g.category}: {e}"
+            self._record("status", "skipped")
+            self._session.verdicts.append(skipped_verdict(g, reason))
+            pytest.skip(reason)
         except AuditError as e:
             error = f"{g.benchmark}/{g.category}: {e}"
             self._record_error(error)

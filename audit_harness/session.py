@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from .benchmarks.base import Benchmark, CategoryData, MetricSettings, Record
 from .data import resolve_data_dir
-from .errors import AuditError, ConfigError, DataError, ModelError
+from .errors import AuditError, ConfigError, DataError, MissingDataError, ModelError
 
 
 @dataclass(frozen=True)
@@ -162,12 +162,19 @@ class AuditSession:
 
         Raises:
             DataError: the first malformed row (file:line: field), or the files that are not the
-                published release, each with its status.
+                published release, each with its status. A ``MissingDataError`` (a file absent
+                upstream, KGQuiz) is not raised here: those gates are skipped and reported.
         """
         from .sources import status_of
 
+        loaded = []
         for bench, cat in pairs:
-            self.load_data(bench, cat)
+            try:
+                self.load_data(bench, cat)
+            except MissingDataError:
+                continue  # an absent file skips its gates (reported), it is not malformed data
+            loaded.append((bench, cat))
+        pairs = loaded
         if not self.options.require_published_data:
             return
         bad: dict[str, str] = {}
@@ -198,6 +205,8 @@ class AuditSession:
         if key not in self.outcomes:
             try:
                 self.outcomes[key] = self._evaluate(benchmark, category)
+            except MissingDataError:
+                raise  # the gate is skipped (and recorded as such), not an evaluation error
             except AuditError as e:
                 self.errors[key] = str(e)
                 raise

@@ -25,6 +25,7 @@ from bias_metrics.result import MetricResult, undefined
 __all__ = [
     "parse_true_false",
     "true_false_accuracy",
+    "label_accuracy",
     "normalize_text",
     "lcs_length",
     "char_lcs_ratio",
@@ -35,6 +36,7 @@ __all__ = [
     "cosine_similarity_matrix",
     "semantic_match",
     "semantic_match_rate",
+    "similarity_match_rate",
     "open_ended_precision_recall",
     "open_ended_scores",
 ]
@@ -130,6 +132,55 @@ def true_false_accuracy(
     if n == 0:
         return undefined("tf_accuracy", "no items", counts=counts, source=source)
     return _proportion("tf_accuracy", correct, n, counts, confidence, source)
+
+
+def label_accuracy(
+    predicted: Sequence[int | None],
+    golds: Sequence[int],
+    *,
+    name: str = "accuracy",
+    source: str = "",
+    confidence: float = 0.95,
+) -> tuple[MetricResult, MetricResult]:
+    """Accuracy and invalid rate of already-parsed answers (true/false labels or option indices).
+
+    An invalid answer (``None``) stays in the denominator and counts as wrong, as in K1: a model
+    that answers nothing parseable cannot pass an accuracy floor by abstaining.
+
+    Args:
+        predicted: shape (n,), parsed labels (int) or None for an invalid output.
+        golds: shape (n,), gold labels (int; bools accepted).
+        name: the accuracy's metric name; source: appended to the result's source.
+        confidence: Wilson interval coverage, in (0, 1).
+    Returns:
+        (``name``, ``invalid_rate``): correct / n and invalid / n in [0, 1], counts ``correct``,
+        ``incorrect``, ``invalid``, ``n``, Wilson intervals; both NaN with a reason when n == 0.
+    Raises:
+        ValueError: mismatched lengths; a gold or prediction that is not an int (names its index).
+    Source: KGQuiz-style, project implementation; metrics.md §3.6 K1 (invalid = wrong).
+    """
+    _check_same_length(predicted, golds, "predicted", "golds")
+    _check_confidence(confidence)
+    correct = invalid = 0
+    for i, (pred, gold) in enumerate(zip(predicted, golds)):
+        if isinstance(gold, (bool, np.bool_)):
+            gold = int(gold)
+        if not isinstance(gold, (int, np.integer)):
+            raise ValueError(f"golds[{i}] must be an int, got {gold!r}")
+        if pred is None:
+            invalid += 1
+            continue
+        if isinstance(pred, bool) or not isinstance(pred, (int, np.integer)):
+            raise ValueError(f"predicted[{i}] must be an int or None, got {pred!r}")
+        correct += int(pred == gold)
+    n = len(golds)
+    counts = {"correct": correct, "incorrect": n - correct - invalid, "invalid": invalid, "n": n}
+    src = f"{_PROJECT}; metrics.md §3.6 K1; invalid counts as wrong" + (f"; {source}" if source else "")
+    if n == 0:
+        return (undefined(name, "no items", counts=counts, source=src),
+                undefined("invalid_rate", "no items", counts=counts, source=src))
+    return (_proportion(name, correct, n, counts, confidence, src),
+            _proportion("invalid_rate", invalid, n, counts, confidence, src))
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,6 +473,43 @@ def semantic_match_rate(
     matches = semantic_match(p, g, theta)
     k, n = int(matches.sum()), int(matches.size)
     return _proportion("semantic_match_rate", k, n, {"match": k, "n": n}, confidence, source)
+
+
+def similarity_match_rate(
+    similarities: Sequence[float] | np.ndarray,
+    theta: float,
+    *,
+    name: str = "semantic_match_rate",
+    embedding_model: str | None = None,
+    confidence: float = 0.95,
+) -> MetricResult:
+    """``semantic_match_rate`` from per-item cosine similarities cos(e_p, e_g) already computed
+    (the harness stores them in its records, not the embeddings): share of items with cos >= theta.
+
+    Args:
+        similarities: shape (n,), cosines in [-1, 1].
+        theta: threshold in [-1, 1]. name: the result's name.
+        embedding_model: recorded in ``source``. confidence: Wilson interval coverage.
+    Returns:
+        ``MetricResult`` in [0, 1], counts ``match``, ``n``; NaN with a reason when n == 0.
+    Raises:
+        ValueError: not 1-D, a non-finite value or one outside [-1, 1] (names its index), theta.
+    Source: KGQuiz-style, project implementation; metrics.md §3.6 K3 (same rule as
+    ``semantic_match``).
+    """
+    _check_confidence(confidence)
+    theta = _check_theta(theta)
+    cos = np.asarray(similarities, dtype=np.float64)
+    if cos.ndim != 1:
+        raise ValueError(f"similarities must be 1-D (one per item), got shape {cos.shape}")
+    bad = np.flatnonzero(~np.isfinite(cos) | (cos < -1.0 - 1e-6) | (cos > 1.0 + 1e-6))
+    if bad.size:
+        raise ValueError(f"similarities[{int(bad[0])}] = {cos[bad[0]]!r} is not a cosine in [-1, 1]")
+    source = f"{_PROJECT}; metrics.md §3.6 K3; theta={theta}; embedding_model={embedding_model}"
+    if cos.size == 0:
+        return undefined(name, "no items", counts={"match": 0, "n": 0}, source=source)
+    k, n = int((cos >= theta).sum()), int(cos.size)
+    return _proportion(name, k, n, {"match": k, "n": n}, confidence, source)
 
 
 def _as_similarity(similarity: np.ndarray, label: str = "similarity") -> np.ndarray:

@@ -22,7 +22,7 @@ import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -145,6 +145,47 @@ def seeded_sample(items: Sequence[Any], limit: int | None, seed: int, salt: str 
     if limit < 0:
         raise ValueError(f"--limit must be >= 0, got {limit}")
     chosen = sorted(int(i) for i in sample_rng(seed, salt).choice(len(items), size=limit, replace=False))
+    return [items[i] for i in chosen]
+
+
+def stratified_sample(items: Sequence[Any], limit: int | None, seed: int, salt: str,
+                      key: Callable[[Any], Hashable]) -> list[Any]:
+    """Deterministic subset of at most ``limit`` items, balanced over the cells ``key(item)``
+    defines, in input order.
+
+    Each cell gets ``limit // n_cells`` items (the remainder goes to cells in a seeded order); a
+    cell with too few items gives its share to the others. The same (items, limit, seed, salt)
+    always gives the same subset; ``salt`` (the category) decorrelates categories. Cell keys must
+    be sortable (the seeded draws follow their sorted order).
+
+    Raises:
+        ValueError: a negative limit.
+    """
+    if limit is None or limit >= len(items):
+        return list(items)
+    if limit < 0:
+        raise ValueError(f"--limit must be >= 0, got {limit}")
+    rng = sample_rng(seed, salt)
+    cells: dict[Hashable, list[int]] = {}
+    for i, it in enumerate(items):
+        cells.setdefault(key(it), []).append(i)
+    keys = sorted(cells)
+    shuffled = {k: list(rng.permutation(cells[k])) for k in keys}
+    quota = {k: 0 for k in keys}
+    remaining = limit
+    # Round-robin in a seeded order hands out the limit evenly and moves the share of a short
+    # cell to the others.
+    order = [keys[j] for j in rng.permutation(len(keys))]
+    while remaining > 0:
+        progressed = False
+        for k in order:
+            if remaining and quota[k] < len(shuffled[k]):
+                quota[k] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            break
+    chosen = sorted(int(i) for k in keys for i in shuffled[k][: quota[k]])
     return [items[i] for i in chosen]
 
 

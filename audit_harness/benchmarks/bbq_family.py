@@ -24,7 +24,7 @@ from ..engine.multiple_choice import score_choices
 from ..errors import ConfigError, DataError, PredictionError
 from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest, LanguageModel
 from ..parsing import MATCH_MODES, match_answer
-from .base import Benchmark, MetricSettings, Record, sample_rng
+from .base import Benchmark, MetricSettings, Record, stratified_sample
 
 ANSWER_MODES = ("loglikelihood", "generate")
 
@@ -125,32 +125,8 @@ def balanced_sample(items: Sequence[MCItem], limit: int | None, seed: int, salt:
     Raises:
         ValueError: a negative limit.
     """
-    if limit is None or limit >= len(items):
-        return list(items)
-    if limit < 0:
-        raise ValueError(f"--limit must be >= 0, got {limit}")
-    rng = sample_rng(seed, salt)
-    cells: dict[tuple[str, str], list[int]] = {}
-    for i, it in enumerate(items):
-        cells.setdefault((it.context_condition, it.polarity), []).append(i)
-    keys = sorted(cells)
-    shuffled = {k: list(rng.permutation(cells[k])) for k in keys}
-    quota = {k: 0 for k in keys}
-    remaining = limit
-    # Round-robin in a seeded order hands out the limit evenly and moves the share of a short
-    # cell to the others.
-    order = [keys[j] for j in rng.permutation(len(keys))]
-    while remaining > 0:
-        progressed = False
-        for k in order:
-            if remaining and quota[k] < len(shuffled[k]):
-                quota[k] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            break
-    chosen = sorted(int(i) for k in keys for i in shuffled[k][: quota[k]])
-    return [items[i] for i in chosen]
+    return stratified_sample(items, limit, seed, salt,
+                             key=lambda it: (it.context_condition, it.polarity))
 
 
 class BBQFamilyBenchmark(Benchmark):

@@ -6,8 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from .results import metric_names_of
 
-def _fmt(metric: Mapping[str, Any]) -> str:
+
+def _fmt(metric: Mapping[str, Any] | None) -> str:
+    if metric is None:
+        return "-"  # not computed for this category (categories may differ in metrics)
     if metric["value"] is None:
         return f"undefined ({metric['reason']})" if metric.get("reason") else "undefined"
     lo, hi = metric["ci"]
@@ -61,7 +65,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     ]
     notes = []
     for v in results["gates"]:
-        value = "undefined" if v["value"] is None else f"{v['value']:.3f}"
+        value = ("not evaluated" if v["status"] == "skipped"
+                 else "undefined" if v["value"] is None else f"{v['value']:.3f}")
         if v["value"] is not None and v["ci"][0] is not None:
             value += f" [{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]"
         if v["status"] in ("error", "not run"):
@@ -77,9 +82,13 @@ def render_markdown(results: Mapping[str, Any]) -> str:
                    f"**{v['status'].upper()}** |")
     if notes:
         out += ["", *notes]
+    skipped = [v for v in results["gates"] if v["status"] == "skipped"]
+    if skipped:
+        out += ["", "Skipped gates (their data is missing; a skipped gate is not a pass):", ""]
+        out += [f"- {v['benchmark']}/{v['category']}/{v['metric']}: {v['message']}" for v in skipped]
     for bench, all_cats in results["benchmarks"].items():
         cats = {c: e for c, e in all_cats.items() if e.get("status", "ok") == "ok"}
-        names = list(next(iter(cats.values()))["metrics"]) if cats else []
+        names = metric_names_of(cats)
         out += ["", f"## {bench}: metrics per category", "",
                 "| category | items | " + " | ".join(names) + " |",
                 "|---|---|" + "---|" * len(names)]
@@ -88,11 +97,11 @@ def render_markdown(results: Mapping[str, Any]) -> str:
                 out.append(f"| {cat} | - | **ERROR**: {_cell(entry['error'])} |" + " |" * max(len(names) - 1, 0))
                 continue
             out.append(f"| {cat} | {entry['n_scored']} | "
-                       + " | ".join(_fmt(entry["metrics"][n]) for n in names) + " |")
+                       + " | ".join(_fmt(entry["metrics"].get(n)) for n in names) + " |")
         overall = results["overall"].get(bench, {})
         for label in ("pooled", "size_weighted"):
             if label in overall:
-                out.append(f"| *{label}* | | " + " | ".join(_fmt(overall[label][n]) for n in names) + " |")
+                out.append(f"| *{label}* | | " + " | ".join(_fmt(overall[label].get(n)) for n in names) + " |")
         excluded = [(cat, reason, len(ids)) for cat, e in cats.items() for reason, ids in e["excluded"].items()]
         if excluded:
             out += ["", "Rows left out, of scoring or of a metric, as each reason says (ids in results.json):", ""]

@@ -118,14 +118,25 @@ def write_results(path: Path, results: Mapping[str, Any]) -> Path:
     return path
 
 
+def metric_names_of(categories: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Metric names of a benchmark's categories (``results["benchmarks"][bench]``): the union, in
+    order of first appearance, since categories may compute different metrics (KGQuiz: accuracy
+    for true/false, LCS ratios for blank filling)."""
+    names: dict[str, None] = {}
+    for entry in categories.values():
+        names.update(dict.fromkeys(entry["metrics"]))
+    return list(names)
+
+
 def metric_table(results: Mapping[str, Any]) -> list[str]:
-    """Plain-text table of every metric per category (value and CI), for the terminal."""
+    """Plain-text table of every metric per category (value and CI), for the terminal; ``-`` where
+    a metric is undefined or not computed for that category."""
     lines: list[str] = []
     for bench, all_cats in results["benchmarks"].items():
         cats = {c: d for c, d in all_cats.items() if d.get("status", "ok") == "ok"}
-        names = list(next(iter(cats.values()))["metrics"]) if cats else []
+        names = metric_names_of(cats)
         width = max([len(c) for c in all_cats] + [len("pooled"), 8])
-        lines.append(f"{bench}  (n = items scored; value [95% CI]; '-' = undefined)")
+        lines.append(f"{bench}  (n = items scored; value [95% CI]; '-' = undefined or not computed)")
         lines.append(f"  {'category':<{width}} {'n':>5}  " + "  ".join(f"{n:>24}" for n in names))
         lines += [f"  {c:<{width}} ERROR  {d['error']}" for c, d in all_cats.items()
                   if d.get("status") == "error"]
@@ -136,8 +147,8 @@ def metric_table(results: Mapping[str, Any]) -> list[str]:
         for cat, n, metrics in rows:
             cells = []
             for name in names:
-                m = metrics[name]
-                if m["value"] is None:
+                m = metrics.get(name)
+                if m is None or m["value"] is None:
                     cells.append(f"{'-':>24}")
                 else:
                     lo, hi = m["ci"]
