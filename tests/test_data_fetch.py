@@ -368,7 +368,7 @@ def test_require_data_fetches_with_fetch_data(server, tmp_path):
 
 
 @pytest.mark.parametrize("args, keyword, expected", [
-    (["audits"], None, ["bbq", "crows_pairs", "esbbq", "cabbq", "winoqueer"]),
+    (["audits"], None, ["bbq", "crows_pairs", "esbbq", "cabbq", "kgquiz", "winoqueer"]),
     (["audits"], "crows_pairs or winoqueer", ["crows_pairs", "winoqueer"]),
     (["audits/test_bbq.py"], None, ["bbq"]),
     (["audits"], "test_bbq and (Age or Religion)", ["bbq"]),
