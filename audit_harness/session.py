@@ -219,6 +219,24 @@ def options_from_config(config) -> AuditOptions:
         model=get("audit_model"), data_dir=get("audit_data_dir"), device=get("audit_device"),
         dtype=get("audit_dtype"), batch_size=get("audit_batch_size"), limit=get("audit_limit"),
         seed=get("audit_seed"), n_resamples=get("audit_bootstrap"), confidence=get("audit_confidence"),
-        thresholds=get("audit_thresholds"), results_dir=get("audit_results_dir"))
+        thresholds=get("audit_thresholds"), results_dir=get("audit_results_dir"),
+        benchmark_options=_benchmark_options(config))
     opts.validate()
     return opts
+
+
+#: pytest option dest -> (benchmark, ``Benchmark.configure`` key); unset flags keep the default.
+BENCHMARK_FLAGS = {
+    "audit_kobbq_mode": ("kobbq", "answer_mode"),
+    "audit_kobbq_prompts": ("kobbq", "prompts"),
+    "audit_kobbq_permutations": ("kobbq", "permutations"),
+}
+
+
+def _benchmark_options(config) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for dest, (bench, key) in BENCHMARK_FLAGS.items():
+        value = config.getoption(dest, None)
+        if value is not None:
+            out.setdefault(bench, {})[key] = value
+    return out

@@ -48,8 +48,13 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         out.append(f"| {v['benchmark']} | {v['category']} | {v['metric']} | {value} | {v['n']} | "
                    f"{bounds} ({v['basis']}) | **{v['status'].upper()}** |")
     for bench, cats in results["benchmarks"].items():
-        names = list(next(iter(cats.values()))["metrics"]) if cats else []
-        out += ["", f"## {bench}: metrics per category", "",
+        from .results import table_metrics
+
+        names = table_metrics(results, bench)
+        every = list(next(iter(cats.values()))["metrics"]) if cats else []
+        more = "" if len(names) == len(every) else (
+            f" ({len(every) - len(names)} further metrics per category in results.json)")
+        out += ["", f"## {bench}: metrics per category{more}", "",
                 "| category | items | " + " | ".join(names) + " |",
                 "|---|---|" + "---|" * len(names)]
         for cat, entry in cats.items():
