@@ -244,13 +244,23 @@ class Benchmark(ABC):
     def check_option(self, key: str, value: Any) -> None:
         """Raise ConfigError when ``value`` is not allowed for option ``key``."""
 
+    def gate_metrics(self, metric: str) -> tuple[str, ...]:
+        """The metrics of this configured benchmark that a thresholds.yaml gate on ``metric``
+        checks, each its own gate test (default: the metric itself). A benchmark that scores the
+        same items under several protocols in one run (KoBBQ ``--kobbq-mode both``) returns one
+        name per protocol, e.g. ``("diff_bias_ambig", "diff_bias_ambig-letter")``; an empty tuple
+        drops a gate that cannot fail under this configuration."""
+        return (metric,)
+
     def categories_in(self, data_dir: Path | None) -> tuple[str, ...]:
         """The categories a run on ``data_dir`` has gates for (default: all ``categories``)."""
         return self.categories
 
     def provenance(self) -> dict[str, Any]:
         """What produced the numbers besides model and data: protocol name, prompt, choices,
-        answer mode... JSON-ready, stored in results under the benchmark."""
+        answer mode... JSON-ready, stored in results under the benchmark. An optional
+        ``table_metrics`` list names the metrics the terminal and Markdown tables show (default:
+        all; every metric stays in results.json)."""
         return {}
 
     # -- data --------------------------------------------------------------------------------------

@@ -57,8 +57,13 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         out += ["", "Skipped gates (their data is missing; a skipped gate is not a pass):", ""]
         out += [f"- {v['benchmark']}/{v['category']}/{v['metric']}: {v['message']}" for v in skipped]
     for bench, cats in results["benchmarks"].items():
-        names = metric_names_of(cats)
-        out += ["", f"## {bench}: metrics per category", "",
+        from .results import table_metrics
+
+        names = table_metrics(results, bench)
+        every = metric_names_of(cats)
+        more = "" if len(names) == len(every) else (
+            f" ({len(every) - len(names)} further metrics per category in results.json)")
+        out += ["", f"## {bench}: metrics per category{more}", "",
                 "| category | items | " + " | ".join(names) + " |",
                 "|---|---|" + "---|" * len(names)]
         for cat, entry in cats.items():

@@ -88,12 +88,21 @@ def metric_names_of(categories: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return list(names)
 
 
+def table_metrics(results: Mapping[str, Any], bench: str) -> list[str]:
+    """The metric names the terminal and Markdown tables show for ``bench``: its protocol's
+    ``table_metrics`` when it names them (KoBBQ keeps its per-prompt breakdowns to results.json),
+    else every metric of its categories (``metric_names_of``)."""
+    names = metric_names_of(results["benchmarks"].get(bench) or {})
+    chosen = (results.get("protocols") or {}).get(bench, {}).get("table_metrics")
+    return [n for n in chosen if n in names] if chosen else names
+
+
 def metric_table(results: Mapping[str, Any]) -> list[str]:
     """Plain-text table of every metric per category (value and CI), for the terminal; ``-`` where
     a metric is undefined or not computed for that category."""
     lines: list[str] = []
     for bench, cats in results["benchmarks"].items():
-        names = metric_names_of(cats)
+        names = table_metrics(results, bench)
         width = max([len(c) for c in cats] + [len("pooled"), 8])
         lines.append(f"{bench}  (n = items scored; value [95% CI]; '-' = undefined or not computed)")
         lines.append(f"  {'category':<{width}} {'n':>5}  " + "  ".join(f"{n:>24}" for n in names))
