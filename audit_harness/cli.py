@@ -4,6 +4,7 @@ Subcommands:
 
 - ``bias-audit score BENCHMARK --predictions FILE --prediction-field FIELD [--data-dir DIR]
   [--match exact|bbq-reference] [--flavour bbq|kobbq|esbbq] [--split-names] [--output FILE]
+  [--kobbq-prompt K] [--kobbq-permutation J]
   [--bootstrap-resamples N] [--seed S] [--confidence C]``: score saved predictions
   (``audit_harness.scoring``) and print accuracy and bias score per category and context condition
   with intervals, always with the count of invalid (unmatched) predictions; ``--output`` writes the
@@ -59,9 +60,13 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="the row field holding the prediction (index, letter or text)")
     score.add_argument("--data-dir", default=None, metavar="DIR",
                        help="folder holding bbq/, esbbq_cabbq/, ... (default: $AUDIT_DATA_DIR)")
-    score.add_argument("--match", choices=MATCH_MODES, default="exact",
-                       help="free-text matching: exact (case/punctuation-insensitive) or "
-                            "bbq-reference (adds the BBQ authors' R fallback)")
+    score.add_argument("--match", choices=MATCH_MODES, default=None,
+                       help="free-text matching: exact (case/punctuation-insensitive; the default) "
+                            "or bbq-reference (adds the BBQ authors' R fallback); KoBBQ has its own")
+    score.add_argument("--kobbq-prompt", type=int, default=None, metavar="K",
+                       help="kobbq: the prompt template (1-5) of rows without a prompt_id field")
+    score.add_argument("--kobbq-permutation", type=int, default=None, metavar="J",
+                       help="kobbq: the option order (0-2) of rows without a permutation field")
     score.add_argument("--flavour", choices=sorted(FLAVOURS), default=None,
                        help="metric definitions (default: the benchmark's own)")
     score.add_argument("--split-names", action="store_true",
@@ -128,8 +133,14 @@ def _score(ns: argparse.Namespace) -> int:
                      f"{', '.join(sorted(benchmarks))}")
     benchmark = benchmarks[ns.benchmark]
     data_dir = resolve_data_dir(ns.data_dir)
+    options = {}
+    for flag, key in (("kobbq_prompt", "prompts"), ("kobbq_permutation", "permutations")):
+        if getattr(ns, flag) is not None:
+            if ns.benchmark != "kobbq":
+                raise _Error(f"bias-audit score: --{flag.replace('_', '-')} applies to kobbq only")
+            options[key] = (getattr(ns, flag),)
     scored = score_predictions(benchmark, ns.predictions, ns.prediction_field, data_dir,
-                               match=ns.match, flavour=ns.flavour)
+                               match=ns.match, flavour=ns.flavour, options=options)
     if not scored.records:
         # Nothing to compute: list why every row was held out, then fail (an empty table with
         # exit 0 would read like a clean result).
@@ -146,7 +157,8 @@ def _score(ns: argparse.Namespace) -> int:
     if ns.output is not None:
         payload = report_json(
             scored, report, predictions=str(ns.predictions), prediction_field=ns.prediction_field,
-            data_dir=str(data_dir), match=ns.match, split_names=ns.split_names,
+            data_dir=str(data_dir), match=ns.match or getattr(scored.benchmark, "match", None),
+            split_names=ns.split_names,
             bootstrap_resamples=ns.bootstrap_resamples, seed=ns.seed, confidence=ns.confidence)
         try:
             ns.output.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ benchmark, with ids such as ``test_bbq[Age-bias_score_ambig]``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -91,6 +92,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--results-dir", dest="audit_results_dir",
                 default=os.environ.get("AUDIT_RESULTS_DIR", "audit-results"),
                 help="each run writes <results-dir>/<run id>/ (results.json, records/, junit.xml)")
+    g.addoption("--kobbq-mode", dest="audit_kobbq_mode", default=None,
+                choices=["generate", "letter", "both"],
+                help="KoBBQ answers: generate (upstream: greedy text, parsed; default), letter "
+                     "(log-likelihood of each option letter) or both (letter gates end in -letter)")
+    g.addoption("--kobbq-prompts", dest="audit_kobbq_prompts", default=None, metavar="IDS",
+                help="KoBBQ prompt templates to run, e.g. 1,3 (default: all 5)")
+    g.addoption("--kobbq-permutations", dest="audit_kobbq_permutations", default=None, metavar="IDS",
+                help="KoBBQ option orders to run, e.g. 0,2 (default: all 3)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -118,7 +127,12 @@ def pytest_configure(config: pytest.Config) -> None:
         run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{model}-{os.getpid()}"
         worker_index = None
     run_dir = Path(options.results_dir).resolve() / run_id
-    config.stash[_SESSION_KEY] = AuditSession(options, benchmarks, run_dir, worker_index)
+    try:
+        session = AuditSession(options, benchmarks, run_dir, worker_index)
+    except AuditError as e:
+        raise pytest.UsageError(str(e)) from None
+    config.stash[_SESSION_KEY] = session
+    gates = expand_gates(gates, session.benchmarks)
     config.stash[_STATE_KEY] = {"gates": gates, "run_id": run_id, "worker_outputs": [],
                                 "started": time.time(), "validated": False, "selected": None}
     # An audit run (audits on the command line) writes JUnit XML into its run folder unless the
@@ -130,7 +144,7 @@ def pytest_configure(config: pytest.Config) -> None:
         selected = _selected_gates(config, gates)
         try:
             _check_inputs(audit, list(selected), config.getoption("audit_fetch_data"))
-            pairs = _present_pairs(audit, selected)
+            pairs = _present_pairs(audit, selected, gates)
             audit.validate_data(pairs)
         except AuditError as e:
             raise pytest.UsageError(str(e)) from None
@@ -139,6 +153,14 @@ def pytest_configure(config: pytest.Config) -> None:
         state["selected"] = selected
         if not config.option.xmlpath:
             config.option.xmlpath = str(run_dir / "junit.xml")
+
+
+def expand_gates(gates: dict[str, list[Gate]], benchmarks) -> dict[str, list[Gate]]:
+    """Each thresholds.yaml gate once per metric it checks in this run's configuration
+    (``Benchmark.gate_metrics``: KoBBQ ``both`` adds ``<metric>-letter`` gates), in file order."""
+    return {name: [dataclasses.replace(g, metric=m) for g in gs
+                   for m in benchmarks[name].gate_metrics(g.metric)]
+            for name, gs in gates.items()}
 
 
 def _check_inputs(audit, selected, fetch: bool = False) -> None:
@@ -152,14 +174,15 @@ def _check_inputs(audit, selected, fetch: bool = False) -> None:
     check_model_name(audit.options.model)
 
 
-def _present_pairs(audit, selected: dict[str, list[str]]) -> list[tuple[str, str]]:
+def _present_pairs(audit, selected: dict[str, list[str]], gates) -> list[tuple[str, str]]:
     """(benchmark, category) of the selected gate ids whose category the data dir holds (the
     gates ``pytest_generate_tests`` will create), in order."""
     pairs: list[tuple[str, str]] = []
     for bench, ids in selected.items():
         present = set(audit.benchmarks[bench].categories_in(audit.data_dir))
+        by_id = {g.test_id: g.category for g in gates.get(bench, ())}
         for gate_id in ids:
-            category = gate_id.rsplit("-", 1)[0]
+            category = by_id.get(gate_id)
             if category in present and (bench, category) not in pairs:
                 pairs.append((bench, category))
     return pairs
@@ -217,18 +240,39 @@ def _gates_for_data(session, benchmark: str, gates: list[Gate]) -> list[Gate]:
 
 
 _GATE_NODEID = re.compile(r"^(?P<func>.+)\[(?P<category>[^\[\]]+)-(?P<metric>[A-Za-z0-9_]+)\]$")
+_PARAM_NODEID = re.compile(r"^(?P<func>.+)\[(?P<param>[^\[\]]+)\]$")
 
 
-def category_scope(nodeid: str, whole: frozenset[str] = frozenset()) -> str:
+def category_scope(nodeid: str, gate_categories: dict[str, str] | None = None,
+                   whole: frozenset[str] = frozenset()) -> str:
     """xdist scope of a test: ``<test function>[<category>]`` for a gate test, so all gates of a
     category share a worker and the model scores the category once; for the test functions in
     ``whole`` (benchmarks whose categories share items, ``Benchmark.shared_items``) the function
-    itself, so every pair is scored once; the node id otherwise."""
-    m = _GATE_NODEID.match(nodeid)
-    if not m:
-        return nodeid
-    func = m["func"]
-    return func if func.rsplit("::", 1)[-1] in whole else f"{func}[{m['category']}]"
+    itself, so every pair is scored once; the node id otherwise.
+
+    ``gate_categories`` maps the run's gate test ids (``Gate.test_id``) to their categories: it
+    settles ids whose metric part holds a ``-`` (``age-diff_bias_ambig-letter`` is category
+    ``age``), which the fallback pattern (category, ``-``, a metric of ``[A-Za-z0-9_]``) cannot.
+    """
+    m = _PARAM_NODEID.match(nodeid)
+    if m and gate_categories and m["param"] in gate_categories:
+        func, category = m["func"], gate_categories[m["param"]]
+    else:
+        g = _GATE_NODEID.match(nodeid)
+        if not g:
+            return nodeid
+        func, category = g["func"], g["category"]
+    return func if func.rsplit("::", 1)[-1] in whole else f"{func}[{category}]"
+
+
+def gate_categories(gates: dict[str, list[Gate]]) -> dict[str, str]:
+    """``{test id: category}`` of ``gates``, for ``category_scope``; an id that two benchmarks
+    use for different categories is left to the fallback pattern."""
+    seen: dict[str, set[str]] = {}
+    for gs in gates.values():
+        for g in gs:
+            seen.setdefault(g.test_id, set()).add(g.category)
+    return {tid: next(iter(cats)) for tid, cats in seen.items() if len(cats) == 1}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -240,13 +284,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    categories = gate_categories(config.stash[_STATE_KEY]["gates"])
     # Audit modules name their test ``test_<benchmark>`` (see audits/).
     whole = frozenset(f"test_{name}" for name, b in config.stash[_SESSION_KEY].benchmarks.items()
                       if b.shared_items)
 
     class CategoryScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return category_scope(nodeid, whole)
+            return category_scope(nodeid, categories, whole)
 
     return CategoryScheduling(config, log)
 
@@ -268,13 +313,12 @@ def _gate_of(item) -> Gate | None:
 
 
 def _gate_of_nodeid(nodeid: str, gates) -> Gate | None:
-    """The Gate a gate test's node id names (``...::test_<benchmark>[<category>-<metric>]``)."""
-    m = _GATE_NODEID.match(nodeid)
+    """The Gate a gate test's node id names (``...::test_<benchmark>[<Gate.test_id>]``)."""
+    m = _PARAM_NODEID.match(nodeid)
     if not m:
         return None
     bench = m["func"].rsplit("::", 1)[-1].removeprefix("test_")
-    return next((g for g in gates.get(bench, ()) if g.category == m["category"]
-                 and g.metric == m["metric"]), None)
+    return next((g for g in gates.get(bench, ()) if g.test_id == m["param"]), None)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -105,8 +105,9 @@ class ScoredPredictions:
 
 
 def score_predictions(benchmark: Benchmark, predictions: str | Path, prediction_field: str,
-                      data_dir: str | Path, *, match: str = "exact",
-                      flavour: str | None = None) -> ScoredPredictions:
+                      data_dir: str | Path, *, match: str | None = None,
+                      flavour: str | None = None,
+                      options: Mapping[str, Any] | None = None) -> ScoredPredictions:
     """Join a predictions JSONL to ``benchmark``'s data and score it through the benchmark.
 
     Only the categories the file mentions are loaded; a file may cover any subset of the items.
@@ -116,8 +117,11 @@ def score_predictions(benchmark: Benchmark, predictions: str | Path, prediction_
         predictions: path of the JSONL file (see module docstring for the row format).
         prediction_field: the field holding the prediction.
         data_dir: the data directory the benchmark's loader reads.
-        match: ``"exact"`` or ``"bbq-reference"``.
+        match: ``"exact"`` or ``"bbq-reference"`` (None: the benchmark's own parser mode,
+            ``exact`` for the BBQ family; KoBBQ has only its own, ``parsing.parse_choice``).
         flavour: another paper's metric definitions (None: the benchmark's own).
+        options: further ``Benchmark.configure`` options (KoBBQ: the one ``prompts`` and
+            ``permutations`` a file of outputs holds when its rows do not say).
     Returns:
         ``ScoredPredictions`` (records, counts, exclusions).
     Raises:
@@ -128,12 +132,15 @@ def score_predictions(benchmark: Benchmark, predictions: str | Path, prediction_
             own fields (condition, polarity, label, question, options) disagree with the item.
             The loader's own DataError for missing or malformed data files passes through.
     """
-    if match not in MATCH_MODES:
+    if match is not None and match not in MATCH_MODES:
         raise ConfigError(f"--match must be one of {', '.join(MATCH_MODES)}, got {match!r}")
     if not benchmark.id_fields:
         raise ConfigError(f"{benchmark.name} does not score saved predictions (it has no answer "
                           "to save: its records come from model scores)")
-    bench = benchmark.configure(answer_mode="generate", match=match, flavour=flavour)
+    settings = {"answer_mode": "generate", "flavour": flavour, **dict(options or {})}
+    if match is not None:
+        settings["match"] = match
+    bench = benchmark.configure(**settings)
     path = Path(predictions)
     raw_rows = read_predictions(path)
 

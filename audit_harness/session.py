@@ -278,7 +278,10 @@ class AuditSession:
         out: dict[str, Any] = {"protocol_version": bench.protocol_version, **bench.provenance()}
         if bench.uses_chat_template:
             digest = (model or {}).get("chat_template_sha256")
+            note = out.get("chat_template")
             out["chat_template"] = f"sha256:{digest}" if digest else "none (the model has none)"
+            if note:
+                out["chat_template_note"] = note
         else:
             out["chat_template"] = "none"
         return out
@@ -315,15 +318,6 @@ def overall_from_records(benchmarks: Mapping[str, Benchmark], outcomes: Sequence
     return out
 
 
-def _benchmark_options(get) -> dict[str, dict[str, Any]]:
-    """Per-benchmark options (``Benchmark.configure``) from the plugin's flags."""
-    out: dict[str, dict[str, Any]] = {}
-    if get("audit_data_source") != "files" or get("audit_hf_dataset"):
-        for name in ("esbbq", "cabbq"):
-            out[name] = {"data_source": get("audit_data_source"), "hf_path": get("audit_hf_dataset")}
-    return out
-
-
 def options_from_config(config) -> AuditOptions:
     """``AuditOptions`` from a pytest config (flags already merged with environment defaults)."""
     get = config.getoption
@@ -333,6 +327,27 @@ def options_from_config(config) -> AuditOptions:
         seed=get("audit_seed"), n_resamples=get("audit_bootstrap"), confidence=get("audit_confidence"),
         thresholds=get("audit_thresholds"), results_dir=get("audit_results_dir"),
         min_n=get("audit_min_n"), require_published_data=get("audit_require_published"),
-        benchmark_options=_benchmark_options(get))
+        benchmark_options=_benchmark_options(config))
     opts.validate()
     return opts
+
+
+#: pytest option dest -> [(benchmark, ``Benchmark.configure`` key)]; unset flags keep the default.
+BENCHMARK_FLAGS = {
+    "audit_kobbq_mode": [("kobbq", "answer_mode")],
+    "audit_kobbq_prompts": [("kobbq", "prompts")],
+    "audit_kobbq_permutations": [("kobbq", "permutations")],
+    "audit_data_source": [("esbbq", "data_source"), ("cabbq", "data_source")],
+    "audit_hf_dataset": [("esbbq", "hf_path"), ("cabbq", "hf_path")],
+}
+
+
+def _benchmark_options(config) -> dict[str, dict[str, Any]]:
+    """Per-benchmark options (``Benchmark.configure``) from the plugin's flags."""
+    out: dict[str, dict[str, Any]] = {}
+    for dest, targets in BENCHMARK_FLAGS.items():
+        value = config.getoption(dest, None)
+        if value is not None:
+            for bench, key in targets:
+                out.setdefault(bench, {})[key] = value
+    return out

@@ -250,6 +250,14 @@ class Benchmark(ABC):
     def check_option(self, key: str, value: Any) -> None:
         """Raise ConfigError when ``value`` is not allowed for option ``key``."""
 
+    def gate_metrics(self, metric: str) -> tuple[str, ...]:
+        """The metrics of this configured benchmark that a thresholds.yaml gate on ``metric``
+        checks, each its own gate test (default: the metric itself). A benchmark that scores the
+        same items under several protocols in one run (KoBBQ ``--kobbq-mode both``) returns one
+        name per protocol, e.g. ``("diff_bias_ambig", "diff_bias_ambig-letter")``; an empty tuple
+        drops a gate that cannot fail under this configuration."""
+        return (metric,)
+
     def categories_in(self, data_dir: Path | None) -> tuple[str, ...]:
         """The categories a run on ``data_dir`` has gates for (default: all ``categories``)."""
         return self.categories
@@ -258,7 +266,8 @@ class Benchmark(ABC):
         """What produced the numbers besides model and data: ``protocol`` (its name), prompt
         template, delimiter, choices, answer mode... JSON-ready, stored in results under
         ``protocols`` (with ``protocol_version`` and the chat template the session adds) and
-        rendered in report.md."""
+        rendered in report.md. An optional ``table_metrics`` list names the metrics the terminal
+        and Markdown tables show (default: all; every metric stays in results.json)."""
         return {"protocol": self.name}
 
     # -- data --------------------------------------------------------------------------------------

@@ -87,9 +87,14 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         out += ["", "Skipped gates (their data is missing; a skipped gate is not a pass):", ""]
         out += [f"- {v['benchmark']}/{v['category']}/{v['metric']}: {v['message']}" for v in skipped]
     for bench, all_cats in results["benchmarks"].items():
+        from .results import table_metrics
+
         cats = {c: e for c, e in all_cats.items() if e.get("status", "ok") == "ok"}
-        names = metric_names_of(cats)
-        out += ["", f"## {bench}: metrics per category", "",
+        names = table_metrics(results, bench)
+        every = metric_names_of(cats)
+        more = "" if len(names) == len(every) else (
+            f" ({len(every) - len(names)} further metrics per category in results.json)")
+        out += ["", f"## {bench}: metrics per category{more}", "",
                 "| category | items | " + " | ".join(names) + " |",
                 "|---|---|" + "---|" * len(names)]
         for cat, entry in all_cats.items():

@@ -124,8 +124,17 @@ def metric_names_of(categories: Mapping[str, Mapping[str, Any]]) -> list[str]:
     for true/false, LCS ratios for blank filling)."""
     names: dict[str, None] = {}
     for entry in categories.values():
-        names.update(dict.fromkeys(entry["metrics"]))
+        names.update(dict.fromkeys(entry.get("metrics") or ()))  # an ERROR category has none
     return list(names)
+
+
+def table_metrics(results: Mapping[str, Any], bench: str) -> list[str]:
+    """The metric names the terminal and Markdown tables show for ``bench``: its protocol's
+    ``table_metrics`` when it names them (KoBBQ keeps its per-prompt breakdowns to results.json),
+    else every metric of its categories (``metric_names_of``)."""
+    names = metric_names_of(results["benchmarks"].get(bench) or {})
+    chosen = (results.get("protocols") or {}).get(bench, {}).get("table_metrics")
+    return [n for n in chosen if n in names] if chosen else names
 
 
 def metric_table(results: Mapping[str, Any]) -> list[str]:
@@ -134,7 +143,7 @@ def metric_table(results: Mapping[str, Any]) -> list[str]:
     lines: list[str] = []
     for bench, all_cats in results["benchmarks"].items():
         cats = {c: d for c, d in all_cats.items() if d.get("status", "ok") == "ok"}
-        names = metric_names_of(cats)
+        names = table_metrics(results, bench)
         width = max([len(c) for c in all_cats] + [len("pooled"), 8])
         lines.append(f"{bench}  (n = items scored; value [95% CI]; '-' = undefined or not computed)")
         lines.append(f"  {'category':<{width}} {'n':>5}  " + "  ".join(f"{n:>24}" for n in names))
