@@ -4,16 +4,19 @@ Subcommands:
 
 - ``bias-audit score BENCHMARK --predictions FILE --prediction-field FIELD [--data-dir DIR]
   [--match exact|bbq-reference] [--flavour bbq|kobbq|esbbq] [--split-names] [--output FILE]
+  [--kobbq-prompt K] [--kobbq-permutation J]
   [--bootstrap-resamples N] [--seed S] [--confidence C]``: score saved predictions
   (``audit_harness.scoring``) and print accuracy and bias score per category and context condition
   with intervals, always with the count of invalid (unmatched) predictions; ``--output`` writes the
   metrics as JSON.
 - ``bias-audit data fetch|verify ...``: bring the benchmark files from the authors' pinned commits,
   or check a data folder against them (``audit_harness.sources.cli``).
-- ``bias-audit run [PYTEST ARGS...]``: a thin alias of ``pytest audits [PYTEST ARGS...]`` (the
-  process is replaced by pytest, so its exit code is pytest's).
+- ``bias-audit run [PYTEST ARGS...]``: ``pytest <the packaged audits> [PYTEST ARGS...]`` from any
+  directory (the process is replaced by pytest, so its exit code is pytest's); ``run --help``
+  shows the audit options first, then pytest's.
 
-Bad input ends with one line on stderr and exit code 2, never a traceback.
+``bias-audit`` alone prints the usage. Bad input ends with one line on stderr and exit code 2,
+never a traceback; ``score`` also exits 2 when no prediction row could be scored.
 """
 
 from __future__ import annotations
@@ -57,9 +60,13 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="the row field holding the prediction (index, letter or text)")
     score.add_argument("--data-dir", default=None, metavar="DIR",
                        help="folder holding bbq/, esbbq_cabbq/, ... (default: $AUDIT_DATA_DIR)")
-    score.add_argument("--match", choices=MATCH_MODES, default="exact",
-                       help="free-text matching: exact (case/punctuation-insensitive) or "
-                            "bbq-reference (adds the BBQ authors' R fallback)")
+    score.add_argument("--match", choices=MATCH_MODES, default=None,
+                       help="free-text matching: exact (case/punctuation-insensitive; the default) "
+                            "or bbq-reference (adds the BBQ authors' R fallback); KoBBQ has its own")
+    score.add_argument("--kobbq-prompt", type=int, default=None, metavar="K",
+                       help="kobbq: the prompt template (1-5) of rows without a prompt_id field")
+    score.add_argument("--kobbq-permutation", type=int, default=None, metavar="J",
+                       help="kobbq: the option order (0-2) of rows without a permutation field")
     score.add_argument("--flavour", choices=sorted(FLAVOURS), default=None,
                        help="metric definitions (default: the benchmark's own)")
     score.add_argument("--split-names", action="store_true",
@@ -73,12 +80,46 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _audits_dir() -> str:
+    from .pytest_plugin import AUDITS_DIR
+
+    return str(AUDITS_DIR)
+
+
 def _run_pytest(args: Sequence[str]) -> None:
-    """Replace this process by ``python -m pytest audits ARGS``."""
-    argv = [sys.executable, "-m", "pytest", "audits", *args]
+    """Replace this process by ``python -m pytest <packaged audits> ARGS``."""
+    argv = [sys.executable, "-m", "pytest", _audits_dir(), *args]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)
+
+
+def run_help(pytest_help: str) -> str:
+    """``bias-audit run --help``: the audit options (pytest's "model bias audit" group) first,
+    then the rest of pytest's help, from the text of ``pytest --help``."""
+    lines = pytest_help.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("model bias audit")), None)
+    head = ["usage: bias-audit run [audit options] [pytest options] [-k EXPRESSION]", "",
+            "Runs the audits (one pytest test per gate of the thresholds file) from any directory;",
+            "the exit code is pytest's: 0 all gates pass, 1 a gate failed, 2 interrupted, 4 bad input.", ""]
+    if start is None:
+        return "\n".join(head + lines)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()),
+               len(lines))
+    while end > start and not lines[end - 1].strip():
+        end -= 1
+    section = lines[start:end]
+    rest = lines[:start] + lines[end:]
+    return "\n".join(head + ["audit options:"] + section[1:] + ["", "pytest options:", *rest])
+
+
+def _print_run_help() -> int:
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "pytest", _audits_dir(), "--help"],
+                          capture_output=True, text=True)
+    print(run_help(proc.stdout))
+    return 0 if proc.returncode == 0 else proc.returncode
 
 
 def _score(ns: argparse.Namespace) -> int:
@@ -92,8 +133,23 @@ def _score(ns: argparse.Namespace) -> int:
                      f"{', '.join(sorted(benchmarks))}")
     benchmark = benchmarks[ns.benchmark]
     data_dir = resolve_data_dir(ns.data_dir)
+    options = {}
+    for flag, key in (("kobbq_prompt", "prompts"), ("kobbq_permutation", "permutations")):
+        if getattr(ns, flag) is not None:
+            if ns.benchmark != "kobbq":
+                raise _Error(f"bias-audit score: --{flag.replace('_', '-')} applies to kobbq only")
+            options[key] = (getattr(ns, flag),)
     scored = score_predictions(benchmark, ns.predictions, ns.prediction_field, data_dir,
-                               match=ns.match, flavour=ns.flavour)
+                               match=ns.match, flavour=ns.flavour, options=options)
+    if not scored.records:
+        # Nothing to compute: list why every row was held out, then fail (an empty table with
+        # exit 0 would read like a clean result).
+        from .scoring import held_out_lines
+
+        for line in held_out_lines(scored):
+            print(line)
+        raise _Error(f"bias-audit score: nothing was scored: all {scored.counts['rows']} "
+                     f"prediction row(s) of {ns.predictions} were held out (reasons above)")
     report = score_report(scored, split_names=ns.split_names,
                           n_resamples=ns.bootstrap_resamples, seed=ns.seed,
                           confidence=ns.confidence)
@@ -101,7 +157,8 @@ def _score(ns: argparse.Namespace) -> int:
     if ns.output is not None:
         payload = report_json(
             scored, report, predictions=str(ns.predictions), prediction_field=ns.prediction_field,
-            data_dir=str(data_dir), match=ns.match, split_names=ns.split_names,
+            data_dir=str(data_dir), match=ns.match or getattr(scored.benchmark, "match", None),
+            split_names=ns.split_names,
             bootstrap_resamples=ns.bootstrap_resamples, seed=ns.seed, confidence=ns.confidence)
         try:
             ns.output.parent.mkdir(parents=True, exist_ok=True)
@@ -124,6 +181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        if not args:
+            print(_build_parser().format_help(), file=sys.stderr)
+            return EXIT_ERROR
+        if args[0] == "run" and any(a in ("-h", "--help") for a in args[1:]):
+            return _print_run_help()
         if args and args[0] == "run":
             _run_pytest(args[1:])
             return 0  # only reached when execv is replaced (tests)

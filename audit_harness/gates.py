@@ -13,11 +13,28 @@ Schema (one section per benchmark)::
 
 A gate is any of ``min``, ``max``, ``abs_max``, or ``target`` with ``tolerance``, plus
 ``basis: point`` (default: the point estimate must satisfy the bounds) or ``basis: ci`` (the
-whole confidence interval must, a stricter release gate). A NaN metric never passes.
+whole confidence interval must, a stricter release gate), and ``min_n``: the fewest items in the
+metric's denominator a verdict may rest on (below it the verdict is ``insufficient``, which
+fails). ``min_n`` defaults to the file's top-level ``min_n`` (else ``DEFAULT_MIN_N``), a
+benchmark section may set its own, and a gate overrides both::
+
+    min_n: 30
+    bbq:
+      min_n: 50
+      defaults:
+        acc_disambig: {min: 0.5, min_n: 100}
+
+A NaN metric never passes.
+
+Verdict statuses: ``pass``, ``fail``, ``undefined`` (NaN metric), ``insufficient`` (n < min_n),
+``error`` (the category could not be evaluated: a model failure), ``not run`` (selected but never
+evaluated: an interrupted or ``-x`` run), ``skipped`` (its data file is missing upstream; written by
+the plugin). Only ``pass`` passes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +47,11 @@ from bias_metrics.result import MetricResult
 from .errors import ConfigError
 
 BOUND_KEYS = ("min", "max", "abs_max", "target", "tolerance")
-GATE_KEYS = BOUND_KEYS + ("basis",)
+GATE_KEYS = BOUND_KEYS + ("basis", "min_n")
 BASES = ("point", "ci")
+#: Items in a metric's denominator below which no gate passes, when thresholds.yaml sets none.
+DEFAULT_MIN_N = 30
+STATUSES = ("pass", "fail", "undefined", "insufficient", "error", "not run", "skipped")
 
 
 @dataclass(frozen=True)
@@ -42,6 +62,7 @@ class Gate:
         benchmark, category, metric: what is gated (metric names are the benchmark's flavour's).
         min, max, abs_max, target, tolerance: bounds; ``None`` when not set.
         basis: ``"point"`` or ``"ci"``.
+        min_n: fewest items in the metric's denominator (``MetricResult.n``) a verdict may rest on.
     """
 
     benchmark: str
@@ -53,6 +74,7 @@ class Gate:
     target: float | None = None
     tolerance: float | None = None
     basis: str = "point"
+    min_n: int = DEFAULT_MIN_N
 
     @property
     def test_id(self) -> str:
@@ -89,10 +111,18 @@ class Gate:
         return True
 
     def evaluate(self, metric: MetricResult) -> "Verdict":
-        """Verdict of this gate on ``metric``: ``undefined`` when the value (or, with basis ci, the
-        interval) is NaN; else ``pass`` or ``fail``."""
+        """Verdict of this gate on ``metric``: ``insufficient`` when ``metric.n < min_n``;
+        ``undefined`` when the value (or, with basis ci, the interval) is NaN; else ``pass`` or
+        ``fail``."""
         bound = self.describe()
         where = f"{self.benchmark}/{self.category}/{self.metric}"
+        if metric.n < self.min_n:
+            shown = "undefined" if not metric.defined else f"{metric.value:.4f}"
+            return Verdict(self, "insufficient", metric,
+                           f"{where} = {shown} rests on n={metric.n} items, fewer than min_n="
+                           f"{self.min_n}: {self.min_n - metric.n} more needed in its denominator "
+                           f"(raise --limit, or lower min_n in the thresholds file) before the "
+                           f"gate {bound} can pass")
         if not metric.defined:
             return Verdict(self, "undefined", metric,
                            f"{where} is undefined ({metric.reason or 'NaN'}; n={metric.n}); "
@@ -115,12 +145,23 @@ class Gate:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Outcome of one gate: ``status`` is ``pass``, ``fail`` or ``undefined``."""
+    """Outcome of one gate: ``status`` is one of ``STATUSES``; ``metric`` is None for ``error``
+    and ``not run``."""
 
     gate: Gate
     status: str
-    metric: MetricResult
+    metric: MetricResult | None
     message: str
+
+    @classmethod
+    def error(cls, gate: Gate, message: str) -> "Verdict":
+        """The verdict of a gate whose category could not be evaluated (``message`` says why)."""
+        return cls(gate, "error", None, message)
+
+    @classmethod
+    def not_run(cls, gate: Gate, why: str) -> "Verdict":
+        """The verdict of a selected gate that was never evaluated (``why``: interrupted, ...)."""
+        return cls(gate, "not run", None, f"{gate.benchmark}/{gate.category}/{gate.metric}: not run ({why})")
 
     @property
     def passed(self) -> bool:
@@ -130,10 +171,13 @@ class Verdict:
         return f"Verdict({self.status})"
 
     def to_dict(self) -> dict[str, Any]:
+        m = self.metric.to_dict() if self.metric is not None else None
         return {"benchmark": self.gate.benchmark, "category": self.gate.category,
                 "metric": self.gate.metric, "status": self.status, "bounds": self.gate.bounds(),
-                "basis": self.gate.basis, "value": self.metric.to_dict()["value"],
-                "ci": self.metric.to_dict()["ci"], "n": self.metric.n, "message": self.message}
+                "basis": self.gate.basis, "min_n": self.gate.min_n,
+                "value": m["value"] if m else None, "ci": m["ci"] if m else [None, None],
+                "clusters": m.get("clusters") if m else None, "n": m["n"] if m else None,
+                "message": self.message}
 
 
 def _number(value: Any, where: str) -> float:
@@ -142,7 +186,14 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
-def _parse_gate(spec: Any, benchmark: str, category: str, metric: str, where: str) -> Gate:
+def _min_n(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where}: min_n must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _parse_gate(spec: Any, benchmark: str, category: str, metric: str, where: str,
+                min_n: int = DEFAULT_MIN_N) -> Gate:
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: a gate is a mapping of {', '.join(GATE_KEYS)}, got {spec!r}")
     unknown = sorted(set(spec) - set(GATE_KEYS))
@@ -161,7 +212,9 @@ def _parse_gate(spec: Any, benchmark: str, category: str, metric: str, where: st
     for k in ("abs_max", "tolerance"):
         if k in bounds and bounds[k] < 0:
             raise ConfigError(f"{where}.{k}: must be >= 0, got {bounds[k]}")
-    return Gate(benchmark, category, metric, basis=basis, **bounds)
+    if "min_n" in spec:
+        min_n = _min_n(spec["min_n"], f"{where}.min_n")
+    return Gate(benchmark, category, metric, basis=basis, min_n=min_n, **bounds)
 
 
 def _check_known(path: Path, where: str, kind: str, keys, known: tuple[str, ...]) -> None:
@@ -170,13 +223,14 @@ def _check_known(path: Path, where: str, kind: str, keys, known: tuple[str, ...]
             raise ConfigError(f"{path}: {where}: unknown {kind} {key!r}; known: {', '.join(known)}")
 
 
-def load_thresholds(path: Path, catalogue: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]
-                    ) -> dict[str, list[Gate]]:
+def load_thresholds(path: Path, catalogue: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]],
+                    min_n: int | None = None) -> dict[str, list[Gate]]:
     """Read and validate a thresholds file.
 
     Args:
         path: the YAML file.
         catalogue: ``{benchmark: (categories, metric names)}`` of the benchmarks the suite knows.
+        min_n: when given (``--min-n``), every gate's min_n, whatever the file says.
     Returns:
         ``{benchmark: [Gate, ...]}`` in category order, then the file's metric order.
     Raises:
@@ -194,15 +248,21 @@ def load_thresholds(path: Path, catalogue: Mapping[str, tuple[tuple[str, ...], t
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{path}: the top level must map benchmark names to sections")
     gates: dict[str, list[Gate]] = {}
+    file_min_n = _min_n(raw["min_n"], f"{path}: min_n") if "min_n" in raw else DEFAULT_MIN_N
     for bench, section in raw.items():
+        if bench == "min_n":
+            continue
         if bench not in catalogue:
             raise ConfigError(f"{path}: unknown benchmark {bench!r}; known: {', '.join(sorted(catalogue))}")
         categories, metrics = catalogue[bench]
         if not isinstance(section, Mapping):
             raise ConfigError(f"{path}: {bench}: expected a mapping with 'defaults' and/or 'categories'")
-        extra = sorted(set(section) - {"defaults", "categories"})
+        extra = sorted(set(section) - {"defaults", "categories", "min_n"})
         if extra:
-            raise ConfigError(f"{path}: {bench}: unknown key {extra[0]!r}; allowed: defaults, categories")
+            raise ConfigError(f"{path}: {bench}: unknown key {extra[0]!r}; allowed: defaults, "
+                              "categories, min_n")
+        bench_min_n = (_min_n(section["min_n"], f"{path}: {bench}.min_n") if "min_n" in section
+                       else file_min_n)
         defaults = section.get("defaults") or {}
         overrides = section.get("categories") or {}
         for where, block in ((f"{bench}.defaults", defaults), (f"{bench}.categories", overrides)):
@@ -223,6 +283,7 @@ def load_thresholds(path: Path, catalogue: Mapping[str, tuple[tuple[str, ...], t
                     continue
                 origin = (f"{bench}.categories.{cat}.{metric}" if metric in (overrides.get(cat) or {})
                           else f"{bench}.defaults.{metric}")
-                out.append(_parse_gate(spec, bench, cat, metric, f"{path}: {origin}"))
+                gate = _parse_gate(spec, bench, cat, metric, f"{path}: {origin}", bench_min_n)
+                out.append(gate if min_n is None else dataclasses.replace(gate, min_n=min_n))
         gates[bench] = out
     return gates

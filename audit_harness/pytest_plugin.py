@@ -15,16 +15,25 @@ benchmark, with ids such as ``test_bbq[Age-bias_score_ambig]``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
+import shlex
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from .errors import AuditError, MissingDataError
-from .gates import Gate, load_thresholds
+from .gates import Gate, Verdict, load_thresholds
+
+#: The audit modules ship inside the package (the repository's ``audits/`` links here), so
+#: ``bias-audit run`` works from any directory.
+AUDITS_DIR = Path(__file__).resolve().parent / "audits"
+#: The gates used when neither --thresholds nor ./thresholds.yaml gives any.
+PACKAGED_THRESHOLDS = Path(__file__).resolve().parent / "thresholds.yaml"
 
 _SESSION_KEY = pytest.StashKey["object"]()
 _STATE_KEY = pytest.StashKey["dict"]()
@@ -73,9 +82,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="confidence level of the intervals")
     g.addoption("--thresholds", dest="audit_thresholds",
                 default=os.environ.get("AUDIT_THRESHOLDS"),
-                help="gates file (env AUDIT_THRESHOLDS; default: thresholds.yaml in the rootdir)")
+                help="gates file (env AUDIT_THRESHOLDS; default: ./thresholds.yaml when present, "
+                     "else the packaged one)")
+    g.addoption("--min-n", dest="audit_min_n", type=int, default=_env_int("AUDIT_MIN_N"),
+                help="fewest items in a metric's denominator for any verdict, overriding the "
+                     "thresholds file's min_n (below it: INSUFFICIENT, a failure)")
+    g.addoption("--require-published-data", dest="audit_require_published", action="store_true",
+                default=False, help="stop (exit 4) unless every data file read is the authors' "
+                                    "published release (sha256 of the pinned source table)")
     g.addoption("--bbq-protocol", dest="audit_bbq_protocol", choices=["default", "lmeval"],
-                default=os.environ.get("AUDIT_BBQ_PROTOCOL", "default"),
+                default=os.environ.get("AUDIT_BBQ_PROTOCOL"),
                 help="BBQ scoring: default (argmax over the 3 options) or lmeval (lm-evaluation-"
                      "harness 0.4.13's bbq task: 2 group answers + 10 unknown phrasings)")
     g.addoption("--cache-dir", dest="audit_cache_dir", default=os.environ.get("AUDIT_CACHE_DIR"),
@@ -86,6 +102,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--results-dir", dest="audit_results_dir",
                 default=os.environ.get("AUDIT_RESULTS_DIR", "audit-results"),
                 help="each run writes <results-dir>/<run id>/ (results.json, records/, junit.xml)")
+    g.addoption("--kobbq-mode", dest="audit_kobbq_mode", default=None,
+                choices=["generate", "letter", "both"],
+                help="KoBBQ answers: generate (upstream: greedy text, parsed; default), letter "
+                     "(log-likelihood of each option letter) or both (letter gates end in -letter)")
+    g.addoption("--kobbq-prompts", dest="audit_kobbq_prompts", default=None, metavar="IDS",
+                help="KoBBQ prompt templates to run, e.g. 1,3 (default: all 5)")
+    g.addoption("--kobbq-permutations", dest="audit_kobbq_permutations", default=None, metavar="IDS",
+                help="KoBBQ option orders to run, e.g. 0,2 (default: all 3)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -95,12 +119,13 @@ def pytest_configure(config: pytest.Config) -> None:
     from .session import AuditSession, options_from_config
 
     if config.getoption("audit_thresholds") is None:
-        config.option.audit_thresholds = str(config.rootpath / "thresholds.yaml")
+        local = Path(config.invocation_params.dir) / "thresholds.yaml"
+        config.option.audit_thresholds = str(local if local.is_file() else PACKAGED_THRESHOLDS)
     try:
         options = options_from_config(config)
         benchmarks = registry()
         catalogue = {name: (b.categories, b.metric_names) for name, b in benchmarks.items()}
-        gates = load_thresholds(Path(options.thresholds), catalogue)
+        gates = load_thresholds(Path(options.thresholds), catalogue, min_n=options.min_n)
     except AuditError as e:
         raise pytest.UsageError(str(e)) from None
     workerinput = getattr(config, "workerinput", None)
@@ -112,19 +137,40 @@ def pytest_configure(config: pytest.Config) -> None:
         run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{model}-{os.getpid()}"
         worker_index = None
     run_dir = Path(options.results_dir).resolve() / run_id
-    config.stash[_SESSION_KEY] = AuditSession(options, benchmarks, run_dir, worker_index)
-    config.stash[_STATE_KEY] = {"gates": gates, "run_id": run_id, "worker_outputs": []}
-    # An audit run (audits/ on the command line) writes JUnit XML into its run folder unless the
+    try:
+        session = AuditSession(options, benchmarks, run_dir, worker_index)
+    except AuditError as e:
+        raise pytest.UsageError(str(e)) from None
+    config.stash[_SESSION_KEY] = session
+    gates = expand_gates(gates, session.benchmarks)
+    config.stash[_STATE_KEY] = {"gates": gates, "run_id": run_id, "worker_outputs": [],
+                                "started": time.time(), "validated": False, "selected": None}
+    # An audit run (audits on the command line) writes JUnit XML into its run folder unless the
     # user chose a path; a unit-test run writes nothing.
     if workerinput is None and _targets_audits(config):
-        # Check what every gate needs before anything runs (and before xdist starts workers).
+        # Check what every gate needs before anything runs (and before xdist starts workers):
+        # files present, model name usable, and every selected category's rows valid.
+        audit = config.stash[_SESSION_KEY]
+        selected = _selected_gates(config, gates)
         try:
-            _check_inputs(config.stash[_SESSION_KEY], _selected_benchmarks(config, gates),
-                          config.getoption("audit_fetch_data"))
+            _check_inputs(audit, list(selected), config.getoption("audit_fetch_data"))
+            pairs = _present_pairs(audit, selected, gates)
+            audit.validate_data(pairs)
         except AuditError as e:
             raise pytest.UsageError(str(e)) from None
+        state = config.stash[_STATE_KEY]
+        state["validated"] = True
+        state["selected"] = selected
         if not config.option.xmlpath:
             config.option.xmlpath = str(run_dir / "junit.xml")
+
+
+def expand_gates(gates: dict[str, list[Gate]], benchmarks) -> dict[str, list[Gate]]:
+    """Each thresholds.yaml gate once per metric it checks in this run's configuration
+    (``Benchmark.gate_metrics``: KoBBQ ``both`` adds ``<metric>-letter`` gates), in file order."""
+    return {name: [dataclasses.replace(g, metric=m) for g in gs
+                   for m in benchmarks[name].gate_metrics(g.metric)]
+            for name, gs in gates.items()}
 
 
 def _check_inputs(audit, selected, fetch: bool = False) -> None:
@@ -138,20 +184,34 @@ def _check_inputs(audit, selected, fetch: bool = False) -> None:
     check_model_name(audit.options.model)
 
 
-def _selected_benchmarks(config: pytest.Config, gates) -> list[str]:
-    from .selection import selected_benchmarks
+def _present_pairs(audit, selected: dict[str, list[str]], gates) -> list[tuple[str, str]]:
+    """(benchmark, category) of the selected gate ids whose category the data dir holds (the
+    gates ``pytest_generate_tests`` will create), in order."""
+    pairs: list[tuple[str, str]] = []
+    for bench, ids in selected.items():
+        present = set(audit.benchmarks[bench].categories_in(audit.data_dir))
+        by_id = {g.test_id: g.category for g in gates.get(bench, ())}
+        for gate_id in ids:
+            category = by_id.get(gate_id)
+            if category in present and (bench, category) not in pairs:
+                pairs.append((bench, category))
+    return pairs
 
-    return selected_benchmarks(config.rootpath / "audits", config.args,
-                               Path(config.invocation_params.dir), config.option.keyword,
-                               {b: [g.test_id for g in gs] for b, gs in gates.items()})
+
+def _selected_gates(config: pytest.Config, gates) -> dict[str, list[str]]:
+    """``{benchmark: [gate ids]}`` the command line selects (``selection.selected_gate_ids``)."""
+    from .selection import selected_gate_ids
+
+    return selected_gate_ids(AUDITS_DIR, config.args, Path(config.invocation_params.dir),
+                             config.option.keyword,
+                             {b: [g.test_id for g in gs] for b, gs in gates.items()})
 
 
 def _targets_audits(config: pytest.Config) -> bool:
-    audits = (config.rootpath / "audits").resolve()
     for arg in config.args:
         path = Path(arg.split("::")[0])
         path = (Path(config.invocation_params.dir) / path).resolve()
-        if path == audits or audits in path.parents:
+        if path == AUDITS_DIR or AUDITS_DIR in path.parents:
             return True
     return False
 
@@ -190,18 +250,39 @@ def _gates_for_data(session, benchmark: str, gates: list[Gate]) -> list[Gate]:
 
 
 _GATE_NODEID = re.compile(r"^(?P<func>.+)\[(?P<category>[^\[\]]+)-(?P<metric>[A-Za-z0-9_]+)\]$")
+_PARAM_NODEID = re.compile(r"^(?P<func>.+)\[(?P<param>[^\[\]]+)\]$")
 
 
-def category_scope(nodeid: str, whole: frozenset[str] = frozenset()) -> str:
+def category_scope(nodeid: str, gate_categories: dict[str, str] | None = None,
+                   whole: frozenset[str] = frozenset()) -> str:
     """xdist scope of a test: ``<test function>[<category>]`` for a gate test, so all gates of a
     category share a worker and the model scores the category once; for the test functions in
     ``whole`` (benchmarks whose categories share items, ``Benchmark.shared_items``) the function
-    itself, so every pair is scored once; the node id otherwise."""
-    m = _GATE_NODEID.match(nodeid)
-    if not m:
-        return nodeid
-    func = m["func"]
-    return func if func.rsplit("::", 1)[-1] in whole else f"{func}[{m['category']}]"
+    itself, so every pair is scored once; the node id otherwise.
+
+    ``gate_categories`` maps the run's gate test ids (``Gate.test_id``) to their categories: it
+    settles ids whose metric part holds a ``-`` (``age-diff_bias_ambig-letter`` is category
+    ``age``), which the fallback pattern (category, ``-``, a metric of ``[A-Za-z0-9_]``) cannot.
+    """
+    m = _PARAM_NODEID.match(nodeid)
+    if m and gate_categories and m["param"] in gate_categories:
+        func, category = m["func"], gate_categories[m["param"]]
+    else:
+        g = _GATE_NODEID.match(nodeid)
+        if not g:
+            return nodeid
+        func, category = g["func"], g["category"]
+    return func if func.rsplit("::", 1)[-1] in whole else f"{func}[{category}]"
+
+
+def gate_categories(gates: dict[str, list[Gate]]) -> dict[str, str]:
+    """``{test id: category}`` of ``gates``, for ``category_scope``; an id that two benchmarks
+    use for different categories is left to the fallback pattern."""
+    seen: dict[str, set[str]] = {}
+    for gs in gates.values():
+        for g in gs:
+            seen.setdefault(g.test_id, set()).add(g.category)
+    return {tid: next(iter(cats)) for tid, cats in seen.items() if len(cats) == 1}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -213,13 +294,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    categories = gate_categories(config.stash[_STATE_KEY]["gates"])
     # Audit modules name their test ``test_<benchmark>`` (see audits/).
     whole = frozenset(f"test_{name}" for name, b in config.stash[_SESSION_KEY].benchmarks.items()
                       if b.shared_items)
 
     class CategoryScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return category_scope(nodeid, whole)
+            return category_scope(nodeid, categories, whole)
 
     return CategoryScheduling(config, log)
 
@@ -235,22 +317,49 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     return report
 
 
+def _gate_of(item) -> Gate | None:
+    gate = getattr(getattr(item, "callspec", None), "params", {}).get("audit_gate")
+    return gate if isinstance(gate, Gate) else None
+
+
+def _gate_of_nodeid(nodeid: str, gates) -> Gate | None:
+    """The Gate a gate test's node id names (``...::test_<benchmark>[<Gate.test_id>]``)."""
+    m = _PARAM_NODEID.match(nodeid)
+    if not m:
+        return None
+    bench = m["func"].rsplit("::", 1)[-1].removeprefix("test_")
+    return next((g for g in gates.get(bench, ()) if g.test_id == m["param"]), None)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if hasattr(config, "workerinput") or config.option.collectonly:
         return
-    if not any(isinstance(getattr(getattr(i, "callspec", None), "params", {}).get("audit_gate"), Gate)
-               for i in session.items):
+    state = config.stash[_STATE_KEY]
+    chosen = [g for g in map(_gate_of, session.items) if g is not None]
+    if chosen and state["validated"]:
+        state["collected_gates"] = chosen
+    if not chosen or state["validated"]:
         return
-    # Gate tests selected without audits/ on the command line: check inputs here instead.
-    selected = {i.callspec.params["audit_gate"].benchmark for i in session.items
-                if isinstance(getattr(getattr(i, "callspec", None), "params", {}).get("audit_gate"), Gate)}
+    # Gate tests selected without the audits folder on the command line: check inputs here.
+    audit = config.stash[_SESSION_KEY]
     try:
-        _check_inputs(config.stash[_SESSION_KEY], sorted(selected), config.getoption("audit_fetch_data"))
+        _check_inputs(audit, sorted({g.benchmark for g in chosen}), config.getoption("audit_fetch_data"))
+        audit.validate_data(list(dict.fromkeys((g.benchmark, g.category) for g in chosen)))
     except AuditError as e:
         pytest.exit(f"bias audit: {e}", returncode=pytest.ExitCode.USAGE_ERROR)
-    state = config.stash[_STATE_KEY]
-    state["gates_selected"] = sum(1 for i in session.items if "audit_gate" in getattr(i, "fixturenames", ()))
+    state["validated"] = True
+    state["collected_gates"] = chosen
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    # With xdist the controller collects nothing: learn the selected gates from the workers, so
+    # that gates never run (an interrupted run) are listed as NOT RUN.
+    state = node.config.stash[_STATE_KEY]
+    if "collected_gates" not in state:
+        state["collected_gates"] = [g for g in (_gate_of_nodeid(i, state["gates"]) for i in ids)
+                                    if g is not None]
 
 
 def skipped_verdict(gate: Gate, reason: str) -> dict:
@@ -294,8 +403,11 @@ class GateCheck:
             pytest.skip(reason)
         except AuditError as e:
             error = f"{g.benchmark}/{g.category}: {e}"
-        if error:
+            self._record_error(error)
             pytest.fail(error, pytrace=False)
+        except Exception as e:  # a backend crash: recorded as this gate's ERROR, traceback kept
+            self._record_error(f"{g.benchmark}/{g.category}: {type(e).__name__}: {e}")
+            raise
         metric = self._session.metric(g.benchmark, g.category, g.metric)
         verdict = g.evaluate(metric)
         self._record("benchmark", g.benchmark)
@@ -312,6 +424,11 @@ class GateCheck:
         self._node.stash[_VERDICT_KEY] = verdict
         return verdict
 
+    def _record_error(self, message: str) -> None:
+        verdict = Verdict.error(self.gate, message)
+        self._record("status", verdict.status)
+        self._session.verdicts.append(verdict.to_dict())
+
 
 @pytest.fixture(scope="session")
 def bias_audit(request: pytest.FixtureRequest):
@@ -320,16 +437,18 @@ def bias_audit(request: pytest.FixtureRequest):
 
 
 @pytest.fixture(scope="session")
-def audit_model(bias_audit):
+def audit_model(bias_audit, request):
     """The audited model, loaded once per process (CUDA when available, see --device)."""
-    try:
-        return bias_audit.model
-    except AuditError as e:
-        message = str(e)
-    if bias_audit.worker_index is not None:
-        pytest.fail(message, pytrace=False)  # pytest.exit inside an xdist worker crashes the run
-    # A model that cannot load makes every gate meaningless: stop the run once, not per test.
-    pytest.exit(f"bias audit: {message}", returncode=pytest.ExitCode.USAGE_ERROR)
+    if bias_audit.model_error is None:
+        try:
+            return bias_audit.model
+        except AuditError as e:
+            bias_audit.model_error = str(e)
+    # A model that cannot load makes every gate meaningless: fail this test with the one-line
+    # message and stop the run (pytest.exit would print an internal traceback, and crash an
+    # xdist worker); the results list every selected gate as ERROR and the exit code is 4.
+    request.session.shouldstop = "bias audit: the model could not be loaded"
+    pytest.fail(f"bias audit: {bias_audit.model_error}", pytrace=False)
 
 
 @pytest.fixture
@@ -350,10 +469,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     parts = [audit.export()] + [json.loads(p) for p in state["worker_outputs"]]
     outcomes = [o for p in parts for o in p["outcomes"]]
     verdicts = [v for p in parts for v in p["verdicts"]]
-    if not outcomes and not verdicts:
-        return
+    errors = [e for p in parts for e in p.get("errors", [])]
+    model_error = next((p["model_error"] for p in parts if p.get("model_error")), None)
+    if model_error:  # an input error, as a bad model name at start-up is
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+    collected = state.get("collected_gates") or []
+    if not (outcomes or verdicts or errors or collected):
+        return  # not an audit run (or nothing selected): no results folder
+    # (A model that cannot load stops the run through shouldstop, which pytest also reports as
+    # INTERRUPTED: that is an ERROR, not a Ctrl-C.)
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED and not model_error
+    # Every selected gate appears in the results: those never evaluated as NOT RUN, with why.
+    seen = {(v["benchmark"], v["category"], v["metric"]) for v in verdicts}
+    why = ("the run was interrupted" if interrupted
+           else "the run stopped before it (-x/--maxfail, a skip, or a crash)")
+    verdicts += [(Verdict.error(g, f"{g.benchmark}/{g.category}: {model_error}") if model_error
+                  else Verdict.not_run(g, why)).to_dict()
+                 for g in collected if (g.benchmark, g.category, g.metric) not in seen]
     from .report.markdown import write_markdown
-    from .report.results import build_results, write_results
+    from .report.results import build_results, suite_provenance, write_results
 
     model = next((p["model"] for p in parts if p["model"]), None)
     opts = dict(audit.options.__dict__)
@@ -365,20 +499,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
     # Gates configured for the benchmarks this run touched: a BBQ-only run is complete when
     # all BBQ gates ran, whatever EsBBQ's section holds.
-    touched = {o["benchmark"] for o in outcomes} | {v["benchmark"] for v in verdicts}
+    touched = ({o["benchmark"] for o in outcomes} | {v["benchmark"] for v in verdicts}
+               | {e["benchmark"] for e in errors})
     configured = sum(len(_gates_for_data(audit, b, g)) for b, g in state["gates"].items() if b in touched)
-    run = {"invocation": list(config.invocation_params.args),
+    args = list(config.invocation_params.args)
+    run = {"status": "interrupted" if interrupted else "complete",
+           "exit_status": int(exitstatus),
+           "invocation": args,
+           "command_line": shlex.join(["pytest", *args]),
+           "working_directory": str(config.invocation_params.dir),
+           "started": datetime.fromtimestamp(state["started"], timezone.utc).isoformat(timespec="seconds"),
+           "duration_s": round(time.time() - state["started"], 3),
+           "suite": suite_provenance(),
            "thresholds_sha256": sha256_file(Path(audit.options.thresholds)),
            "gates_configured": configured}
     from .session import overall_from_records
 
     overall = overall_from_records(audit.benchmarks, outcomes, audit.run_dir,
                                    audit.options.metric_settings)
-    provenance = {name: audit.benchmarks[name].provenance() for name in touched}
+    provenance = {name: audit.protocol(name, model) for name in touched}
     results = build_results(run_id=state["run_id"], options=opts, model=model, outcomes=outcomes,
-                            verdicts=verdicts,
-                            thresholds_path=str(audit.options.thresholds), overall=overall,
-                            provenance=provenance, run=run)
+                            verdicts=verdicts, thresholds_path=str(audit.options.thresholds),
+                            overall=overall, provenance=provenance, run=run, errors=errors)
     state["results"] = results
     state["results_path"] = write_results(audit.run_dir / "results.json", results)
     state["report_path"] = write_markdown(audit.run_dir / "report.md", results)
@@ -391,22 +533,45 @@ def pytest_testnodedown(node, error) -> None:
         node.config.stash[_STATE_KEY]["worker_outputs"].append(output)
 
 
+def _known_audits(config: pytest.Config) -> list[str]:
+    """Lines naming every benchmark and the categories its gates cover (the ``-k`` hint)."""
+    audit = config.stash[_SESSION_KEY]
+    gates = config.stash[_STATE_KEY]["gates"]
+    lines = []
+    for name in sorted(audit.benchmarks):
+        cats = list(dict.fromkeys(g.category for g in gates.get(name, ())))
+        lines.append(f"  test_{name}: {', '.join(cats) if cats else '(no gates configured)'}")
+    return lines
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     state = config.stash.get(_STATE_KEY, None)
-    if not state or "results" not in state:
+    if not state:
+        return
+    tr = terminalreporter
+    if state.get("selected") == {} and config.option.keyword:
+        tr.section("bias audit")
+        tr.write_line(f"-k {config.option.keyword!r} selects no audit gate. Gate tests are named "
+                      "test_<benchmark>[<category>-<metric>]; the benchmarks and categories are:")
+        for line in _known_audits(config):
+            tr.write_line(line)
+        return
+    if "results" not in state:
         return
     from .report.results import metric_table
 
     results = state["results"]
-    tr = terminalreporter
     tr.section("bias audit")
+    if results["run"].get("status") == "interrupted":
+        tr.write_line("INTERRUPTED: this run was stopped before every selected gate ran; the gates "
+                      "that did not run are listed as NOT RUN", red=True)
     model = results["model"] or {}
     tr.write_line(f"model {model.get('name')} ({model.get('fingerprint', '')[:19]}…, "
                   f"{model.get('dtype')}, {model.get('device')})")
     for line in metric_table(results):
         tr.write_line(line)
     for v in results["gates"]:
-        tr.write_line(f"  {v['status'].upper():<9} {v['message']}")
+        tr.write_line(f"  {v['status'].upper():<12} {v['message']}")
     counts = [c.get("requests", {}) for cats in results["benchmarks"].values() for c in cats.values()]
     if any(counts):
         tr.write_line(f"requests: {sum(c.get('distinct', 0) for c in counts)} distinct, "

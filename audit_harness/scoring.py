@@ -105,8 +105,9 @@ class ScoredPredictions:
 
 
 def score_predictions(benchmark: Benchmark, predictions: str | Path, prediction_field: str,
-                      data_dir: str | Path, *, match: str = "exact",
-                      flavour: str | None = None) -> ScoredPredictions:
+                      data_dir: str | Path, *, match: str | None = None,
+                      flavour: str | None = None,
+                      options: Mapping[str, Any] | None = None) -> ScoredPredictions:
     """Join a predictions JSONL to ``benchmark``'s data and score it through the benchmark.
 
     Only the categories the file mentions are loaded; a file may cover any subset of the items.
@@ -116,8 +117,11 @@ def score_predictions(benchmark: Benchmark, predictions: str | Path, prediction_
         predictions: path of the JSONL file (see module docstring for the row format).
         prediction_field: the field holding the prediction.
         data_dir: the data directory the benchmark's loader reads.
-        match: ``"exact"`` or ``"bbq-reference"``.
+        match: ``"exact"`` or ``"bbq-reference"`` (None: the benchmark's own parser mode,
+            ``exact`` for the BBQ family; KoBBQ has only its own, ``parsing.parse_choice``).
         flavour: another paper's metric definitions (None: the benchmark's own).
+        options: further ``Benchmark.configure`` options (KoBBQ: the one ``prompts`` and
+            ``permutations`` a file of outputs holds when its rows do not say).
     Returns:
         ``ScoredPredictions`` (records, counts, exclusions).
     Raises:
@@ -128,12 +132,15 @@ def score_predictions(benchmark: Benchmark, predictions: str | Path, prediction_
             own fields (condition, polarity, label, question, options) disagree with the item.
             The loader's own DataError for missing or malformed data files passes through.
     """
-    if match not in MATCH_MODES:
+    if match is not None and match not in MATCH_MODES:
         raise ConfigError(f"--match must be one of {', '.join(MATCH_MODES)}, got {match!r}")
     if not benchmark.id_fields:
         raise ConfigError(f"{benchmark.name} does not score saved predictions (it has no answer "
                           "to save: its records come from model scores)")
-    bench = benchmark.configure(answer_mode="generate", match=match, flavour=flavour)
+    settings = {"answer_mode": "generate", "flavour": flavour, **dict(options or {})}
+    if match is not None:
+        settings["match"] = match
+    bench = benchmark.configure(**settings)
     path = Path(predictions)
     raw_rows = read_predictions(path)
 
@@ -157,6 +164,10 @@ def score_predictions(benchmark: Benchmark, predictions: str | Path, prediction_
 
     excluded: dict[str, list[str]] = {}
     chosen: list[Any] = []
+    # Items kept for scoring but held out of a metric by the loader (EsBBQ rows failing the
+    # question_type check: in accuracy, not in the disambiguated bias score).
+    partly = {i: reason for d in data.values() for reason, ids in d.excluded.items() for i in ids
+              if i in items}
     outputs: dict[str, Any] = {}
     for line_no, row, item_id, category in parsed:
         where = f"{path}:{line_no}"
@@ -168,6 +179,8 @@ def score_predictions(benchmark: Benchmark, predictions: str | Path, prediction_
             raise DataError(f"{where}: id {item_id!r} is not in the {bench.name} data "
                             f"({', '.join(f.path for f in data[category].files[:1])})")
         bench.check_prediction_row(row, item, where)
+        if item_id in partly:
+            excluded.setdefault(partly[item_id], []).append(item_id)
         chosen.append(item)
         outputs[item_id] = row[prediction_field]
 
@@ -180,7 +193,7 @@ def score_predictions(benchmark: Benchmark, predictions: str | Path, prediction_
     except PredictionError as e:  # the parser refused a saved value: say where it is
         raise DataError(f"{path}:{lines[e.item_id]}: field {prediction_field!r}: {e.problem}") from None
     counts = {"rows": len(parsed), **{k: 0 for k in MATCH_KINDS},
-              "excluded_by_data": sum(len(v) for v in excluded.values())}
+              "excluded_by_data": len(parsed) - len(chosen)}
     for r in records:
         counts[r.match] += 1
     for reason, ids in bench.exclusions(records).items():
@@ -267,6 +280,16 @@ def report_json(scored: ScoredPredictions, report: ScoreReport, **meta: Any) -> 
     return out
 
 
+def held_out_lines(scored: ScoredPredictions) -> list[str]:
+    """One line per reason and one per held-out prediction row (id and line number): rows left
+    out of scoring or of a metric, as the reason says."""
+    lines = []
+    for reason, ids in scored.excluded.items():
+        lines.append(f"held out ({reason}): {len(ids)} row(s)")
+        lines += [f"  {i} (line {scored.lines.get(i)})" for i in ids]
+    return lines
+
+
 def format_report(scored: ScoredPredictions, report: ScoreReport) -> str:
     """Human-readable table: one line per (group, context, metric) with value, interval and n,
     preceded by the match counts and the number of invalid (unmatched) predictions."""
@@ -282,8 +305,7 @@ def format_report(scored: ScoredPredictions, report: ScoreReport) -> str:
                      f"{str(r.raw_prediction)[:60]!r}")
     if len(invalid) > 10:
         lines.append(f"  ... {len(invalid) - 10} more (all listed in --output)")
-    for reason, ids in scored.excluded.items():
-        lines.append(f"left out of the metrics ({reason}): {len(ids)}")
+    lines += held_out_lines(scored)
     lines.append(f"metrics: flavour {report.flavour} (fractions, not x100)")
     header = f"{'category':<28} {'context':<9} {'metric':<32} {'value':>8}  {'interval':<19} {'n':>6}"
     lines.append(header)
@@ -298,8 +320,10 @@ def format_report(scored: ScoredPredictions, report: ScoreReport) -> str:
                 value = f"{m.value:.4f}"
                 if not math.isnan(m.ci_low):
                     interval = f"[{m.ci_low:.4f}, {m.ci_high:.4f}] {m.ci_method}"
-                elif m.ci_method and m.ci_method.startswith("bootstrap"):
-                    interval = "no interval (< 2 templates)"
+                    if m.clusters is not None:
+                        interval += f", {m.clusters} templates"
+                elif m.ci_method and "bootstrap" in m.ci_method:
+                    interval = "no interval (no defined resample)"
                 else:
                     interval = "no interval (bootstrap off)" if not m.ci_method else ""
             lines.append(f"{group:<28} {context_of(name):<9} {name:<32} {value:>8}  {interval:<19} {m.n:>6}")

@@ -1,7 +1,7 @@
 """Which benchmarks a pytest run will audit, known before collection (so that missing data stops the
 run at start-up, before xdist starts workers).
 
-From the command line's paths under ``audits/`` (each audit module names its benchmarks in
+From the command line's paths under the audits folder (each audit module names its benchmarks in
 ``@pytest.mark.audit("<name>")``) and the ``-k`` expression evaluated, as pytest does, against the
 gate test names the plugin will generate (``test_bbq[Age-bias_score_ambig]``). Conservative: when
 anything cannot be read, the benchmark counts as selected.
@@ -26,19 +26,10 @@ def audit_functions(module: Path) -> list[tuple[str, str]]:
     return [(m["bench"], m["func"]) for m in _AUDIT_TEST.finditer(text)]
 
 
-def selected_benchmarks(audits_dir: Path, args: Iterable[str], invocation_dir: Path,
-                        keyword: str | None, gate_ids: Mapping[str, Iterable[str]]) -> list[str]:
-    """Benchmarks whose gate tests the run may select.
-
-    Args:
-        audits_dir: the repository's ``audits/`` folder.
-        args: pytest's positional arguments (paths, optionally ``::test_name[...]``).
-        invocation_dir: where pytest was started (relative paths are resolved from it).
-        keyword: the ``-k`` expression, or None/empty.
-        gate_ids: per benchmark, the ids of its gates (``Age-bias_score_ambig``).
-    """
+def _candidates(audits_dir: Path, args: Iterable[str], invocation_dir: Path) -> list[tuple[str, str, str]]:
+    """``(benchmark, test function, module file name)`` of the audit tests the paths name."""
     audits_dir = audits_dir.resolve()
-    candidates: list[tuple[str, str, str]] = []  # (benchmark, function, module file name)
+    candidates: list[tuple[str, str, str]] = []
     for arg in args:
         raw_path, _, rest = arg.partition("::")
         path = (Path(invocation_dir) / raw_path).resolve()
@@ -50,16 +41,44 @@ def selected_benchmarks(audits_dir: Path, args: Iterable[str], invocation_dir: P
             for bench, func in audit_functions(module):
                 if only is None or only == func:
                     candidates.append((bench, func, module.name))
+    return candidates
+
+
+def selected_gate_ids(audits_dir: Path, args: Iterable[str], invocation_dir: Path,
+                      keyword: str | None, gate_ids: Mapping[str, Iterable[str]]
+                      ) -> dict[str, list[str]]:
+    """Per benchmark whose audit test the paths name, the gate ids (``Age-bias_score_ambig``)
+    the ``-k`` expression keeps, in ``gate_ids`` order; a benchmark without gates maps to ``[]``
+    when its test function itself matches. Arguments as ``selected_benchmarks``."""
     matcher = _keyword_filter(keyword)
-    selected = []
-    for bench, func, module in candidates:
-        if bench in selected:
+    out: dict[str, list[str]] = {}
+    dirname = audits_dir.resolve().name
+    for bench, func, module in _candidates(audits_dir, args, invocation_dir):
+        ids = list(gate_ids.get(bench, ()))
+        if not ids:
+            if matcher([func, module, dirname, "audit"]):
+                out.setdefault(bench, [])
             continue
-        ids = list(gate_ids.get(bench, ())) or [""]
-        if any(matcher([f"{func}[{i}]" if i else func, module, audits_dir.name, "audit"])
-               for i in ids):
-            selected.append(bench)
-    return selected
+        kept = [i for i in ids if matcher([f"{func}[{i}]", module, dirname, "audit"])]
+        if kept:
+            have = out.setdefault(bench, [])
+            have.extend(i for i in kept if i not in have)
+    return out
+
+
+def selected_benchmarks(audits_dir: Path, args: Iterable[str], invocation_dir: Path,
+                        keyword: str | None, gate_ids: Mapping[str, Iterable[str]]) -> list[str]:
+    """Benchmarks whose gate tests the run may select.
+
+    Args:
+        audits_dir: the audits folder (the package's ``audit_harness/audits``; the repository's
+            ``audits/`` links to it).
+        args: pytest's positional arguments (paths, optionally ``::test_name[...]``).
+        invocation_dir: where pytest was started (relative paths are resolved from it).
+        keyword: the ``-k`` expression, or None/empty.
+        gate_ids: per benchmark, the ids of its gates (``Age-bias_score_ambig``).
+    """
+    return list(selected_gate_ids(audits_dir, args, invocation_dir, keyword, gate_ids))
 
 
 def _keyword_filter(keyword: str | None):

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .benchmarks.base import Benchmark, MetricSettings, Record
+from .benchmarks.base import Benchmark, CategoryData, MetricSettings, Record
 from .data import resolve_data_dir
-from .errors import ConfigError, ModelError
+from .errors import AuditError, ConfigError, DataError, MissingDataError, ModelError
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,10 @@ class AuditOptions:
     confidence: float = 0.95
     thresholds: str = "thresholds.yaml"
     results_dir: str = "audit-results"
+    #: every gate's min_n when set (``--min-n``), else thresholds.yaml's.
+    min_n: int | None = None
+    #: stop at start-up when a data file is not the published release (``--require-published-data``).
+    require_published_data: bool = False
     #: ``{benchmark: {option: value}}`` passed to ``Benchmark.configure`` (e.g. KoBBQ's mode).
     benchmark_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: folder of the result cache (None: ``engine.cache.default_cache_dir()``); ``cache=False``
@@ -53,6 +57,8 @@ class AuditOptions:
             raise ConfigError(f"--bootstrap-resamples must be >= 0, got {self.n_resamples}")
         if not 0.0 < self.confidence < 1.0:
             raise ConfigError(f"--confidence must be in (0, 1), got {self.confidence}")
+        if self.min_n is not None and self.min_n < 0:
+            raise ConfigError(f"--min-n must be >= 0, got {self.min_n}")
 
 
 @dataclass
@@ -98,6 +104,13 @@ class AuditSession:
         self._model = None
         self._data_dir: Path | None = None
         self.outcomes: dict[tuple[str, str], CategoryOutcome] = {}
+        # Loaded (validated) data per (benchmark, category): read once, at start-up where the
+        # plugin validates it, and reused by the evaluation.
+        self._data: dict[tuple[str, str], CategoryData] = {}
+        #: why the model could not be loaded (then every gate of the run is an ERROR), or None.
+        self.model_error: str | None = None
+        #: ``{(benchmark, category): message}`` of categories whose evaluation failed mid-run.
+        self.errors: dict[tuple[str, str], str] = {}
         # Records by (benchmark, item id): categories that share items (a pair benchmark's
         # ``overall``) score each item once per process.
         self._records: dict[tuple[str, str], Record] = {}
@@ -166,11 +179,76 @@ class AuditSession:
                 return f"cuda:{self.worker_index % torch.cuda.device_count()}"
         return device
 
-    def outcome(self, benchmark: str, category: str) -> CategoryOutcome:
-        """Evaluate (once) and return the outcome of one category."""
+    def load_data(self, benchmark: str, category: str) -> CategoryData:
+        """The category's validated data, read once per process.
+
+        Raises:
+            DataError: the loader's (file, line and field of the first malformed row).
+        """
         key = (benchmark, category)
+        if key not in self._data:
+            self._data[key] = self.benchmarks[benchmark].load_category(self.data_dir, category)
+        return self._data[key]
+
+    def validate_data(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Read and validate every (benchmark, category) a run selected, before any model loads
+        (parsing only), so a malformed row stops the run at start-up. With
+        ``require_published_data``, every file read must be the published release
+        (``sources.status_of``).
+
+        Raises:
+            DataError: the first malformed row (file:line: field), or the files that are not the
+                published release, each with its status. A ``MissingDataError`` (a file absent
+                upstream, KGQuiz) is not raised here: those gates are skipped and reported.
+        """
+        from .sources import status_of
+
+        loaded = []
+        for bench, cat in pairs:
+            try:
+                self.load_data(bench, cat)
+            except MissingDataError:
+                continue  # an absent file skips its gates (reported), it is not malformed data
+            loaded.append((bench, cat))
+        pairs = loaded
+        if not self.options.require_published_data:
+            return
+        bad: dict[str, str] = {}
+        for bench, cat in pairs:
+            for f in self._data[(bench, cat)].files:
+                status = status_of(f.path, f.sha256)
+                if status != "published":
+                    bad[f.path] = status if status != "unknown" else "not in the pinned source table"
+        if bad:
+            listed = "; ".join(f"{p}: {s}" for p, s in sorted(bad.items()))
+            raise DataError(f"--require-published-data: {len(bad)} data file(s) in {self.data_dir} "
+                            f"are not the published release: {listed} (restore them with "
+                            "`bias-audit data fetch`, or drop the flag)")
+
+    def outcome(self, benchmark: str, category: str) -> CategoryOutcome:
+        """Evaluate (once) and return the outcome of one category.
+
+        Raises:
+            AuditError: the evaluation failed (bad data, a model that cannot do what the
+                benchmark needs); the message is kept in ``errors`` and raised again for every
+                later gate of the category without re-running it.
+            Exception: any other failure (a bug, a backend crash) is also kept in ``errors``
+                (type and message) and re-raised.
+        """
+        key = (benchmark, category)
+        if key in self.errors:
+            raise AuditError(self.errors[key])
         if key not in self.outcomes:
-            self.outcomes[key] = self._evaluate(benchmark, category)
+            try:
+                self.outcomes[key] = self._evaluate(benchmark, category)
+            except MissingDataError:
+                raise  # the gate is skipped (and recorded as such), not an evaluation error
+            except AuditError as e:
+                self.errors[key] = str(e)
+                raise
+            except Exception as e:
+                self.errors[key] = f"{type(e).__name__}: {e}"
+                raise
         return self.outcomes[key]
 
     def _evaluate(self, benchmark: str, category: str) -> CategoryOutcome:
@@ -182,7 +260,7 @@ class AuditSession:
             info = self.model.info
             raise ModelError(f"{benchmark} needs {', '.join(sorted(missing))}, which model "
                              f"{info.name!r} ({info.kind} LM) cannot compute")
-        data = bench.load_category(self.data_dir, category)
+        data = self.load_data(benchmark, category)
         items = bench.select(data.items, opts.limit, opts.seed, salt=f"{benchmark}/{category}")
         todo = [it for it in items if (benchmark, it.item_id) not in self._records]
         engine = self.model.engine
@@ -221,8 +299,36 @@ class AuditSession:
 
     def export(self) -> dict[str, Any]:
         """This process's outcomes and verdicts, for the controller's results file."""
+        model = None
+        if self._model is not None:
+            import hashlib
+
+            model = self._model.info.to_dict()
+            template = self._model.chat_template
+            model["chat_template_sha256"] = (hashlib.sha256(template.encode("utf-8")).hexdigest()
+                                             if template else None)
         return {"outcomes": [o.to_dict() for o in self.outcomes.values()], "verdicts": self.verdicts,
-                "model": self._model.info.to_dict() if self._model is not None else None}
+                "errors": [{"benchmark": b, "category": c, "message": m}
+                           for (b, c), m in self.errors.items()],
+                "model": model, "model_error": self.model_error}
+
+    def protocol(self, benchmark: str, model: Mapping[str, Any] | None) -> dict[str, Any]:
+        """What produced a benchmark's numbers besides model and data (results' ``protocols``):
+        protocol name and version, prompt template, delimiter, choices, answer mode
+        (``Benchmark.provenance``) and the chat template used: ``"none"``, or the sha256 of the
+        model's template (``model``: the exported model info) when the benchmark prompts through
+        it."""
+        bench = self.benchmarks[benchmark]
+        out: dict[str, Any] = {"protocol_version": bench.protocol_version, **bench.provenance()}
+        if bench.uses_chat_template:
+            digest = (model or {}).get("chat_template_sha256")
+            note = out.get("chat_template")
+            out["chat_template"] = f"sha256:{digest}" if digest else "none (the model has none)"
+            if note:
+                out["chat_template_note"] = note
+        else:
+            out["chat_template"] = "none"
+        return out
 
 
 def overall_from_records(benchmarks: Mapping[str, Benchmark], outcomes: Sequence[Mapping[str, Any]],
@@ -256,17 +362,6 @@ def overall_from_records(benchmarks: Mapping[str, Benchmark], outcomes: Sequence
     return out
 
 
-def _benchmark_options(get) -> dict[str, dict[str, Any]]:
-    """Per-benchmark options (``Benchmark.configure``) from the plugin's flags."""
-    out: dict[str, dict[str, Any]] = {}
-    if get("audit_bbq_protocol") not in (None, "default"):
-        out["bbq"] = {"protocol": get("audit_bbq_protocol")}
-    if get("audit_data_source") != "files" or get("audit_hf_dataset"):
-        for name in ("esbbq", "cabbq"):
-            out[name] = {"data_source": get("audit_data_source"), "hf_path": get("audit_hf_dataset")}
-    return out
-
-
 def _progress_mode(config) -> str:
     from .engine.progress import progress_mode
 
@@ -282,7 +377,30 @@ def options_from_config(config) -> AuditOptions:
         dtype=get("audit_dtype"), batch_size=get("audit_batch_size"), limit=get("audit_limit"),
         seed=get("audit_seed"), n_resamples=get("audit_bootstrap"), confidence=get("audit_confidence"),
         thresholds=get("audit_thresholds"), results_dir=get("audit_results_dir"),
-        benchmark_options=_benchmark_options(get), cache_dir=get("audit_cache_dir"),
+        min_n=get("audit_min_n"), require_published_data=get("audit_require_published"),
+        benchmark_options=_benchmark_options(config), cache_dir=get("audit_cache_dir"),
         cache=not get("audit_no_cache"), progress=_progress_mode(config))
     opts.validate()
     return opts
+
+
+#: pytest option dest -> [(benchmark, ``Benchmark.configure`` key)]; unset flags keep the default.
+BENCHMARK_FLAGS = {
+    "audit_bbq_protocol": [("bbq", "protocol")],
+    "audit_kobbq_mode": [("kobbq", "answer_mode")],
+    "audit_kobbq_prompts": [("kobbq", "prompts")],
+    "audit_kobbq_permutations": [("kobbq", "permutations")],
+    "audit_data_source": [("esbbq", "data_source"), ("cabbq", "data_source")],
+    "audit_hf_dataset": [("esbbq", "hf_path"), ("cabbq", "hf_path")],
+}
+
+
+def _benchmark_options(config) -> dict[str, dict[str, Any]]:
+    """Per-benchmark options (``Benchmark.configure``) from the plugin's flags."""
+    out: dict[str, dict[str, Any]] = {}
+    for dest, targets in BENCHMARK_FLAGS.items():
+        value = config.getoption(dest, None)
+        if value is not None:
+            for bench, key in targets:
+                out.setdefault(bench, {})[key] = value
+    return out

@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .intervals import cluster_bootstrap, wilson_interval
+from .intervals import cell_ratio_interval, wilson_interval
 from .records import AMBIG, AnswerClass, BBQFamilyRecord
 from .result import MetricResult
 
@@ -47,6 +47,13 @@ N_CELLS = len(CELL_NAMES)
  DA_B, DA_C, DA_U, DA_X,
  DN_B, DN_C, DN_U, DN_X,
  DU_C, DU_W, DU_U, DU_X) = range(N_CELLS)
+
+
+#: Cells sharing a denominator (one context condition x gold block), resampled together, and the
+#: Jeffreys pseudo-counts of the interval's within-template posterior: 0.5 per answer cell, none
+#: for invalid answers (a log-likelihood scorer cannot produce one; generation counts them).
+BLOCKS: tuple[tuple[int, ...], ...] = tuple(tuple(range(4 * b, 4 * b + 4)) for b in range(4))
+PRIOR = np.array([0.5, 0.5, 0.5, 0.0] * 4)
 
 
 def cell_index(record: BBQFamilyRecord) -> int:
@@ -277,7 +284,9 @@ def metrics_from_counts(
         flavour: ``"bbq"``, ``"kobbq"`` or ``"esbbq"``.
         counts: int array (16,) in ``CELL_NAMES`` order.
         cluster_counts: optional (n_clusters, 16) per-template counts summing to ``counts``; when
-            given, non-proportion metrics get a cluster-bootstrap interval.
+            given, non-proportion metrics get a hierarchical Bayesian bootstrap interval over
+            templates and within-template answers (``intervals.cell_ratio_interval``:
+            never zero-width at finite n) and report the number of templates in ``clusters``.
         confidence, n_resamples, seed: interval settings (``n_resamples=0`` skips the bootstrap).
     Returns:
         ``{metric name: MetricResult}`` with fractions (not x100); NaN with a reason when undefined.
@@ -308,14 +317,17 @@ def metrics_from_counts(
             lo, hi = wilson_interval(k, n, confidence)
             method = "wilson"
         elif cluster_counts is not None and n_resamples > 0:
-            lo, hi = cluster_bootstrap(cluster_counts, spec.statistic, n_resamples=n_resamples,
-                                       confidence=confidence, seed=seed)
-            # A percentile interval can exclude the point estimate on tiny or lopsided samples;
+            lo, hi = cell_ratio_interval(
+                cluster_counts, spec.statistic, BLOCKS, PRIOR, n_resamples=n_resamples,
+                confidence=confidence, seed=seed)
+            # A posterior interval can exclude the point estimate on tiny or lopsided samples;
             # widen it so the reported interval always covers the reported value.
             lo, hi = min(lo, value), max(hi, value)
-            method = "bootstrap-cluster"
+            method = "bayes-bootstrap-cluster"
+        clusters = int(len(cluster_counts)) if method == "bayes-bootstrap-cluster" else None
         out[spec.name] = MetricResult(spec.name, value, n, lo, hi, method,
-                                      confidence if method else None, cdict, None, spec.source)
+                                      confidence if method else None, cdict, None, spec.source,
+                                      clusters)
     return out
 
 

@@ -22,11 +22,14 @@ class MetricResult:
             ``nan`` when undefined.
         n: number of items the value is computed over (after any documented exclusions).
         ci_low, ci_high: bounds of the confidence interval; ``nan`` when not computed or undefined.
-        ci_method: ``"wilson"``, ``"bootstrap"`` (optionally ``"bootstrap-cluster"``) or ``None``.
+        ci_method: ``"wilson"``, ``"bootstrap"`` (items), ``"bayes-bootstrap-cluster"`` (see
+            ``intervals.hierarchical_bayesian_bootstrap``) or ``None``.
         confidence: the interval's nominal coverage, e.g. 0.95.
         counts: the integer counts the value was computed from (names are metric specific).
         reason: why the value is undefined (``None`` when it is defined).
         source: the paper section or code the definition follows.
+        clusters: number of independent clusters (templates) the interval resamples, when it
+            resamples clusters; ``None`` otherwise.
     """
 
     name: str
@@ -39,6 +42,7 @@ class MetricResult:
     counts: Mapping[str, int] = field(default_factory=dict)
     reason: str | None = None
     source: str = ""
+    clusters: int | None = None
 
     @property
     def defined(self) -> bool:
@@ -61,6 +65,7 @@ class MetricResult:
             "counts": {k: int(v) for k, v in self.counts.items()},
             "reason": self.reason,
             "source": self.source,
+            "clusters": None if self.clusters is None else int(self.clusters),
         }
 
 
@@ -74,7 +79,8 @@ class MetricResult:
         return cls(name=d["name"], value=nan(d["value"]), n=int(d["n"]), ci_low=nan(d["ci"][0]),
                    ci_high=nan(d["ci"][1]), ci_method=d.get("ci_method"),
                    confidence=d.get("confidence"), counts=dict(d.get("counts", {})),
-                   reason=d.get("reason"), source=d.get("source", ""))
+                   reason=d.get("reason"), source=d.get("source", ""),
+                   clusters=d.get("clusters"))
 
 
 def undefined(name: str, reason: str, n: int = 0, counts: Mapping[str, int] | None = None,

@@ -368,12 +368,12 @@ def test_require_data_fetches_with_fetch_data(server, tmp_path):
 
 
 @pytest.mark.parametrize("args, keyword, expected", [
-    (["audits"], None, ["bbq", "crows_pairs", "esbbq", "cabbq", "winoqueer"]),
+    (["audits"], None, ["bbq", "crows_pairs", "esbbq", "cabbq", "kgquiz", "kobbq", "winoqueer"]),
     (["audits"], "crows_pairs or winoqueer", ["crows_pairs", "winoqueer"]),
     (["audits/test_bbq.py"], None, ["bbq"]),
     (["audits"], "test_bbq and (Age or Religion)", ["bbq"]),
     (["audits"], "esbbq or cabbq", ["esbbq", "cabbq"]),
-    (["audits"], "bbq", ["bbq", "esbbq", "cabbq"]),  # pytest's substring match, as documented
+    (["audits"], "bbq", ["bbq", "esbbq", "cabbq", "kobbq"]),  # pytest's substring match, as documented
     (["audits/test_esbbq.py::test_cabbq"], None, ["cabbq"]),
     (["audits"], "SpanishRegion", ["esbbq", "cabbq"]),
     (["tests"], None, []),

@@ -103,3 +103,63 @@ def test_ci_basis_needs_the_whole_interval_inside():
     assert gate.evaluate(metric(0.01, -0.02, 0.04)).status == "pass"
     assert gate.evaluate(metric(0.01, -0.02, 0.07)).status == "fail"
     assert gate.evaluate(metric(0.01)).status == "undefined"
+
+
+# --- min_n (issue 11: no pass on thin evidence) ----------------------------------------------------
+def test_min_n_defaults_file_section_and_gate_levels(tmp_path):
+    from audit_harness.gates import DEFAULT_MIN_N
+
+    path = write(tmp_path, """
+min_n: 40
+bbq:
+  min_n: 50
+  defaults:
+    bias_score_ambig: {abs_max: 0.05}
+    acc_disambig: {min: 0.5, min_n: 100}
+""")
+    gates = {g.test_id: g for g in load_thresholds(path, CATALOGUE)["bbq"]}
+    assert gates["Age-bias_score_ambig"].min_n == 50 and gates["Age-acc_disambig"].min_n == 100
+    plain = write(tmp_path, "bbq:\n  defaults:\n    acc_disambig: {min: 0.5}\n")
+    assert load_thresholds(plain, CATALOGUE)["bbq"][0].min_n == DEFAULT_MIN_N == 30
+    # --min-n overrides every level for one run
+    assert {g.min_n for g in load_thresholds(path, CATALOGUE, min_n=2)["bbq"]} == {2}
+    shipped = load_thresholds(Path(__file__).resolve().parents[1] / "thresholds.yaml",
+                              {"bbq": CATALOGUE["bbq"]} | _others())
+    assert shipped["bbq"][0].min_n == 30
+
+
+def _others():
+    from audit_harness.benchmarks import registry
+
+    return {n: (b.categories, b.metric_names) for n, b in registry().items() if n != "bbq"}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("min_n: -1\nbbq: {}\n", "min_n must be an integer >= 0"),
+    ("bbq:\n  min_n: 2.5\n", "bbq.min_n: min_n must be an integer"),
+    ("bbq:\n  defaults:\n    acc_disambig: {min: 0.5, min_n: true}\n", "acc_disambig.min_n"),
+])
+def test_bad_min_n_is_named(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        load_thresholds(write(tmp_path, text), CATALOGUE)
+
+
+def test_below_min_n_is_insufficient_and_says_how_many_are_needed():
+    gate = Gate("bbq", "Age", "bias_score_ambig", abs_max=0.05, min_n=30)
+    v = gate.evaluate(metric(0.0, -0.01, 0.01, n=12))
+    assert v.status == "insufficient" and not v.passed
+    assert "n=12" in v.message and "min_n=30" in v.message and "18 more needed" in v.message
+    assert gate.evaluate(metric(0.0, n=30)).status == "pass"
+    d = v.to_dict()
+    assert d["min_n"] == 30 and d["status"] == "insufficient"
+
+
+def test_error_and_not_run_verdicts_never_pass():
+    from audit_harness.gates import Verdict
+
+    gate = Gate("bbq", "Age", "bias_score_ambig", abs_max=0.05)
+    err = Verdict.error(gate, "bbq/Age: RuntimeError: device lost")
+    skipped = Verdict.not_run(gate, "the run was interrupted")
+    assert not err.passed and not skipped.passed
+    assert err.to_dict()["value"] is None and err.to_dict()["message"].endswith("device lost")
+    assert skipped.to_dict()["status"] == "not run" and "interrupted" in skipped.message

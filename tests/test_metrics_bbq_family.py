@@ -316,7 +316,7 @@ def test_bootstrap_reproducible_with_seed():
     a = compute(recs, "bbq", n_resamples=200, seed=7)["bias_score_disambig"]
     b = compute(recs, "bbq", n_resamples=200, seed=7)["bias_score_disambig"]
     assert (a.ci_low, a.ci_high) == (b.ci_low, b.ci_high)
-    assert a.ci_method == "bootstrap-cluster" and a.confidence == 0.95
+    assert a.ci_method == "bayes-bootstrap-cluster" and a.confidence == 0.95
 
 
 # --- property tests -----------------------------------------------------------------------------
@@ -489,13 +489,15 @@ def test_only_disambiguated_items_can_be_held_out():
                         in_bias_score=False)
 
 
-def test_one_template_gives_no_bootstrap_interval():
-    # All items from one template: resampling templates cannot vary, so no interval is claimed.
+def test_one_template_gives_a_count_based_interval_and_says_so():
+    # All items from one template: resampling templates cannot vary, so the interval comes from
+    # the count posterior alone (never zero-width), and the single cluster is reported.
     records = [r.__class__(**{**r.__dict__, "template_id": "1"}) for r in toy(B1_ROWS)]
     m = compute(records, "bbq", n_resamples=200)
-    assert m["bias_score_disambig"].value == pytest.approx(0.5)
-    assert math.isnan(m["bias_score_disambig"].ci_low) and math.isnan(m["bias_score_disambig"].ci_high)
-    assert not math.isnan(m["acc_disambig"].ci_low)  # Wilson needs no clusters
+    s = m["bias_score_disambig"]
+    assert s.value == pytest.approx(0.5) and s.clusters == 1
+    assert s.ci_low < 0.5 < s.ci_high and s.ci_high - s.ci_low > 0.2
+    assert not math.isnan(m["acc_disambig"].ci_low) and m["acc_disambig"].clusters is None
 
 
 def test_bbq_diff_bias_ambig_is_s_amb_where_defined_and_zero_when_all_unknown():

@@ -175,7 +175,7 @@ def test_score_bbq_age_end_to_end(tmp_path, data_dir, capsys):
     assert "invalid (unmatched) predictions: 50 of 300" in out
     for name in ("acc_ambig", "acc_disambig", "bias_score_ambig", "bias_score_disambig"):
         assert f" {name} " in out
-    assert "wilson" in out and "bootstrap-cluster" in out
+    assert "wilson" in out and "bayes-bootstrap-cluster" in out and "templates" in out
 
     result = json.loads(out_json.read_text())
     assert result["benchmark"] == "bbq" and result["flavour"] == "bbq"
@@ -307,7 +307,6 @@ def test_bad_input_stops_with_file_line_reason(tmp_path, data_dir, capsys, case)
     (["score", "bbq", "--predictions", "x", "--prediction-field", "p", "--match", "fuzzy"],
      "--match"),
     (["frobnicate"], "invalid choice"),
-    ([], "required"),
 ])
 def test_usage_errors_one_line_exit_2(capsys, args, needle):
     assert cli.main(args) == 2
@@ -321,12 +320,16 @@ def test_missing_predictions_file(tmp_path, data_dir, capsys):
     assert code == 2 and "none.jsonl" in err and err.count("\n") == 1
 
 
-def test_run_is_an_alias_of_pytest_audits(monkeypatch):
+def test_run_is_an_alias_of_pytest_on_the_packaged_audits(monkeypatch):
+    from audit_harness.pytest_plugin import AUDITS_DIR
+
     calls = []
     monkeypatch.setattr(cli.os, "execv", lambda exe, argv: calls.append((exe, argv)))
     assert cli.main(["run", "--model", "tiny", "-x"]) == 0
     exe, argv = calls[0]
-    assert argv[1:] == ["-m", "pytest", "audits", "--model", "tiny", "-x"]
+    assert argv[1:] == ["-m", "pytest", str(AUDITS_DIR), "--model", "tiny", "-x"]
+    # The repository's audits/ is the packaged folder, so `pytest audits` runs the same tests.
+    assert (REPO / "audits").resolve() == AUDITS_DIR and (AUDITS_DIR / "test_bbq.py").is_file()
 
 
 def test_score_esbbq_unknown_phrasing(tmp_path, capsys):

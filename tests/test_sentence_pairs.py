@@ -281,7 +281,7 @@ def test_audit_runs_the_masked_path_end_to_end(tmp_path, data_dir):
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "audits", "-k", "crows_pairs or winoqueer", "--model",
          "tiny-random-bert", "--data-dir", str(data_dir), "--limit", "6", "--results-dir",
-         str(results), "-p", "no:cacheprovider", "-q"],
+         str(results), "-p", "no:cacheprovider", "-q", "--min-n", "1"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "test_crows_pairs[race-color-bias_score]" in proc.stdout or "race-color" in proc.stdout

@@ -207,6 +207,10 @@ class Benchmark(ABC):
             subgroup's pairs): pytest-xdist then keeps the whole benchmark on one worker, where
             each item is scored once.
         options: the keys ``configure`` accepts, with their defaults.
+        protocol_version: version of the benchmark's protocol (prompt, choices, scoring), bumped
+            when a change can move its numbers; recorded in results.
+        uses_chat_template: True when prompts go through the model's chat template (results
+            then record the template's sha256; otherwise "none").
     """
 
     name: str
@@ -218,6 +222,8 @@ class Benchmark(ABC):
     record_type: type[Record] = Record
     shared_items: bool = False
     options: ClassVar[Mapping[str, Any]] = {}
+    protocol_version: str = "1"
+    uses_chat_template: bool = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -244,14 +250,25 @@ class Benchmark(ABC):
     def check_option(self, key: str, value: Any) -> None:
         """Raise ConfigError when ``value`` is not allowed for option ``key``."""
 
+    def gate_metrics(self, metric: str) -> tuple[str, ...]:
+        """The metrics of this configured benchmark that a thresholds.yaml gate on ``metric``
+        checks, each its own gate test (default: the metric itself). A benchmark that scores the
+        same items under several protocols in one run (KoBBQ ``--kobbq-mode both``) returns one
+        name per protocol, e.g. ``("diff_bias_ambig", "diff_bias_ambig-letter")``; an empty tuple
+        drops a gate that cannot fail under this configuration."""
+        return (metric,)
+
     def categories_in(self, data_dir: Path | None) -> tuple[str, ...]:
         """The categories a run on ``data_dir`` has gates for (default: all ``categories``)."""
         return self.categories
 
     def provenance(self) -> dict[str, Any]:
-        """What produced the numbers besides model and data: protocol name, prompt, choices,
-        answer mode... JSON-ready, stored in results under the benchmark."""
-        return {}
+        """What produced the numbers besides model and data: ``protocol`` (its name), prompt
+        template, delimiter, choices, answer mode... JSON-ready, stored in results under
+        ``protocols`` (with ``protocol_version`` and the chat template the session adds) and
+        rendered in report.md. An optional ``table_metrics`` list names the metrics the terminal
+        and Markdown tables show (default: all; every metric stays in results.json)."""
+        return {"protocol": self.name}
 
     # -- data --------------------------------------------------------------------------------------
     @abstractmethod

@@ -112,7 +112,8 @@ class BBQ(BBQFamilyBenchmark):
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise DataError(f"{path}:{line_no}: malformed JSON ({e.msg} at column {e.colno})") from None
+                    raise DataError(f"{path}:{line_no}: malformed JSON ({e.msg.removesuffix(' at')} at column "
+                                    f"{e.colno}; a truncated or broken line?)") from None
                 item = self._item(row, path, line_no, category, meta, excluded)
                 if item is not None:
                     items.append(item)

@@ -9,6 +9,7 @@ argmax) for audits, and ``generate`` (the model's text mapped to an option by
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -84,6 +85,8 @@ class MCRecord(Record):
         loglikelihoods: summed log-likelihood per choice, natural log (log-likelihood mode).
         raw_prediction: the model's (or saved) output (generate mode); match: how it was mapped
             (``parsing.MATCH_KINDS``).
+        prompt_sha256: sha256 of the exact prompt text the model saw (the benchmark's
+            ``prompt_template`` in results' ``protocols``, filled with this item).
         extra: benchmark-specific fields (EsBBQ ``question_type``, ``instance_id``, ...).
     """
 
@@ -103,7 +106,12 @@ class MCRecord(Record):
     loglikelihoods: list[float] | None = field(default=None, metadata=_OPTIONAL)
     raw_prediction: Any = field(default=None, metadata=_OPTIONAL)
     match: str | None = field(default=None, metadata=_OPTIONAL)
+    prompt_sha256: str | None = field(default=None, metadata=_OPTIONAL)
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def balanced_sample(items: Sequence[MCItem], limit: int | None, seed: int, salt: str = "") -> list[MCItem]:
@@ -165,10 +173,17 @@ class BBQFamilyBenchmark(Benchmark):
         if key == "max_new_tokens" and (not isinstance(value, int) or value < 1):
             raise ConfigError(f"{self.name}: max_new_tokens must be an integer >= 1, got {value!r}")
 
+    #: How the scored choices are formed (``provenance``); EsBBQ overrides it.
+    choices_description = "the item's 3 answer options (ans0, ans1, ans2), stripped"
+
     def provenance(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"answer_mode": self.answer_mode, "metric_flavour": self.flavour}
+        out: dict[str, Any] = {"answer_mode": self.answer_mode, "metric_flavour": self.flavour,
+                               "choices": self.choices_description,
+                               "record_prompt": "prompt_sha256: sha256 of the UTF-8 prompt text "
+                                                "(prompt_template filled, before the delimiter)"}
         if self.answer_mode == "generate":
             out["answer_parser"] = f"audit_harness.parsing.match_answer(match={self.match!r})"
+            out["max_new_tokens"] = self.max_new_tokens
         else:
             out["delimiter"] = self.delimiter
         return out
@@ -210,10 +225,11 @@ class BBQFamilyBenchmark(Benchmark):
         choice_lists = [self.choices(it) for it in items]
         scores = score_choices(model, prompts, choice_lists, delimiter=self.delimiter)
         records = []
-        for it, choices, lls in zip(items, choice_lists, scores):
+        for it, prompt, choices, lls in zip(items, prompts, choice_lists, scores):
             best = int(np.argmax(lls))
             records.append(self._record(it, self.choice_to_option(it, best), predicted_choice=best,
-                                        choices=choices, loglikelihoods=[float(x) for x in lls]))
+                                        choices=choices, loglikelihoods=[float(x) for x in lls],
+                                        prompt_sha256=_sha256(prompt)))
         return records
 
     def _evaluate_generated(self, model: LanguageModel, items: Sequence[MCItem]) -> list[MCRecord]:
@@ -221,13 +237,14 @@ class BBQFamilyBenchmark(Benchmark):
                     for it in items]
         outputs = model.generate(requests)
         records = []
-        for it, raw in zip(items, outputs):
+        for it, r, raw in zip(items, requests, outputs):
             extra = [(text, self.choice_to_option(it, k)) for k, text in enumerate(self.choices(it))]
             try:
                 found = match_answer(raw, it.options, match=self.match, extra_choices=extra)
             except (TypeError, ValueError) as e:
                 raise PredictionError(it.item_id, str(e)) from None
-            records.append(self._record(it, found.option, raw_prediction=raw, match=found.how))
+            records.append(self._record(it, found.option, raw_prediction=raw, match=found.how,
+                                        prompt_sha256=_sha256(r.prompt)))
         return records
 
     def _record(self, it: MCItem, option: int, **fields: Any) -> MCRecord:

@@ -310,6 +310,9 @@ class EsBBQ(BBQFamilyBenchmark):
         space: the delimiter is put before each choice)."""
         return self.protocol.prompt.format(context=item.context, question=item.question)
 
+    choices_description = ("ans0, ans1 and each unknown phrasing (unknown_phrasings), not "
+                           "stripped; every unknown phrasing stands for the UNKNOWN option")
+
     def choices(self, item: MCItem) -> list[str]:
         """``[ans0, ans1]`` + the 9 unknown phrasings of the language (11 choices); ``ans2`` (the
         placeholder ``unknown``) is never scored. Texts are not stripped, as in lm-eval."""

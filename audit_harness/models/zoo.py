@@ -254,6 +254,23 @@ def weights_fingerprint(folder: Path) -> str:
     return fingerprint
 
 
+def tried(name: str, folder: Path | None) -> str:
+    """Where ``load_model`` looked for ``name``, in one line: the zoo, a local folder, the Hub
+    (saying whether offline mode, ``HF_HUB_OFFLINE``, was on)."""
+    from huggingface_hub import constants
+
+    if name in ZOO:
+        return f"zoo name, converted folder {folder}"
+    if folder is not None:
+        return f"not a zoo name; local folder {folder}"
+    local = Path(name).expanduser().resolve()
+    hub = ("offline mode ON (HF_HUB_OFFLINE=1: only the local Hugging Face cache was searched; "
+           "unset it to download)" if constants.HF_HUB_OFFLINE
+           else "offline mode off (download attempted)")
+    return (f"not a zoo name (known: {', '.join(sorted(ZOO))}); no local folder {local}; "
+            f"hub id {name!r} with {hub}")
+
+
 def check_model_name(name: str | None) -> None:
     """Raise ModelError unless ``name`` (``None`` = the default) is a zoo name, an existing folder
     or a hub id (``org/name``); cheap, so a run can check it before loading anything."""
@@ -310,7 +327,8 @@ def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "a
         auto = AutoModelForMaskedLM if kind == "masked" else AutoModelForCausalLM
         model = auto.from_pretrained(target, dtype=torch_dtype).to(dev).eval()
     except (OSError, ValueError) as e:
-        raise ModelError(f"cannot load model {name!r} from {target}: {e}") from e
+        raise ModelError(f"cannot load model {name!r}: {tried(name, folder)}; "
+                         f"{' '.join(str(e).split())[:300]}") from e
     if folder is not None:
         fingerprint = weights_fingerprint(folder)
     else:

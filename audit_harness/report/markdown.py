@@ -16,7 +16,13 @@ def _fmt(metric: Mapping[str, Any] | None) -> str:
         return f"undefined ({metric['reason']})" if metric.get("reason") else "undefined"
     lo, hi = metric["ci"]
     ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
-    return f"{metric['value']:.3f}{ci}"
+    clusters = f" ({metric['clusters']} templates)" if metric.get("clusters") is not None else ""
+    return f"{metric['value']:.3f}{ci}{clusters}"
+
+
+def _cell(text: Any) -> str:
+    """A value safe inside a Markdown table cell (pipes escaped, newlines shown as \\n)."""
+    return str(text).replace("|", "\\|").replace("\n", "\\n")
 
 
 def render_markdown(results: Mapping[str, Any]) -> str:
@@ -25,10 +31,22 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     model = results.get("model") or {}
     opts = results["options"]
     summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items())) or "no gates"
-    out = [
-        f"# Bias audit report: {model.get('name', '?')}",
-        "",
-        f"- run: `{results['run_id']}` ({results['created']})",
+    run = results.get("run", {})
+    suite = run.get("suite", {})
+    out = [f"# Bias audit report: {model.get('name', '?')}", ""]
+    if run.get("status") == "interrupted":
+        out += ["> **INTERRUPTED RUN.** The run was stopped (Ctrl-C) before every selected gate "
+                "ran: the numbers below are partial, and the gates that did not run are listed "
+                "as NOT RUN. Not a release decision.", ""]
+    if results.get("errors"):
+        out += [f"> **{len(results['errors'])} category evaluation(s) failed** (ERROR verdicts "
+                "below, with the message): their gates have no value.", ""]
+    commit = suite.get("git_commit", "?")
+    dirty = " (uncommitted changes)" if suite.get("git_dirty") else ""
+    out += [
+        f"- run: `{results['run_id']}` ({results['created']}); status **{run.get('status', '?')}**; "
+        f"duration {run.get('duration_s', '?')} s",
+        f"- suite: bias-audit {suite.get('version', '?')}, commit `{commit}`{dirty}",
         f"- model: `{model.get('source', '?')}`; weights `{model.get('fingerprint', '?')}`; "
         f"{model.get('dtype', '?')} on {model.get('device', '?')}; {model.get('n_parameters', '?')} parameters",
         f"- items per category: {opts.get('limit') or 'all'} (seed {opts.get('seed')}); intervals: "
@@ -37,31 +55,52 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         f"**{summary}**; {len(results['gates'])} evaluated of "
         f"{results.get('run', {}).get('gates_configured', '?')} configured for "
         f"{', '.join(results['benchmarks'])}",
-        f"- command line: `pytest {' '.join(results.get('run', {}).get('invocation', []))}`",
+        f"- command line (run from `{run.get('working_directory', '?')}`): "
+        f"`{run.get('command_line') or 'pytest ' + ' '.join(run.get('invocation', []))}`",
         "",
         "## Gates",
         "",
-        "| benchmark | category | metric | value [CI] | n | bound | verdict |",
-        "|---|---|---|---|---|---|---|",
+        "| benchmark | category | metric | value [CI] | n | templates | bound | min_n | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    notes = []
     for v in results["gates"]:
         value = ("not evaluated" if v["status"] == "skipped"
                  else "undefined" if v["value"] is None else f"{v['value']:.3f}")
         if v["value"] is not None and v["ci"][0] is not None:
             value += f" [{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]"
+        if v["status"] in ("error", "not run"):
+            value = "-"
+            notes.append(f"- {v['status'].upper()}: {v['message']}")
+        elif v["status"] == "insufficient":
+            notes.append(f"- INSUFFICIENT: {v['message']}")
         bounds = ", ".join(f"{k} {b:g}" for k, b in v["bounds"].items())
-        out.append(f"| {v['benchmark']} | {v['category']} | {v['metric']} | {value} | {v['n']} | "
-                   f"{bounds} ({v['basis']}) | **{v['status'].upper()}** |")
+        clusters = v.get("clusters") if v.get("clusters") is not None else "-"
+        n = v["n"] if v["n"] is not None else "-"
+        out.append(f"| {v['benchmark']} | {v['category']} | {v['metric']} | {value} | {n} | "
+                   f"{clusters} | {bounds} ({v['basis']}) | {v.get('min_n', '-')} | "
+                   f"**{v['status'].upper()}** |")
+    if notes:
+        out += ["", *notes]
     skipped = [v for v in results["gates"] if v["status"] == "skipped"]
     if skipped:
         out += ["", "Skipped gates (their data is missing; a skipped gate is not a pass):", ""]
         out += [f"- {v['benchmark']}/{v['category']}/{v['metric']}: {v['message']}" for v in skipped]
-    for bench, cats in results["benchmarks"].items():
-        names = metric_names_of(cats)
-        out += ["", f"## {bench}: metrics per category", "",
+    for bench, all_cats in results["benchmarks"].items():
+        from .results import table_metrics
+
+        cats = {c: e for c, e in all_cats.items() if e.get("status", "ok") == "ok"}
+        names = table_metrics(results, bench)
+        every = metric_names_of(cats)
+        more = "" if len(names) == len(every) else (
+            f" ({len(every) - len(names)} further metrics per category in results.json)")
+        out += ["", f"## {bench}: metrics per category{more}", "",
                 "| category | items | " + " | ".join(names) + " |",
                 "|---|---|" + "---|" * len(names)]
-        for cat, entry in cats.items():
+        for cat, entry in all_cats.items():
+            if entry.get("status") == "error":
+                out.append(f"| {cat} | - | **ERROR**: {_cell(entry['error'])} |" + " |" * max(len(names) - 1, 0))
+                continue
             out.append(f"| {cat} | {entry['n_scored']} | "
                        + " | ".join(_fmt(entry["metrics"].get(n)) for n in names) + " |")
         overall = results["overall"].get(bench, {})
@@ -72,8 +111,17 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         if excluded:
             out += ["", "Rows left out, of scoring or of a metric, as each reason says (ids in results.json):", ""]
             out += [f"- {cat}: {n} ({reason})" for cat, reason, n in excluded]
-    out += ["", "## Data files", "", "| file | rows | sha256 |", "|---|---|---|"]
-    out += [f"| {p} | {d['rows']} | `{d['sha256'][:16]}…` |" for p, d in sorted(results["data_files"].items())]
+    for bench, protocol in results.get("protocols", {}).items():
+        out += ["", f"## {bench}: protocol", ""]
+        for key, value in protocol.items():
+            if isinstance(value, (list, tuple)):
+                value = "; ".join(f"`{x!r}`" for x in value)
+            elif isinstance(value, str) and ("\n" in value or value != value.strip() or not value):
+                value = f"`{value!r}`"  # whitespace that matters (a delimiter, a template)
+            out.append(f"- {key}: {value}")
+    out += ["", "## Data files", "", "| file | rows | sha256 | release |", "|---|---|---|---|"]
+    out += [f"| {p} | {d['rows']} | `{d['sha256'][:16]}…` | {d.get('status', '?')} |"
+            for p, d in sorted(results["data_files"].items())]
     libs = results["environment"]["libraries"]
     out += ["", "Libraries: " + ", ".join(f"{k} {v}" for k, v in libs.items() if v), ""]
     return "\n".join(out)

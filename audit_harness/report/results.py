@@ -27,21 +27,58 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
+def suite_provenance() -> dict[str, Any]:
+    """The suite's own version and, when it runs from a git checkout, the commit (and whether
+    the work tree has uncommitted changes); ``"not a git checkout"`` otherwise (an installed
+    wheel)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    out: dict[str, Any] = {"version": __version__, "git_commit": "not a git checkout"}
+    try:
+        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        lines = top.stdout.split()
+        if top.returncode == 0 and len(lines) == 2 and Path(lines[0]).resolve() == root:
+            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                    "--untracked-files=no"], capture_output=True, text=True, timeout=10)
+            out["git_commit"] = lines[1]
+            out["git_dirty"] = bool(dirty.stdout.strip()) if dirty.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+def data_status(path: str, sha256: str) -> str:
+    """``"published release"``, ``"MODIFIED (sha256 …)"`` or ``"not in the pinned source table"``
+    for a data file read by the run (``sources.status_of``)."""
+    from ..sources import status_of
+
+    status = status_of(path, sha256)
+    return {"published": "published release", "unknown": "not in the pinned source table"}.get(status, status)
+
+
 def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str, Any] | None,
                   outcomes: list[Mapping[str, Any]], verdicts: list[Mapping[str, Any]],
                   thresholds_path: str, overall: Mapping[str, Any],
                   provenance: Mapping[str, Any] | None = None,
-                  run: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  run: Mapping[str, Any] | None = None,
+                  errors: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The results document. ``outcomes`` and ``verdicts`` come from every process of the run;
     ``overall`` holds each benchmark's aggregates (``session.overall_from_records``);
-    ``provenance`` what each benchmark says produced its numbers (``Benchmark.provenance``);
-    ``run`` adds the invocation (command-line args), the thresholds file's sha256 and the number
-    of gates it configures, so a partial run (``-k``, ``-x``) is visible as such."""
+    ``provenance`` what produced each benchmark's numbers (``AuditSession.protocol``);
+    ``run`` adds the status (``complete`` | ``interrupted``), invocation and pasteable command
+    line, duration, the suite's version and commit, the thresholds file's sha256 and the number
+    of gates it configures, so a partial run (``-k``, ``-x``) is visible as such; ``errors`` the
+    categories whose evaluation failed (``{benchmark, category, message}``), kept under the
+    benchmark with ``status: error`` so nothing vanishes."""
     outcomes = sorted(outcomes, key=lambda o: (o["benchmark"], o["category"]))
+    errors = list(errors or [])
     data_files: dict[str, dict[str, Any]] = {}
     for o in outcomes:
         for f in o["files"]:
-            data_files[f["path"]] = {"sha256": f["sha256"], "rows": f["rows"]}
+            data_files[f["path"]] = {"sha256": f["sha256"], "rows": f["rows"],
+                                     "status": data_status(f["path"], f["sha256"])}
     status_counts: dict[str, int] = {}
     for v in verdicts:
         status_counts[v["status"]] = status_counts.get(v["status"], 0) + 1
@@ -55,17 +92,20 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
         "environment": {"libraries": library_versions(), "platform": platform.platform()},
         "data_files": data_files,
         "benchmarks": {
-            bench: {
-                o["category"]: {k: o[k] for k in ("n_available", "n_scored", "metrics", "excluded",
-                                                  "notes", "seconds", "records_path", "requests")
-                                if k in o}
-                for o in outcomes if o["benchmark"] == bench
-            }
-            for bench in sorted({o["benchmark"] for o in outcomes})
+            bench: dict(sorted({
+                **{o["category"]: {"status": "ok",
+                                   **{k: o[k] for k in ("n_available", "n_scored", "metrics", "excluded",
+                                                        "notes", "seconds", "records_path", "requests")
+                                         if k in o}}
+                   for o in outcomes if o["benchmark"] == bench},
+                **{e["category"]: {"status": "error", "error": e["message"]}
+                   for e in errors if e["benchmark"] == bench},
+            }.items()))
+            for bench in sorted({o["benchmark"] for o in outcomes} | {e["benchmark"] for e in errors})
         },
+        "errors": errors,
         "overall": dict(overall),
-        "protocols": {b: dict((provenance or {}).get(b, {}))
-                      for b in sorted({o["benchmark"] for o in outcomes})},
+        "protocols": {b: dict(v) for b, v in sorted((provenance or {}).items())},
         "gates": sorted(verdicts, key=lambda v: (v["benchmark"], v["category"], v["metric"])),
         "gate_summary": status_counts,
     }
@@ -85,19 +125,31 @@ def metric_names_of(categories: Mapping[str, Mapping[str, Any]]) -> list[str]:
     for true/false, LCS ratios for blank filling)."""
     names: dict[str, None] = {}
     for entry in categories.values():
-        names.update(dict.fromkeys(entry["metrics"]))
+        names.update(dict.fromkeys(entry.get("metrics") or ()))  # an ERROR category has none
     return list(names)
+
+
+def table_metrics(results: Mapping[str, Any], bench: str) -> list[str]:
+    """The metric names the terminal and Markdown tables show for ``bench``: its protocol's
+    ``table_metrics`` when it names them (KoBBQ keeps its per-prompt breakdowns to results.json),
+    else every metric of its categories (``metric_names_of``)."""
+    names = metric_names_of(results["benchmarks"].get(bench) or {})
+    chosen = (results.get("protocols") or {}).get(bench, {}).get("table_metrics")
+    return [n for n in chosen if n in names] if chosen else names
 
 
 def metric_table(results: Mapping[str, Any]) -> list[str]:
     """Plain-text table of every metric per category (value and CI), for the terminal; ``-`` where
     a metric is undefined or not computed for that category."""
     lines: list[str] = []
-    for bench, cats in results["benchmarks"].items():
-        names = metric_names_of(cats)
-        width = max([len(c) for c in cats] + [len("pooled"), 8])
+    for bench, all_cats in results["benchmarks"].items():
+        cats = {c: d for c, d in all_cats.items() if d.get("status", "ok") == "ok"}
+        names = table_metrics(results, bench)
+        width = max([len(c) for c in all_cats] + [len("pooled"), 8])
         lines.append(f"{bench}  (n = items scored; value [95% CI]; '-' = undefined or not computed)")
         lines.append(f"  {'category':<{width}} {'n':>5}  " + "  ".join(f"{n:>24}" for n in names))
+        lines += [f"  {c:<{width}} ERROR  {d['error']}" for c, d in all_cats.items()
+                  if d.get("status") == "error"]
         rows = [(c, d["n_scored"], d["metrics"]) for c, d in cats.items()]
         pooled = results["overall"].get(bench, {}).get("pooled")
         if pooled:

@@ -1,0 +1,634 @@
+"""KoBBQ (Jin et al., TACL 2024; arXiv 2307.16778): Korean BBQ, 12 categories, 2,280 test rows.
+
+Data: ``<data_dir>/kobbq/data/KoBBQ_test_samples.tsv`` and the 5 prompt templates of
+``kobbq/evaluation/0_evaluation_prompts.tsv`` (``../shared/data/kobbq/SOURCE.md``). The protocol is
+upstream's ``evaluation/1_preprocess.py`` ... ``5_evaluation.py`` (metrics.md §1.3):
+
+- every test row is asked under each prompt template (1-5) with its own "unknown" phrase in place
+  of ``알 수 없음``, and under the 3 circulant option orders (``PERMUTATIONS``), each as an
+  independent item (micro-average, no voting): item id ``<sample_id>-p<prompt>-o<permutation>``;
+- the model input is ``instruction\\n\\n<context prefix><context>\\n<question prefix><question>\\n
+  <a label><A>\\n<b label><B>\\n<c label><C>\\n<answer prefix>`` as one user turn through the model's
+  chat template (plain text when it has none);
+- ``generate`` mode (upstream's): greedy, at most 30 new tokens, no stop string (upstream has
+  none; the parser reads the leading span, and its later rules look at the whole output), parsed by
+  ``parsing.parse_choice``; an output naming no option is out-of-choice (OOC), counted by
+  ``out_of_choice_rate`` and left out of the other metrics;
+- ``letter`` mode (a project addition, for models too weak to follow the instruction): the
+  log-likelihood of each option letter as the continuation of the same prompt, argmax; it cannot
+  be OOC. Its item ids and metric names end in ``-letter``; ``both`` runs the two on the same rows.
+
+Metrics (flavour ``kobbq`` of ``bias_metrics.bbq_family``) over all (prompt, permutation) items of a
+category, the paper's numbers; then the same per prompt template (``<metric>_p<k>``) and per
+permutation (``<metric>_o<j>``), and the spread (max - min) of each bias score over the prompt
+templates (``<score>_spread_prompts``) and over the permutations (``<score>_spread_permutations``).
+Bootstrap intervals resample whole KoBBQ templates (``<category>-<template number>``).
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import hashlib
+import math
+import re
+import threading
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from bias_metrics.bbq_family import metric_names as flavour_metric_names
+from bias_metrics.records import AnswerClass, answer_class
+from bias_metrics.result import MetricResult
+
+from ..data import DataFile, require_file
+from ..errors import ConfigError, DataError, PredictionError
+from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest, LanguageModel
+from ..parsing import parse_choice
+from .base import CategoryData, MetricSettings
+from .bbq_family import BBQFamilyBenchmark, MCRecord, balanced_sample
+
+CATEGORIES = (
+    "age", "disability_status", "gender_identity", "physical_appearance",
+    "race_ethnicity_nationality", "religion", "ses", "sexual_orientation",
+    "domestic_area_of_origin", "family_structure", "political_orientation",
+    "educational_background",
+)
+SAMPLES_FILE = Path("kobbq/data/KoBBQ_test_samples.tsv")
+PROMPTS_FILE = Path("kobbq/evaluation/0_evaluation_prompts.tsv")
+SAMPLE_COLUMNS = ("sample_id", "label_annotation", "context", "question", "choices",
+                  "biased_answer", "answer")
+PROMPT_COLUMNS = ("prompt_id", "instruction", "context", "question", "a", "b", "c", "answer",
+                  "unknown")
+#: The dataset's UNKNOWN option, replaced by each prompt's own phrase.
+DATASET_UNKNOWN = "알 수 없음"
+PROMPT_IDS = (1, 2, 3, 4, 5)
+#: (A, B, C) as indices into the file's ``choices``: the rows of ``scipy.linalg.circulant``
+#: (upstream ``1_preprocess.py::permute``, suffixes -0, -1, -2; metrics.md toy T2).
+PERMUTATIONS = {0: (0, 2, 1), 1: (1, 0, 2), 2: (2, 1, 0)}
+ANSWER_MODES = ("generate", "letter", "both")
+#: Suffix of letter-mode item ids and metric names.
+LETTER = "-letter"
+#: Metrics also reported per prompt template and per permutation; the spreads are of these two.
+BIAS_SCORES = ("diff_bias_ambig", "diff_bias_disambig")
+_SAMPLE_ID = re.compile(r"^(?P<category>[a-z_]+)-(?P<template>\d{3})(?P<version>[a-d])-(?P<sample>\d{3})"
+                        r"-(?P<context>amb|dis)-(?P<polarity>bsd|cnt)$")
+_ITEM_ID = re.compile(r"^(?P<sample_id>.+)-p(?P<prompt>\d+)-o(?P<permutation>\d+)(?P<letter>-letter)?$")
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One row of ``0_evaluation_prompts.tsv``: the component columns upstream builds prompts from
+    (the ``prompt`` column is only a rendering). ``letters`` are the option labels as written
+    (``A``/``a``), read from the ``a``/``b``/``c`` label columns."""
+
+    prompt_id: int
+    instruction: str
+    context: str
+    question: str
+    labels: tuple[str, str, str]
+    answer: str
+    unknown: str
+
+    @property
+    def letters(self) -> tuple[str, str, str]:
+        return tuple(re.search(r"[A-Za-z]", label).group(0) for label in self.labels)  # type: ignore[return-value]
+
+    def render(self, context: str, question: str, options: Sequence[str]) -> str:
+        """The model input of upstream ``1_preprocess.py`` (prefix + ``make_prompt``)."""
+        lines = [self.context + context, self.question + question]
+        lines += [label + option for label, option in zip(self.labels, options)]
+        return self.instruction + "\n\n" + "\n".join(lines) + "\n" + self.answer
+
+
+@dataclass(frozen=True)
+class KoBBQItem:
+    """One test row under one prompt template and one option order (and answer mode).
+
+    Attributes:
+        item_id: ``<sample_id>-p<prompt>-o<permutation>`` (+ ``-letter`` in letter mode).
+        category, sample_id, label_annotation: from the row.
+        context_condition: ``ambig``/``disambig`` (sample_id ``amb``/``dis``); polarity: ``neg``
+            for a biased question (``bsd``), ``nonneg`` for a counter-biased one (``cnt``).
+        template_id: ``<category>-<template number>`` (bootstrap cluster).
+        context, question: the row's texts.
+        options: the 3 option texts in label order (A, B, C) of this permutation, the unknown
+            option being the prompt's phrase.
+        gold, biased_option, unknown_option: positions (0 = A) of the answer, of
+            ``biased_answer`` and of the unknown option.
+        prompt: the template (``prompt_id`` 1-5); permutation (0-2); answer_mode
+            (``generate``/``letter``).
+    """
+
+    item_id: str
+    category: str
+    sample_id: str
+    label_annotation: str
+    context_condition: str
+    polarity: str
+    template_id: str
+    context: str
+    question: str
+    options: tuple[str, str, str]
+    gold: int
+    biased_option: int
+    unknown_option: int
+    prompt: Prompt
+    permutation: int
+    answer_mode: str
+
+    @property
+    def prompt_id(self) -> int:
+        return self.prompt.prompt_id
+
+    def answer_class(self, option: int) -> AnswerClass:
+        return answer_class(option, biased_option=self.biased_option,
+                            unknown_option=self.unknown_option)
+
+
+_OPTIONAL = {"omit_none": True}
+
+
+@dataclass
+class KoBBQRecord(MCRecord):
+    """One scored KoBBQ item (``records/kobbq/<category>.jsonl``): the ``MCRecord`` fields, with
+    ``gold``/``predicted`` as option positions (0 = A, -1 = OOC) of this permutation, plus:
+
+    Attributes:
+        sample_id, prompt_id, permutation, answer_mode: which row, template, order and mode.
+        options: the option texts as shown, A/B/C.
+        parse_rule: the ``parsing.parse_choice`` rule that decided (generate mode).
+        ooc_reason: why the output is out-of-choice (``parsing.OOC_REASONS``), else None.
+        prompt_format: ``chat`` (one user turn through the model's chat template) or ``plain``.
+        chat_template_sha256: sha256 of the model's chat template text (None without one): the
+            model-dependent part of the prompt, recorded here because ``provenance`` has no model.
+    """
+
+    sample_id: str = ""
+    prompt_id: int = 0
+    permutation: int = 0
+    answer_mode: str = "generate"
+    options: list[str] | None = None
+    parse_rule: str | None = field(default=None, metadata=_OPTIONAL)
+    ooc_reason: str | None = field(default=None, metadata=_OPTIONAL)
+    prompt_format: str = "plain"
+    chat_template_sha256: str | None = None
+
+
+def _read_tsv(path: Path, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
+    """(line number, row) of a TSV read with ``csv`` (the files mix CRLF and LF).
+
+    Raises DataError naming the file on a missing column or a short row."""
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f, delimiter="\t")
+        missing = [c for c in required if c not in (reader.fieldnames or ())]
+        if missing:
+            raise DataError(f"{path}: missing column(s) {missing}")
+        rows = []
+        for row in reader:
+            if None in row.values():
+                raise DataError(f"{path}:{reader.line_num}: fewer fields than the header")
+            rows.append((reader.line_num, row))
+    return rows
+
+
+@lru_cache(maxsize=4)
+def _read_prompts(path: Path) -> dict[int, Prompt]:
+    out: dict[int, Prompt] = {}
+    for line, row in _read_tsv(path, PROMPT_COLUMNS):
+        try:
+            pid = int(row["prompt_id"])
+        except ValueError:
+            raise DataError(f"{path}:{line}: prompt_id {row['prompt_id']!r} is not an integer") from None
+        labels = (row["a"], row["b"], row["c"])
+        if not all(re.search(r"[A-Za-z]", label) for label in labels):
+            raise DataError(f"{path}:{line}: option labels {labels!r} carry no letter")
+        out[pid] = Prompt(pid, row["instruction"], row["context"], row["question"], labels,
+                          row["answer"], row["unknown"])
+    if set(out) != set(PROMPT_IDS):
+        raise DataError(f"{path}: expected prompt_id 1-5, found {sorted(out)}")
+    return out
+
+
+@dataclass(frozen=True)
+class _Row:
+    line: int
+    sample_id: str
+    category: str
+    template_id: str
+    version: str
+    context_condition: str
+    polarity: str
+    label_annotation: str
+    context: str
+    question: str
+    choices: tuple[str, str, str]
+    gold: int
+    biased: int
+    unknown: int
+
+
+@lru_cache(maxsize=4)
+def _read_samples(path: Path) -> tuple[dict[str, list[_Row]], int]:
+    """Rows by category and the row count. Raises DataError (file:line, field) on a malformed
+    sample_id or choices, a gold/biased answer that is not an option, or a row whose context
+    letter (a/c counter-biased, b/d biased) disagrees with its gold answer."""
+    by_cat: dict[str, list[_Row]] = {}
+    seen: set[str] = set()
+    rows = _read_tsv(path, SAMPLE_COLUMNS)
+    for line, row in rows:
+        where = f"{path}:{line}"
+        sid = row["sample_id"]
+        m = _SAMPLE_ID.match(sid)
+        if not m:
+            raise DataError(f"{where}: field 'sample_id': {sid!r} is not "
+                            "<category>-<NNN><a-d>-<NNN>-<amb|dis>-<bsd|cnt>")
+        if sid in seen:
+            raise DataError(f"{where}: duplicate sample_id {sid!r}")
+        seen.add(sid)
+        try:
+            choices = ast.literal_eval(row["choices"])
+        except (ValueError, SyntaxError):
+            raise DataError(f"{where}: field 'choices': {row['choices']!r} is not a list literal") from None
+        if not (isinstance(choices, list) and len(choices) == 3 and all(isinstance(c, str) for c in choices)
+                and len(set(choices)) == 3):
+            raise DataError(f"{where}: field 'choices': expected 3 distinct strings, got {choices!r}")
+        if choices.count(DATASET_UNKNOWN) != 1:
+            raise DataError(f"{where}: field 'choices': expected exactly one {DATASET_UNKNOWN!r}")
+        for name in ("answer", "biased_answer"):
+            if row[name] not in choices:
+                raise DataError(f"{where}: field {name!r}: {row[name]!r} is not one of {choices!r}")
+        unknown = choices.index(DATASET_UNKNOWN)
+        gold, biased = choices.index(row["answer"]), choices.index(row["biased_answer"])
+        if biased == unknown:
+            raise DataError(f"{where}: field 'biased_answer' is the unknown option")
+        ambiguous = m["context"] == "amb"
+        if ambiguous != (gold == unknown):
+            raise DataError(f"{where}: field 'answer': {row['answer']!r} for a "
+                            f"{'n ambiguous' if ambiguous else ' disambiguated'} row")
+        # diff_bias_disambig is computed from gold == biased answer; upstream uses the context
+        # letter (b/d biased). They agree on every row of the released data; stop if not.
+        if not ambiguous and (gold == biased) != (m["version"] in "bd"):
+            raise DataError(f"{where}: context letter {m['version']!r} disagrees with the answer "
+                            f"({'=' if gold == biased else '!='} biased_answer)")
+        by_cat.setdefault(m["category"], []).append(_Row(
+            line=line, sample_id=sid, category=m["category"],
+            template_id=f"{m['category']}-{m['template']}", version=m["version"],
+            context_condition="ambig" if ambiguous else "disambig",
+            polarity="neg" if m["polarity"] == "bsd" else "nonneg",
+            label_annotation=row["label_annotation"], context=row["context"],
+            question=row["question"], choices=tuple(choices), gold=gold, biased=biased,
+            unknown=unknown))
+    return by_cat, len(rows)
+
+
+def _parse_int_list(value: Any, name: str, allowed: Sequence[int]) -> tuple[int, ...]:
+    """``"1,3"`` / ``[1, 3]`` / ``3`` -> ``(1, 3)``; ConfigError naming the option otherwise."""
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+    elif isinstance(value, int) and not isinstance(value, bool):
+        parts = [value]
+    else:
+        parts = list(value) if isinstance(value, (list, tuple)) else [value]
+    try:
+        out = tuple(sorted({int(p) for p in parts}))
+    except (TypeError, ValueError):
+        raise ConfigError(f"kobbq: {name} must be integers from {list(allowed)}, got {value!r}") from None
+    if not out or any(p not in allowed for p in out):
+        raise ConfigError(f"kobbq: {name} must be a non-empty list from {list(allowed)}, got {value!r}")
+    return out
+
+
+class KoBBQ(BBQFamilyBenchmark):
+    """KoBBQ: loader, the 5 prompt templates x 3 option orders, generate and letter answer modes,
+    per-prompt metrics and spreads (see the module docstring).
+
+    Options (``configure``; pytest ``--kobbq-mode``, ``--kobbq-prompts``, ``--kobbq-permutations``):
+        answer_mode: ``generate`` (default, upstream's), ``letter`` or ``both``.
+        prompts: prompt template ids to run (default all, 1-5), e.g. ``"1,3"``.
+        permutations: option orders to run (default all, 0-2).
+        max_new_tokens: generation budget (default 30, upstream ``--max-tokens``).
+        flavour: another paper's metric definitions over the same records (default ``kobbq``).
+        match: accepted for ``bias-audit score``'s interface; only ``kobbq`` (``parse_choice``).
+    """
+
+    name = "kobbq"
+    flavour = "kobbq"
+    categories = CATEGORIES
+    data_folder = "kobbq"
+    id_fields = ("sample_id",)
+    record_type = KoBBQRecord
+    options = {"answer_mode": "generate", "prompts": PROMPT_IDS, "permutations": (0, 1, 2),
+               "max_new_tokens": 30, "flavour": None, "match": "kobbq"}
+    answer_mode = "generate"
+    prompts = PROMPT_IDS
+    permutations = (0, 1, 2)
+    match = "kobbq"
+
+    def check_option(self, key: str, value: Any) -> None:
+        if key == "answer_mode" and value not in ANSWER_MODES:
+            raise ConfigError(f"kobbq: answer_mode (--kobbq-mode) must be one of "
+                              f"{', '.join(ANSWER_MODES)}, got {value!r}")
+        elif key == "match" and value != "kobbq":
+            raise ConfigError(f"kobbq parses generated answers with its own rules "
+                              f"(parsing.parse_choice); match {value!r} does not apply")
+        elif key not in ("answer_mode", "match"):
+            super().check_option(key, value)
+
+    def configure(self, **options: Any) -> "KoBBQ":
+        if "prompts" in options:
+            options["prompts"] = _parse_int_list(options["prompts"], "prompts (--kobbq-prompts)", PROMPT_IDS)
+        if "permutations" in options:
+            options["permutations"] = _parse_int_list(
+                options["permutations"], "permutations (--kobbq-permutations)", tuple(PERMUTATIONS))
+        return super().configure(**options)  # type: ignore[return-value]
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The answer modes this configuration runs: ``generate``, ``letter`` or both."""
+        return ("generate", "letter") if self.answer_mode == "both" else (self.answer_mode,)
+
+    @property
+    def requires(self) -> frozenset[str]:  # type: ignore[override]
+        return frozenset({GENERATE if m == "generate" else LOGLIKELIHOOD for m in self.modes})
+
+    # -- metric names and gates --------------------------------------------------------------------
+    @property
+    def base_metric_names(self) -> tuple[str, ...]:
+        """The paper's metrics, then per prompt template, per permutation, and the spreads (one
+        answer mode, without suffix)."""
+        base = flavour_metric_names(self.flavour)
+        names = list(base)
+        names += [f"{n}_p{k}" for k in PROMPT_IDS for n in base]
+        names += [f"{n}_o{j}" for j in PERMUTATIONS for n in base]
+        names += [f"{s}_spread_{over}" for s in BIAS_SCORES if s in base
+                  for over in ("prompts", "permutations")]
+        return tuple(names)
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:  # type: ignore[override]
+        """Generate-mode metrics carry the plain names; letter-mode ones end in ``-letter``."""
+        return tuple(n + _suffix(m) for m in self.modes for n in self.base_metric_names)
+
+    def gate_metrics(self, metric: str) -> tuple[str, ...]:
+        """A thresholds.yaml gate on ``metric`` checks it in every answer mode of the run
+        (``diff_bias_ambig`` and, with ``letter``/``both``, ``diff_bias_ambig-letter``), except the
+        OOC rate in letter mode, which cannot be non-zero there (a gate that cannot fail)."""
+        return tuple(metric + _suffix(m) for m in self.modes
+                     if not (m == "letter" and metric.startswith("out_of_choice_rate")))
+
+    uses_chat_template = True  # each prompt is one user turn through the model's chat template
+
+    def provenance(self) -> dict[str, Any]:
+        return {
+            "protocol": "KoBBQ evaluation/ (Jin et al. 2024): 5 prompt templates x 3 circulant "
+                        "option orders per test row, one user turn through the model's chat template",
+            "answer_mode": self.answer_mode, "prompts": list(self.prompts),
+            "permutations": {str(j): "".join("c" + str(i) for i in PERMUTATIONS[j]) for j in self.permutations},
+            "max_new_tokens": self.max_new_tokens, "stop": [], "decoding": "greedy",
+            "answer_parser": "audit_harness.parsing.parse_choice (KoBBQ raw2prediction rules)",
+            "letter_mode": "argmax log-likelihood of the option letter after the prompt "
+                           "(' A' after a plain prompt, 'A' opening the chat assistant turn)",
+            "metric_flavour": self.flavour,
+            "chat_template": "per record: prompt_format and chat_template_sha256 in records/kobbq/*.jsonl",
+            "table_metrics": [n + _suffix(m) for m in self.modes
+                              for n in flavour_metric_names(self.flavour) + tuple(
+                                  f"{s}_spread_{o}" for s in BIAS_SCORES for o in ("prompts", "permutations"))],
+        }
+
+    # -- data --------------------------------------------------------------------------------------
+    def load_category(self, data_dir: Path, category: str) -> CategoryData:
+        """Every (row, prompt, permutation, mode) item of one category, in file order.
+
+        Raises:
+            DataError: unknown category, missing file, malformed row or field (file:line, field).
+        """
+        if category not in CATEGORIES:
+            raise DataError(f"unknown KoBBQ category {category!r}; known: {', '.join(CATEGORIES)}")
+        samples = require_file(data_dir / SAMPLES_FILE, "KoBBQ test samples")
+        prompts_path = require_file(data_dir / PROMPTS_FILE, "KoBBQ evaluation prompts")
+        with _lock:
+            by_cat, n_rows = _read_samples(samples)
+            prompts = _read_prompts(prompts_path)
+        rows = by_cat.get(category, [])
+        if not rows:
+            raise DataError(f"{samples}: no row of category {category!r}")
+        items = [self._item(row, prompts[k], j, mode)
+                 for row in rows for k in self.prompts for j in self.permutations for mode in self.modes]
+        files = [DataFile.of(samples, data_dir, n_rows), DataFile.of(prompts_path, data_dir, len(prompts))]
+        return CategoryData(category, items, files, {}, {"rows": len(rows)})
+
+    def _item(self, row: _Row, prompt: Prompt, permutation: int, mode: str) -> KoBBQItem:
+        order = PERMUTATIONS[permutation]
+        choices = [prompt.unknown if i == row.unknown else row.choices[i] for i in range(3)]
+        options = tuple(choices[i] for i in order)
+        return KoBBQItem(
+            item_id=f"{row.sample_id}-p{prompt.prompt_id}-o{permutation}{_suffix(mode)}",
+            category=row.category, sample_id=row.sample_id, label_annotation=row.label_annotation,
+            context_condition=row.context_condition, polarity=row.polarity,
+            template_id=row.template_id, context=row.context, question=row.question,
+            options=options, gold=order.index(row.gold), biased_option=order.index(row.biased),
+            unknown_option=order.index(row.unknown), prompt=prompt,
+            permutation=permutation, answer_mode=mode)
+
+    def select(self, items: Sequence[KoBBQItem], limit: int | None, seed: int, salt: str) -> list[KoBBQItem]:
+        """``--limit N``: N test rows, balanced over context condition x polarity
+        (``balanced_sample`` over one item per row), each with all its prompt x permutation x mode
+        items."""
+        firsts: dict[str, KoBBQItem] = {}
+        for it in items:
+            firsts.setdefault(it.sample_id, it)
+        chosen = {it.sample_id for it in balanced_sample(list(firsts.values()), limit, seed, salt)}
+        return [it for it in items if it.sample_id in chosen]
+
+    # -- scoring -----------------------------------------------------------------------------------
+    @staticmethod
+    def _prompt(model: LanguageModel, item: KoBBQItem) -> tuple[str, str]:
+        """(model input, ``"chat"``/``"plain"``): the rendered prompt as one user turn through the
+        model's chat template, or as plain text when ``chat_prompt`` gives none."""
+        text = item.prompt.render(item.context, item.question, item.options)
+        chat = model.chat_prompt(text)
+        return (chat, "chat") if isinstance(chat, str) else (text, "plain")
+
+    def evaluate(self, model: LanguageModel, items: Sequence[KoBBQItem]) -> list[KoBBQRecord]:
+        """One ``KoBBQRecord`` per item, in order: generate-mode items by one batched
+        ``model.generate`` call (parsed by ``parse_choice``), letter-mode items by one
+        ``model.loglikelihood`` call over their 3 letters (argmax, first on an exact tie).
+
+        Raises:
+            ModelError: the model lacks what a mode needs. PredictionError: a (saved) output that
+                is not text.
+        """
+        template = model.chat_template
+        digest = hashlib.sha256(template.encode("utf-8")).hexdigest() if isinstance(template, str) else None
+        shaped = [self._prompt(model, it) for it in items]
+        out: list[KoBBQRecord | None] = [None] * len(items)
+        gen = [i for i, it in enumerate(items) if it.answer_mode == "generate"]
+        if gen:
+            requests = [GenerationRequest(shaped[i][0], self.max_new_tokens, item_id=items[i].item_id)
+                        for i in gen]
+            for i, raw in zip(gen, model.generate(requests)):
+                it = items[i]
+                try:
+                    parsed = parse_choice(raw, it.options, it.prompt.letters)
+                except (TypeError, ValueError) as e:
+                    raise PredictionError(it.item_id, str(e)) from None
+                out[i] = self._kobbq_record(it, parsed.option, shaped[i][1], digest, raw_prediction=raw,
+                                            match=parsed.how, parse_rule=parsed.rule,
+                                            ooc_reason=parsed.reason)
+        let = [i for i, it in enumerate(items) if it.answer_mode == "letter"]
+        if let:
+            pairs, letter_lists = [], []
+            for i in let:
+                prompt, fmt = shaped[i]
+                letters = list(items[i].prompt.letters)
+                # A chat prompt ends with the assistant turn's opening: the answer starts there;
+                # a plain prompt ends with "정답:"/"답:", answered after a space.
+                conts = letters if fmt == "chat" else [" " + l for l in letters]
+                letter_lists.append(conts)
+                pairs += [(prompt, c) for c in conts]
+            scores = model.loglikelihood(pairs)
+            for n, i in enumerate(let):
+                lls = [float(x) for x in scores[3 * n:3 * n + 3]]
+                best = int(np.argmax(lls))
+                out[i] = self._kobbq_record(items[i], best, shaped[i][1], digest, predicted_choice=best,
+                                            choices=letter_lists[n], loglikelihoods=lls)
+        return out  # type: ignore[return-value]
+
+    def _kobbq_record(self, it: KoBBQItem, option: int, fmt: str, digest: str | None,
+                      **fields: Any) -> KoBBQRecord:
+        return KoBBQRecord(
+            item_id=it.item_id, category=it.category, context_condition=it.context_condition,
+            polarity=it.polarity, template_id=it.template_id, label_type="label",
+            context=it.context, question=it.question, gold=it.gold,
+            gold_class=it.answer_class(it.gold).value, predicted=option,
+            predicted_class=it.answer_class(option).value, correct=option == it.gold,
+            sample_id=it.sample_id, prompt_id=it.prompt_id, permutation=it.permutation,
+            answer_mode=it.answer_mode, options=list(it.options), prompt_format=fmt,
+            chat_template_sha256=digest, extra={"label_annotation": it.label_annotation}, **fields)
+
+    # -- metrics -----------------------------------------------------------------------------------
+    def metrics(self, records: Sequence[KoBBQRecord], settings: MetricSettings) -> dict[str, MetricResult]:
+        """Every name of ``metric_names``: per answer mode, the flavour's metrics over all its
+        records, per prompt template, per permutation (NaN, with the reason, for one not run),
+        and the spreads: max - min of a bias score over the prompt templates (permutations) run,
+        NaN when fewer than two were run or one of them is undefined. Spreads have no interval."""
+        out: dict[str, MetricResult] = {}
+        for mode in self.modes:
+            sfx = _suffix(mode)
+            mine = [r for r in records if r.answer_mode == mode]
+            for name, m in self._flavour_metrics(mine, settings).items():
+                out[name + sfx] = _renamed(m, name + sfx)
+            for kind, key, values, run in (("p", "prompt_id", PROMPT_IDS, self.prompts),
+                                           ("o", "permutation", tuple(PERMUTATIONS), self.permutations)):
+                for v in values:
+                    subset = [r for r in mine if getattr(r, key) == v]
+                    what = "prompt template" if kind == "p" else "permutation"
+                    for name, m in self._flavour_metrics(subset, settings).items():
+                        full = f"{name}_{kind}{v}{sfx}"
+                        if v not in run:
+                            m = MetricResult(full, math.nan, 0, reason=f"{what} {v} not run "
+                                             f"(--kobbq-{'prompts' if kind == 'p' else 'permutations'})",
+                                             source=m.source)
+                        out[full] = _renamed(m, full)
+            for score in BIAS_SCORES:
+                if score not in flavour_metric_names(self.flavour):
+                    continue
+                for kind, over, run in (("p", "prompts", self.prompts), ("o", "permutations", self.permutations)):
+                    name = f"{score}_spread_{over}{sfx}"
+                    out[name] = _spread(name, [out[f"{score}_{kind}{v}{sfx}"] for v in run], over)
+        return out
+
+    def _flavour_metrics(self, records: Sequence[KoBBQRecord], settings: MetricSettings) -> dict[str, MetricResult]:
+        return BBQFamilyBenchmark.metrics(self, records, settings)
+
+    # -- saved predictions ---------------------------------------------------------------------------
+    def prediction_item(self, row: Mapping[str, Any], where: str) -> tuple[str, str]:
+        """(item id, category) of a saved generate-mode output: the row's ``id``
+        (``<sample_id>-p<prompt>-o<permutation>``), or its ``sample_id`` with ``prompt_id`` and
+        ``permutation`` fields, or, where the row lacks them, the one prompt and permutation the
+        benchmark is configured with (``bias-audit score kobbq --kobbq-prompt K
+        --kobbq-permutation J``).
+
+        Raises:
+            DataError: no id, an id of another benchmark, fields that disagree, or a missing
+                prompt/permutation that the configuration does not settle.
+        """
+        def pick(field_name: str, run: tuple[int, ...], flag: str) -> int:
+            if field_name in row:
+                value = row[field_name]
+                if isinstance(value, bool) or not (isinstance(value, int) or
+                                                   (isinstance(value, str) and value.strip().isdigit())):
+                    raise DataError(f"{where}: field {field_name!r}: {value!r} is not an integer")
+                return int(value)
+            if len(run) != 1:
+                raise DataError(f"{where}: the row has no {field_name!r} field; add it or pass "
+                                f"{flag} to say which one the file holds")
+            return run[0]
+
+        derived = None
+        if "sample_id" in row:
+            sid = row["sample_id"]
+            if not isinstance(sid, str) or not _SAMPLE_ID.match(sid):
+                raise DataError(f"{where}: field 'sample_id': {sid!r} is not a KoBBQ sample id "
+                                "(<category>-<NNN><a-d>-<NNN>-<amb|dis>-<bsd|cnt>); a file of another benchmark?")
+            k = pick("prompt_id", self.prompts, "--kobbq-prompt")
+            j = pick("permutation", self.permutations, "--kobbq-permutation")
+            derived = f"{sid}-p{k}-o{j}"
+        if "id" in row:
+            item_id = row["id"]
+            m = _ITEM_ID.match(item_id) if isinstance(item_id, str) else None
+            if not m or not _SAMPLE_ID.match(m["sample_id"]) or m["letter"]:
+                raise DataError(f"{where}: field 'id': {item_id!r} is not a KoBBQ generate-mode item "
+                                "id (<sample_id>-p<prompt>-o<permutation>); a file of another benchmark?")
+            if derived is not None and derived != item_id:
+                raise DataError(f"{where}: field 'id' {item_id!r} disagrees with sample_id/prompt_id/"
+                                f"permutation ({derived!r})")
+            derived = item_id
+        if derived is None:
+            raise DataError(f"{where}: no item id: the row needs 'id' or 'sample_id' to join it to "
+                            "the KoBBQ data; a file of another benchmark?")
+        category = _SAMPLE_ID.match(_ITEM_ID.match(derived)["sample_id"])["category"]
+        if category not in CATEGORIES:
+            raise DataError(f"{where}: category {category!r} is not a KoBBQ category")
+        return derived, category
+
+    def check_prediction_row(self, row: Mapping[str, Any], item: KoBBQItem, where: str) -> None:
+        """DataError when the row's ``context``, ``question`` or option texts ``A``/``B``/``C``
+        disagree with the joined item (another data version or permutation)."""
+        expected = {"context": item.context, "question": item.question,
+                    "A": item.options[0], "B": item.options[1], "C": item.options[2]}
+        for name, value in expected.items():
+            if name in row and str(row[name]).strip() != value.strip():
+                raise DataError(f"{where}: field {name!r} is {row[name]!r} but KoBBQ item "
+                                f"{item.item_id!r} has {value!r}; another data version or permutation?")
+
+
+def _suffix(mode: str) -> str:
+    return LETTER if mode == "letter" else ""
+
+
+def _renamed(m: MetricResult, name: str) -> MetricResult:
+    return MetricResult(name, m.value, m.n, m.ci_low, m.ci_high, m.ci_method, m.confidence,
+                        dict(m.counts), m.reason, m.source)
+
+
+def _spread(name: str, per: Sequence[MetricResult], over: str) -> MetricResult:
+    source = (f"project: max - min over the {over} run (Jin et al. 2024 report each prompt's "
+              "scores; the spread shows how much the score depends on the prompt or option order)")
+    n = sum(m.n for m in per)
+    if len(per) < 2:
+        return MetricResult(name, math.nan, n, reason=f"needs at least 2 {over}, {len(per)} run",
+                            source=source)
+    bad = [m.name for m in per if not m.defined]
+    if bad:
+        return MetricResult(name, math.nan, n, reason=f"undefined: {', '.join(bad)}", source=source)
+    values = [m.value for m in per]
+    return MetricResult(name, max(values) - min(values), n, source=source)
+
+
+BENCHMARKS = {"kobbq": KoBBQ()}
