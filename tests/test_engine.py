@@ -159,7 +159,9 @@ def test_duplicates_are_computed_once_and_token_logprobs_are_cached(gpt2, tmp_pa
 
 
 def test_out_of_memory_halves_the_batch(gpt2, monkeypatch):
-    reqs = [(f"Context number {k} is here", f" choice {j}") for k in range(6) for j in range(3)]
+    # Distinct first words: six separate trees, so a batch holds several rows.
+    reqs = [(f"{w} is the context here", f" choice {j}") for w in
+            ("Alpha", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot") for j in range(3)]
     expected = Engine(gpt2).loglikelihood(reqs)
     real_segments, real_full = gpt2.forward_segments, gpt2.forward_full
 
@@ -209,7 +211,7 @@ CRASHING_RUN = textwrap.dedent("""
     from pathlib import Path
     kill_after = int(sys.argv[1])
     model = load_model("tiny-random-gpt2", device="cpu", dtype="float32", batch_size=4)
-    model.batch_size, model.token_budget = 1, 600  # several forwards
+    model.batch_size, model.token_budget = 1, 100  # many forwards (trees split into rows)
     engine = Engine(model, cache=ResultCache(sys.argv[2]))
     real, calls = model.forward_packed, [0]
     def forward(*a, **k):
