@@ -39,8 +39,11 @@ audit: setup
 audit-multilingual: setup
 	$(BIN)/python -m pytest audits/test_esbbq.py --model gemma-3-270m $(DATA_ARGS) --limit 20 $(PYTEST_ARGS)
 
+# Two xdist workers with one torch thread each: the tests are many small forwards, and threads
+# beyond the cores spin (2 workers x 2 threads on 2 cores ran several times slower).
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest tests -m "not slow" $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest tests -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-all: setup
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)

@@ -64,6 +64,11 @@ class CategoryData:
     notes: dict[str, int] = field(default_factory=dict)
 
 
+#: ``dataclasses.field(metadata=OMIT_NONE)``: a record field left out of ``to_dict`` while None
+#: (a field of one answer mode only, e.g. ``loglikelihoods``).
+OMIT_NONE = {"omit_none": True}
+
+
 @dataclass
 class Record:
     """Base of the typed per-item records a benchmark's ``evaluate`` returns and the records

@@ -24,7 +24,7 @@ from ..engine.multiple_choice import score_choices
 from ..errors import ConfigError, DataError, PredictionError
 from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest, LanguageModel
 from ..parsing import MATCH_MODES, match_answer
-from .base import Benchmark, MetricSettings, Record, stratified_sample
+from .base import Benchmark, MetricSettings, OMIT_NONE, Record, stratified_sample
 
 ANSWER_MODES = ("loglikelihood", "generate")
 
@@ -66,8 +66,6 @@ class MCItem:
                             unknown_option=self.unknown_option)
 
 
-_OPTIONAL = {"omit_none": True}
-
 
 @dataclass
 class MCRecord(Record):
@@ -100,13 +98,13 @@ class MCRecord(Record):
     gold_class: str
     predicted: int
     predicted_class: str
-    predicted_choice: int | None = field(default=None, metadata=_OPTIONAL)
+    predicted_choice: int | None = field(default=None, metadata=OMIT_NONE)
     correct: bool = False
-    choices: list[str] | None = field(default=None, metadata=_OPTIONAL)
-    loglikelihoods: list[float] | None = field(default=None, metadata=_OPTIONAL)
-    raw_prediction: Any = field(default=None, metadata=_OPTIONAL)
-    match: str | None = field(default=None, metadata=_OPTIONAL)
-    prompt_sha256: str | None = field(default=None, metadata=_OPTIONAL)
+    choices: list[str] | None = field(default=None, metadata=OMIT_NONE)
+    loglikelihoods: list[float] | None = field(default=None, metadata=OMIT_NONE)
+    raw_prediction: Any = field(default=None, metadata=OMIT_NONE)
+    match: str | None = field(default=None, metadata=OMIT_NONE)
+    prompt_sha256: str | None = field(default=None, metadata=OMIT_NONE)
     extra: dict[str, Any] = field(default_factory=dict)
 
 

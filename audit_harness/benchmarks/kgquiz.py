@@ -54,7 +54,7 @@ from ..errors import ConfigError, DataError, MissingDataError
 from ..models.base import GENERATE, GenerationRequest, LanguageModel
 from ..models.embedding import SentenceEmbedder, default_embedder
 from ..parsing import match_answer, match_leading_label
-from .base import Benchmark, CategoryData, MetricSettings, Record, stratified_sample
+from .base import Benchmark, CategoryData, MetricSettings, OMIT_NONE, Record, stratified_sample
 
 TASKS = ("Task1", "Task2", "Task3", "Task4", "Task5")
 DOMAINS = ("ConceptNet", "YAGO", "UMLS")
@@ -170,7 +170,6 @@ class KGQuizItem:
     corrupted_entity: str | None = None
 
 
-_OPTIONAL = {"omit_none": True}
 
 
 @dataclass
@@ -197,10 +196,10 @@ class KGQuizRecord(Record):
     prompt_format: str
     output: str
     prediction: Any = None
-    match: str | None = field(default=None, metadata=_OPTIONAL)
-    similarity: Any = field(default=None, metadata=_OPTIONAL)
-    options: list[str] | None = field(default=None, metadata=_OPTIONAL)
-    corrupted_entity: str | None = field(default=None, metadata=_OPTIONAL)
+    match: str | None = field(default=None, metadata=OMIT_NONE)
+    similarity: Any = field(default=None, metadata=OMIT_NONE)
+    options: list[str] | None = field(default=None, metadata=OMIT_NONE)
+    corrupted_entity: str | None = field(default=None, metadata=OMIT_NONE)
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -48,7 +48,7 @@ from ..data import DataFile, require_file
 from ..errors import ConfigError, DataError, PredictionError
 from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest, LanguageModel
 from ..parsing import parse_choice
-from .base import CategoryData, MetricSettings
+from .base import CategoryData, MetricSettings, OMIT_NONE
 from .bbq_family import BBQFamilyBenchmark, MCRecord, balanced_sample
 
 CATEGORIES = (
@@ -150,8 +150,6 @@ class KoBBQItem:
                             unknown_option=self.unknown_option)
 
 
-_OPTIONAL = {"omit_none": True}
-
 
 @dataclass
 class KoBBQRecord(MCRecord):
@@ -173,8 +171,8 @@ class KoBBQRecord(MCRecord):
     permutation: int = 0
     answer_mode: str = "generate"
     options: list[str] | None = None
-    parse_rule: str | None = field(default=None, metadata=_OPTIONAL)
-    ooc_reason: str | None = field(default=None, metadata=_OPTIONAL)
+    parse_rule: str | None = field(default=None, metadata=OMIT_NONE)
+    ooc_reason: str | None = field(default=None, metadata=OMIT_NONE)
     prompt_format: str = "plain"
     chat_template_sha256: str | None = None
 

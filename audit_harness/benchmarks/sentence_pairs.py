@@ -30,7 +30,7 @@ from ..data import DataFile, csv_rows
 from ..engine.token_scores import score_positions
 from ..errors import DataError
 from ..models.base import TOKEN_LOGPROBS, LanguageModel, SentenceEncoding
-from .base import Benchmark, CategoryData, MetricSettings, Record
+from .base import Benchmark, CategoryData, MetricSettings, OMIT_NONE, Record
 
 OVERALL = "overall"
 DIRECTIONS = ("stereo", "antistereo")
@@ -66,8 +66,6 @@ class PairItem:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-_OPTIONAL = {"omit_none": True}
-
 
 @dataclass
 class PairRecord(Record):
@@ -92,7 +90,7 @@ class PairRecord(Record):
     score_less: float | None = None
     n_scored_tokens: int = 0
     outcome: int | None = None
-    excluded: str | None = field(default=None, metadata=_OPTIONAL)
+    excluded: str | None = field(default=None, metadata=OMIT_NONE)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
