@@ -1,5 +1,5 @@
 # One-command set-up, audit and tests. Every target creates the virtual environment first.
-#   make audit   # BBQ audit of the embedded default model on the real data (--limit 40 per category)
+#   make audit   # BBQ audit of the embedded default model on the real data (--limit 80 per category)
 #   make test    # the suite's own tests
 PYTHON   ?= python3
 VENV     ?= .venv
@@ -11,7 +11,7 @@ DATA_DIR := $(or $(AUDIT_DATA_DIR),$(if $(wildcard ../shared/data),$(abspath ../
 endif
 DATA_ARGS := $(if $(DATA_DIR),--data-dir $(DATA_DIR),--fetch-data)
 MODEL    ?= smollm2-135m-instruct
-LIMIT    ?= 40
+LIMIT    ?= 80
 # Pinned so a CPU machine gets the CPU build where a local wheel exists; override for CUDA.
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
@@ -37,7 +37,7 @@ audit: setup
 	$(BIN)/python -m pytest audits/test_bbq.py --model $(MODEL) $(DATA_ARGS) --limit $(LIMIT) $(PYTEST_ARGS)
 
 audit-multilingual: setup
-	$(BIN)/python -m pytest audits/test_esbbq.py --model gemma-3-270m $(DATA_ARGS) --limit 20 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest audits/test_esbbq.py --model gemma-3-270m $(DATA_ARGS) --limit 60 $(PYTEST_ARGS)
 
 # Two xdist workers with one torch thread each: the tests are many small forwards, and threads
 # beyond the cores spin (2 workers x 2 threads on 2 cores ran several times slower).

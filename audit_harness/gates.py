@@ -111,22 +111,23 @@ class Gate:
         return True
 
     def evaluate(self, metric: MetricResult) -> "Verdict":
-        """Verdict of this gate on ``metric``: ``insufficient`` when ``metric.n < min_n``;
-        ``undefined`` when the value (or, with basis ci, the interval) is NaN; else ``pass`` or
+        """Verdict of this gate on ``metric``: ``undefined`` when the value (or, with basis ci,
+        the interval) is NaN; else ``insufficient`` when ``metric.n < min_n``; else ``pass`` or
         ``fail``."""
         bound = self.describe()
         where = f"{self.benchmark}/{self.category}/{self.metric}"
-        if metric.n < self.min_n:
-            shown = "undefined" if not metric.defined else f"{metric.value:.4f}"
-            return Verdict(self, "insufficient", metric,
-                           f"{where} = {shown} rests on n={metric.n} items, fewer than min_n="
-                           f"{self.min_n}: {self.min_n - metric.n} more needed in its denominator "
-                           f"(raise --limit, or lower min_n in the thresholds file) before the "
-                           f"gate {bound} can pass")
+        # Undefined first: when the denominator is empty for a reason a larger sample may never
+        # fix (every answer out-of-choice), "raise --limit" would be the wrong advice.
         if not metric.defined:
             return Verdict(self, "undefined", metric,
                            f"{where} is undefined ({metric.reason or 'NaN'}; n={metric.n}); "
                            f"an undefined metric never passes the gate {bound}")
+        if metric.n < self.min_n:
+            return Verdict(self, "insufficient", metric,
+                           f"{where} = {metric.value:.4f} rests on n={metric.n} items, fewer than "
+                           f"min_n={self.min_n}: {self.min_n - metric.n} more needed in its "
+                           f"denominator (raise --limit, or lower min_n in the thresholds file) "
+                           f"before the gate {bound} can pass")
         if self.basis == "ci":
             lo, hi = metric.ci_low, metric.ci_high
             if math.isnan(lo) or math.isnan(hi):

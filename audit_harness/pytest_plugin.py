@@ -486,6 +486,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     verdicts += [(Verdict.error(g, f"{g.benchmark}/{g.category}: {model_error}") if model_error
                   else Verdict.not_run(g, why)).to_dict()
                  for g in collected if (g.benchmark, g.category, g.metric) not in seen]
+    if verdicts and exitstatus == pytest.ExitCode.OK and all(v["status"] == "skipped" for v in verdicts):
+        # Every selected gate was skipped (its data file is missing): nothing was checked, and a
+        # release gate must not read that as a pass.
+        session.exitstatus = exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+        state["all_skipped"] = True
     from .report.markdown import write_markdown
     from .report.results import build_results, suite_provenance, write_results
 
@@ -565,6 +570,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if results["run"].get("status") == "interrupted":
         tr.write_line("INTERRUPTED: this run was stopped before every selected gate ran; the gates "
                       "that did not run are listed as NOT RUN", red=True)
+    if state.get("all_skipped"):
+        tr.write_line("NOTHING CHECKED: every selected gate was skipped (its data file is missing); "
+                      "exit code 5, never a pass", red=True)
+    from .report.markdown import modified_files
+
+    modified = modified_files(results)
+    if modified:
+        tr.write_line(f"DATA: {len(modified)} file(s) MODIFIED, not the published release: "
+                      f"{', '.join(modified)} (--require-published-data makes this an error)", red=True)
     model = results["model"] or {}
     tr.write_line(f"model {model.get('name')} ({model.get('fingerprint', '')[:19]}…, "
                   f"{model.get('dtype')}, {model.get('device')})")

@@ -501,3 +501,10 @@ def test_esbbq_loader_on_the_hub_copy_gives_the_same_items(tmp_path, data_dir):
     assert prov.path.startswith(f"hf:{hub}/PhysicalAppearance@") and prov.rows == len(rows)
     with pytest.raises(Exception, match="data_source must be files or hf"):
         bench.configure(data_source="web")
+
+
+def test_the_suggested_fetch_command_accepts_the_licence_only_for_kgquiz(tmp_path):
+    from audit_harness.sources.check import fetch_command
+
+    assert fetch_command(["bbq"], tmp_path) == f"bias-audit data fetch bbq --to {tmp_path}"
+    assert "--accept-unlicensed" in fetch_command(["kgquiz"], tmp_path)

@@ -163,3 +163,12 @@ def test_error_and_not_run_verdicts_never_pass():
     assert not err.passed and not skipped.passed
     assert err.to_dict()["value"] is None and err.to_dict()["message"].endswith("device lost")
     assert skipped.to_dict()["status"] == "not run" and "interrupted" in skipped.message
+
+
+def test_an_undefined_metric_below_min_n_is_undefined_not_insufficient():
+    """n = 0 because every answer was out-of-choice: a larger --limit would not help, so the
+    verdict names the undefined metric and its reason, not a sample size."""
+    gate = Gate("kobbq", "age", "diff_bias_ambig", abs_max=0.05, min_n=30)
+    v = gate.evaluate(MetricResult("diff_bias_ambig", math.nan, 0, reason="every answer is out-of-choice"))
+    assert v.status == "undefined" and "every answer is out-of-choice" in v.message
+    assert "more needed" not in v.message

@@ -186,7 +186,9 @@ def test_missing_file_gate_is_skipped_and_reported(tmp_path, data_dir):
            str(results), "-p", "no:cacheprovider", "-rs"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
+    # Nothing was checked: never exit 0 (a release gate must not read it as a pass).
+    assert proc.returncode == 5, out[-3000:]
+    assert "NOTHING CHECKED: every selected gate was skipped" in out
     assert "2 skipped" in out and "passed" not in out.split("short test summary")[-1]
     assert "9adc4ee4f612466ba8064f909f2b0e7dc5ab4676" in out
     (run_dir,) = list(results.iterdir())

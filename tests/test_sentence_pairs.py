@@ -122,6 +122,19 @@ def test_identical_sentences_are_counted_exclusions(tmp_path):
     assert data.items == [] and data.excluded == {IDENTICAL: ["9"]}
 
 
+def test_limit_samples_each_subgroup_and_overall_is_their_union(data_dir):
+    whole = CROWS.load_category(data_dir, "overall").items
+    union = set()
+    for cat in CROWS.categories[:-1]:
+        items = [it for it in whole if it.category == cat]
+        picked = CROWS.select(items, 5, 0, f"crows_pairs/{cat}")
+        assert len(picked) == 5 and picked == CROWS.select(items, 5, 0, f"crows_pairs/{cat}")
+        union |= {it.item_id for it in picked}
+    overall = CROWS.select(whole, 5, 0, "crows_pairs/overall")
+    assert {it.item_id for it in overall} == union and len(overall) == 45
+    assert CROWS.select(whole, None, 0, "crows_pairs/overall") == whole
+
+
 def test_unknown_subgroup_in_thresholds_is_a_config_error(tmp_path):
     path = tmp_path / "t.yaml"
     path.write_text("crows_pairs:\n  categories:\n    race_color: {bias_score: {target: 50, tolerance: 5}}\n")
@@ -297,4 +310,4 @@ def test_audit_runs_the_masked_path_end_to_end(tmp_path, data_dir):
     # Complete: the WinoQueer gates counted are those of the file found (v0), not the final's.
     assert "19 evaluated of 19 configured" in (run_dir / "report.md").read_text()
     overall = res["benchmarks"]["crows_pairs"]["overall"]["metrics"]["bias_score"]
-    assert overall["n"] == 6 and 0 <= overall["value"] <= 100 and overall["ci"][0] <= overall["value"]
+    assert overall["n"] == 6 * 9 and 0 <= overall["value"] <= 100  # the 9 subgroups' samples and overall["ci"][0] <= overall["value"]

@@ -286,7 +286,7 @@ class Benchmark(ABC):
 
     def select(self, items: Sequence[Any], limit: int | None, seed: int, salt: str) -> list[Any]:
         """The ``--limit`` subset of one category (default ``seeded_sample``); deterministic for
-        (items, limit, seed, salt)."""
+        (items, limit, seed, salt). The session passes ``salt = "<benchmark>/<category>"``."""
         return seeded_sample(items, limit, seed, salt)
 
     # -- scoring -----------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from ..data import DataFile, csv_rows
 from ..engine.token_scores import score_positions
 from ..errors import DataError
 from ..models.base import TOKEN_LOGPROBS, LanguageModel, SentenceEncoding
-from .base import Benchmark, CategoryData, MetricSettings, OMIT_NONE, Record
+from .base import Benchmark, CategoryData, MetricSettings, OMIT_NONE, Record, seeded_sample
 
 OVERALL = "overall"
 DIRECTIONS = ("stereo", "antistereo")
@@ -235,6 +235,21 @@ class SentencePairBenchmark(Benchmark):
             records.append(PairRecord(**common, score_more=more, score_less=less,
                                       n_scored_tokens=n, outcome=outcome))
         return records
+
+    def select(self, items: Sequence[PairItem], limit: int | None, seed: int, salt: str) -> list[PairItem]:
+        """``--limit N``: N seeded pairs per subgroup; ``overall`` takes the union of the subgroups'
+        samples (the same pairs their gates rest on), so it stays the pool of every subgroup."""
+        if limit is None:
+            return list(items)
+        bench, _, category = salt.rpartition("/")
+        if category != OVERALL:
+            return seeded_sample(items, limit, seed, salt)
+        groups: dict[str, list[PairItem]] = {}
+        for it in items:
+            groups.setdefault(it.category, []).append(it)
+        chosen = {it.item_id for cat, group in groups.items()
+                  for it in seeded_sample(group, limit, seed, f"{bench}/{cat}")}
+        return [it for it in items if it.item_id in chosen]
 
     def exclusions(self, records: Sequence[PairRecord]) -> dict[str, list[str]]:
         ids = [r.item_id for r in records if r.excluded]

@@ -25,6 +25,12 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", "\\n")
 
 
+def modified_files(results: Mapping[str, Any]) -> list[str]:
+    """Data files of ``results`` whose sha256 is not the pinned published one."""
+    return sorted(p for p, d in results.get("data_files", {}).items()
+                  if str(d.get("status", "")).startswith("MODIFIED"))
+
+
 def render_markdown(results: Mapping[str, Any]) -> str:
     """The report as Markdown text: provenance, gate verdicts, metrics per category with
     intervals, exclusions. Pure function of ``results`` (see ``report.results.build_results``)."""
@@ -38,6 +44,11 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         out += ["> **INTERRUPTED RUN.** The run was stopped (Ctrl-C) before every selected gate "
                 "ran: the numbers below are partial, and the gates that did not run are listed "
                 "as NOT RUN. Not a release decision.", ""]
+    modified = modified_files(results)
+    if modified:
+        out += [f"> **DATA: {len(modified)} file(s) are not the published release** "
+                f"({', '.join(modified)}): these numbers are not comparable with the papers'. "
+                "See Data files below.", ""]
     if results.get("errors"):
         out += [f"> **{len(results['errors'])} category evaluation(s) failed** (ERROR verdicts "
                 "below, with the message): their gates have no value.", ""]

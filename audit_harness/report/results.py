@@ -72,7 +72,7 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
     of gates it configures, so a partial run (``-k``, ``-x``) is visible as such; ``errors`` the
     categories whose evaluation failed (``{benchmark, category, message}``), kept under the
     benchmark with ``status: error`` so nothing vanishes."""
-    outcomes = sorted(outcomes, key=lambda o: (o["benchmark"], o["category"]))
+    outcomes = sorted(outcomes, key=lambda o: (o["benchmark"], o["category"] == "overall", o["category"]))
     errors = list(errors or [])
     data_files: dict[str, dict[str, Any]] = {}
     for o in outcomes:
@@ -100,7 +100,7 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
                    for o in outcomes if o["benchmark"] == bench},
                 **{e["category"]: {"status": "error", "error": e["message"]}
                    for e in errors if e["benchmark"] == bench},
-            }.items()))
+            }.items(), key=lambda kv: (kv[0] == "overall", kv[0])))  # a pool category goes last
             for bench in sorted({o["benchmark"] for o in outcomes} | {e["benchmark"] for e in errors})
         },
         "errors": errors,

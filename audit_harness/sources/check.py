@@ -28,8 +28,17 @@ def missing_data(data_dir: Path, benchmarks: Iterable[str]) -> dict[str, list[So
 
 
 def fetch_command(benchmarks: Iterable[str], data_dir: Path) -> str:
-    """The shell command that fetches ``benchmarks`` into ``data_dir``."""
-    return f"bias-audit data fetch {' '.join(benchmarks)} --to {shlex.quote(str(data_dir))}"
+    """The shell command that fetches ``benchmarks`` into ``data_dir``; with
+    ``--accept-unlicensed`` (and why) when one of them has files without a licence (KGQuiz), since
+    fetch skips those otherwise."""
+    from . import files_for
+
+    benchmarks = list(benchmarks)
+    command = f"bias-audit data fetch {' '.join(benchmarks)} --to {shlex.quote(str(data_dir))}"
+    if any(e.license is None for e in files_for(benchmarks) if e.available):
+        command += (" --accept-unlicensed (its authors grant no licence: internal evaluation "
+                    "only, never redistribute)")
+    return command
 
 
 def require_data(data_dir: Path, benchmarks: Iterable[str], all_folders: Iterable[str], *,
