@@ -138,6 +138,14 @@ def sample_rng(seed: int, salt: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(salt.encode("utf-8"))])
 
 
+def _keeps_all(items: Sequence[Any], limit: int | None) -> bool:
+    """True when ``--limit`` keeps every item (None, or at least as many as there are); raises
+    ValueError on a negative limit."""
+    if limit is not None and limit < 0:
+        raise ValueError(f"--limit must be >= 0, got {limit}")
+    return limit is None or limit >= len(items)
+
+
 def seeded_sample(items: Sequence[Any], limit: int | None, seed: int, salt: str = "") -> list[Any]:
     """At most ``limit`` items drawn without replacement, deterministic for (seed, salt), in the
     input order. ``None`` (or a limit >= len) keeps everything.
@@ -145,10 +153,8 @@ def seeded_sample(items: Sequence[Any], limit: int | None, seed: int, salt: str 
     Raises:
         ValueError: a negative limit.
     """
-    if limit is None or limit >= len(items):
+    if _keeps_all(items, limit):
         return list(items)
-    if limit < 0:
-        raise ValueError(f"--limit must be >= 0, got {limit}")
     chosen = sorted(int(i) for i in sample_rng(seed, salt).choice(len(items), size=limit, replace=False))
     return [items[i] for i in chosen]
 
@@ -166,10 +172,8 @@ def stratified_sample(items: Sequence[Any], limit: int | None, seed: int, salt: 
     Raises:
         ValueError: a negative limit.
     """
-    if limit is None or limit >= len(items):
+    if _keeps_all(items, limit):
         return list(items)
-    if limit < 0:
-        raise ValueError(f"--limit must be >= 0, got {limit}")
     rng = sample_rng(seed, salt)
     cells: dict[Hashable, list[int]] = {}
     for i, it in enumerate(items):
