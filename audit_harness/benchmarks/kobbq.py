@@ -45,6 +45,7 @@ from bias_metrics.records import AnswerClass, answer_class
 from bias_metrics.result import MetricResult
 
 from ..data import DataFile, require_file
+from ..engine.multiple_choice import score_choices
 from ..errors import ConfigError, DataError, PredictionError
 from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest, LanguageModel
 from ..parsing import parse_choice
@@ -466,10 +467,16 @@ class KoBBQ(BBQFamilyBenchmark):
         shaped = [self._prompt(model, it) for it in items]
         out: list[KoBBQRecord | None] = [None] * len(items)
         gen = [i for i, it in enumerate(items) if it.answer_mode == "generate"]
+        let = [i for i, it in enumerate(items) if it.answer_mode == "letter"]
+        letters = {i: self._letter_continuations(items[i], shaped[i][1]) for i in let}
         if gen:
             requests = [GenerationRequest(shaped[i][0], self.max_new_tokens, item_id=items[i].item_id)
                         for i in gen]
-            for i, raw in zip(gen, model.generate(requests)):
+            # With both modes, the forward that picks the first generated token also scores the
+            # option letters after the same prompt (the engine keeps them for letter mode).
+            first_step = ([self._letter_continuations(items[i], shaped[i][1]) for i in gen]
+                          if let else None)
+            for i, raw in zip(gen, model.engine.generate(requests, first_step=first_step)):
                 it = items[i]
                 try:
                     parsed = parse_choice(raw, it.options, it.prompt.letters)
@@ -478,24 +485,22 @@ class KoBBQ(BBQFamilyBenchmark):
                 out[i] = self._kobbq_record(it, parsed.option, shaped[i][1], digest, raw_prediction=raw,
                                             match=parsed.how, parse_rule=parsed.rule,
                                             ooc_reason=parsed.reason)
-        let = [i for i, it in enumerate(items) if it.answer_mode == "letter"]
         if let:
-            pairs, letter_lists = [], []
-            for i in let:
-                prompt, fmt = shaped[i]
-                letters = list(items[i].prompt.letters)
-                # A chat prompt ends with the assistant turn's opening: the answer starts there;
-                # a plain prompt ends with "정답:"/"답:", answered after a space.
-                conts = letters if fmt == "chat" else [" " + l for l in letters]
-                letter_lists.append(conts)
-                pairs += [(prompt, c) for c in conts]
-            scores = model.loglikelihood(pairs)
-            for n, i in enumerate(let):
-                lls = [float(x) for x in scores[3 * n:3 * n + 3]]
+            scores = score_choices(model, [shaped[i][0] for i in let], [letters[i] for i in let],
+                                   delimiter="")
+            for i, lls in zip(let, scores):
+                lls = [float(x) for x in lls]
                 best = int(np.argmax(lls))
                 out[i] = self._kobbq_record(items[i], best, shaped[i][1], digest, predicted_choice=best,
-                                            choices=letter_lists[n], loglikelihoods=lls)
+                                            choices=letters[i], loglikelihoods=lls)
         return out  # type: ignore[return-value]
+
+    @staticmethod
+    def _letter_continuations(item: KoBBQItem, fmt: str) -> list[str]:
+        """The option letters as continuations of the prompt: a chat prompt ends with the
+        assistant turn's opening, where the answer starts; a plain prompt ends with
+        "정답:"/"답:", answered after a space."""
+        return list(item.prompt.letters) if fmt == "chat" else [" " + l for l in item.prompt.letters]
 
     def _kobbq_record(self, it: KoBBQItem, option: int, fmt: str, digest: str | None,
                       **fields: Any) -> KoBBQRecord:

@@ -4,7 +4,8 @@ a run killed half-way recomputes only what is missing.
 A key is the sha256 of (engine version, model key, request kind, exact token ids [, positions]):
 the model key is the weights' fingerprint with the dtype and device type (bf16 and fp32 scores
 differ), so changing the weights, the tokenizer's output or the engine's numerics misses.
-Values are little-endian float64 arrays. Several processes (pytest-xdist workers) may read and
+Scores are little-endian float64 arrays; generations (``"gen"`` requests) are the decoded text,
+in their own table, before any stop string is applied. Several processes (pytest-xdist workers) may read and
 write one file at once: WAL journal, a busy timeout, and retries of a locked write.
 """
 
@@ -33,7 +34,8 @@ def default_cache_dir() -> Path:
 def request_key(model_key: str, kind: str, ids: Sequence[int], extra: Sequence[int] = ()) -> bytes:
     """32-byte key of one request. ``kind`` names the request type (``"ll"``: continuation
     log-likelihood of (context, continuation) with ``ids`` the context and ``extra`` the
-    continuation; ``"tlp"``: token log-probabilities of ``ids`` at positions ``extra``)."""
+    continuation; ``"tlp"``: token log-probabilities of ``ids`` at positions ``extra``; ``"gen"``:
+    greedy generation after prompt ``ids`` with ``extra`` = (max_new_tokens,))."""
     h = hashlib.sha256()
     h.update(f"{ENGINE_VERSION}\0{model_key}\0{kind}\0{len(ids)}\0".encode())
     h.update(struct.pack(f"<{len(ids)}q", *ids))
@@ -71,6 +73,8 @@ class ResultCache:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._retry(lambda: self._db.execute(
             "CREATE TABLE IF NOT EXISTS results (key BLOB PRIMARY KEY, value BLOB NOT NULL)"))
+        self._retry(lambda: self._db.execute(
+            "CREATE TABLE IF NOT EXISTS generations (key BLOB PRIMARY KEY, text TEXT NOT NULL)"))
 
     def _retry(self, fn):
         delay = 0.05
@@ -83,34 +87,48 @@ class ResultCache:
                 time.sleep(delay)
                 delay *= 2
 
-    def get_many(self, keys: Iterable[bytes]) -> dict[bytes, list[float]]:
-        """The stored values of those ``keys`` that are present."""
+    def _select(self, table: str, column: str, keys: Iterable[bytes]) -> list[tuple]:
         keys = list(keys)
-        out: dict[bytes, list[float]] = {}
+        rows: list[tuple] = []
         for start in range(0, len(keys), 500):  # SQLite's bound-parameter limit
             chunk = keys[start:start + 500]
-            rows = self._retry(lambda: self._db.execute(
-                f"SELECT key, value FROM results WHERE key IN ({','.join('?' * len(chunk))})",
+            rows += self._retry(lambda: self._db.execute(
+                f"SELECT key, {column} FROM {table} WHERE key IN ({','.join('?' * len(chunk))})",
                 chunk).fetchall())
-            out.update((k, unpack(v)) for k, v in rows)
-        return out
+        return rows
 
-    def put_many(self, items: Mapping[bytes, Sequence[float]]) -> None:
-        """Store ``items`` in one transaction (an existing key keeps its value: same key, same
-        numbers)."""
-        if not items:
+    def _insert(self, table: str, column: str, rows: list[tuple]) -> None:
+        if not rows:
             return
-        rows = [(k, pack(v)) for k, v in items.items()]
 
         def write():
             with self._db:  # BEGIN ... COMMIT, rolled back on error
                 self._db.execute("BEGIN IMMEDIATE")
-                self._db.executemany("INSERT OR IGNORE INTO results (key, value) VALUES (?, ?)", rows)
+                self._db.executemany(f"INSERT OR IGNORE INTO {table} (key, {column}) VALUES (?, ?)", rows)
 
         self._retry(write)
 
+    def get_many(self, keys: Iterable[bytes]) -> dict[bytes, list[float]]:
+        """The stored scores of those ``keys`` that are present."""
+        return {k: unpack(v) for k, v in self._select("results", "value", keys)}
+
+    def put_many(self, items: Mapping[bytes, Sequence[float]]) -> None:
+        """Store scores in one transaction (an existing key keeps its value: same key, same
+        numbers)."""
+        self._insert("results", "value", [(k, pack(v)) for k, v in items.items()])
+
+    def get_texts(self, keys: Iterable[bytes]) -> dict[bytes, str]:
+        """The stored generations of those ``keys`` that are present."""
+        return dict(self._select("generations", "text", keys))
+
+    def put_texts(self, items: Mapping[bytes, str]) -> None:
+        """Store generations in one transaction (an existing key keeps its text)."""
+        self._insert("generations", "text", list(items.items()))
+
     def __len__(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+        """Stored entries, scores and generations together."""
+        return sum(self._db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                   for t in ("results", "generations"))
 
     def close(self) -> None:
         self._db.close()

@@ -1,6 +1,6 @@
 """Request execution for every backend: dedupe, the result cache, the prefix tree, ordering,
-token-budget batching (halved and retried on out-of-memory) and progress. A backend only runs
-forwards:
+token-budget batching (halved and retried on out-of-memory) and progress, for scores and (in
+``generation``) for greedy generations. A backend only runs forwards:
 
 - ``forward_full(sequences, positions) -> [[logprob]]``: one forward over a batch of whole
   sequences (left-padded), log P(ids[p] | ids[:p]) at the given positions.
@@ -24,7 +24,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
+from ..models.base import GenerationRequest
 from .cache import ResultCache, request_key
+from .generation import run_generation
 from .prefix_tree import PrefixTree, Segment, build_tree
 
 #: Distinct requests scored per prefix tree: bounds the tree's memory and makes a crash lose at
@@ -84,6 +86,7 @@ class Engine:
         self.cache = cache
         self.min_shared = min_shared
         self.memo: dict[bytes, list[float]] | None = {} if memo else None
+        self.text_memo: dict[bytes, str] | None = {} if memo else None
         self._results: dict[bytes, list[float]] = {}
         self._weight: dict[bytes, float] = {}
         self.stats = EngineStats()
@@ -181,6 +184,34 @@ class Engine:
             self.stats.computed += len(todo)
             self._store(dict(zip(todo, values)), todo)
         return [list(self._results[k]) for k in keys]
+
+    def generate(self, requests: Sequence[GenerationRequest], weights: Sequence[float] | None = None,
+                 first_step: Sequence[Sequence[str]] | None = None) -> list[str]:
+        """Greedy completion of each request (``engine.generation``: dedupe, cache, batches
+        sorted so shared prompt prefixes run together). ``weights``: progress units per request,
+        default 1 each (one item per generation). ``first_step``: per request, continuations
+        whose log-likelihood after the prompt the generation's first step also stores (read
+        back by ``loglikelihood`` from the memo or cache).
+
+        Raises:
+            ValueError: ``max_new_tokens < 1``, a prompt that encodes to no token, or a
+                ``first_step`` of another length.
+        """
+        return run_generation(self, requests, weights, first_step)
+
+    def has_score(self, key: bytes) -> bool:
+        """Whether a score is already in this process's memo or the cache."""
+        if self.memo is not None and key in self.memo:
+            return True
+        return self.cache is not None and bool(self.cache.get_many([key]))
+
+    def put_scores(self, values: dict[bytes, list[float]]) -> None:
+        """Keep scores computed outside a scoring call (a generation's first step) in the memo
+        and the cache."""
+        if self.memo is not None:
+            self.memo.update(values)
+        if self.cache is not None:
+            self.cache.put_many(values)
 
     # -- dedupe, cache, progress ---------------------------------------------------------------------
     def _model_key(self) -> str | None:

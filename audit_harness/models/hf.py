@@ -404,7 +404,8 @@ class HFCausalLM(LanguageModel):
         return out
 
     # -- generation ------------------------------------------------------------------------------
-    def _encode_prompt(self, prompt: str) -> list[int]:
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of a generation prompt: BOS (when the tokenizer adds one) + ``prompt``."""
         # A chat-formatted prompt may already start with the BOS text (Gemma's template writes
         # "<bos>"); prepending it again would condition on two.
         bos_text = self.tokenizer.bos_token
@@ -412,30 +413,103 @@ class HFCausalLM(LanguageModel):
             return self._encode(prompt)
         return self._bos + self._encode(prompt)
 
-    @torch.inference_mode()
     def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
-        """Greedy generation, batched (left-padded) over requests with the same
-        ``max_new_tokens``; see ``LanguageModel.generate``."""
-        for r in requests:
-            if r.max_new_tokens < 1:
-                raise ValueError(f"max_new_tokens must be >= 1, got {r.max_new_tokens}")
-        out = [""] * len(requests)
-        by_budget: dict[int, list[int]] = {}
-        for i, r in enumerate(requests):
-            by_budget.setdefault(r.max_new_tokens, []).append(i)
-        for max_new, indices in by_budget.items():
-            for start in range(0, len(indices), self.batch_size):
-                idx = indices[start:start + self.batch_size]
-                chunk = [self._encode_prompt(requests[i].prompt) for i in idx]
-                ids, mask, _ = self._left_pad(chunk)
-                width = ids.shape[1]
-                gen = self.model.generate(input_ids=ids, attention_mask=mask,
-                                          max_new_tokens=max_new, do_sample=False,
-                                          pad_token_id=self._pad)
-                for row, i in enumerate(idx):
-                    text = self.tokenizer.decode(gen[row, width:], skip_special_tokens=True)
-                    out[i] = _cut_at_stop(text, requests[i].stop)
-        return out
+        """Greedy generation through the engine (dedupe, cache, batches of prompts sorted by
+        token ids); see ``LanguageModel.generate``."""
+        return self.engine.generate(requests)
+
+    @torch.inference_mode()
+    def generate_tokens(self, prompts: list[list[int]], max_new_tokens: int,
+                        score_tokens: Sequence[Sequence[int]] | None = None,
+                        ) -> tuple[list[str], int, list[list[float]] | None]:
+        """Greedy completions of a batch of token-id prompts (left-padded): the decoded text
+        after each prompt (special tokens skipped), the tokens run, and, when ``score_tokens``
+        is given, per prompt the float32 log-probability of each of its ``score_tokens`` as the
+        first token after the prompt (from the same forward that picks the first new token).
+
+        Prompts that share a long prefix (``share_groups``) run it once: the prefix's key/value
+        cache is computed per group, copied to the group's rows, and ``generate`` continues each
+        row from it with its own suffix. The padding between prefix and suffix is masked, and
+        position ids come from the mask, so each row sees the same tokens at the same positions
+        as alone (equal up to float rounding). Sliding-window models and models whose cache
+        cannot be batch-indexed run every prompt whole.
+
+        Raises:
+            ValueError: ``max_new_tokens < 1`` or an empty prompt. BackendOutOfMemory: CUDA ran
+                out of memory (the engine halves the batch).
+        """
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if any(not p for p in prompts):
+            raise ValueError("an empty prompt: generation needs at least one token to condition on")
+        from ..engine.executor import PrefixUnsupported
+
+        groups = (share_groups(prompts) if self.prefix_sharing and self._can_share and not self._sliding
+                  else [(0, list(range(len(prompts))))])
+        kwargs: dict = {}
+        ids = None
+        if groups[0][0]:
+            try:
+                ids, mask, kwargs, forwarded = self._shared_prefix_inputs(prompts, groups)
+            except PrefixUnsupported:
+                self.disable_prefix_sharing()
+        if ids is None:
+            ids, mask, _ = self._left_pad(prompts)
+            forwarded = sum(len(p) for p in prompts)
+        width = ids.shape[1]
+        if score_tokens is not None:
+            # Raw logits of each step (``scores`` would be after logits processors).
+            kwargs.update(return_dict_in_generate=True, output_logits=True)
+        try:
+            out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                      do_sample=False, pad_token_id=self._pad, **kwargs)
+        except torch.OutOfMemoryError as e:
+            from ..engine.executor import BackendOutOfMemory
+
+            raise BackendOutOfMemory(str(e)) from None
+        first = None
+        if score_tokens is not None:
+            gen = out.sequences
+            logits = out.logits[0].float()
+            if self._softcap:
+                logits = torch.tanh(logits / self._softcap) * self._softcap
+            logp = torch.log_softmax(logits, dim=-1)
+            first = [[float(logp[r, t]) for t in toks] for r, toks in enumerate(score_tokens)]
+        else:
+            gen = out
+        new = gen[:, width:]
+        texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in new]
+        return texts, forwarded + int(new.numel()), first
+
+    def _shared_prefix_inputs(self, prompts: list[list[int]], groups):
+        """(input ids, attention mask, generate kwargs with the copied prefix cache, tokens run)
+        for ``groups`` of (shared prefix length, prompt indices). Layout per row: its group's
+        prefix left-padded to the longest prefix, then its own suffix left-padded to the longest
+        suffix; the prefix forward runs one row per group."""
+        from ..engine.executor import PrefixUnsupported
+
+        row_group = [0] * len(prompts)
+        prefixes = []
+        for g, (length, members) in enumerate(groups):
+            for i in members:
+                row_group[i] = g
+            prefixes.append(prompts[members[0]][:length])
+        lengths = [len(p) for p in prefixes]
+        suffixes = [prompts[i][lengths[row_group[i]]:] for i in range(len(prompts))]
+        p_ids, p_mask, p_pos = self._left_pad(prefixes)
+        res = self._forward(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True,
+                            **({"logits_to_keep": 1} if self._keeps_logits else {}))
+        cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
+        del res
+        if not _batch_indexable(cache):
+            raise PrefixUnsupported(f"{type(cache).__name__} cache cannot be batch-indexed")
+        rows = torch.tensor(row_group, dtype=torch.long, device=self.device)
+        cache.batch_select_indices(rows)
+        s_ids, s_mask, _ = self._left_pad(suffixes)
+        ids = torch.cat([p_ids.index_select(0, rows), s_ids], dim=1)
+        mask = torch.cat([p_mask.index_select(0, rows), s_mask], dim=1)
+        forwarded = sum(lengths) + sum(len(s) for s in suffixes)
+        return ids, mask, {self._cache_arg: cache}, forwarded
 
     def chat_prompt(self, user_message: str) -> str | None:
         if not self.chat_template:
@@ -449,20 +523,79 @@ class HFCausalLM(LanguageModel):
         return template if isinstance(template, str) and template else None
 
 
-def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
-    cut = len(text)
-    for s in stop:
-        if s and (pos := text.find(s)) != -1:
-            cut = min(cut, pos)
-    return text[:cut]
-
-
 def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """log softmax(logits)[target] in float32. logits (batch, seq, vocab), targets (batch, seq)
     -> (batch, seq). logit - logsumexp avoids a second (batch, seq, vocab) tensor."""
     logits = logits.float()
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(logits, dim=-1)
+
+
+def share_groups(prompts: Sequence[Sequence[int]], min_shared: int = 16) -> list[tuple[int, list[int]]]:
+    """Prompts of one batch cut into groups that run a shared prefix once: (prefix length,
+    member indices), every index in exactly one group, groups in order of their first member.
+
+    The groups are runs of the prompts sorted by token ids whose neighbours share at least
+    ``T`` tokens, with the cut-off ``T`` chosen among the neighbours' common-prefix lengths to
+    minimise the padded work of ``HFCausalLM.generate_tokens``: one prefix row per group at the
+    longest prefix, plus every row at the longest suffix. A group's prefix is its members' common
+    prefix, at most the shortest member minus one (each row needs a suffix token); a prompt
+    that shares less than ``min_shared`` tokens is a group of its own, its prefix all but its
+    last token. ``[(0, all indices)]`` means no split pays off (or a prompt is a single token):
+    run the prompts whole.
+
+    Examples:
+        >>> share_groups([[1, 2, 3, 4, 9], [1, 2, 3, 4, 8], [7, 7, 7, 7, 7]], min_shared=2)
+        [(4, [0, 1]), (4, [2])]
+        >>> share_groups([[1, 2], [3, 4]])
+        [(0, [0, 1])]
+    """
+    n = len(prompts)
+    whole = [(0, list(range(n)))]
+    if n < 2 or min(len(p) for p in prompts) < 2:
+        return whole
+    order = sorted(range(n), key=lambda i: tuple(prompts[i]))
+
+    def lcp(a: Sequence[int], b: Sequence[int]) -> int:
+        k = 0
+        for x, y in zip(a, b):
+            if x != y:
+                break
+            k += 1
+        return k
+
+    neighbour = [lcp(prompts[order[j]], prompts[order[j + 1]]) for j in range(n - 1)]
+
+    def cut(threshold: int) -> list[tuple[int, list[int]]]:
+        runs, run = [], [order[0]]
+        for j in range(n - 1):
+            if neighbour[j] >= threshold:
+                run.append(order[j + 1])
+            else:
+                runs.append(run)
+                run = [order[j + 1]]
+        runs.append(run)
+        out = []
+        for members in runs:
+            shared = min([lcp(prompts[members[0]], prompts[i]) for i in members[1:]]
+                         + [len(prompts[i]) - 1 for i in members])
+            if len(members) > 1 and shared >= min_shared:
+                out.append((shared, sorted(members)))
+            else:
+                out += [(len(prompts[i]) - 1, [i]) for i in members]
+        return out
+
+    def work(groups) -> int:
+        longest_prefix = max(length for length, _ in groups)
+        longest_suffix = max(len(prompts[i]) - length for length, m in groups for i in m)
+        return len(groups) * longest_prefix + n * longest_suffix
+
+    best, best_work = whole, n * max(len(p) for p in prompts)
+    for threshold in sorted({t for t in neighbour if t >= min_shared}):
+        groups = cut(threshold)
+        if len(groups) < n and (w := work(groups)) < best_work:
+            best, best_work = groups, w
+    return sorted(best, key=lambda g: g[1][0])
 
 
 def _batch_indexable(cache) -> bool:
