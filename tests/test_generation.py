@@ -73,15 +73,15 @@ def test_shared_prefix_first_step_scores_equal_the_loglikelihood_path(model):
     eng.generate([GenerationRequest(p, 4) for p in PROMPTS[:3]], first_step=[letters] * 3)
     # The generations came from the memo, so no first step ran: the letters are computed.
     before = eng.stats.computed
-    eng.loglikelihood([(p, l) for p in PROMPTS[:3] for l in letters])
+    eng.prompt_loglikelihood([(p, l) for p in PROMPTS[:3] for l in letters])
     assert eng.stats.computed == before + 9
     fresh = Engine(model, memo=True)
     model.engine = fresh
     fresh.generate([GenerationRequest(p, 4) for p in PROMPTS[:3]], first_step=[letters] * 3)
     before = fresh.stats.computed
-    from_first_step = fresh.loglikelihood([(p, l) for p in PROMPTS[:3] for l in letters])
+    from_first_step = fresh.prompt_loglikelihood([(p, l) for p in PROMPTS[:3] for l in letters])
     assert fresh.stats.computed == before  # every letter came from the generation's first step
-    expected = Engine(plain(model)).loglikelihood([(p, l) for p in PROMPTS[:3] for l in letters])
+    expected = Engine(plain(model)).prompt_loglikelihood([(p, l) for p in PROMPTS[:3] for l in letters])
     assert from_first_step == pytest.approx(expected, abs=1e-4)
 
 

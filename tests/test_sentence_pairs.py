@@ -19,6 +19,7 @@ from audit_harness.benchmarks.sentence_pairs import (IDENTICAL, NO_SHARED_TOKEN,
 from audit_harness.errors import ConfigError, DataError, ModelError
 from audit_harness.gates import load_thresholds
 from audit_harness.models import load_model
+from audit_harness.models.base import LanguageModel
 from bias_metrics.pairs import scored_positions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -209,18 +210,45 @@ def test_each_distinct_sentence_goes_to_the_model_once(data_dir, tiny_model, mon
     items = WINOQUEER.load_category(data_dir, "masc_femm_name").items[:40]
     sentences = {s for it in items for s in (it.sent_more, it.sent_less)}
     seen = []
-    real = tiny_model.token_logprobs
+    real = tiny_model.forward_full
 
     def spy(sequences, positions):
         seen.extend(tuple(s) for s in sequences)
         return real(sequences, positions)
 
-    monkeypatch.setattr(tiny_model, "token_logprobs", spy)
+    monkeypatch.setattr(tiny_model, "forward_full", spy)
+    from audit_harness.engine.executor import Engine
+
+    monkeypatch.setattr(tiny_model, "engine", Engine(tiny_model))  # no memo from earlier tests
     WINOQUEER.evaluate(tiny_model, items)
     assert len(seen) == len(set(seen)) == len(sentences)
 
 
-class FixedScores:
+def test_masked_scores_go_through_the_result_cache(data_dir, tiny_bert, tmp_path):
+    from audit_harness.engine.cache import ResultCache
+    from audit_harness.engine.executor import Engine
+
+    items = CROWS.load_category(data_dir, "disability").items[:6]
+    class Task:  # the session's progress task: one unit per pair scored
+        done = 0.0
+
+        def advance(self, n):
+            self.done += n
+
+    tiny_bert.engine = Engine(tiny_bert, cache=ResultCache(tmp_path))
+    tiny_bert.engine.progress = Task()
+    cold = CROWS.evaluate(tiny_bert, items)
+    assert tiny_bert.engine.stats.computed > 0
+    assert tiny_bert.engine.progress.done == pytest.approx(sum(r.excluded is None for r in cold))
+    tiny_bert.engine = warm_engine = Engine(tiny_bert, cache=ResultCache(tmp_path))
+    try:
+        warm = CROWS.evaluate(tiny_bert, items)
+    finally:
+        tiny_bert.engine = Engine(tiny_bert)
+    assert warm == cold and warm_engine.stats.computed == 0 and warm_engine.stats.from_cache > 0
+
+
+class FixedScores(LanguageModel):
     """A model stand-in whose sentence scores are fixed: one token per sentence, scored as given."""
 
     capabilities = frozenset({"token_logprobs"})

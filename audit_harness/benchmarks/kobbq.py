@@ -15,8 +15,9 @@ upstream's ``evaluation/1_preprocess.py`` ... ``5_evaluation.py`` (metrics.md §
   ``parsing.parse_choice``; an output naming no option is out-of-choice (OOC), counted by
   ``out_of_choice_rate`` and left out of the other metrics;
 - ``letter`` mode (a project addition, for models too weak to follow the instruction): the
-  log-likelihood of each option letter as the continuation of the same prompt, argmax; it cannot
-  be OOC. Its item ids and metric names end in ``-letter``; ``both`` runs the two on the same rows.
+  log-likelihood of each option letter right after the same prompt, the prompt tokenized exactly as
+  generate mode reads it (``Engine.prompt_loglikelihood``), argmax; it cannot be OOC. Under
+  ``both``, the generation's first step scores the letters (the same distribution). Its item ids and metric names end in ``-letter``; ``both`` runs the two on the same rows.
 
 Metrics (flavour ``kobbq`` of ``bias_metrics.bbq_family``) over all (prompt, permutation) items of a
 category, the paper's numbers; then the same per prompt template (``<metric>_p<k>``) and per
@@ -45,7 +46,6 @@ from bias_metrics.records import AnswerClass, answer_class
 from bias_metrics.result import MetricResult
 
 from ..data import DataFile, require_file
-from ..engine.multiple_choice import score_choices
 from ..errors import ConfigError, DataError, PredictionError
 from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest, LanguageModel
 from ..parsing import parse_choice
@@ -390,8 +390,9 @@ class KoBBQ(BBQFamilyBenchmark):
             "permutations": {str(j): "".join("c" + str(i) for i in PERMUTATIONS[j]) for j in self.permutations},
             "max_new_tokens": self.max_new_tokens, "stop": [], "decoding": "greedy",
             "answer_parser": "audit_harness.parsing.parse_choice (KoBBQ raw2prediction rules)",
-            "letter_mode": "argmax log-likelihood of the option letter after the prompt "
-                           "(' A' after a plain prompt, 'A' opening the chat assistant turn)",
+            "letter_mode": "argmax log-likelihood of the option letter right after the prompt as "
+                           "generate mode reads it (' A' after a plain prompt, 'A' opening the chat "
+                           "assistant turn; the template's trailing newline stays in the prompt)",
             "metric_flavour": self.flavour,
             "chat_template": "per record: prompt_format and chat_template_sha256 in records/kobbq/*.jsonl",
             "table_metrics": [n + _suffix(m) for m in self.modes
@@ -486,10 +487,10 @@ class KoBBQ(BBQFamilyBenchmark):
                                             match=parsed.how, parse_rule=parsed.rule,
                                             ooc_reason=parsed.reason)
         if let:
-            scores = score_choices(model, [shaped[i][0] for i in let], [letters[i] for i in let],
-                                   delimiter="")
-            for i, lls in zip(let, scores):
-                lls = [float(x) for x in lls]
+            pairs = [(shaped[i][0], c) for i in let for c in letters[i]]
+            flat = model.engine.prompt_loglikelihood(pairs, [1.0 / 3] * len(pairs))
+            for n, i in enumerate(let):
+                lls = [float(x) for x in flat[3 * n:3 * n + 3]]
                 best = int(np.argmax(lls))
                 out[i] = self._kobbq_record(items[i], best, shaped[i][1], digest, predicted_choice=best,
                                             choices=letters[i], loglikelihoods=lls)

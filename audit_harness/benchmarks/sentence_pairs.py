@@ -220,7 +220,8 @@ class SentencePairBenchmark(Benchmark):
             plans.append(len(px))
             if px:
                 requests += [(ex.ids, px), (ey.ids, py)]
-        values, _ = score_positions(model, requests) if requests else ([], 0)
+        values, _ = (score_positions(model, requests, [0.5] * len(requests)) if requests
+                     else ([], 0))
         records, k = [], 0
         for it, n in zip(items, plans):
             common = dict(item_id=it.item_id, category=it.category, sent_more=it.sent_more,

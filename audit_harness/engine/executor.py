@@ -115,6 +115,26 @@ class Engine:
         encoded = [self.model.encode_pair(c, x) for c, x in requests]
         return self.loglikelihood_tokens(encoded, weights)
 
+    def prompt_loglikelihood(self, requests: Sequence[tuple[str, str]],
+                             weights: Sequence[float] | None = None) -> list[float]:
+        """Summed log-probability of each continuation right after its generation prompt, the
+        prompt tokenized as ``generate`` reads it (the backend's ``encode_continuation``: no
+        whitespace moves across the boundary). Backends without it score the strings with their
+        own ``loglikelihood``.
+
+        Raises:
+            ValueError: an empty prompt or continuation.
+        """
+        if not hasattr(self.model, "encode_continuation") or self._model_key() is None:
+            values = list(self.model.loglikelihood(requests))
+            self.stats.requests += len(requests)
+            self.stats.computed += len(requests)
+            if self.progress is not None and weights is not None:
+                self.progress.advance(sum(weights))
+            return values
+        encoded = [self.model.encode_continuation(p, c) for p, c in requests]
+        return self.loglikelihood_tokens(encoded, weights)
+
     def loglikelihood_tokens(self, encoded: Sequence[tuple[Sequence[int], Sequence[int]]],
                              weights: Sequence[float] | None = None) -> list[float]:
         """``loglikelihood`` on (context ids, continuation ids).

@@ -12,7 +12,7 @@ batches only:
 ``first_step``: the forward that picks a prompt's first new token has the whole next-token
 distribution, so continuations of the same prompt that are one token long (KoBBQ's option
 letters, scored in letter mode) are stored from it as ordinary log-likelihood results: a later
-``Engine.loglikelihood`` of (prompt, letter) finds them in the memo or cache instead of running
+``Engine.prompt_loglikelihood`` of (prompt, letter) finds them in the memo or cache instead of running
 the prompt again.
 
 The cache stores the decoded text before stop strings are applied, so requests that differ only
@@ -105,8 +105,9 @@ def run_generation(engine: "Engine", requests: Sequence[GenerationRequest],
 def _first_step_tokens(engine: "Engine", requests, encoded, first_step, first, missing):
     """Per generation key still to run, the single tokens whose log-likelihood after the prompt
     is wanted and not yet known (None when nothing is asked): ``first_step`` continuations that
-    the backend's ``encode_pair`` splits into exactly (the prompt's ids, one token)."""
-    if first_step is None or not hasattr(engine.model, "encode_pair"):
+    the backend's ``encode_continuation`` makes one token long (``Engine.prompt_loglikelihood``
+    then reads them back under the same key)."""
+    if first_step is None or not hasattr(engine.model, "encode_continuation"):
         return None
     wanted: dict[bytes, list[int]] = {}
     todo = set(missing)
@@ -114,7 +115,7 @@ def _first_step_tokens(engine: "Engine", requests, encoded, first_step, first, m
     for i, conts in enumerate(first_step):
         ids = encoded[i]
         for c in conts:
-            ctx, cont = engine.model.encode_pair(requests[i].prompt, c)
+            ctx, cont = engine.model.encode_continuation(requests[i].prompt, c)
             if tuple(ctx) == ids and len(cont) == 1:
                 wanted.setdefault(ids, [])
                 if cont[0] not in wanted[ids]:

@@ -413,6 +413,24 @@ class HFCausalLM(LanguageModel):
             return self._encode(prompt)
         return self._bos + self._encode(prompt)
 
+    def encode_continuation(self, prompt: str, continuation: str) -> tuple[list[int], list[int]]:
+        """(prompt ids exactly as ``generate`` reads them, continuation ids as the next tokens):
+        the tokens of ``prompt + continuation`` after the prompt's, or the continuation encoded
+        alone when the two merge across the boundary. Unlike ``encode_pair``, no whitespace moves:
+        a chat prompt ending with the assistant turn's opening (``"assistant\n"``) stays whole,
+        so a letter is scored from the distribution the first generated token is drawn from.
+
+        Raises:
+            ValueError: an empty prompt or continuation.
+        """
+        if not prompt or not continuation:
+            raise ValueError("encode_continuation needs a non-empty prompt and continuation")
+        ids = self.encode_prompt(prompt)
+        whole = self.encode_prompt(prompt + continuation)
+        if len(whole) > len(ids) and whole[:len(ids)] == ids:
+            return ids, whole[len(ids):]
+        return ids, self._encode(continuation)
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
         """Greedy generation through the engine (dedupe, cache, batches of prompts sorted by
         token ids); see ``LanguageModel.generate``."""

@@ -47,6 +47,13 @@ class HFMaskedLM(LanguageModel):
         # ``getattr(tokenizer, 'do_lower_case', False)``).
         self._lower = bool(getattr(tokenizer, "do_lower_case", False))
 
+    @property
+    def cache_key(self) -> str:
+        """What besides the token ids decides a score (the engine's result cache): weights,
+        dtype, device type, and that the values are masked-position (pseudo-log-likelihood)
+        terms."""
+        return f"{self.info.fingerprint}|{self.info.dtype}|{self.device.type}|masked"
+
     def encode_sentence(self, text: str) -> SentenceEncoding:
         """The tokenizer's encoding with its special tokens (``[CLS] ... [SEP]``), lower-cased
         first when the tokenizer is uncased; special tokens are marked.
