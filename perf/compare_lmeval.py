@@ -4,9 +4,11 @@ every category file) and the same prompts and choices (lm-eval's ``bbq`` task fo
 ``--bbq-protocol lmeval``; the authors' ``esbbq`` protocol for EsBBQ, which lm-eval uses unchanged).
 
 Each side runs as its own process (start-up and model load included), timed by wall clock, with
-its peak resident memory from ``os.wait4``. Ours runs twice: cold (an empty result cache) and warm
-(the same cache again). Printed: wall time, items/s, tokens forwarded and peak memory of each
-side, the ratios, identical predictions (argmax choice per item) and the largest per-choice
+its peak resident memory and CPU seconds from ``os.wait4`` and the load average seen while it ran.
+Ours runs cold (an empty result cache), warm (the same cache again), and cold once more after
+lm-eval (a fresh cache): our wall time is the mean of the two cold runs, so a load that moves
+during the long lm-eval run does not favour either side. Printed: wall time, CPU time, load,
+items/s, tokens forwarded and peak memory of each side, the ratios, identical predictions (argmax choice per item) and the largest per-choice
 log-likelihood difference, ending with the line
 ``speedup <x>x, memory <y>x, predictions identical <k>/<n>, max |dLL| <d>``.
 
@@ -115,13 +117,30 @@ def write_task(workdir: Path, benchmark: str, rows: dict[str, list[dict]], tasks
     return task
 
 
+#: Load average seen during each timed child (1-minute average, sampled every 5 s), so a ratio
+#: measured on a shared machine says what each side competed with.
+LOADS: dict[str, float] = {}
+#: CPU seconds (user + system) of each timed child.
+CPU: dict[str, float] = {}
+
+
 def timed(cmd: list[str], env: dict, cwd: Path, log: Path) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS in bytes, return code) of one child process."""
+    """(wall seconds, peak RSS in bytes, return code) of one child process; its mean load
+    average and CPU seconds go to ``LOADS`` / ``CPU`` under the log's stem."""
     t0 = time.perf_counter()
+    samples = [os.getloadavg()[0]]
     with open(log, "w", encoding="utf-8") as out:
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            time.sleep(0.5)
+            if time.perf_counter() - t0 >= 5 * len(samples):
+                samples.append(os.getloadavg()[0])
     proc.returncode = os.waitstatus_to_exitcode(status)
+    LOADS[log.stem] = sum(samples) / len(samples)
+    CPU[log.stem] = usage.ru_utime + usage.ru_stime
     return time.perf_counter() - t0, usage.ru_maxrss * 1024, proc.returncode
 
 
@@ -262,9 +281,13 @@ def main(argv: list[str] | None = None) -> int:
           f"load {os.getloadavg()[0]:.1f}; workdir {workdir}", flush=True)
 
     cache_dir = workdir / "cache"
-    cold, t_cold, rss_cold = run_ours(args, folder, keys_path, workdir, cache_dir, "cold")
+    cold, t_before, rss_cold = run_ours(args, folder, keys_path, workdir, cache_dir, "cold")
     warm, t_warm, rss_warm = run_ours(args, folder, keys_path, workdir, cache_dir, "warm")
     lm, t_lm, rss_lm = run_lmeval(python, folder, task, workdir, args)
+    # A second cold run right after lm-eval (fresh cache): on a shared machine the load moves
+    # during a long lm-eval run, so our time is the mean of one run before and one after it.
+    _, t_after, _ = run_ours(args, folder, keys_path, workdir, workdir / "cache_after", "cold_after")
+    t_cold = (t_before + t_after) / 2
 
     # per item
     # The rows' own category field may be spelled unlike the file name: map back to the file.
@@ -289,19 +312,24 @@ def main(argv: list[str] | None = None) -> int:
         identical += max(range(len(lls)), key=lls.__getitem__) == mine["choice"]
     lm_tokens = cold["plain_tokens"]  # lm-eval feeds (context + continuation)[:-1] per request
     n_items = len(cold["items"])
-    table = [("ours (cold cache)", t_cold, cold["stats"]["tokens_forwarded"], rss_cold),
-             ("ours (warm cache)", t_warm, warm["stats"]["tokens_forwarded"], rss_warm),
-             ("lm-eval 0.4.13", t_lm, lm_tokens, rss_lm)]
-    print(f"\n{'side':<20}{'wall s':>9}{'items/s':>9}{'tokens fwd':>12}{'peak MiB':>10}")
-    for name, t, tok, rss in table:
-        print(f"{name:<20}{t:>9.1f}{n_items / t:>9.2f}{tok:>12}{rss / 2**20:>10.0f}")
+    table = [("ours (cold, before)", "ours_cold", t_before, cold["stats"]["tokens_forwarded"], rss_cold),
+             ("ours (warm cache)", "ours_warm", t_warm, warm["stats"]["tokens_forwarded"], rss_warm),
+             ("lm-eval 0.4.13", "lm_eval", t_lm, lm_tokens, rss_lm),
+             ("ours (cold, after)", "ours_cold_after", t_after, cold["stats"]["tokens_forwarded"], None)]
+    print(f"\n{'side':<22}{'wall s':>9}{'CPU s':>9}{'load':>6}{'items/s':>9}{'tokens fwd':>12}{'peak MiB':>10}")
+    for name, tag, t, tok, rss in table:
+        mib = f"{rss / 2**20:>10.0f}" if rss else f"{'-':>10}"
+        print(f"{name:<22}{t:>9.1f}{CPU.get(tag, float('nan')):>9.1f}{LOADS.get(tag, float('nan')):>6.1f}"
+              f"{n_items / t:>9.2f}{tok:>12}{mib}")
     print(f"ours: {cold['requests']} requests, {cold['stats']['distinct']} distinct, "
           f"{cold['stats']['forwards']} forwards; cold: start-up+load {cold['seconds']['startup_and_load']:.1f} s, "
           f"scoring {cold['seconds']['scoring']:.1f} s; warm: scoring {warm['seconds']['scoring']:.2f} s "
           f"({warm['stats']['from_cache']} of {warm['stats']['distinct']} from the cache, "
           f"{100 * warm['seconds']['scoring'] / max(cold['seconds']['scoring'], 1e-9):.1f}% of cold scoring, "
           f"{100 * t_warm / t_cold:.0f}% of cold wall)")
-    print(f"ratios: wall {t_lm / t_cold:.2f}x, tokens {lm_tokens / max(cold['stats']['tokens_forwarded'], 1):.2f}x, "
+    cpu_ours = (CPU.get("ours_cold", 0.0) + CPU.get("ours_cold_after", 0.0)) / 2
+    print(f"ratios: wall {t_lm / t_cold:.2f}x (ours: mean of the cold runs before and after lm-eval), "
+          f"CPU {CPU.get('lm_eval', 0.0) / max(cpu_ours, 1e-9):.2f}x, tokens {lm_tokens / max(cold['stats']['tokens_forwarded'], 1):.2f}x, "
           f"peak memory ours/lm-eval {rss_cold / rss_lm:.2f}")
     if protocol_diff:
         print(f"{protocol_diff} items with a different prompt or choices than lm-eval's", file=sys.stderr)
@@ -309,8 +337,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n_items - n} of our items missing from lm-eval's samples", file=sys.stderr)
     summary = {"benchmark": args.benchmark, "per_category": args.per_category, "items": n_items,
                "compared": n, "identical": identical, "max_abs_dll": max_dll,
-               "seconds": {"ours_cold": t_cold, "ours_warm": t_warm, "lmeval": t_lm,
+               "seconds": {"ours_cold": t_cold, "ours_cold_before": t_before, "ours_cold_after": t_after,
+                           "ours_warm": t_warm, "lmeval": t_lm,
                            "ours_inner": cold["seconds"], "ours_warm_inner": warm["seconds"]},
+               "cpu_seconds": dict(CPU), "load_average": dict(LOADS),
                "peak_rss_bytes": {"ours_cold": rss_cold, "ours_warm": rss_warm, "lmeval": rss_lm},
                "tokens": {"ours": cold["stats"]["tokens_forwarded"], "lmeval": lm_tokens},
                "protocol_mismatches": protocol_diff, "threads": args.threads,
