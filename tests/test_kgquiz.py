@@ -172,6 +172,8 @@ def test_missing_file_names_path_and_upstream_blob(bench, data_dir, category):
         bench.load_category(data_dir, category)
     assert f"kgquiz/{domain}/{task}.json" in str(e.value)
     assert MISSING[category] in str(e.value)
+    # Files the source table marks unavailable say so: no fetch can bring them.
+    assert "no verified copy of it exists" in str(e.value) and "cannot bring it" in str(e.value)
 
 
 def test_missing_file_without_source_md(bench, tmp_path):

@@ -401,9 +401,18 @@ class KGQuiz(Benchmark):
         path = self.category_file(data_dir, category)
         relative = f"{domain}/{task}.json"
         if not path.is_file():
+            from ..sources import load_table
+
             blob = upstream_blob(data_dir, relative)
             known = (f"upstream git blob {blob} (KGQuiz repository leopoldwhite/KGQuiz; "
                      "SOURCE.md)" if blob else "no upstream blob hash in SOURCE.md")
+            entry = next((f for f in load_table() if f.path == f"kgquiz/{relative}"), None)
+            if entry is not None and not entry.available:
+                why = entry.note or "not obtained"
+                raise MissingDataError(
+                    f"missing KGQuiz file {path}: no verified copy of it exists ({why}), so "
+                    f"`bias-audit data fetch` cannot bring it; {known}. Put the file there to audit "
+                    "this category")
             raise MissingDataError(f"missing KGQuiz file {path}; {known}")
         try:
             table = json.loads(path.read_text(encoding="utf-8"))
