@@ -122,8 +122,8 @@ def render_chart(results: Mapping[str, Any], bench: str) -> bytes | None:
     ax.set_xticklabels(categories, rotation=40, ha="right", fontsize=7)
     ax.tick_params(axis="y", labelsize=7)
     confidence = _confidence(results, bench)
-    ax.set_title(f"{bench}: {', '.join(metrics)} by category"
-                 + (f" ({confidence:.0%} intervals)" if confidence else ""), fontsize=9)
+    ax.set_title(f"{bench} by category" + (f", {confidence:.0%} intervals" if confidence else ""),
+                 fontsize=9)
     ax.legend(fontsize=7, loc="best", framealpha=0.8)
     ax.grid(axis="y", lw=0.3, alpha=0.5)
     fig.tight_layout()
