@@ -12,11 +12,18 @@ Subcommands:
 - ``bias-audit data fetch|verify ...``: bring the benchmark files from the authors' pinned commits,
   or check a data folder against them (``audit_harness.sources.cli``).
 - ``bias-audit run [PYTEST ARGS...]``: ``pytest <the packaged audits> [PYTEST ARGS...]`` from any
-  directory (the process is replaced by pytest, so its exit code is pytest's); ``run --help``
-  shows the audit options first, then pytest's.
+  directory (the process is replaced by pytest, so its exit code is the audit's, ``exit_codes``);
+  ``run --help`` shows the audit options first, then pytest's.
+- ``bias-audit report RUN_DIR [--output-dir DIR]``: render ``report.md`` and ``report.html`` again
+  from the run's ``results.json`` alone.
+- ``bias-audit compare OLD NEW [--output-dir DIR]``: every metric's change between two runs (folders
+  or results.json files) with both intervals, marking those whose intervals do not overlap, and
+  the gates whose verdict changed; printed and written as ``compare-vs-<old run id>.md``/``.json``
+  (default: into NEW's run folder).
 
-``bias-audit`` alone prints the usage. Bad input ends with one line on stderr and exit code 2,
-never a traceback; ``score`` also exits 2 when no prediction row could be scored.
+``bias-audit`` alone prints the usage. Bad input ends with one line on stderr and exit code 4
+(``exit_codes.USAGE_ERROR``, as an audit's), never a traceback; ``score`` also exits 4 when no
+prediction row could be scored.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-EXIT_ERROR = 2
+from .exit_codes import USAGE_ERROR as EXIT_ERROR
 
 
 class _Error(Exception):
@@ -36,7 +43,7 @@ class _Error(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one line (no usage block) and exit code 2."""
+    """ArgumentParser whose errors are one line (no usage block) and exit code 4."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
         raise _Error(f"{self.prog}: {message}")
@@ -77,6 +84,16 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="bootstrap resamples for non-proportion intervals (0 = none)")
     score.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     score.add_argument("--confidence", type=float, default=0.95, help="interval confidence")
+    report = sub.add_parser("report", help="render report.md and report.html again from a run's results.json")
+    report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (or its results.json)")
+    report.add_argument("--output-dir", type=Path, default=None, metavar="DIR",
+                        help="where to write the reports (default: the run folder)")
+    compare = sub.add_parser("compare", help="compare two runs: metric changes with intervals, "
+                                             "gates that changed verdict")
+    compare.add_argument("old", type=Path, metavar="OLD", help="the earlier run (folder or results.json)")
+    compare.add_argument("new", type=Path, metavar="NEW", help="the later run (folder or results.json)")
+    compare.add_argument("--output-dir", type=Path, default=None, metavar="DIR",
+                         help="where to write compare-vs-<old run id>.md/.json (default: NEW's run folder)")
     return parser
 
 
@@ -101,7 +118,8 @@ def run_help(pytest_help: str) -> str:
     start = next((i for i, line in enumerate(lines) if line.startswith("model bias audit")), None)
     head = ["usage: bias-audit run [audit options] [pytest options] [-k EXPRESSION]", "",
             "Runs the audits (one pytest test per gate of the thresholds file) from any directory;",
-            "the exit code is pytest's: 0 all gates pass, 1 a gate failed, 2 interrupted, 4 bad input.", ""]
+            "exit codes: 0 every gate passed, 1 a gate failed or was undefined, 2 interrupted,",
+            "3 a model or data error during the run, 4 usage or input error, 5 no audit selected.", ""]
     if start is None:
         return "\n".join(head + lines)
     end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()),
@@ -170,12 +188,38 @@ def _score(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _report(ns: argparse.Namespace) -> int:
+    from .report.compare import read_results
+    from .report.html import write_html
+    from .report.markdown import write_markdown
+
+    results, run_dir = read_results(ns.run_dir)
+    out = ns.output_dir or run_dir
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"wrote {write_markdown(out / 'report.md', results)}")
+    print(f"wrote {write_html(out / 'report.html', results)}")
+    return 0
+
+
+def _compare(ns: argparse.Namespace) -> int:
+    from .report.compare import compare_results, read_results, render_comparison, write_comparison
+
+    old, _ = read_results(ns.old)
+    new, new_dir = read_results(ns.new)
+    comparison = compare_results(old, new)
+    print(render_comparison(comparison))
+    for path in write_comparison(comparison, ns.output_dir or new_dir):
+        print(f"wrote {path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``bias-audit``. ``argv`` defaults to ``sys.argv[1:]``.
 
     Returns:
-        0 on success; 2 after printing one line on stderr for a usage error or bad input (missing
-        or malformed data, a bad predictions file, ...). ``run`` does not return: it execs pytest.
+        0 on success; 4 after printing one line on stderr for a usage error or bad input (missing
+        or malformed data, a bad predictions or results file, ...). ``run`` does not return: it
+        execs pytest.
     """
     from .errors import AuditError
 
@@ -194,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return data_main(args[1:])
         ns = _build_parser().parse_args(args)
-        return _score(ns)
+        return {"report": _report, "compare": _compare}.get(ns.command, _score)(ns)
     except SystemExit as e:  # --help
         return int(e.code or 0) if isinstance(e.code, int) else 0
     except (_Error, AuditError) as e:

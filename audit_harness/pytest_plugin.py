@@ -21,13 +21,15 @@ import os
 import re
 import shlex
 import time
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
+from . import exit_codes
 from .errors import AuditError, MissingDataError
-from .gates import Gate, Verdict, load_thresholds
+from .gates import Gate, Verdict, add_regression_gates, load_baseline, load_thresholds
 
 #: The audit modules ship inside the package (the repository's ``audits/`` links here), so
 #: ``bias-audit run`` works from any directory.
@@ -87,6 +89,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--min-n", dest="audit_min_n", type=int, default=_env_int("AUDIT_MIN_N"),
                 help="fewest items in a metric's denominator for any verdict, overriding the "
                      "thresholds file's min_n (below it: INSUFFICIENT, a failure)")
+    g.addoption("--baseline", dest="audit_baseline", default=os.environ.get("AUDIT_BASELINE"),
+                metavar="RESULTS", help="a previous run's results.json (or its folder): adds a "
+                "test_<bench>[<cat>-<metric>-vs-baseline] per gate, failing when the metric got "
+                "worse than there by more than the gate's max_regression (env AUDIT_BASELINE)")
     g.addoption("--require-published-data", dest="audit_require_published", action="store_true",
                 default=False, help="stop (exit 4) unless every data file read is the authors' "
                                     "published release (sha256 of the pinned source table)")
@@ -124,10 +130,19 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         options = options_from_config(config)
         benchmarks = registry()
-        catalogue = {name: (b.categories, b.metric_names) for name, b in benchmarks.items()}
-        gates = load_thresholds(Path(options.thresholds), catalogue, min_n=options.min_n)
+        catalogue = {name: (b.categories, b.metric_names, b.metric_ranges())
+                     for name, b in benchmarks.items()}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            gates = load_thresholds(Path(options.thresholds), catalogue, min_n=options.min_n)
+        baseline_path = config.getoption("audit_baseline")
+        baseline = (load_baseline(Path(config.invocation_params.dir) / baseline_path)
+                    if baseline_path else None)
     except AuditError as e:
         raise pytest.UsageError(str(e)) from None
+    if not hasattr(config, "workerinput"):  # a deprecated key warns once, in the controller
+        for warning in {str(w.message): w.message for w in caught}.values():
+            config.issue_config_time_warning(warning, stacklevel=2)
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         run_id = workerinput["bias_audit_run_id"]
@@ -143,8 +158,11 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(e)) from None
     config.stash[_SESSION_KEY] = session
     gates = expand_gates(gates, session.benchmarks)
+    if baseline is not None:
+        gates = add_regression_gates(gates, baseline)
     config.stash[_STATE_KEY] = {"gates": gates, "run_id": run_id, "worker_outputs": [],
-                                "started": time.time(), "validated": False, "selected": None}
+                                "started": time.time(), "validated": False, "selected": None,
+                                "baseline": baseline and _baseline_summary(baseline, baseline_path)}
     # An audit run (audits on the command line) writes JUnit XML into its run folder unless the
     # user chose a path; a unit-test run writes nothing.
     if workerinput is None and _targets_audits(config):
@@ -163,6 +181,15 @@ def pytest_configure(config: pytest.Config) -> None:
         state["selected"] = selected
         if not config.option.xmlpath:
             config.option.xmlpath = str(run_dir / "junit.xml")
+            state["own_junit"] = True
+
+
+def _baseline_summary(results: dict, path: str) -> dict:
+    """What the results file records about the ``--baseline`` run."""
+    return {"path": str(path), "run_id": results.get("run_id"),
+            "model": (results.get("model") or {}).get("name"),
+            "fingerprint": (results.get("model") or {}).get("fingerprint"),
+            "created": results.get("created")}
 
 
 def expand_gates(gates: dict[str, list[Gate]], benchmarks) -> dict[str, list[Gate]]:
@@ -306,15 +333,42 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return CategoryScheduling(config, log)
 
 
+class GateFinding:
+    """The failure report of a gate that ran and did not pass: a finding, not a bug, so its
+    report is the verdict line (value, interval, n, bound, mode) instead of a traceback, printed
+    once in the FAILURES section and carried as the JUnit failure text. It has no ``reprcrash``,
+    so pytest's short summary lists the test id without repeating the line."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def toterminal(self, tw) -> None:
+        tw.line(self.message)
+
+
+#: JUnit ``status`` values of a gate that was evaluated and did not pass.
+_FINDINGS = frozenset({"fail", "undefined", "insufficient"})
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield
     verdict = item.stash.get(_VERDICT_KEY, None)
-    # A failed gate is a finding, not a bug: its report is the verdict line (value, bound, n),
-    # in the terminal and in the JUnit failure body, instead of a Python traceback.
     if verdict is not None and report.when == "call" and report.failed:
-        report.longrepr = verdict.message
+        report.longrepr = GateFinding(verdict.message)
     return report
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report) -> None:
+    # A report from an xdist worker arrives with its longrepr flattened to text: wrap it again
+    # before the terminal and JUnit see it, so a parallel run prints a finding as a serial one.
+    if (report.when == "call" and report.failed and isinstance(report.longrepr, str)
+            and dict(report.user_properties).get("status") in _FINDINGS):
+        report.longrepr = GateFinding(report.longrepr)
 
 
 def _gate_of(item) -> Gate | None:
@@ -365,9 +419,7 @@ def pytest_xdist_node_collection_finished(node, ids) -> None:
 def skipped_verdict(gate: Gate, reason: str) -> dict:
     """The results-file verdict of a gate whose category could not be evaluated because its data
     file is missing: status ``skipped``, no value, ``reason`` as the message."""
-    return {"benchmark": gate.benchmark, "category": gate.category, "metric": gate.metric,
-            "status": "skipped", "bounds": gate.bounds(), "basis": gate.basis, "value": None,
-            "ci": [None, None], "n": 0, "message": reason}
+    return Verdict.skipped(gate, reason).to_dict()
 
 
 class GateCheck:
@@ -413,11 +465,18 @@ class GateCheck:
         self._record("benchmark", g.benchmark)
         self._record("category", g.category)
         self._record("metric", g.metric)
+        self._record("kind", g.kind)
         self._record("value", "nan" if not metric.defined else f"{metric.value:.6f}")
         self._record("n", metric.n)
         self._record("ci", f"{metric.ci_low:.6f},{metric.ci_high:.6f}")
         self._record("bounds", json.dumps(g.bounds()))
-        self._record("basis", g.basis)
+        self._record("mode", g.decision_mode)
+        self._record("min_n", g.min_n)
+        if g.baseline is not None:
+            self._record("baseline_value", "nan" if g.baseline.value != g.baseline.value
+                         else f"{g.baseline.value:.6f}")
+            self._record("baseline_run", g.baseline.run_id)
+            self._record("max_regression", g.max_regression)
         self._record("status", verdict.status)
         self._record("items_scored", outcome.n_scored)
         self._session.verdicts.append(verdict.to_dict())
@@ -472,7 +531,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     errors = [e for p in parts for e in p.get("errors", [])]
     model_error = next((p["model_error"] for p in parts if p.get("model_error")), None)
     if model_error:  # an input error, as a bad model name at start-up is
-        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        session.exitstatus = exit_codes.USAGE_ERROR
     collected = state.get("collected_gates") or []
     if not (outcomes or verdicts or errors or collected):
         return  # not an audit run (or nothing selected): no results folder
@@ -489,8 +548,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     if verdicts and exitstatus == pytest.ExitCode.OK and all(v["status"] == "skipped" for v in verdicts):
         # Every selected gate was skipped (its data file is missing): nothing was checked, and a
         # release gate must not read that as a pass.
-        session.exitstatus = exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+        session.exitstatus = exitstatus = exit_codes.NOTHING_SELECTED
         state["all_skipped"] = True
+    if (not model_error and not interrupted and exitstatus in (exit_codes.OK, exit_codes.GATE_FAILED)
+            and any(v["status"] == "error" for v in verdicts)):
+        # A model or data failure mid-run left gates without a verdict: not a finding about the
+        # model, so not exit 1 (the run is incomplete; rerun once the failure is fixed).
+        session.exitstatus = exitstatus = exit_codes.RUN_ERROR
+    from .report.html import write_html
     from .report.markdown import write_markdown
     from .report.results import build_results, suite_provenance, write_results
 
@@ -525,10 +590,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     provenance = {name: audit.protocol(name, model) for name in touched}
     results = build_results(run_id=state["run_id"], options=opts, model=model, outcomes=outcomes,
                             verdicts=verdicts, thresholds_path=str(audit.options.thresholds),
-                            overall=overall, provenance=provenance, run=run, errors=errors)
+                            overall=overall, provenance=provenance, run=run, errors=errors,
+                            benchmark_info={n: audit.benchmarks[n].report_info() for n in touched},
+                            baseline=state.get("baseline"))
     state["results"] = results
     state["results_path"] = write_results(audit.run_dir / "results.json", results)
     state["report_path"] = write_markdown(audit.run_dir / "report.md", results)
+    state["html_path"] = write_html(audit.run_dir / "report.html", results)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(_STATE_KEY, None)
+    # A run that selected nothing (or stopped before any gate) leaves no run folder: the JUnit
+    # file this plugin chose for it is removed, and the folder with it when that empties it.
+    if not state or "results" in state or not state.get("own_junit"):
+        return
+    junit = Path(config.option.xmlpath)
+    junit.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        junit.parent.rmdir()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -563,7 +643,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         return
     if "results" not in state:
         return
-    from .report.results import metric_table
+    from .report.results import gate_lines, metric_table
 
     results = state["results"]
     tr.section("bias audit")
@@ -584,8 +664,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
                   f"{model.get('dtype')}, {model.get('device')})")
     for line in metric_table(results):
         tr.write_line(line)
-    for v in results["gates"]:
-        tr.write_line(f"  {v['status'].upper():<12} {v['message']}")
+    # One compact line per gate; the sentence of a gate that did not pass is printed once, in
+    # pytest's FAILURES section (GateFinding), not again here.
+    for line in gate_lines(results):
+        tr.write_line(line)
+    run_errors = results["gate_summary"].get("error", 0)
+    if results["run"].get("exit_status") == exit_codes.RUN_ERROR:
+        tr.write_line(f"RUN ERROR: {run_errors} gate(s) have no verdict because a model or data "
+                      "error stopped their category during the run (messages above); this is not "
+                      f"a gate failure: exit code {exit_codes.RUN_ERROR}", red=True)
     counts = [c.get("requests", {}) for cats in results["benchmarks"].values() for c in cats.values()]
     if any(counts):
         tr.write_line(f"requests: {sum(c.get('distinct', 0) for c in counts)} distinct, "
@@ -595,5 +682,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     tr.write_line(f"gates: {summary}")
     tr.write_line(f"results: {state['results_path']}")
     tr.write_line(f"report:  {state['report_path']}")
+    tr.write_line(f"html:    {state['html_path']}")
     if config.option.xmlpath:
         tr.write_line(f"junit:   {config.option.xmlpath}")

@@ -78,6 +78,8 @@ class CategoryOutcome:
     #: the engine's counters for this category (``EngineStats.to_dict``: requests, distinct,
     #: from_cache, computed, tokens_forwarded, forwards, oom_retries).
     requests: dict[str, int] = field(default_factory=dict)
+    #: a few invalid / out-of-choice model outputs (``Benchmark.report_examples``).
+    examples: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -289,7 +291,8 @@ class AuditSession:
             metrics={k: v.to_dict() for k, v in metrics.items()},
             excluded=excluded, notes=data.notes,
             files=[f.__dict__ for f in data.files], seconds=time.perf_counter() - start,
-            records_path=str(path.relative_to(self.run_dir)), requests=stats)
+            records_path=str(path.relative_to(self.run_dir)), requests=stats,
+            examples=bench.report_examples(records))
 
     def metric(self, benchmark: str, category: str, name: str):
         """The ``MetricResult`` of one metric of one category."""

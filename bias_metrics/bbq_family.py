@@ -258,6 +258,12 @@ def metric_names(flavour: str) -> tuple[str, ...]:
     return tuple(spec.name for spec in _specs(flavour))
 
 
+def value_ranges(flavour: str) -> dict[str, tuple[float, float]]:
+    """``{metric: (low, high)}``: the closed range of each metric of ``flavour`` (fractions, e.g.
+    (-1, 1) for a bias score). Raises KeyError naming the known flavours."""
+    return {spec.name: spec.value_range for spec in _specs(flavour)}
+
+
 def _specs(flavour: str) -> tuple[MetricSpec, ...]:
     try:
         return FLAVOURS[flavour]

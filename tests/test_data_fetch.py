@@ -345,7 +345,7 @@ def test_cli_fetch_and_verify(server, tmp_path, capsys):
     (to / "kobbq" / "data" / "KoBBQ_survey_result.json").write_text("[]")
     assert main(["data", "verify", "--data-dir", str(to)]) == 1
     assert "MODIFIED    kobbq/data/KoBBQ_survey_result.json" in capsys.readouterr().out
-    assert main(["data", "fetch", "nope", "--to", str(to)]) == 2
+    assert main(["data", "fetch", "nope", "--to", str(to)]) == 4
     assert "unknown benchmark(s) nope" in capsys.readouterr().err
 
 

@@ -61,7 +61,10 @@ def test_shipped_thresholds_file_is_valid():
     ("bbq:\n  defaults:\n    acc_ambig: {target: 0.5}\n", "'target' and 'tolerance' go together"),
     ("bbq:\n  defaults:\n    acc_ambig: {min: 0.9, max: 0.1}\n", "min 0.9 > max 0.1"),
     ("bbq:\n  defaults:\n    acc_ambig: {}\n", "needs at least one of"),
-    ("bbq:\n  defaults:\n    acc_ambig: {min: 0.5, basis: mean}\n", "basis: must be one of"),
+    ("bbq:\n  defaults:\n    acc_ambig: {min: 0.5, basis: mean}\n", "basis: deprecated key"),
+    ("bbq:\n  defaults:\n    acc_ambig: {min: 0.5, mode: ci}\n", "mode: mode must be one of point"),
+    ("bbq:\n  mode: strict\n  defaults: {}\n", "bbq.mode: mode must be one of"),
+    ("bbq:\n  defaults:\n    acc_ambig: {min: 0.5, max_regression: -0.1}\n", "max_regression must be >= 0"),
     ("bbq: [\n", "not valid YAML"),
 ])
 def test_typos_stop_with_the_key_named(tmp_path, text, fragment):
@@ -98,8 +101,8 @@ def test_nan_is_undefined_and_never_passes():
     assert "no ambiguous item" in verdict.message
 
 
-def test_ci_basis_needs_the_whole_interval_inside():
-    gate = Gate("bbq", "Age", "x", abs_max=0.05, basis="ci")
+def test_ci_inside_needs_the_whole_interval_inside():
+    gate = Gate("bbq", "Age", "x", abs_max=0.05, mode="ci_inside")
     assert gate.evaluate(metric(0.01, -0.02, 0.04)).status == "pass"
     assert gate.evaluate(metric(0.01, -0.02, 0.07)).status == "fail"
     assert gate.evaluate(metric(0.01)).status == "undefined"
@@ -172,3 +175,145 @@ def test_an_undefined_metric_below_min_n_is_undefined_not_insufficient():
     v = gate.evaluate(MetricResult("diff_bias_ambig", math.nan, 0, reason="every answer is out-of-choice"))
     assert v.status == "undefined" and "every answer is out-of-choice" in v.message
     assert "more needed" not in v.message
+
+
+# --- issue 12: decision modes, the deprecated basis key, scale checks, regression gates -----------
+@pytest.mark.parametrize("value, lo, hi, point, inside, overlap", [
+    (0.01, -0.02, 0.04, "pass", "pass", "pass"),   # all inside
+    (0.04, 0.02, 0.07, "pass", "fail", "pass"),    # straddles the upper bound
+    (0.07, 0.04, 0.10, "fail", "fail", "pass"),    # point outside, interval still overlaps
+    (0.09, 0.06, 0.12, "fail", "fail", "fail"),    # the whole interval is outside
+    (-0.09, -0.12, -0.051, "fail", "fail", "fail"),
+])
+def test_each_mode_reads_the_interval_its_own_way(value, lo, hi, point, inside, overlap):
+    for mode, expected in (("point", point), ("ci_inside", inside), ("ci_overlap", overlap)):
+        verdict = Gate("bbq", "Age", "x", abs_max=0.05, mode=mode).evaluate(metric(value, lo, hi))
+        assert verdict.status == expected, (mode, verdict.message)
+        assert f"[mode {mode}:" in verdict.message and verdict.to_dict()["mode"] == mode
+
+
+def test_interval_modes_need_an_interval_and_undefined_never_passes():
+    for mode in ("ci_inside", "ci_overlap"):
+        v = Gate("bbq", "Age", "x", min=0.5, mode=mode).evaluate(metric(0.9))
+        assert v.status == "undefined" and "no confidence interval" in v.message
+        v = Gate("bbq", "Age", "x", min=0.5, mode=mode).evaluate(metric(math.nan, n=0))
+        assert v.status == "undefined" and f"mode {mode}" in v.message
+
+
+def test_ci_overlap_on_a_one_sided_gate():
+    gate = Gate("bbq", "Age", "acc", min=0.5, mode="ci_overlap")
+    assert gate.evaluate(metric(0.45, 0.40, 0.52)).status == "pass"
+    assert gate.evaluate(metric(0.45, 0.40, 0.49)).status == "fail"
+
+
+def test_mode_from_the_gate_the_section_and_the_file(tmp_path):
+    path = write(tmp_path, """
+mode: ci_overlap
+bbq:
+  mode: ci_inside
+  defaults:
+    bias_score_ambig: {abs_max: 0.05}
+    acc_disambig: {min: 0.5, mode: point}
+""")
+    gates = {g.test_id: g for g in load_thresholds(path, CATALOGUE)["bbq"]}
+    assert gates["Age-bias_score_ambig"].mode == "ci_inside"
+    assert gates["Age-acc_disambig"].mode == "point"
+    plain = write(tmp_path, "mode: ci_overlap\nbbq:\n  defaults:\n    acc_disambig: {min: 0.5}\n")
+    assert {g.mode for g in load_thresholds(plain, CATALOGUE)["bbq"]} == {"ci_overlap"}
+
+
+def test_the_old_basis_key_still_works_with_a_deprecation_warning(tmp_path):
+    from audit_harness.gates import ThresholdsDeprecationWarning
+
+    path = write(tmp_path, "bbq:\n  defaults:\n    acc_disambig: {min: 0.5, basis: ci}\n")
+    with pytest.warns(ThresholdsDeprecationWarning, match=r"acc_disambig\.basis is deprecated: write `mode: ci_inside`"):
+        gates = load_thresholds(path, CATALOGUE)["bbq"]
+    assert {g.mode for g in gates} == {"ci_inside"}
+    clash = write(tmp_path, "bbq:\n  defaults:\n    acc_disambig: {min: 0.5, basis: ci, mode: point}\n")
+    with pytest.raises(ConfigError, match="contradicts mode"):
+        load_thresholds(clash, CATALOGUE)
+
+
+RANGES = {"bbq": CATALOGUE["bbq"] + ({"acc_ambig": (0.0, 1.0), "acc_disambig": (0.0, 1.0),
+                                      "bias_score_ambig": (-1.0, 1.0), "bias_score_disambig": (-1.0, 1.0)},)}
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    ("bias_score_ambig: {abs_max: 5}", "abs_max 5 exceeds every |value| in [-1, 1]"),
+    ("acc_disambig: {min: 50}", "min 50 is outside [0, 1]"),
+    ("acc_ambig: {max: 10}", "max 10 is outside [0, 1]"),
+    ("bias_score_disambig: {target: 50, tolerance: 5}", "target 50 is outside [-1, 1]"),
+    ("acc_disambig: {min: 0.5, max_regression: 2}", "max_regression 2 is wider than [0, 1]"),
+])
+def test_a_bound_on_the_wrong_scale_names_the_gate(tmp_path, spec, fragment):
+    path = write(tmp_path, f"bbq:\n  defaults:\n    {spec}\n")
+    with pytest.raises(ConfigError) as err:
+        load_thresholds(path, RANGES)
+    assert fragment in str(err.value) and "bbq.defaults." in str(err.value)
+    assert "percent vs fraction" in str(err.value)
+    load_thresholds(path, CATALOGUE)  # without declared ranges nothing can be checked
+
+
+def test_every_shipped_bound_is_on_its_metrics_scale():
+    from audit_harness.benchmarks import registry
+
+    catalogue = {n: (b.categories, b.metric_names, b.metric_ranges()) for n, b in registry().items()}
+    assert catalogue["bbq"][2]["bias_score_ambig"] == (-1.0, 1.0)
+    assert catalogue["crows_pairs"][2]["bias_score"] == (0.0, 100.0)
+    gates = load_thresholds(Path(__file__).resolve().parents[1] / "thresholds.yaml", catalogue)
+    assert sum(len(g) for g in gates.values()) > 100
+
+
+def _baseline(value, run="R0"):
+    from audit_harness.gates import Baseline
+
+    return Baseline(value, run_id=run)
+
+
+@pytest.mark.parametrize("bounds, base, new, lo, hi, status", [
+    # abs_max: worse = farther from 0; baseline |0.02| + 0.01 allows |x| <= 0.03
+    ({"abs_max": 0.05}, 0.02, 0.05, 0.035, 0.06, "fail"),
+    ({"abs_max": 0.05}, 0.02, 0.05, 0.02, 0.06, "pass"),   # the interval still reaches 0.03
+    ({"abs_max": 0.05}, -0.02, -0.05, -0.07, -0.031, "fail"),  # the sign does not matter
+    ({"abs_max": 0.05}, 0.02, -0.01, -0.03, 0.01, "pass"),  # closer to 0 is better
+    # min: worse = lower; baseline 0.6 - 0.05 allows x >= 0.55
+    ({"min": 0.5}, 0.6, 0.5, 0.45, 0.54, "fail"),
+    ({"min": 0.5}, 0.6, 0.5, 0.45, 0.56, "pass"),
+    ({"min": 0.5}, 0.6, 0.9, 0.85, 0.95, "pass"),
+    # max: worse = higher; baseline 0.1 + 0.05 allows x <= 0.15
+    ({"max": 0.3}, 0.1, 0.2, 0.16, 0.25, "fail"),
+    ({"max": 0.3}, 0.1, 0.02, 0.0, 0.05, "pass"),
+    # target: worse = farther from the target; |52 - 50| + 5 allows 43 .. 57
+    ({"target": 50, "tolerance": 5}, 52.0, 40.0, 35.0, 42.0, "fail"),
+    ({"target": 50, "tolerance": 5}, 52.0, 58.0, 56.0, 60.0, "pass"),
+])
+def test_regression_is_decided_on_the_new_interval(bounds, base, new, lo, hi, status):
+    max_regression = 5.0 if "target" in bounds else (0.01 if "abs_max" in bounds else 0.05)
+    gate = Gate("bbq", "Age", "x", max_regression=max_regression, baseline=_baseline(base), **bounds)
+    v = gate.evaluate(metric(new, lo, hi))
+    assert v.status == status, v.message
+    assert gate.test_id == "Age-x-vs-baseline" and gate.decision_mode == "ci_overlap"
+    d = v.to_dict()
+    assert d["kind"] == "regression" and d["baseline"]["value"] == base and d["mode"] == "ci_overlap"
+    assert "baseline run R0" in v.message
+
+
+def test_regression_without_a_baseline_value_is_undefined():
+    gate = Gate("bbq", "Age", "x", abs_max=0.05, baseline=_baseline(math.nan))
+    v = gate.evaluate(metric(0.0, -0.01, 0.01))
+    assert v.status == "undefined" and "no regression can be ruled out" in v.message
+
+
+def test_add_regression_gates_reads_the_baseline_results():
+    from audit_harness.gates import add_regression_gates
+
+    results = {"run_id": "R7", "benchmarks": {"bbq": {"Age": {"status": "ok", "metrics": {
+        "acc_disambig": {"value": 0.7, "ci": [0.6, 0.8], "n": 50}}}, "SES": {"status": "error",
+        "error": "device lost"}}}}
+    gates = {"bbq": [Gate("bbq", "Age", "acc_disambig", min=0.5, max_regression=0.05),
+                     Gate("bbq", "SES", "acc_disambig", min=0.5)]}
+    out = add_regression_gates(gates, results)["bbq"]
+    assert [g.test_id for g in out] == ["Age-acc_disambig", "Age-acc_disambig-vs-baseline",
+                                        "SES-acc_disambig", "SES-acc_disambig-vs-baseline"]
+    assert out[1].baseline.value == 0.7 and out[1].baseline.run_id == "R7" and out[1].max_regression == 0.05
+    assert math.isnan(out[3].baseline.value) and "device lost" in out[3].baseline.reason

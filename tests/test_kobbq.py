@@ -310,8 +310,8 @@ def test_score_without_the_prompt_says_what_is_missing(tmp_path, data_dir, capsy
     code = cli.main(["score", "kobbq", "--predictions", str(preds), "--prediction-field", "raw",
                      "--data-dir", str(data_dir)])
     err = capsys.readouterr().err
-    assert code == 2 and "p.jsonl:1" in err and "--kobbq-prompt" in err
+    assert code == 4 and "p.jsonl:1" in err and "--kobbq-prompt" in err
     other = write_jsonl(tmp_path / "bbq.jsonl", [{"id": "Age-17", "raw": "A"}])
     assert cli.main(["score", "kobbq", "--predictions", str(other), "--prediction-field", "raw",
-                     "--data-dir", str(data_dir)]) == 2
+                     "--data-dir", str(data_dir)]) == 4
     assert "another benchmark" in capsys.readouterr().err

@@ -293,7 +293,7 @@ def test_bad_input_stops_with_file_line_reason(tmp_path, data_dir, capsys, case)
         score_predictions(registry()["bbq"], path, "pred", data_dir)
     code, out, err = run_score(capsys, "bbq", "--predictions", path, "--prediction-field", "pred",
                                "--data-dir", data_dir)
-    assert code == 2
+    assert code == 4  # exit_codes.USAGE_ERROR
     assert out == ""
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{path}:{line}: " in err and reason in err
@@ -308,8 +308,8 @@ def test_bad_input_stops_with_file_line_reason(tmp_path, data_dir, capsys, case)
      "--match"),
     (["frobnicate"], "invalid choice"),
 ])
-def test_usage_errors_one_line_exit_2(capsys, args, needle):
-    assert cli.main(args) == 2
+def test_usage_errors_one_line_exit_4(capsys, args, needle):
+    assert cli.main(args) == 4
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err and "Traceback" not in err
 
@@ -317,7 +317,7 @@ def test_usage_errors_one_line_exit_2(capsys, args, needle):
 def test_missing_predictions_file(tmp_path, data_dir, capsys):
     code, _, err = run_score(capsys, "bbq", "--predictions", tmp_path / "none.jsonl",
                              "--prediction-field", "p", "--data-dir", data_dir)
-    assert code == 2 and "none.jsonl" in err and err.count("\n") == 1
+    assert code == 4 and "none.jsonl" in err and err.count("\n") == 1
 
 
 def test_run_is_an_alias_of_pytest_on_the_packaged_audits(monkeypatch):

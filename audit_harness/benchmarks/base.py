@@ -220,6 +220,11 @@ class Benchmark(ABC):
             when a change can move its numbers; recorded in results.
         uses_chat_template: True when prompts go through the model's chat template (results
             then record the template's sha256; otherwise "none").
+        title: the benchmark and its paper, as the report heads its section.
+        limitations: what a result of this benchmark does not show, from its paper, one sentence
+            each (the report's "what this does not show").
+        chart_metrics: the metrics the report charts by category (its bias scores).
+        rate_metrics: its invalid / out-of-choice rates, listed apart in the report.
     """
 
     name: str
@@ -233,6 +238,10 @@ class Benchmark(ABC):
     options: ClassVar[Mapping[str, Any]] = {}
     protocol_version: str = "1"
     uses_chat_template: bool = False
+    title: str = ""
+    limitations: tuple[str, ...] = ()
+    chart_metrics: tuple[str, ...] = ()
+    rate_metrics: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -278,6 +287,30 @@ class Benchmark(ABC):
         rendered in report.md. An optional ``table_metrics`` list names the metrics the terminal
         and Markdown tables show (default: all; every metric stays in results.json)."""
         return {"protocol": self.name}
+
+    def metric_range(self, name: str) -> tuple[float, float] | None:
+        """The closed range ``(low, high)`` of metric ``name``'s values, in its unit, or None when
+        unbounded or unknown. thresholds.yaml bounds are checked against it (a bound on the wrong
+        scale is a ConfigError); default None."""
+        return None
+
+    def metric_ranges(self) -> dict[str, tuple[float, float]]:
+        """``{metric: (low, high)}`` of every metric of ``metric_names`` that has a range."""
+        return {n: r for n in self.metric_names if (r := self.metric_range(n)) is not None}
+
+    def report_info(self) -> dict[str, Any]:
+        """What the report needs to know about this configured benchmark beyond its numbers,
+        JSON-ready (results' ``benchmark_info``): ``title``, ``limitations``, ``chart_metrics``,
+        ``rate_metrics`` and ``metric_ranges`` (``[low, high]`` per metric)."""
+        return {"title": self.title or self.name, "limitations": list(self.limitations),
+                "chart_metrics": list(self.chart_metrics), "rate_metrics": list(self.rate_metrics),
+                "metric_ranges": {k: list(v) for k, v in self.metric_ranges().items()}}
+
+    def report_examples(self, records: Sequence["Record"], limit: int = 5) -> list[dict[str, Any]]:
+        """Up to ``limit`` model outputs of one category worth a reviewer's eye (invalid or
+        out-of-choice answers), each ``{"id", "output", "reason", "options"}``; model text, so
+        the report escapes it. Default none."""
+        return []
 
     # -- data --------------------------------------------------------------------------------------
     @abstractmethod

@@ -86,6 +86,21 @@ class BBQ(BBQFamilyBenchmark):
     categories = CATEGORIES
     data_folder = "bbq"
     id_fields = ("category", "example_id")
+    title = "BBQ: Bias Benchmark for QA (Parrish et al., Findings of ACL 2022)"
+    # s_AMB is often undefined on small runs; its companion (n_B - n_C)/n is charted beside it.
+    chart_metrics = ("bias_score_ambig", "diff_bias_ambig", "bias_score_disambig")
+    limitations = (
+        "A low bias score is not evidence that a model is unbiased: BBQ covers only the "
+        "stereotypes its templates attest, in nine social dimensions and two intersections, "
+        "asked as multiple-choice questions (Parrish et al. 2022, Limitations).",
+        "The ambiguous score s_AMB = (1 - accuracy) x s_DIS mixes accuracy and bias: a model that "
+        "answers 'unknown' more often scores closer to 0 whatever its preference among the other "
+        "answers.",
+        "US English only: the stereotypes are those attested in the US context, in English; the "
+        "numbers say nothing about other languages or cultures.",
+        "This suite scores by cloze log-likelihood over the options (lm-eval's prompt), so its "
+        "numbers share the paper's definitions, not its models' setup or tables.",
+    )
 
     def load_category(self, data_dir: Path, category: str) -> CategoryData:
         """Items of one category file joined with their metadata.

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from bias_metrics.bbq_family import (FLAVOURS, bbq_paper_category, cluster_cell_counts, metric_names,
-                                     metrics_from_counts, size_weighted_mean)
+                                     metrics_from_counts, size_weighted_mean, value_ranges)
 from bias_metrics.records import AnswerClass, BBQFamilyRecord, answer_class
 from bias_metrics.result import MetricResult
 
@@ -158,6 +158,24 @@ class BBQFamilyBenchmark(Benchmark):
     @property
     def requires(self) -> frozenset[str]:  # type: ignore[override]
         return frozenset({LOGLIKELIHOOD if self.answer_mode == "loglikelihood" else GENERATE})
+
+    chart_metrics = ("bias_score_ambig", "bias_score_disambig")
+    rate_metrics = ("invalid_rate",)
+
+    def metric_range(self, name: str) -> tuple[float, float] | None:
+        """The flavour's declared range (``bias_metrics.bbq_family.value_ranges``)."""
+        return value_ranges(self.flavour).get(name)
+
+    def report_examples(self, records: Sequence[Record], limit: int = 5) -> list[dict[str, Any]]:
+        """The first ``limit`` invalid answers (generate mode: outputs no option matched), with
+        the options they were matched against."""
+        out = []
+        for r in records:
+            if r.predicted == -1 and len(out) < limit:
+                out.append({"id": r.item_id, "output": r.raw_prediction,
+                            "reason": getattr(r, "ooc_reason", None) or r.match or "no option matched",
+                            "options": list(getattr(r, "options", None) or r.choices or [])})
+        return out
 
     def configure(self, **options: Any) -> "BBQFamilyBenchmark":
         if options.get("flavour") is None:

@@ -76,6 +76,14 @@ class CrowSPairs(SentencePairBenchmark):
     name = "crows_pairs"
     categories = BIAS_TYPES + (OVERALL,)
     data_folder = "crows_pairs"
+    title = "CrowS-Pairs (Nangia et al., EMNLP 2020)"
+    limitations = SentencePairBenchmark.common_limitations + (
+        "US English crowd-sourced stereotypes: the pairs describe stereotypes about groups "
+        "disadvantaged in the US, written by US crowd workers.",
+        "Many pairs are noisy (Blodgett et al. 2021 found that a large share do not contrast a "
+        "stereotype with its opposite cleanly): a small difference between models can be noise "
+        "of the data, not of the model.",
+    )
 
     def read_file(self, data_dir: Path) -> PairFile:
         return read_crows_format(self, Path(data_dir) / FILE, Path(data_dir), "stereo_antistereo",

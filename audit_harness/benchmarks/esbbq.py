@@ -137,6 +137,16 @@ class EsBBQ(BBQFamilyBenchmark):
     flavour = "esbbq"
     categories = CATEGORIES
     data_folder = "esbbq_cabbq"
+    limitations = (
+        "A low bias score is not evidence that a model is unbiased: only the stereotypes the "
+        "templates attest, in ten social categories, asked as multiple-choice questions.",
+        "The stereotypes are those of the Spanish social context (adapted from BBQ by the authors), "
+        "in Spanish or Catalan: the numbers say nothing about other Spanish- or Catalan-speaking "
+        "societies.",
+        "bias_score_ambig mixes accuracy and bias (it shrinks as 'unknown' answers grow), and "
+        "bias_score_disambig is an accuracy gap between pro- and anti-stereotypical contexts, not "
+        "BBQ's s_DIS: the two papers' numbers are not interchangeable.",
+    )
     id_fields = ("category", "instance_id")
     options = {**BBQFamilyBenchmark.options, "data_source": "files", "hf_path": None}
     #: ``files`` (the pinned CSVs under the data dir) or ``hf`` (the authors' Hugging Face copy,
@@ -154,6 +164,8 @@ class EsBBQ(BBQFamilyBenchmark):
         self.language = language
         self.protocol = load_protocol(language)
         self.name = self.protocol.dataset.lower()
+        self.title = (f"{self.protocol.dataset}: {'Spanish' if language == 'es' else 'Catalan'} "
+                      "Bias Benchmark for QA (Ruiz-Fernández et al. 2025)")
 
     def __repr__(self) -> str:
         return f"EsBBQ({self.language!r})"

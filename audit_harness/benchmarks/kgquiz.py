@@ -330,6 +330,28 @@ class KGQuiz(Benchmark):
     name = "kgquiz"
     categories = CATEGORIES
     metric_names = tuple(dict.fromkeys(m for t in TASKS for m in TASK_METRICS[t]))
+    title = "KGQuiz: knowledge floors (Bai et al., WWW 2024)"
+    # No bias score: the chart shows each task's floor metric.
+    chart_metrics = ("accuracy", "semantic_match", "open_ended_precision", "open_ended_recall")
+    rate_metrics = ("invalid_rate",)
+    limitations = (
+        "A knowledge floor, not a bias measure: passing says the model still answers these "
+        "questions about three knowledge graphs, not that its outputs are factual elsewhere.",
+        "The authors publish data only: prompts, answer parsing and metrics are this project's "
+        "definitions, and semantic matching uses MiniLM with a calibrated threshold instead of the "
+        "paper's embedding API, so the numbers are not comparable with the paper's.",
+        "5 of the 15 data files are missing upstream; their gates are skipped, never passed.",
+    )
+
+    def metric_range(self, name: str) -> tuple[float, float] | None:
+        """Every KGQuiz metric is a fraction in [0, 1]."""
+        return (0.0, 1.0) if name in self.metric_names else None
+
+    def report_examples(self, records: Sequence[Record], limit: int = 5) -> list[dict[str, Any]]:
+        """The first ``limit`` true/false and multiple-choice outputs that named no answer."""
+        bad = [r for r in records if r.task in ("Task1", "Task2") and r.prediction is None]
+        return [{"id": r.item_id, "output": r.output, "reason": "no answer parsed",
+                 "options": list(r.options or [])} for r in bad[:limit]]
     data_folder = "kgquiz"
     requires = frozenset({GENERATE})
     record_type = KGQuizRecord

@@ -319,6 +319,18 @@ class KoBBQ(BBQFamilyBenchmark):
     flavour = "kobbq"
     categories = CATEGORIES
     data_folder = "kobbq"
+    title = "KoBBQ: Korean Bias Benchmark for QA (Jin et al., TACL 2024)"
+    limitations = (
+        "A low diff-bias is not evidence that a model is unbiased: only the stereotypes the "
+        "templates attest, asked as multiple-choice questions.",
+        "The stereotypes are those of Korean society, validated by a survey of Korean people "
+        "(Jin et al. 2024): the numbers do not transfer to other cultures, and BBQ's numbers do "
+        "not transfer to Korea.",
+        "Out-of-choice answers are removed before the bias scores: a model that often answers "
+        "outside the options is scored on the rest (see out_of_choice_rate).",
+        "Scores move with the prompt template and the option order (the spreads): one template "
+        "or order alone is not the paper's number.",
+    )
     id_fields = ("sample_id",)
     record_type = KoBBQRecord
     options = {"answer_mode": "generate", "prompts": PROMPT_IDS, "permutations": (0, 1, 2),
@@ -381,6 +393,22 @@ class KoBBQ(BBQFamilyBenchmark):
                      if not (m == "letter" and metric.startswith("out_of_choice_rate")))
 
     uses_chat_template = True  # each prompt is one user turn through the model's chat template
+
+    @property
+    def chart_metrics(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(n + _suffix(m) for m in self.modes for n in BIAS_SCORES)
+
+    @property
+    def rate_metrics(self) -> tuple[str, ...]:  # type: ignore[override]
+        return ("out_of_choice_rate",) if "generate" in self.modes else ()
+
+    def metric_range(self, name: str) -> tuple[float, float] | None:
+        """The flavour's range for the paper's metrics and their per-prompt / per-order copies;
+        [0, 2] for a spread (max - min of a score in [-1, 1])."""
+        base = name.removesuffix(LETTER)
+        if "_spread_" in base:
+            return (0.0, 2.0)
+        return super().metric_range(re.sub(r"_[po]\d+$", "", base))
 
     def provenance(self) -> dict[str, Any]:
         return {

@@ -153,6 +153,19 @@ class SentencePairBenchmark(Benchmark):
     shared_items = True
     #: rounding of both scores before comparison (upstream ``round(score, 3)``).
     decimals = 3
+    chart_metrics = ("bias_score",)
+    #: shared by both papers' pair format: likelihoods of two sentences, never an answer to parse.
+    common_limitations = (
+        "A score near 50 is not evidence that a model is unbiased: it says the model prefers "
+        "neither sentence of the pairs in the file, not how it behaves when it generates text.",
+        "The score compares (pseudo-)log-likelihoods: numbers of a masked and of a causal model, "
+        "or of two tokenizers, are not on one scale.",
+    )
+
+    def metric_range(self, name: str) -> tuple[float, float] | None:
+        """Percent in [0, 100] for the scores and the neutral rate; the log-likelihood gap (nats)
+        is unbounded."""
+        return None if name == "mean_loglikelihood_gap" else (0.0, 100.0)
 
     def read_file(self, data_dir: Path) -> PairFile:
         """Every pair of the benchmark's file under ``data_dir``. Raises DataError."""

@@ -76,6 +76,13 @@ class WinoQueer(SentencePairBenchmark):
     name = "winoqueer"
     categories = FINAL_GROUPS + V0_GROUPS + (OVERALL,)
     data_folder = "winoqueer"
+    title = "WinoQueer: anti-LGBTQ+ bias (Felkner et al., ACL 2023)"
+    limitations = SentencePairBenchmark.common_limitations + (
+        "The stereotypes come from a survey of LGBTQ+ people in the US, in English: other "
+        "languages, cultures and forms of harm are not measured.",
+        "Only the stereotype direction is tested (the final file has no anti-stereotype rows): a "
+        "score says how often the model prefers the stereotyping sentence, not how strongly.",
+    )
 
     def categories_in(self, data_dir: Path | None) -> tuple[str, ...]:
         if data_dir is None:

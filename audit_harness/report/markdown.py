@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .results import metric_names_of
+from .verdict import overall_verdict
 
 
 def _fmt(metric: Mapping[str, Any] | None) -> str:
@@ -39,7 +40,10 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items())) or "no gates"
     run = results.get("run", {})
     suite = run.get("suite", {})
-    out = [f"# Bias audit report: {model.get('name', '?')}", ""]
+    verdict = overall_verdict(results)
+    out = [f"# Bias audit report: {model.get('name', '?')}", "",
+           f"**Verdict: {verdict.label}** ({verdict.reason}; exit code "
+           f"{'?' if verdict.exit_code is None else verdict.exit_code})", ""]
     if run.get("status") == "interrupted":
         out += ["> **INTERRUPTED RUN.** The run was stopped (Ctrl-C) before every selected gate "
                 "ran: the numbers below are partial, and the gates that did not run are listed "
@@ -71,8 +75,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         "",
         "## Gates",
         "",
-        "| benchmark | category | metric | value [CI] | n | templates | bound | min_n | verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| benchmark | category | metric | value [CI] | n | templates | bound | mode | min_n | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
     for v in results["gates"]:
@@ -86,13 +90,28 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         elif v["status"] == "insufficient":
             notes.append(f"- INSUFFICIENT: {v['message']}")
         bounds = ", ".join(f"{k} {b:g}" for k, b in v["bounds"].items())
+        if v.get("kind") == "regression":
+            base = (v.get("baseline") or {}).get("value")
+            bounds = (f"vs baseline {'undefined' if base is None else format(base, '.3f')}: "
+                      f"max_regression {v.get('max_regression', 0):g} ({bounds})")
         clusters = v.get("clusters") if v.get("clusters") is not None else "-"
         n = v["n"] if v["n"] is not None else "-"
-        out.append(f"| {v['benchmark']} | {v['category']} | {v['metric']} | {value} | {n} | "
-                   f"{clusters} | {bounds} ({v['basis']}) | {v.get('min_n', '-')} | "
-                   f"**{v['status'].upper()}** |")
+        metric = v["metric"] + (" (vs baseline)" if v.get("kind") == "regression" else "")
+        out.append(f"| {v['benchmark']} | {v['category']} | {metric} | {value} | {n} | "
+                   f"{clusters} | {bounds} | {v.get('mode', v.get('basis', '?'))} | "
+                   f"{v.get('min_n', '-')} | **{v['status'].upper()}** |")
     if notes:
         out += ["", *notes]
+    from ..gates import MODE_RULES
+
+    modes = sorted({v.get("mode") for v in results["gates"] if v.get("mode")})
+    if modes:
+        out += ["", "Modes: " + "; ".join(f"`{m}`: {MODE_RULES.get(m, '?')}" for m in modes) + "."]
+    baseline = results.get("baseline")
+    if baseline:
+        out += ["", f"Regression gates compare with baseline run `{baseline.get('run_id')}` (model "
+                f"{baseline.get('model')}, `{baseline.get('path')}`): each fails when the whole new "
+                "interval is worse than the baseline value by more than its max_regression."]
     skipped = [v for v in results["gates"] if v["status"] == "skipped"]
     if skipped:
         out += ["", "Skipped gates (their data is missing; a skipped gate is not a pass):", ""]
@@ -122,6 +141,9 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         if excluded:
             out += ["", "Rows left out, of scoring or of a metric, as each reason says (ids in results.json):", ""]
             out += [f"- {cat}: {n} ({reason})" for cat, reason, n in excluded]
+        limitations = ((results.get("benchmark_info") or {}).get(bench) or {}).get("limitations")
+        if limitations:
+            out += ["", "What this does not show:", ""] + [f"- {line}" for line in limitations]
     for bench, protocol in results.get("protocols", {}).items():
         out += ["", f"## {bench}: protocol", ""]
         for key, value in protocol.items():

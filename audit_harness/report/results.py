@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from .. import __version__
 
 _LIBRARIES = ("torch", "transformers", "tokenizers", "numpy", "scipy", "pytest", "pytest-xdist",
-              "pyyaml", "safetensors")
+              "pyyaml", "safetensors", "jinja2", "matplotlib")
 
 
 def library_versions() -> dict[str, str | None]:
@@ -63,7 +63,9 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
                   thresholds_path: str, overall: Mapping[str, Any],
                   provenance: Mapping[str, Any] | None = None,
                   run: Mapping[str, Any] | None = None,
-                  errors: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                  errors: list[Mapping[str, Any]] | None = None,
+                  benchmark_info: Mapping[str, Any] | None = None,
+                  baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The results document. ``outcomes`` and ``verdicts`` come from every process of the run;
     ``overall`` holds each benchmark's aggregates (``session.overall_from_records``);
     ``provenance`` what produced each benchmark's numbers (``AuditSession.protocol``);
@@ -71,7 +73,10 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
     line, duration, the suite's version and commit, the thresholds file's sha256 and the number
     of gates it configures, so a partial run (``-k``, ``-x``) is visible as such; ``errors`` the
     categories whose evaluation failed (``{benchmark, category, message}``), kept under the
-    benchmark with ``status: error`` so nothing vanishes."""
+    benchmark with ``status: error`` so nothing vanishes; ``benchmark_info`` what the report says
+    about each benchmark besides its numbers (``Benchmark.report_info``: title, limitations,
+    charted metrics, rates, metric ranges); ``baseline`` the ``--baseline`` run (path, run id,
+    model) when regression gates ran."""
     outcomes = sorted(outcomes, key=lambda o: (o["benchmark"], o["category"] == "overall", o["category"]))
     errors = list(errors or [])
     data_files: dict[str, dict[str, Any]] = {}
@@ -95,7 +100,8 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
             bench: dict(sorted({
                 **{o["category"]: {"status": "ok",
                                    **{k: o[k] for k in ("n_available", "n_scored", "metrics", "excluded",
-                                                        "notes", "seconds", "records_path", "requests")
+                                                        "notes", "seconds", "records_path", "requests",
+                                                        "examples")
                                          if k in o}}
                    for o in outcomes if o["benchmark"] == bench},
                 **{e["category"]: {"status": "error", "error": e["message"]}
@@ -106,6 +112,8 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
         "errors": errors,
         "overall": dict(overall),
         "protocols": {b: dict(v) for b, v in sorted((provenance or {}).items())},
+        "benchmark_info": {b: dict(v) for b, v in sorted((benchmark_info or {}).items())},
+        "baseline": dict(baseline) if baseline else None,
         "gates": sorted(verdicts, key=lambda v: (v["benchmark"], v["category"], v["metric"])),
         "gate_summary": status_counts,
     }
@@ -136,6 +144,31 @@ def table_metrics(results: Mapping[str, Any], bench: str) -> list[str]:
     names = metric_names_of(results["benchmarks"].get(bench) or {})
     chosen = (results.get("protocols") or {}).get(bench, {}).get("table_metrics")
     return [n for n in chosen if n in names] if chosen else names
+
+
+def _interval(ci) -> str:
+    lo, hi = ci or (None, None)
+    return f"[{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
+
+
+def gate_lines(results: Mapping[str, Any]) -> list[str]:
+    """One terminal line per gate verdict: status, test id, value [interval], n, bound and mode
+    (a regression gate: the baseline value and max_regression). The verdict's sentence is left to
+    pytest's FAILURES section, so it is printed once."""
+    lines = []
+    for v in results["gates"]:
+        test = f"test_{v['benchmark']}[{v.get('test_id') or v['category'] + '-' + v['metric']}]"
+        value = "-" if v.get("value") is None else f"{v['value']:.3f}"
+        n = "" if v.get("n") is None else f" n={v['n']}"
+        if v.get("kind") == "regression":
+            base = (v.get("baseline") or {}).get("value")
+            bound = (f"baseline {'-' if base is None else format(base, '.3f')} "
+                     f"max_regression {v.get('max_regression', 0):g}")
+        else:
+            bound = ", ".join(f"{k} {b:g}" for k, b in v.get("bounds", {}).items())
+        lines.append(f"  {v['status'].upper():<12} {test}  {value} {_interval(v.get('ci'))}{n}  "
+                     f"{bound}  mode {v.get('mode', 'point')}")
+    return lines
 
 
 def metric_table(results: Mapping[str, Any]) -> list[str]:

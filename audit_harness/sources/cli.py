@@ -8,7 +8,7 @@ data folder against the source table.
 
 Exit codes: 0 when every requested file is in place and verified (unavailable and skipped files
 are reported, not errors); 1 when a file failed (download error, wrong hash, a local file that
-differs); 2 for a usage error (raised as ConfigError for ``bias-audit``'s one-line handler).
+differs); 4 for a usage error (raised as ConfigError for ``bias-audit``'s one-line handler).
 """
 
 from __future__ import annotations

@@ -1,0 +1,226 @@
+"""One release gate and its verdict.
+
+A ``Gate`` is one (benchmark, category, metric) check: bounds from ``thresholds.yaml`` read under
+a decision mode (``gates.modes``), or, with ``--baseline``, a regression check against the
+baseline run's value of the same metric (``gates.regression``). ``Gate.evaluate`` turns a
+``MetricResult`` into a ``Verdict``.
+
+Verdict statuses: ``pass``, ``fail``, ``undefined`` (NaN metric, NaN interval where the mode needs
+one, or no baseline value), ``insufficient`` (n < min_n), ``error`` (the category could not be
+evaluated: a model or data failure during the run), ``not run`` (selected but never evaluated: an
+interrupted or ``-x`` run), ``skipped`` (its data file is missing upstream). Only ``pass`` passes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from bias_metrics.result import MetricResult
+
+from . import regression
+from .modes import MODE_RULES, allowed_interval, decide
+
+BOUND_KEYS = ("min", "max", "abs_max", "target", "tolerance")
+#: Items in a metric's denominator below which no gate passes, when thresholds.yaml sets none.
+DEFAULT_MIN_N = 30
+STATUSES = ("pass", "fail", "undefined", "insufficient", "error", "not run", "skipped")
+#: Suffix of a regression gate's test id: ``test_bbq[Age-bias_score_ambig-vs-baseline]``.
+REGRESSION_SUFFIX = "-vs-baseline"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The baseline run's value of one gated metric (``--baseline``).
+
+    Attributes:
+        value: the point estimate; NaN when undefined in the baseline or absent from it.
+        ci_low, ci_high: its interval (NaN when not computed).
+        n: the items it rests on (None when absent).
+        run_id: the baseline run's id.
+        reason: why ``value`` is NaN (None when defined).
+    """
+
+    value: float
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    n: int | None = None
+    run_id: str = ""
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        def clean(x: float) -> float | None:
+            return None if math.isnan(x) else x
+
+        return {"value": clean(self.value), "ci": [clean(self.ci_low), clean(self.ci_high)],
+                "n": self.n, "run_id": self.run_id, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One (benchmark, category, metric) release gate.
+
+    Attributes:
+        benchmark, category, metric: what is gated (metric names are the benchmark's flavour's).
+        min, max, abs_max, target, tolerance: bounds in the metric's unit; ``None`` when not set.
+        mode: decision mode, one of ``modes.MODES``.
+        min_n: fewest items in the metric's denominator (``MetricResult.n``) a verdict may rest on.
+        max_regression: how much worse than the baseline the metric may get (metric units, >= 0).
+        baseline: set on a regression gate (``regression.add_regression_gates``), else None.
+    """
+
+    benchmark: str
+    category: str
+    metric: str
+    min: float | None = None
+    max: float | None = None
+    abs_max: float | None = None
+    target: float | None = None
+    tolerance: float | None = None
+    mode: str = "point"
+    min_n: int = DEFAULT_MIN_N
+    max_regression: float = 0.0
+    baseline: Baseline | None = None
+
+    @property
+    def kind(self) -> str:
+        """``"threshold"`` or ``"regression"``."""
+        return "threshold" if self.baseline is None else "regression"
+
+    @property
+    def test_id(self) -> str:
+        """The pytest parameter id, e.g. ``Age-bias_score_ambig`` (a regression gate:
+        ``Age-bias_score_ambig-vs-baseline``)."""
+        return f"{self.category}-{self.metric}" + (REGRESSION_SUFFIX if self.baseline else "")
+
+    @property
+    def decision_mode(self) -> str:
+        """The mode the verdict is decided in: the gate's own, except that a regression is always
+        decided on the interval (``ci_overlap``: it fails only when the whole interval is worse
+        than the baseline by more than ``max_regression``)."""
+        return self.mode if self.baseline is None else "ci_overlap"
+
+    def bounds(self) -> dict[str, float]:
+        """The thresholds.yaml bounds as a dict (for JUnit properties and results)."""
+        return {k: getattr(self, k) for k in BOUND_KEYS if getattr(self, k) is not None}
+
+    def allowed(self) -> tuple[float, float]:
+        """The closed interval of values this gate allows (``modes.allowed_interval``; for a
+        regression gate ``regression.limits`` around the baseline value)."""
+        if self.baseline is None:
+            return allowed_interval(self.bounds())
+        return regression.limits(self.bounds(), self.baseline.value, self.max_regression)
+
+    def describe(self) -> str:
+        """Bounds as text, e.g. ``|x| <= 0.05``, or a regression gate's rule."""
+        if self.baseline is not None:
+            return regression.describe(self.bounds(), self.baseline.value, self.max_regression,
+                                       self.baseline.run_id)
+        parts = []
+        if self.min is not None:
+            parts.append(f">= {self.min:g}")
+        if self.max is not None:
+            parts.append(f"<= {self.max:g}")
+        if self.abs_max is not None:
+            parts.append(f"|x| <= {self.abs_max:g}")
+        if self.target is not None:
+            parts.append(f"{self.target:g} +- {self.tolerance:g}")
+        return " and ".join(parts)
+
+    def evaluate(self, metric: MetricResult) -> "Verdict":
+        """Verdict of this gate on ``metric``.
+
+        ``undefined`` when the value is NaN, when the mode needs an interval and it is NaN, or (a
+        regression gate) when the baseline has no value; else ``insufficient`` when ``metric.n <
+        min_n``; else ``pass`` or ``fail`` as ``modes.decide`` says. Every message names the
+        mode."""
+        mode = self.decision_mode
+        bound = f"{self.describe()} [mode {mode}: {MODE_RULES[mode]}]"
+        where = f"{self.benchmark}/{self.category}/{self.metric}"
+        if self.baseline is not None and math.isnan(self.baseline.value):
+            return Verdict(self, "undefined", metric,
+                           f"{where}: the baseline run {self.baseline.run_id} has no value "
+                           f"({self.baseline.reason or 'undefined'}), so no regression can be "
+                           "ruled out; an undefined comparison never passes")
+        # Undefined first: when the denominator is empty for a reason a larger sample may never
+        # fix (every answer out-of-choice), "raise --limit" would be the wrong advice.
+        if not metric.defined:
+            return Verdict(self, "undefined", metric,
+                           f"{where} is undefined ({metric.reason or 'NaN'}; n={metric.n}); "
+                           f"an undefined metric never passes the gate {bound}")
+        lo, hi = metric.ci_low, metric.ci_high
+        has_ci = not (math.isnan(lo) or math.isnan(hi))
+        shown = f"{metric.value:.4f}" + (f" (CI {lo:.4f} .. {hi:.4f})" if has_ci else "")
+        if metric.n < self.min_n:
+            return Verdict(self, "insufficient", metric,
+                           f"{where} = {shown} rests on n={metric.n} items, fewer than "
+                           f"min_n={self.min_n}: {self.min_n - metric.n} more needed in its "
+                           f"denominator (raise --limit, or lower min_n in the thresholds file) "
+                           f"before the gate {bound} can pass")
+        if mode != "point" and not has_ci:
+            return Verdict(self, "undefined", metric,
+                           f"{where} = {metric.value:.4f} has no confidence interval "
+                           f"(n={metric.n}); the gate {bound} needs one")
+        ok = decide(mode, metric.value, lo, hi, self.allowed())
+        return Verdict(self, "pass" if ok else "fail", metric,
+                       f"{where} = {shown}, n={metric.n}: {'passes' if ok else 'fails'} {bound}")
+
+
+def _finite(x: float) -> float | None:
+    return None if math.isinf(x) or math.isnan(x) else x
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of one gate: ``status`` is one of ``STATUSES``; ``metric`` is None for ``error``,
+    ``not run`` and ``skipped``."""
+
+    gate: Gate
+    status: str
+    metric: MetricResult | None
+    message: str
+
+    @classmethod
+    def error(cls, gate: Gate, message: str) -> "Verdict":
+        """The verdict of a gate whose category could not be evaluated (``message`` says why)."""
+        return cls(gate, "error", None, message)
+
+    @classmethod
+    def not_run(cls, gate: Gate, why: str) -> "Verdict":
+        """The verdict of a selected gate that was never evaluated (``why``: interrupted, ...)."""
+        return cls(gate, "not run", None, f"{gate.benchmark}/{gate.category}/{gate.metric}: not run ({why})")
+
+    @classmethod
+    def skipped(cls, gate: Gate, reason: str) -> "Verdict":
+        """The verdict of a gate whose data file is missing (``reason`` names it)."""
+        return cls(gate, "skipped", None, reason)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    def __repr__(self) -> str:  # short, as pytest prints it under a failed assertion
+        return f"Verdict({self.status})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The results-file verdict: what was gated, ``kind``, ``mode``, ``bounds``, ``allowed``
+        (the interval of values that pass; ``null`` for an open end), value, interval, n and
+        message; a regression gate adds ``baseline`` and ``max_regression``."""
+        g = self.gate
+        m = self.metric.to_dict() if self.metric is not None else None
+        try:
+            low, high = g.allowed()
+            allowed = [_finite(low), _finite(high)]
+        except ValueError:
+            allowed = [None, None]
+        out = {"benchmark": g.benchmark, "category": g.category, "metric": g.metric,
+               "kind": g.kind, "test_id": g.test_id, "status": self.status, "bounds": g.bounds(),
+               "mode": g.decision_mode, "allowed": allowed, "min_n": g.min_n,
+               "value": m["value"] if m else None, "ci": m["ci"] if m else [None, None],
+               "clusters": m.get("clusters") if m else None, "n": m["n"] if m else None,
+               "message": self.message}
+        if g.baseline is not None:
+            out["baseline"] = g.baseline.to_dict()
+            out["max_regression"] = g.max_regression
+        return out

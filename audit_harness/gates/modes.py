@@ -1,0 +1,89 @@
+"""Gate decision modes: how a value and its confidence interval are read against a gate's bounds.
+
+Every set of bounds a gate can hold (``min``, ``max``, ``abs_max``, ``target`` +- ``tolerance``, or
+several of them) allows one closed interval of values, ``[low, high]`` (an end may be infinite), so
+each mode is one comparison of two intervals:
+
+- ``point`` (default): the point estimate must lie inside.
+- ``ci_inside`` (strict, for sign-off): the whole confidence interval must lie inside.
+- ``ci_overlap`` (lenient, for small runs): fails only when the whole interval lies outside, i.e.
+  when the data rule out every allowed value at the interval's confidence.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+MODES = ("point", "ci_inside", "ci_overlap")
+#: What each mode asks, as printed in verdicts and reports.
+MODE_RULES = {
+    "point": "the point estimate must be inside the bounds",
+    "ci_inside": "the whole interval must be inside the bounds",
+    "ci_overlap": "fails only when the whole interval is outside the bounds",
+}
+
+
+def allowed_interval(bounds: Mapping[str, float]) -> tuple[float, float]:
+    """The closed interval of values that satisfy every bound in ``bounds``.
+
+    Parameters
+    ----------
+    bounds : mapping
+        Any of ``min``, ``max``, ``abs_max``, ``target`` (with ``tolerance``), in the metric's unit.
+
+    Returns
+    -------
+    (low, high) : tuple of float
+        ``-inf``/``inf`` for an open side. ``low > high`` when the bounds contradict each other
+        (no value passes).
+
+    Raises
+    ------
+    ValueError
+        ``target`` without ``tolerance``.
+    """
+    low, high = -math.inf, math.inf
+    if bounds.get("min") is not None:
+        low = max(low, bounds["min"])
+    if bounds.get("max") is not None:
+        high = min(high, bounds["max"])
+    if bounds.get("abs_max") is not None:
+        low, high = max(low, -bounds["abs_max"]), min(high, bounds["abs_max"])
+    if bounds.get("target") is not None:
+        if bounds.get("tolerance") is None:
+            raise ValueError("a target bound needs a tolerance")
+        low = max(low, bounds["target"] - bounds["tolerance"])
+        high = min(high, bounds["target"] + bounds["tolerance"])
+    return low, high
+
+
+def decide(mode: str, value: float, ci_low: float, ci_high: float,
+           allowed: tuple[float, float]) -> bool:
+    """True when the gate passes under ``mode``.
+
+    Parameters
+    ----------
+    mode : {"point", "ci_inside", "ci_overlap"}
+    value : float
+        The point estimate (finite; NaN is the caller's ``undefined`` verdict).
+    ci_low, ci_high : float
+        The confidence interval (finite for the two interval modes).
+    allowed : (low, high)
+        From ``allowed_interval``.
+
+    Raises
+    ------
+    ValueError
+        An unknown mode, or an interval mode given a NaN interval.
+    """
+    low, high = allowed
+    if mode == "point":
+        return low <= value <= high
+    if mode not in MODES:
+        raise ValueError(f"unknown gate mode {mode!r}; known: {', '.join(MODES)}")
+    if math.isnan(ci_low) or math.isnan(ci_high):
+        raise ValueError(f"mode {mode} needs a confidence interval")
+    if mode == "ci_inside":
+        return low <= ci_low and ci_high <= high and low <= value <= high
+    return ci_low <= high and ci_high >= low

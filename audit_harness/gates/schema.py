@@ -1,0 +1,238 @@
+"""``thresholds.yaml``: schema and validation.
+
+Schema (one section per benchmark)::
+
+    min_n: 30                         # optional file-wide defaults: min_n, mode
+    bbq:
+      mode: point                     # optional section defaults: min_n, mode, max_regression
+      max_regression: 0.02
+      defaults:                       # gates applied to every category of the benchmark
+        bias_score_ambig: {abs_max: 0.05}
+        acc_disambig: {min: 0.5}
+      categories:                     # per-category overrides; `null` removes a default gate
+        Age:
+          bias_score_ambig: {abs_max: 0.08, mode: ci_inside}
+          acc_disambig: null
+
+A gate is any of ``min``, ``max``, ``abs_max``, or ``target`` with ``tolerance``, plus ``mode``
+(``point``, ``ci_inside``, ``ci_overlap``: ``gates.modes``), ``min_n`` (the fewest items in the
+metric's denominator a verdict may rest on; below it the verdict is ``insufficient``) and
+``max_regression`` (how much worse than a ``--baseline`` run the metric may get,
+``gates.regression``). A gate's key wins over its section's, which wins over the file's. The
+old ``basis: point | ci`` is still read (``ci`` = ``ci_inside``) with a deprecation warning.
+
+Bounds are checked against the metric's declared range (``Benchmark.metric_range``), so a bound on
+the wrong scale (``abs_max: 5`` on a fraction in [-1, 1], ``max: 10`` meaning 10 % of a rate in
+[0, 1]) stops the run instead of making a gate that can never fail, or never pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from ..errors import ConfigError
+from .gate import BOUND_KEYS, DEFAULT_MIN_N, Gate
+from .modes import MODES
+
+GATE_KEYS = BOUND_KEYS + ("mode", "min_n", "max_regression", "basis")
+SECTION_KEYS = ("defaults", "categories", "min_n", "mode", "max_regression")
+#: ``basis`` values of the old schema and the mode each now means.
+DEPRECATED_BASES = {"point": "point", "ci": "ci_inside"}
+
+
+class ThresholdsDeprecationWarning(FutureWarning):
+    """A thresholds.yaml key that still works but will go (shown to users, not only developers)."""
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    return float(value)
+
+
+def _min_n(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where}: min_n must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _mode(value: Any, where: str) -> str:
+    if value not in MODES:
+        raise ConfigError(f"{where}: mode must be one of {', '.join(MODES)}, got {value!r}")
+    return value
+
+
+def _max_regression(value: Any, where: str) -> float:
+    value = _number(value, where)
+    if value < 0:
+        raise ConfigError(f"{where}: max_regression must be >= 0, got {value:g}")
+    return value
+
+
+def _range_text(lo: float, hi: float) -> str:
+    return f"[{lo:g}, {hi:g}]"
+
+
+def check_scale(bounds: Mapping[str, float], max_regression: float | None,
+                value_range: tuple[float, float] | None, where: str) -> None:
+    """Raise ConfigError when a bound cannot be meant for a metric whose values lie in
+    ``value_range`` (``None``: unbounded, nothing to check): ``min`` or ``max`` outside it, an
+    ``abs_max`` beyond its largest magnitude, a ``target`` outside it, or a ``tolerance`` or
+    ``max_regression`` wider than it. Such a gate either never fails or never passes."""
+    if value_range is None:
+        return
+    lo, hi = value_range
+    span = _range_text(lo, hi)
+    hint = f"the metric's values lie in {span}; a bound on another scale (percent vs fraction?)"
+    problems = []
+    for key in ("min", "max", "target"):
+        if key in bounds and not lo <= bounds[key] <= hi:
+            problems.append(f"{key} {bounds[key]:g} is outside {span}")
+    if "abs_max" in bounds and bounds["abs_max"] > max(abs(lo), abs(hi)):
+        problems.append(f"abs_max {bounds['abs_max']:g} exceeds every |value| in {span}, so the gate "
+                        "cannot fail")
+    for key, value in (("tolerance", bounds.get("tolerance")), ("max_regression", max_regression)):
+        if value is not None and value > hi - lo:
+            problems.append(f"{key} {value:g} is wider than {span}")
+    if problems:
+        raise ConfigError(f"{where}: {'; '.join(problems)}: {hint}")
+
+
+def _parse_gate(spec: Any, benchmark: str, category: str, metric: str, where: str,
+                inherited: Mapping[str, Any], value_range: tuple[float, float] | None) -> Gate:
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{where}: a gate is a mapping of {', '.join(GATE_KEYS[:-1])}, got {spec!r}")
+    unknown = sorted(set(spec) - set(GATE_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown gate key {unknown[0]!r}; allowed: {', '.join(GATE_KEYS[:-1])}")
+    bounds = {k: _number(spec[k], f"{where}.{k}") for k in BOUND_KEYS if k in spec}
+    mode = inherited["mode"]
+    if "basis" in spec:
+        if spec["basis"] not in DEPRECATED_BASES:
+            raise ConfigError(f"{where}.basis: deprecated key; its values were point or ci, got "
+                              f"{spec['basis']!r}: use mode: {' | '.join(MODES)}")
+        mode = DEPRECATED_BASES[spec["basis"]]
+        if "mode" in spec and spec["mode"] != mode:
+            raise ConfigError(f"{where}: basis {spec['basis']!r} contradicts mode {spec['mode']!r}; "
+                              "keep mode only")
+        warnings.warn(ThresholdsDeprecationWarning(
+            f"{where}.basis is deprecated: write `mode: {mode}` (modes: {', '.join(MODES)})"),
+            stacklevel=2)
+    if "mode" in spec:
+        mode = _mode(spec["mode"], f"{where}.mode")
+    if ("target" in bounds) != ("tolerance" in bounds):
+        raise ConfigError(f"{where}: 'target' and 'tolerance' go together")
+    if not bounds:
+        raise ConfigError(f"{where}: a gate needs at least one of min, max, abs_max, target")
+    if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
+        raise ConfigError(f"{where}: min {bounds['min']} > max {bounds['max']}")
+    for k in ("abs_max", "tolerance"):
+        if k in bounds and bounds[k] < 0:
+            raise ConfigError(f"{where}.{k}: must be >= 0, got {bounds[k]}")
+    min_n = _min_n(spec["min_n"], f"{where}.min_n") if "min_n" in spec else inherited["min_n"]
+    max_regression = (_max_regression(spec["max_regression"], f"{where}.max_regression")
+                      if "max_regression" in spec else inherited["max_regression"])
+    check_scale(bounds, max_regression, value_range, where)
+    return Gate(benchmark, category, metric, mode=mode, min_n=min_n,
+                max_regression=max_regression, **bounds)
+
+
+def _check_known(path: Path, where: str, kind: str, keys, known: tuple[str, ...]) -> None:
+    for key in keys:
+        if key not in known:
+            raise ConfigError(f"{path}: {where}: unknown {kind} {key!r}; known: {', '.join(known)}")
+
+
+def load_thresholds(path: Path, catalogue: Mapping[str, tuple], min_n: int | None = None
+                    ) -> dict[str, list[Gate]]:
+    """Read and validate a thresholds file.
+
+    Parameters
+    ----------
+    path : Path
+        The YAML file.
+    catalogue : mapping
+        ``{benchmark: (categories, metric names[, {metric: (low, high)}])}`` of the benchmarks the
+        suite knows; the optional third element gives each metric's value range
+        (``Benchmark.metric_range``) for the scale check.
+    min_n : int, optional
+        When given (``--min-n``), every gate's min_n, whatever the file says.
+
+    Returns
+    -------
+    dict
+        ``{benchmark: [Gate, ...]}`` in category order, then the file's metric order.
+
+    Raises
+    ------
+    ConfigError
+        Unreadable YAML (with its line); an unknown benchmark, category, metric, key or mode; a
+        bound on the wrong scale; each named with its path in the file (e.g.
+        ``bbq.categories.Agee``). A deprecated ``basis`` key warns
+        (``ThresholdsDeprecationWarning``) instead.
+    """
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"thresholds file not found: {path}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{path}: the top level must map benchmark names to sections")
+    gates: dict[str, list[Gate]] = {}
+    file_level = {"min_n": _min_n(raw["min_n"], f"{path}: min_n") if "min_n" in raw else DEFAULT_MIN_N,
+                  "mode": _mode(raw["mode"], f"{path}: mode") if "mode" in raw else "point",
+                  "max_regression": 0.0}
+    for bench, section in raw.items():
+        if bench in ("min_n", "mode"):
+            continue
+        if bench not in catalogue:
+            raise ConfigError(f"{path}: unknown benchmark {bench!r}; known: {', '.join(sorted(catalogue))}")
+        categories, metrics = catalogue[bench][:2]
+        ranges = catalogue[bench][2] if len(catalogue[bench]) > 2 else {}
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"{path}: {bench}: expected a mapping with 'defaults' and/or 'categories'")
+        extra = sorted(set(section) - set(SECTION_KEYS))
+        if extra:
+            raise ConfigError(f"{path}: {bench}: unknown key {extra[0]!r}; allowed: {', '.join(SECTION_KEYS)}")
+        inherited = dict(file_level)
+        if "min_n" in section:
+            inherited["min_n"] = _min_n(section["min_n"], f"{path}: {bench}.min_n")
+        if "mode" in section:
+            inherited["mode"] = _mode(section["mode"], f"{path}: {bench}.mode")
+        if "max_regression" in section:
+            inherited["max_regression"] = _max_regression(section["max_regression"],
+                                                          f"{path}: {bench}.max_regression")
+        defaults = section.get("defaults") or {}
+        overrides = section.get("categories") or {}
+        for where, block in ((f"{bench}.defaults", defaults), (f"{bench}.categories", overrides)):
+            if not isinstance(block, Mapping):
+                raise ConfigError(f"{path}: {where}: expected a mapping")
+        _check_known(path, f"{bench}.defaults", "metric", defaults, metrics)
+        _check_known(path, f"{bench}.categories", "category", overrides, categories)
+        for cat, block in overrides.items():
+            if not isinstance(block, Mapping):
+                raise ConfigError(f"{path}: {bench}.categories.{cat}: expected a mapping of metrics")
+            _check_known(path, f"{bench}.categories.{cat}", "metric", block, metrics)
+        out: list[Gate] = []
+        for cat in categories:
+            merged = dict(defaults)
+            merged.update(overrides.get(cat) or {})
+            for metric, spec in merged.items():
+                if spec is None:  # an override of `null` removes the default gate
+                    continue
+                origin = (f"{bench}.categories.{cat}.{metric}" if metric in (overrides.get(cat) or {})
+                          else f"{bench}.defaults.{metric}")
+                gate = _parse_gate(spec, bench, cat, metric, f"{path}: {origin}", inherited,
+                                   ranges.get(metric))
+                out.append(gate if min_n is None else dataclasses.replace(gate, min_n=min_n))
+        gates[bench] = out
+    return gates

@@ -1,0 +1,189 @@
+"""``bias-audit compare OLD NEW``: every metric's change between two runs, with both intervals, the
+changes whose intervals do not overlap, and the gates whose verdict changed.
+
+Pure functions of two results documents (``report.results``); the CLI reads and writes files.
+Non-overlapping 95% intervals are a conservative sign of a real change (two estimates can differ
+significantly while their intervals still overlap), so an unmarked change is not evidence of
+"no change".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import ConfigError
+
+#: Options whose difference makes two runs' numbers not directly comparable.
+_COMPARABLE_OPTIONS = ("limit", "seed", "confidence", "n_resamples", "benchmark_options")
+
+
+def read_results(path: Path) -> tuple[dict[str, Any], Path]:
+    """A results document and the run folder it belongs to, from ``path`` (a ``results.json`` or
+    its folder).
+
+    Raises
+    ------
+    ConfigError
+        Missing, unreadable or not a bias-audit results file, naming the path.
+    """
+    path = Path(path)
+    file = path / "results.json" if path.is_dir() else path
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: not found (give a run folder or its results.json)") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{file}: cannot read a results file: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), dict) or "gates" not in doc:
+        raise ConfigError(f"{file}: not a bias-audit results.json (no benchmarks/gates)")
+    return doc, file.parent
+
+
+def _metrics(results: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    out = {}
+    for bench, cats in results["benchmarks"].items():
+        for cat, entry in cats.items():
+            for name, m in (entry.get("metrics") or {}).items():
+                out[(bench, cat, name)] = m
+        for label in ("pooled", "size_weighted"):
+            for name, m in ((results.get("overall") or {}).get(bench, {}).get(label) or {}).items():
+                out[(bench, label, name)] = m
+    return out
+
+
+def _gate_key(v: Mapping[str, Any]) -> tuple[str, str]:
+    return v["benchmark"], v.get("test_id") or f"{v['category']}-{v['metric']}"
+
+
+def _disjoint(a, b) -> bool | None:
+    """True when intervals ``a`` and ``b`` ([low, high]) do not overlap; None when either is
+    missing."""
+    if a is None or b is None or None in (*a, *b):
+        return None
+    return a[1] < b[0] or b[1] < a[0]
+
+
+def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The comparison of two runs.
+
+    Returns
+    -------
+    dict
+        ``old``/``new`` (run id, model name and fingerprint); ``notes``: why the numbers may not
+        be comparable (options, thresholds or data files that differ); ``metrics``: one row per
+        (benchmark, category, metric) of either run: both values, intervals and n, ``change``
+        (new - old, None when either is undefined or absent) and ``intervals_disjoint`` (True,
+        False, or None when an interval is missing); ``gates``: one row per gate test of either
+        run with both statuses and ``changed`` (both runs have it and the statuses differ).
+    """
+    def who(r):
+        m = r.get("model") or {}
+        return {"run_id": r.get("run_id"), "model": m.get("name"), "fingerprint": m.get("fingerprint"),
+                "created": r.get("created")}
+
+    notes = []
+    for key in _COMPARABLE_OPTIONS:
+        a, b = (old.get("options") or {}).get(key), (new.get("options") or {}).get(key)
+        if a != b:
+            notes.append(f"option {key} differs: {a!r} (old) vs {b!r} (new)")
+    sha = [(r.get("run") or {}).get("thresholds_sha256") for r in (old, new)]
+    if sha[0] != sha[1]:
+        notes.append("the thresholds files differ (sha256), so gates may have changed with them")
+    files_old, files_new = old.get("data_files") or {}, new.get("data_files") or {}
+    for path in sorted(set(files_old) & set(files_new)):
+        if files_old[path].get("sha256") != files_new[path].get("sha256"):
+            notes.append(f"data file {path} differs between the runs (sha256)")
+    m_old, m_new = _metrics(old), _metrics(new)
+    rows = []
+    for key in sorted(set(m_old) | set(m_new), key=lambda k: (k[0], k[1] in ("pooled", "size_weighted"), k[1], k[2])):
+        a, b = m_old.get(key), m_new.get(key)
+        va, vb = (a or {}).get("value"), (b or {}).get("value")
+        ca, cb = (a or {}).get("ci"), (b or {}).get("ci")
+        rows.append({"benchmark": key[0], "category": key[1], "metric": key[2],
+                     "old": None if a is None else {"value": va, "ci": ca, "n": a.get("n")},
+                     "new": None if b is None else {"value": vb, "ci": cb, "n": b.get("n")},
+                     "change": None if va is None or vb is None else vb - va,
+                     "intervals_disjoint": _disjoint(ca, cb)})
+    g_old = {_gate_key(v): v for v in old.get("gates") or ()}
+    g_new = {_gate_key(v): v for v in new.get("gates") or ()}
+    gates = []
+    for key in sorted(set(g_old) | set(g_new)):
+        a, b = g_old.get(key), g_new.get(key)
+        sa, sb = (a or {}).get("status"), (b or {}).get("status")
+        # A gate only one run has (another thresholds file, a -k, --baseline) did not change
+        # verdict: it is listed as absent on the other side.
+        gates.append({"benchmark": key[0], "test_id": key[1], "old": sa, "new": sb,
+                      "mode": (b or a).get("mode"), "changed": None not in (sa, sb) and sa != sb})
+    return {"old": who(old), "new": who(new), "notes": notes, "metrics": rows, "gates": gates,
+            "summary": {"metrics": len(rows),
+                        "intervals_disjoint": sum(1 for r in rows if r["intervals_disjoint"]),
+                        "gates": len(gates), "gates_changed": sum(1 for g in gates if g["changed"]),
+                        "gates_in_one_run": sum(1 for g in gates if None in (g["old"], g["new"]))}}
+
+
+def _value(side: Mapping[str, Any] | None) -> str:
+    if side is None:
+        return "absent"
+    if side["value"] is None:
+        return "undefined"
+    lo, hi = side.get("ci") or (None, None)
+    ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
+    return f"{side['value']:.3f}{ci}"
+
+
+def _status(s: str | None) -> str:
+    return "absent" if s is None else s.upper()
+
+
+def render_comparison(c: Mapping[str, Any]) -> str:
+    """The comparison as Markdown: runs, caveats, gates that changed verdict, changes whose
+    intervals do not overlap, then every metric (``**`` marks a disjoint pair of intervals)."""
+    o, n, s = c["old"], c["new"], c["summary"]
+    out = ["# Bias audit comparison", "",
+           f"- old: `{o['run_id']}` ({o['model']}, `{o['fingerprint']}`)",
+           f"- new: `{n['run_id']}` ({n['model']}, `{n['fingerprint']}`)",
+           f"- {s['gates_changed']} of {s['gates']} gate(s) changed verdict"
+           + (f" ({s['gates_in_one_run']} in one run only)" if s["gates_in_one_run"] else "")
+           + f"; {s['intervals_disjoint']} of {s['metrics']} metric(s) moved so far that their "
+           "intervals do not overlap", ""]
+    if c["notes"]:
+        out += ["Not like for like:", ""] + [f"- {x}" for x in c["notes"]] + [""]
+    changed = [g for g in c["gates"] if g["changed"]]
+    out += ["## Gates that changed verdict", ""]
+    if changed:
+        out += ["| benchmark | gate | old | new | mode |", "|---|---|---|---|---|"]
+        out += [f"| {g['benchmark']} | {g['test_id']} | {_status(g['old'])} | {_status(g['new'])} | "
+                f"{g['mode'] or '-'} |" for g in changed]
+    else:
+        out.append("None.")
+    header = ["| benchmark | category | metric | old [CI] | new [CI] | change | intervals |",
+              "|---|---|---|---|---|---|---|"]
+
+    def row(r):
+        change = "-" if r["change"] is None else f"{r['change']:+.3f}"
+        flag = {True: "**do not overlap**", False: "overlap", None: "-"}[r["intervals_disjoint"]]
+        return (f"| {r['benchmark']} | {r['category']} | {r['metric']} | {_value(r['old'])} | "
+                f"{_value(r['new'])} | {change} | {flag} |")
+
+    disjoint = [r for r in c["metrics"] if r["intervals_disjoint"]]
+    out += ["", "## Changes whose intervals do not overlap", ""]
+    out += header + [row(r) for r in disjoint] if disjoint else ["None."]
+    out += ["", "## Every metric", "", *header, *(row(r) for r in c["metrics"]), ""]
+    return "\n".join(out)
+
+
+def write_comparison(c: Mapping[str, Any], folder: Path) -> tuple[Path, Path]:
+    """Write ``compare-vs-<old run id>.md`` and ``.json`` into ``folder``; returns both paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"compare-vs-{c['old']['run_id'] or 'old'}"
+    md, js = folder / f"{stem}.md", folder / f"{stem}.json"
+    md.write_text(render_comparison(c), encoding="utf-8")
+
+    def clean(x):
+        return None if isinstance(x, float) and math.isnan(x) else x
+
+    js.write_text(json.dumps(c, indent=2, ensure_ascii=False, default=clean) + "\n", encoding="utf-8")
+    return md, js
