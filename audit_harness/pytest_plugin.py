@@ -29,7 +29,8 @@ import pytest
 
 from . import exit_codes
 from .errors import AuditError, MissingDataError
-from .gates import Gate, Verdict, add_regression_gates, load_baseline, load_thresholds
+from .gates import Gate, Verdict, add_regression_gates, load_thresholds
+from .report.results import read_results
 
 #: The audit modules ship inside the package (the repository's ``audits/`` links here), so
 #: ``bias-audit run`` works from any directory.
@@ -136,7 +137,7 @@ def pytest_configure(config: pytest.Config) -> None:
             warnings.simplefilter("always")
             gates = load_thresholds(Path(options.thresholds), catalogue, min_n=options.min_n)
         baseline_path = config.getoption("audit_baseline")
-        baseline = (load_baseline(Path(config.invocation_params.dir) / baseline_path)
+        baseline = (read_results(Path(config.invocation_params.dir) / baseline_path, "--baseline")[0]
                     if baseline_path else None)
     except AuditError as e:
         raise pytest.UsageError(str(e)) from None

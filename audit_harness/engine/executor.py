@@ -104,14 +104,7 @@ class Engine:
         tokenized by the backend's ``encode_pair``). ``weights``: progress units per request
         (an item's share), default none."""
         if not hasattr(self.model, "encode_pair") or self._model_key() is None:
-            # A backend that scores strings itself (a test double, a future server without
-            # token ids): no token ids to key a cache on, so its own call runs as is.
-            values = list(self.model.loglikelihood(requests))
-            self.stats.requests += len(requests)
-            self.stats.computed += len(requests)
-            if self.progress is not None and weights is not None:
-                self.progress.advance(sum(weights))
-            return values
+            return self._strings_as_is(requests, weights)
         encoded = [self.model.encode_pair(c, x) for c, x in requests]
         return self.loglikelihood_tokens(encoded, weights)
 
@@ -126,14 +119,19 @@ class Engine:
             ValueError: an empty prompt or continuation.
         """
         if not hasattr(self.model, "encode_continuation") or self._model_key() is None:
-            values = list(self.model.loglikelihood(requests))
-            self.stats.requests += len(requests)
-            self.stats.computed += len(requests)
-            if self.progress is not None and weights is not None:
-                self.progress.advance(sum(weights))
-            return values
+            return self._strings_as_is(requests, weights)
         encoded = [self.model.encode_continuation(p, c) for p, c in requests]
         return self.loglikelihood_tokens(encoded, weights)
+
+    def _strings_as_is(self, requests: Sequence[tuple[str, str]], weights) -> list[float]:
+        """A backend that scores strings itself (a test double, a server without token ids):
+        no token ids to key a cache on, so its own ``loglikelihood`` runs as is."""
+        values = list(self.model.loglikelihood(requests))
+        self.stats.requests += len(requests)
+        self.stats.computed += len(requests)
+        if self.progress is not None and weights is not None:
+            self.progress.advance(sum(weights))
+        return values
 
     def loglikelihood_tokens(self, encoded: Sequence[tuple[Sequence[int], Sequence[int]]],
                              weights: Sequence[float] | None = None) -> list[float]:

@@ -18,12 +18,9 @@ model's measured number, and its own interval is shown next to it in reports.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import ConfigError
 from .modes import allowed_interval
 
 
@@ -82,33 +79,6 @@ def describe(bounds: Mapping[str, float], baseline: float, max_regression: float
     else:
         rule = f"|x - {centre:g}| <= |{baseline:.4f} - {centre:g}| + {max_regression:g}"
     return f"no worse than the baseline: {rule} (baseline run {run_id or '?'})"
-
-
-def load_baseline(path: Path) -> dict[str, Any]:
-    """The results document of the baseline run.
-
-    Parameters
-    ----------
-    path : Path
-        A ``results.json`` or the run folder holding it.
-
-    Raises
-    ------
-    ConfigError
-        Missing, unreadable or not a results file (naming the path and ``--baseline``).
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "results.json"
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"--baseline: {path} not found (give a run's results.json or its folder)") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"--baseline: cannot read {path}: {e}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), dict) or "run_id" not in doc:
-        raise ConfigError(f"--baseline: {path} is not a bias-audit results.json (no run_id/benchmarks)")
-    return doc
 
 
 def baseline_of(results: Mapping[str, Any], benchmark: str, category: str, metric: str):

@@ -15,31 +15,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ConfigError
+from .results import read_results  # noqa: F401  (re-exported for the CLI)
 
 #: Options whose difference makes two runs' numbers not directly comparable.
 _COMPARABLE_OPTIONS = ("limit", "seed", "confidence", "n_resamples", "benchmark_options")
-
-
-def read_results(path: Path) -> tuple[dict[str, Any], Path]:
-    """A results document and the run folder it belongs to, from ``path`` (a ``results.json`` or
-    its folder).
-
-    Raises
-    ------
-    ConfigError
-        Missing, unreadable or not a bias-audit results file, naming the path.
-    """
-    path = Path(path)
-    file = path / "results.json" if path.is_dir() else path
-    try:
-        doc = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{file}: not found (give a run folder or its results.json)") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{file}: cannot read a results file: {e}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), dict) or "gates" not in doc:
-        raise ConfigError(f"{file}: not a bias-audit results.json (no benchmarks/gates)")
-    return doc, file.parent
 
 
 def _metrics(results: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[str, Any]]:

@@ -199,3 +199,36 @@ def metric_table(results: Mapping[str, Any]) -> list[str]:
                     cells.append(f"{m['value']:>+8.3f} {ci:>15}")
             lines.append(f"  {cat:<{width}} {n:>5}  " + "  ".join(cells))
     return lines
+
+
+def read_results(path: Path, option: str = "") -> tuple[dict[str, Any], Path]:
+    """A results document and the run folder it belongs to, from ``path`` (a ``results.json`` or
+    its folder): what ``bias-audit report``/``compare`` and ``--baseline`` read.
+
+    Parameters
+    ----------
+    path : Path
+        A ``results.json`` or the run folder holding it.
+    option : str
+        The option that named it (``"--baseline"``), put before every error message.
+
+    Raises
+    ------
+    ConfigError
+        Missing, unreadable or not a bias-audit results file, naming the path.
+    """
+    from ..errors import ConfigError
+
+    where = f"{option}: " if option else ""
+    path = Path(path)
+    file = path / "results.json" if path.is_dir() else path
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{where}{file}: not found (give a run folder or its results.json)") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{where}{file}: cannot read a results file: {e}") from None
+    if (not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), dict)
+            or "gates" not in doc or "run_id" not in doc):
+        raise ConfigError(f"{where}{file}: not a bias-audit results.json (no run_id/benchmarks/gates)")
+    return doc, file.parent
