@@ -681,6 +681,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
                       f"{sum(c.get('computed', 0) for c in counts)} computed")
     summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items()))
     tr.write_line(f"gates: {summary}")
+    from .report.verdict import overall_verdict
+
+    verdict = overall_verdict(results)
+    code = f" (exit code {verdict.exit_code})" if verdict.exit_code is not None else ""
+    tr.write_line(f"VERDICT: {verdict.label}: {verdict.reason}{code}", green=verdict.passed,
+                  red=not verdict.passed, bold=True)
     tr.write_line(f"results: {state['results_path']}")
     tr.write_line(f"report:  {state['report_path']}")
     tr.write_line(f"html:    {state['html_path']}")
