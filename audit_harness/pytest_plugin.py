@@ -268,7 +268,7 @@ def _gpu_plan(config: pytest.Config, options) -> list | None:
         raise pytest.UsageError(str(e)) from None
 
 
-@pytest.hookimpl(optionalhook=True)
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own (a CPU count)
 def pytest_xdist_auto_num_workers(config: pytest.Config):
     # `-n auto` with the in-process backend: one worker per GPU (None: xdist's CPU count).
     from .devices import auto_workers, visible_gpus

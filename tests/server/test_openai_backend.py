@@ -131,7 +131,7 @@ def test_gives_up_after_max_retries_and_never_shows_the_key(fake, monkeypatch):
     model = connect(fake.url, "tiny-random-gpt2", api_key_env="FAKE_SERVER_KEY", max_retries=2)
     assert fake.headers[-1]["Authorization"] == "Bearer sk-very-secret-123"
     model.client.backoff = 0.01
-    fake.fail_next = [503] * 3
+    fake.fail_next = [503] * 50
     with pytest.raises(ModelError, match=r"HTTP 503 after 2 retries") as err:
         model.loglikelihood([("The monk", " sang")])
     assert "sk-very-secret" not in str(err.value)
@@ -163,9 +163,9 @@ def test_a_resumed_run_asks_the_server_only_for_what_is_missing(fake, data_dir, 
 
 def test_generation_routes_chat_prompts_to_chat_completions(fake, tiny):
     model = connect(fake.url, "tiny-random-gpt2")
-    if model.chat_prompt("Hi") is None:  # the tiny tokenizer has no chat template: give it one
-        template = "{% for m in messages %}<|endoftext|>{{ m['content'] }}{% endfor %} Answer:"
-        tiny.tokenizer.chat_template = template
+    assert model.chat_prompt("Hi") is None  # the tiny tokenizer has no chat template: give it one
+    template = "{% for m in messages %}<|endoftext|>{{ m['content'] }}{% endfor %} Answer:"
+    tiny.tokenizer.chat_template = model.tokenizer.chat_template = template  # server's, local copy
     try:
         chat = model.chat_prompt("Who was not comfortable using the phone?")
         assert chat == tiny.chat_prompt("Who was not comfortable using the phone?")
