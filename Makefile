@@ -59,7 +59,11 @@ audit-multilingual: setup
 # beyond the cores spin (2 workers x 2 threads on 2 cores ran several times slower).
 TEST_WORKERS ?= 2
 test: setup
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest tests -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest tests -m "not slow and not server" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The tests against a real vLLM (started and stopped by the tests themselves).
+test-server: setup setup-server
+	$(BIN)/python -m pytest tests -m server $(PYTEST_ARGS)
 
 test-all: setup
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)

@@ -55,17 +55,22 @@ def uses_gpus(backend: str, device: str) -> bool:
     return backend == "hf" and device in ("auto", "cuda")
 
 
-def assign(n_workers: int, gpus: list[str], device: str = "auto") -> list[str | None]:
+def assign(n_workers: int, gpus: list[str], device: str = "auto", share: bool = False) -> list[str | None]:
     """The GPU of each worker (``CUDA_VISIBLE_DEVICES`` value), or None each when there is none.
+    ``share``: more workers than GPUs take them in turn (the suite's own tests, tiny models)
+    instead of being an error.
 
     Raises:
-        ConfigError: more workers than GPUs (each worker holds a whole model on its GPU).
+        ConfigError: more workers than GPUs (each worker of an audit holds a whole model on its
+            GPU), or ``--device cuda`` without a GPU.
     """
     if not gpus:
         if device == "cuda":
             raise ConfigError("--device cuda with -n: no GPU is visible (CUDA_VISIBLE_DEVICES or "
                               "the driver); use --device cpu")
         return [None] * n_workers
+    if n_workers > len(gpus) and share:
+        return [gpus[i % len(gpus)] for i in range(n_workers)]
     if n_workers > len(gpus):
         raise ConfigError(f"-n {n_workers} asks for more workers than the {len(gpus)} visible GPU(s) "
                           f"({','.join(gpus)}): each worker pins one GPU; use -n {len(gpus)} or "

@@ -262,8 +262,8 @@ def _gpu_plan(config: pytest.Config, options) -> list | None:
     workers = getattr(config.option, "numprocesses", None)
     if not isinstance(workers, int) or workers < 1 or not uses_gpus(options.backend, options.device):
         return None
-    try:
-        return assign(workers, visible_gpus(), options.device)
+    try:  # an audit's workers each hold a whole model; the suite's own tests may share GPUs
+        return assign(workers, visible_gpus(), options.device, share=not _targets_audits(config))
     except AuditError as e:
         raise pytest.UsageError(str(e)) from None
 

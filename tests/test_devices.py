@@ -43,6 +43,7 @@ def test_each_worker_gets_its_own_gpu_and_more_workers_than_gpus_is_an_error():
         devices.assign(3, ["0", "1"])
     with pytest.raises(ConfigError, match="--device cuda with -n: no GPU is visible"):
         devices.assign(2, [], device="cuda")
+    assert devices.assign(3, ["0", "1"], share=True) == ["0", "1", "0"]  # not an audit: in turn
 
 
 def test_auto_is_one_worker_per_gpu_for_the_in_process_backend_only():
@@ -75,6 +76,7 @@ def test_worker_number():
 def _run_workers(tmp_path: Path, visible: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     """pytest -n ... on a throw-away test folder whose workers report the CUDA_VISIBLE_DEVICES
     they see once the plugin configured them."""
+    tmp_path.mkdir(exist_ok=True)
     (tmp_path / "conftest.py").write_text(textwrap.dedent(f"""
         import json, os, pytest
 
@@ -86,7 +88,7 @@ def _run_workers(tmp_path: Path, visible: str, *args: str) -> tuple[subprocess.C
                 with open(path, "w") as f:
                     json.dump({{"visible": os.environ.get("CUDA_VISIBLE_DEVICES")}}, f)
     """))
-    (tmp_path / "test_nothing.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    pass\n")
+    (tmp_path / "test_nothing.py").write_text("".join(f"def test_{i}():\n    pass\n" for i in range(6)))
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible, "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path), "-p", "no:cacheprovider",
                            "-p", "audit_harness.pytest_plugin", "--rootdir", str(tmp_path), *args],
@@ -107,11 +109,17 @@ def test_n_auto_starts_one_worker_per_gpu(tmp_path):
     assert seen == {"gw0": "6"}
 
 
-def test_more_workers_than_gpus_stops_the_run(tmp_path):
-    proc, seen = _run_workers(tmp_path, "0,1", "-n", "3")
+def test_more_workers_than_gpus_stops_an_audit(tmp_path, data_dir):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "audits/test_bbq.py", "-n", "3",
+                           "--data-dir", str(data_dir), "--results-dir", str(tmp_path), "-p", "no:cacheprovider"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 4
     assert "-n 3 asks for more workers than the 2 visible GPU(s)" in proc.stdout + proc.stderr
-    assert seen == {}
+    # The suite's own tests (tiny models) share the GPUs in turn instead.
+    proc, seen = _run_workers(tmp_path / "own", "0,1", "-n", "3")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert sorted(seen.values()) == ["0", "0", "1"]
 
 
 def test_server_backend_workers_share_the_server_and_pin_nothing(tmp_path):
