@@ -14,9 +14,9 @@ the result cache, ordering, batching and progress, exactly as for the in-process
 - token ids: from the server's ``/tokenize`` (vLLM, SGLang) where it has one, else from the
   local tokenizer of the same model (``--tokenizer``, or ``--model`` when it is a zoo name or a
   local folder).
-- generation: greedy; a prompt made by ``chat_prompt`` goes to ``/v1/chat/completions`` as that
-  one user turn (the server applies the model's own chat template), any other prompt to
-  ``/v1/completions``.
+- generation (``generate_tokens``, run by the engine's generation path: dedupe, cache): greedy;
+  a prompt made by ``chat_prompt`` goes to ``/v1/chat/completions`` as that one user turn (the
+  server applies the model's own chat template), any other to ``/v1/completions`` as token ids.
 
 Before any scoring, ``check_alignment`` (``alignment.py``) verifies that the server's prompt
 log-probabilities belong to the tokens sent; a server that fails it (llama.cpp's shifts them by
@@ -84,7 +84,8 @@ class OpenAIServerModel(LanguageModel):
         # One token of the window goes to the 1 generated token every echo request asks for.
         self.max_length = max(2, int(max_model_len) - 1)
         self._memo: dict[str, list[int]] = {}
-        self._chat_turns: dict[str, str] = {}
+        self._chat_turns: dict[str, str] = {}  # chat_prompt's text -> its user turn
+        self._chat_ids: dict[tuple[int, ...], str] = {}  # its token ids -> the user turn
         if tokenizer is not None:
             self._bos, self._empty_prefix = special_ids(tokenizer)
         else:
@@ -324,33 +325,64 @@ class OpenAIServerModel(LanguageModel):
         return template if isinstance(template, str) and template else None
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
-        """Greedy completions (``temperature: 0``), concurrently; see ``LanguageModel.generate``.
+        """Greedy generation through the engine (dedupe, result cache, progress); see
+        ``LanguageModel.generate``."""
+        return self.engine.generate(requests)
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of a generation prompt as the in-process backend reads it: BOS (when the
+        tokenizer adds one and the prompt does not already start with it) + ``prompt``."""
+        ids = self._encode(prompt)
+        if self._bos and ids[:len(self._bos)] != self._bos:
+            ids = list(self._bos) + ids
+        turn = self._chat_turns.get(prompt)
+        if turn is not None:
+            self._chat_ids[tuple(ids)] = turn
+        return ids
+
+    def generate_tokens(self, prompts: list[list[int]], max_new_tokens: int,
+                        score_tokens: Sequence[Sequence[int]] | None = None,
+                        ) -> tuple[list[str], int, list[list[float]] | None]:
+        """Greedy completions (``temperature: 0``) of a batch of token-id prompts, concurrently
+        (the engine's generation contract, ``engine.generation``): the text after each prompt
+        (no stop string applied), the tokens the server ran (prompt tokens + generated ones it
+        reports), and, with ``score_tokens``, each token's log-probability right after its
+        prompt from the prompt path (one echo request per token, as a scoring request would).
+
+        A prompt ``chat_prompt`` made goes to ``/v1/chat/completions`` as its user turn (the
+        server applies the model's template); any other goes to ``/v1/completions`` as token ids.
 
         Raises:
             ValueError: ``max_new_tokens < 1``. ModelError: a request failed.
         """
-        for r in requests:
-            if r.max_new_tokens < 1:
-                raise ValueError(f"max_new_tokens must be >= 1, got {r.max_new_tokens}")
-        return self.client.map(self._generate_one, list(requests))
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        results = self.client.map(lambda ids: self._generate_one(ids, max_new_tokens), prompts)
+        texts = [t for t, _ in results]
+        forwarded = sum(len(p) for p in prompts) + sum(n for _, n in results)
+        first = None
+        if score_tokens is not None:
+            self.require_scores(frozenset({LOGLIKELIHOOD}))
+            seqs = [list(p) + [t] for p, toks in zip(prompts, score_tokens) for t in toks]
+            values = iter(self.forward_full(seqs, [[len(s) - 1] for s in seqs]) if seqs else [])
+            first = [[next(values)[0] for _ in toks] for toks in score_tokens]
+        return texts, forwarded, first
 
-    def _generate_one(self, r: GenerationRequest) -> str:
-        common = {"model": self.served_name, "max_tokens": r.max_new_tokens, "temperature": 0}
-        if r.stop:
-            common["stop"] = list(r.stop)
-        turn = self._chat_turns.get(r.prompt)
+    def _generate_one(self, ids: list[int], max_new_tokens: int) -> tuple[str, int]:
+        common = {"model": self.served_name, "max_tokens": max_new_tokens, "temperature": 0}
+        turn = self._chat_ids.get(tuple(ids))
         if turn is not None:
-            body = self.client.post("/v1/chat/completions",
-                                    {**common, "messages": [{"role": "user", "content": turn}]})
-            path, text = "/v1/chat/completions", _first(body, ("message", "content"))
+            path = "/v1/chat/completions"
+            body = self.client.post(path, {**common, "messages": [{"role": "user", "content": turn}]})
+            text = _first(body, ("message", "content"))
         else:
-            body = self.client.post("/v1/completions", {**common, "prompt": r.prompt})
-            path, text = "/v1/completions", _first(body, ("text",))
+            path = "/v1/completions"
+            body = self.client.post(path, {**common, "prompt": [list(ids)]})
+            text = _first(body, ("text",))
         if text is None:
             raise ModelError(f"{self.client.url(path)}: no generated text in {json.dumps(body)[:300]}")
-        from .hf import _cut_at_stop
-
-        return _cut_at_stop(text, r.stop)
+        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        return text, int(usage.get("completion_tokens") or 0)
 
 
 def _first(body: dict, keys: tuple[str, ...]):

@@ -102,7 +102,7 @@ class FakeServer:
         if path == "/v1/chat/completions":
             prompt = m.tokenizer.apply_chat_template(body["messages"], tokenize=False,
                                                      add_generation_prompt=True)
-            text = self._generate(m._encode_prompt(prompt), body.get("max_tokens", 16))[1]
+            text = self._generate(m.encode_prompt(prompt), body.get("max_tokens", 16))[1]
             return 200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
         return 404, {"error": {"message": f"no route {path}"}}
 
@@ -130,7 +130,7 @@ class FakeServer:
         as_ids = body.get("return_tokens_as_token_ids", False)
         choices = []
         for i, prompt in enumerate(prompts):
-            ids = self.model._encode_prompt(prompt) if isinstance(prompt, str) else list(prompt)
+            ids = self.model.encode_prompt(prompt) if isinstance(prompt, str) else list(prompt)
             gen, text = self._generate(ids, int(body.get("max_tokens", 16)))
             choice = {"index": i, "text": text, "finish_reason": "length"}
             if body.get("logprobs") is not None:

@@ -170,11 +170,16 @@ def test_generation_routes_chat_prompts_to_chat_completions(fake, tiny):
         chat = model.chat_prompt("Who was not comfortable using the phone?")
         assert chat == tiny.chat_prompt("Who was not comfortable using the phone?")
         requests = [GenerationRequest(chat, 5), GenerationRequest("The grandfather and the", 4)]
+        model.engine = Engine(model, memo=True)  # as an audit's session gives it
         assert model.generate(requests) == tiny.generate(requests)
         (turn,) = fake.paths("/v1/chat/completions")
         assert turn["messages"] == [{"role": "user", "content": "Who was not comfortable using the phone?"}]
         assert turn["temperature"] == 0 and turn["max_tokens"] == 5
-        assert fake.paths("/v1/completions")[-1]["prompt"] == "The grandfather and the"
+        assert fake.paths("/v1/completions")[-1]["prompt"] == [tiny.encode_prompt("The grandfather and the")]
+        # Generation goes through the engine: asked again, nothing is sent.
+        before = len(fake.requests)
+        assert model.generate(requests) == tiny.generate(requests)
+        assert len(fake.requests) == before and model.engine.stats.from_cache >= 2
     finally:
         tiny.tokenizer.chat_template = None
 
