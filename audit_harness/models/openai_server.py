@@ -340,6 +340,22 @@ class OpenAIServerModel(LanguageModel):
             self._chat_ids[tuple(ids)] = turn
         return ids
 
+    def encode_continuation(self, prompt: str, continuation: str) -> tuple[list[int], list[int]]:
+        """(prompt ids exactly as ``generate`` reads them, continuation ids as the next tokens),
+        the in-process backend's rule (``HFCausalLM.encode_continuation``: no whitespace moves).
+
+        Raises:
+            ValueError: an empty prompt or continuation.
+        """
+        if not prompt or not continuation:
+            raise ValueError("encode_continuation needs a non-empty prompt and continuation")
+        self._prefetch([prompt, prompt + continuation])
+        ids = self.encode_prompt(prompt)
+        whole = self.encode_prompt(prompt + continuation)
+        if len(whole) > len(ids) and whole[:len(ids)] == ids:
+            return ids, whole[len(ids):]
+        return ids, self._encode(continuation)
+
     def generate_tokens(self, prompts: list[list[int]], max_new_tokens: int,
                         score_tokens: Sequence[Sequence[int]] | None = None,
                         ) -> tuple[list[str], int, list[list[float]] | None]:
