@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from audit_harness.models.zoo import DEFAULT_MODEL
+
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
-SERVED_NAME = "smollm2-135m-instruct"
+SERVED_NAME = DEFAULT_MODEL  # the embedded SmolLM2-135M-Instruct
 
 
 @pytest.fixture(scope="session")

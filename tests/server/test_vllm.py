@@ -17,7 +17,7 @@ from audit_harness.models import load_model
 from audit_harness.models.base import GenerationRequest
 from audit_harness.models.openai_server import connect
 
-from conftest import SERVED_NAME
+from audit_harness.models.zoo import DEFAULT_MODEL as SERVED_NAME
 
 pytestmark = pytest.mark.server
 REPO = Path(__file__).resolve().parents[2]
@@ -33,17 +33,25 @@ def served(vllm_server):
     return connect(vllm_server.url, vllm_server.name)
 
 
-def _audit(tmp_path: Path, data_dir: Path, name: str, *extra: str) -> Path:
+def _audit(tmp_path: Path, data_dir: Path, name: str, *extra: str) -> tuple[subprocess.Popen, Path]:
+    """Start ``pytest audits/test_bbq.py audits/test_esbbq.py --limit 8`` (one torch thread: vLLM
+    binds the other core, so the two runs of the test go side by side)."""
     results = tmp_path / name
     cmd = [sys.executable, "-m", "pytest", "audits/test_bbq.py", "audits/test_esbbq.py",
            "--model", SERVED_NAME, "--limit", "8", "--data-dir", str(data_dir), "--min-n", "1",
            "--results-dir", str(results), "--no-cache", "--bootstrap-resamples", "0",
            "-p", "no:cacheprovider", "-q", *extra]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800,
-                          env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")})
-    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]  # verdicts, not errors
-    (run,) = list(results.iterdir())
-    return run
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return proc, results
+
+
+def _finish(run: tuple[subprocess.Popen, Path]) -> Path:
+    proc, results = run
+    out, _ = proc.communicate(timeout=3000)
+    assert proc.returncode in (0, 1), out[-4000:]  # gate verdicts (pass or fail), not errors
+    (run_dir,) = list(results.iterdir())
+    return run_dir
 
 
 def _records(run: Path) -> dict[str, dict]:
@@ -56,8 +64,9 @@ def _records(run: Path) -> dict[str, dict]:
 
 
 def test_audit_through_vllm_predicts_what_the_in_process_run_predicts(vllm_server, tmp_path, data_dir):
-    server_run = _audit(tmp_path, data_dir, "server", "--backend", "openai", "--base-url", vllm_server.url)
-    local_run = _audit(tmp_path, data_dir, "local")
+    server_proc = _audit(tmp_path, data_dir, "server", "--backend", "openai", "--base-url", vllm_server.url)
+    local_proc = _audit(tmp_path, data_dir, "local")
+    server_run, local_run = _finish(server_proc), _finish(local_proc)
     served, local = _records(server_run), _records(local_run)
     assert served.keys() == local.keys() and len(served) == 8 * (11 + 10 + 10)
     worst = max(abs(a - b) for k in served
