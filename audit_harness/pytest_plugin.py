@@ -117,6 +117,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="KoBBQ prompt templates to run, e.g. 1,3 (default: all 5)")
     g.addoption("--kobbq-permutations", dest="audit_kobbq_permutations", default=None, metavar="IDS",
                 help="KoBBQ option orders to run, e.g. 0,2 (default: all 3)")
+    from .backends import add_options
+
+    add_options(g)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -145,7 +148,11 @@ def pytest_configure(config: pytest.Config) -> None:
         for warning in {str(w.message): w.message for w in caught}.values():
             config.issue_config_time_warning(warning, stacklevel=2)
     workerinput = getattr(config, "workerinput", None)
+    gpus = _gpu_plan(config, options) if workerinput is None else None
     if workerinput is not None:
+        from .devices import pin
+
+        pin(workerinput.get("bias_audit_gpu"))  # before anything initializes CUDA
         run_id = workerinput["bias_audit_run_id"]
         worker_index = int(re.sub(r"\D", "", workerinput.get("workerid", "gw0")) or 0)
     else:
@@ -161,7 +168,7 @@ def pytest_configure(config: pytest.Config) -> None:
     gates = expand_gates(gates, session.benchmarks)
     if baseline is not None:
         gates = add_regression_gates(gates, baseline)
-    config.stash[_STATE_KEY] = {"gates": gates, "run_id": run_id, "worker_outputs": [],
+    config.stash[_STATE_KEY] = {"gates": gates, "run_id": run_id, "worker_outputs": [], "gpus": gpus,
                                 "started": time.time(), "validated": False, "selected": None,
                                 "baseline": baseline and _baseline_summary(baseline, baseline_path)}
     # An audit run (audits on the command line) writes JUnit XML into its run folder unless the
@@ -209,7 +216,8 @@ def _check_inputs(audit, selected, fetch: bool = False) -> None:
 
     require_data(audit.data_dir, selected, {b.data_folder for b in audit.benchmarks.values()},
                  fetch=fetch)
-    check_model_name(audit.options.model)
+    if audit.options.backend == "hf":  # a server's model name is whatever it serves
+        check_model_name(audit.options.model)
 
 
 def _present_pairs(audit, selected: dict[str, list[str]], gates) -> list[tuple[str, str]]:
@@ -244,9 +252,39 @@ def _targets_audits(config: pytest.Config) -> bool:
     return False
 
 
+def _gpu_plan(config: pytest.Config, options) -> list | None:
+    """The GPU of each xdist worker (``devices.assign``), or None without ``-n``.
+
+    Raises:
+        pytest.UsageError: more workers than GPUs."""
+    from .devices import assign, uses_gpus, visible_gpus
+
+    workers = getattr(config.option, "numprocesses", None)
+    if not isinstance(workers, int) or workers < 1 or not uses_gpus(options.backend, options.device):
+        return None
+    try:  # an audit's workers each hold a whole model; the suite's own tests may share GPUs
+        return assign(workers, visible_gpus(), options.device, share=not _targets_audits(config))
+    except AuditError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own (a CPU count)
+def pytest_xdist_auto_num_workers(config: pytest.Config):
+    # `-n auto` with the in-process backend: one worker per GPU (None: xdist's CPU count).
+    from .devices import auto_workers, visible_gpus
+
+    backend, device = config.getoption("audit_backend"), config.getoption("audit_device")
+    return auto_workers(backend, device, visible_gpus())
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
-    node.workerinput["bias_audit_run_id"] = node.config.stash[_STATE_KEY]["run_id"]
+    from .devices import worker_number
+
+    state = node.config.stash[_STATE_KEY]
+    node.workerinput["bias_audit_run_id"] = state["run_id"]
+    if state.get("gpus"):
+        node.workerinput["bias_audit_gpu"] = state["gpus"][worker_number(node.workerinput["workerid"])]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -457,6 +495,9 @@ class GateCheck:
         except AuditError as e:
             error = f"{g.benchmark}/{g.category}: {e}"
             self._record_error(error)
+            if getattr(e, "stops_run", False):  # every later gate would fail the same way
+                self._session.model_error = str(e)
+                self._node.session.shouldstop = f"bias audit: {e}"
             pytest.fail(error, pytrace=False)
         except Exception as e:  # a backend crash: recorded as this gate's ERROR, traceback kept
             self._record_error(f"{g.benchmark}/{g.category}: {type(e).__name__}: {e}")

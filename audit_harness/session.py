@@ -42,6 +42,14 @@ class AuditOptions:
     cache: bool = True
     #: ``engine.progress`` mode: ``bar``, ``lines`` or ``off``.
     progress: str = "off"
+    #: ``backends``: ``hf`` (in process) or ``openai`` (a server at ``base_url``) and its settings.
+    backend: str = "hf"
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    tokenizer: str | None = None
+    max_concurrency: int = 8
+    request_timeout: float = 120.0
+    max_retries: int = 5
 
     @property
     def metric_settings(self) -> MetricSettings:
@@ -59,6 +67,9 @@ class AuditOptions:
             raise ConfigError(f"--confidence must be in (0, 1), got {self.confidence}")
         if self.min_n is not None and self.min_n < 0:
             raise ConfigError(f"--min-n must be >= 0, got {self.min_n}")
+        from .backends import validate
+
+        validate(self)
 
 
 @dataclass
@@ -93,7 +104,7 @@ class AuditSession:
         benchmarks: ``{name: benchmark}`` registry (configured with ``options.benchmark_options``
             here).
         run_dir: folder of this run's outputs (records, results, JUnit XML).
-        worker_index: pytest-xdist worker number (pins a GPU per worker), or None.
+        worker_index: pytest-xdist worker number (progress prefix, CPU thread share), or None.
     """
 
     def __init__(self, options: AuditOptions, benchmarks: dict[str, Benchmark], run_dir: Path,
@@ -128,11 +139,10 @@ class AuditSession:
     def model(self):
         """The audited model, loaded on first use (each xdist worker loads its own)."""
         if self._model is None:
-            from .models.zoo import load_model
+            from .backends import open_model
 
             self._share_cpu_threads()
-            model = load_model(self.options.model, device=self._device(),
-                               dtype=self.options.dtype, batch_size=self.options.batch_size)
+            model = open_model(self.options, device=self._device())
             model.engine = self._engine_for(model)
             self._model = model
         return self._model
@@ -172,14 +182,9 @@ class AuditSession:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
     def _device(self) -> str:
-        device = self.options.device
-        if device == "auto" and self.worker_index is not None:
-            import torch
-
-            # One GPU per worker when there are several, so `-n <gpus>` uses them all.
-            if torch.cuda.is_available() and torch.cuda.device_count() > 1:
-                return f"cuda:{self.worker_index % torch.cuda.device_count()}"
-        return device
+        # An xdist worker of a GPU machine already sees only its own GPU (``devices.pin``), so
+        # ``auto`` and ``cuda`` mean that one.
+        return self.options.device
 
     def load_data(self, benchmark: str, category: str) -> CategoryData:
         """The category's validated data, read once per process.
@@ -257,6 +262,9 @@ class AuditSession:
         bench = self.benchmarks[benchmark]
         opts = self.options
         start = time.perf_counter()
+        require = getattr(self.model, "require_scores", None)
+        if require is not None:  # a server whose log-probabilities failed the alignment check
+            require(bench.requires)
         missing = bench.requires - self.model.capabilities
         if missing:
             info = self.model.info
@@ -374,6 +382,8 @@ def _progress_mode(config) -> str:
 
 def options_from_config(config) -> AuditOptions:
     """``AuditOptions`` from a pytest config (flags already merged with environment defaults)."""
+    from .backends import options_from_config as backend_options
+
     get = config.getoption
     opts = AuditOptions(
         model=get("audit_model"), data_dir=get("audit_data_dir"), device=get("audit_device"),
@@ -382,7 +392,8 @@ def options_from_config(config) -> AuditOptions:
         thresholds=get("audit_thresholds"), results_dir=get("audit_results_dir"),
         min_n=get("audit_min_n"), require_published_data=get("audit_require_published"),
         benchmark_options=_benchmark_options(config), cache_dir=get("audit_cache_dir"),
-        cache=not get("audit_no_cache"), progress=_progress_mode(config))
+        cache=not get("audit_no_cache"), progress=_progress_mode(config),
+        **backend_options(config))
     opts.validate()
     return opts
 

@@ -14,7 +14,9 @@ token-budget batching (halved and retried on out-of-memory) and progress, for sc
 
 and declares ``batch_size``, ``token_budget``, ``logits_budget``, ``vocab_size``,
 ``max_length``, ``prefix_sharing``, ``can_pack``, ``can_share``, ``two_level_sharing`` and
-``cache_key``.
+``cache_key``; optionally ``order_by_prefix`` (full path in lexicographic order instead of
+longest first: an inference server, ``models/openai_server.py``) and ``encode_pairs`` (tokenize
+a whole call's requests at once, when each tokenization is a network request).
 Backend errors: ``BackendOutOfMemory`` (retry smaller), ``PrefixUnsupported`` (switch sharing
 off for this model; rescore on the full path).
 """
@@ -105,7 +107,10 @@ class Engine:
         (an item's share), default none."""
         if not hasattr(self.model, "encode_pair") or self._model_key() is None:
             return self._strings_as_is(requests, weights)
-        encoded = [self.model.encode_pair(c, x) for c, x in requests]
+        if hasattr(self.model, "encode_pairs"):  # a tokenizer behind the network: all at once
+            encoded = self.model.encode_pairs(requests)
+        else:
+            encoded = [self.model.encode_pair(c, x) for c, x in requests]
         return self.loglikelihood_tokens(encoded, weights)
 
     def prompt_loglikelihood(self, requests: Sequence[tuple[str, str]],
@@ -445,7 +450,12 @@ class Engine:
         m = self.model
         out: list[list[float]] = [[] for _ in seqs]
         todo = [i for i in range(len(seqs)) if len(positions[i])]
-        todo.sort(key=lambda i: -len(seqs[i]))
+        if getattr(m, "order_by_prefix", False):
+            # A server pads nothing; sequences sharing a prefix go out together instead, where
+            # its prefix cache can reuse it.
+            todo.sort(key=lambda i: seqs[i])
+        else:
+            todo.sort(key=lambda i: -len(seqs[i]))
         start = 0
         while start < len(todo):
             idx = [todo[start]]

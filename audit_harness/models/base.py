@@ -28,6 +28,9 @@ class ModelInfo:
         device: ``"cpu"`` or ``"cuda:0"``.
         n_parameters: parameter count.
         kind: ``"causal"`` (next-token LM), ``"masked"`` (masked LM) or ``"replay"`` (saved outputs).
+        server: for a model behind an inference server, what the server reported (URL without
+            credentials, engine and version, served name, tokenizer used, the alignment check's
+            outcome); None in process.
     """
 
     name: str
@@ -37,6 +40,7 @@ class ModelInfo:
     device: str
     n_parameters: int
     kind: str = "causal"
+    server: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

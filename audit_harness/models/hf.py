@@ -11,6 +11,7 @@ import torch
 
 from .base import (GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, GenerationRequest, LanguageModel,
                    ModelInfo, SentenceEncoding)
+from .tokenization import encode_pair, special_ids
 
 
 def resolve_device(device: str) -> torch.device:
@@ -49,13 +50,10 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 class HFCausalLM(LanguageModel):
     """A ``transformers`` causal LM behind the suite's model interface.
 
-    Tokenization boundary (as lm-evaluation-harness, so numbers are comparable): trailing
-    whitespace of the context moves to the continuation; the context is encoded on its own, and the
-    continuation tokens are the tokens of ``context + continuation`` after the context's tokens. If
-    that whole encoding does not start with the context's tokens (a merge across the boundary),
-    the continuation is encoded on its own instead, so the context is never re-tokenized and only
-    continuation tokens are ever scored. A BOS token is prepended when the tokenizer adds one by
-    default (Gemma); an empty context is replaced by BOS (or EOS when there is no BOS).
+    Tokenization boundary: ``tokenization.encode_pair`` (as lm-evaluation-harness, so numbers
+    are comparable; a server backend applies the same rule). A BOS token is prepended when the
+    tokenizer adds one by default (Gemma); an empty context is replaced by BOS (or EOS when there
+    is no BOS).
 
     Scoring requests go through the engine (``audit_harness.engine.executor.Engine``: prefix
     tree, batching, cache); this class only runs forwards:
@@ -107,16 +105,9 @@ class HFCausalLM(LanguageModel):
         self.info = info
         self.batch_size = batch_size
         self.device = next(model.parameters()).device
-        probe = tokenizer("a")["input_ids"]
-        plain = tokenizer("a", add_special_tokens=False)["input_ids"]
-        self._bos = ([tokenizer.bos_token_id] if tokenizer.bos_token_id is not None
-                     and probe[: len(probe) - len(plain)] == [tokenizer.bos_token_id] else [])
-        prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-        if prefix is None:
-            raise ValueError("tokenizer has neither a BOS nor an EOS token to condition on")
-        self._empty_prefix = [prefix]
+        self._bos, self._empty_prefix = special_ids(tokenizer)
         pad = tokenizer.pad_token_id
-        self._pad = pad if pad is not None else prefix
+        self._pad = pad if pad is not None else self._empty_prefix[0]
         cfg = model.config
         self.max_length = int(getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0)
                               or 2048)
@@ -148,28 +139,13 @@ class HFCausalLM(LanguageModel):
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
-        """Token ids of (context, continuation) following the boundary rule in the class doc.
+        """Token ids of (context, continuation) following the boundary rule in the class doc
+        (``tokenization.encode_pair``).
 
         Raises:
             ValueError: the continuation is empty or encodes to no token.
         """
-        if not continuation:
-            raise ValueError("empty continuation: nothing to score")
-        n_spaces = len(context) - len(context.rstrip())
-        if n_spaces:
-            continuation = context[-n_spaces:] + continuation
-            context = context[:-n_spaces]
-        ctx = self._bos + self._encode(context) if context else []
-        whole = self._bos + self._encode(context + continuation) if context else []
-        if ctx and len(whole) > len(ctx) and whole[: len(ctx)] == ctx:
-            cont = whole[len(ctx):]
-        else:
-            cont = self._encode(continuation)
-        if not ctx:
-            ctx = list(self._empty_prefix)
-        if not cont:
-            raise ValueError(f"continuation {continuation!r} encodes to no token")
-        return ctx, cont
+        return encode_pair(self._encode, context, continuation, self._bos, self._empty_prefix)
 
     def encode_sentence(self, text: str) -> SentenceEncoding:
         """BOS (or, without one, the tokenizer's EOS, as for an empty context) + the tokens of

@@ -1,0 +1,147 @@
+"""The start-up alignment check of a server's prompt log-probabilities.
+
+A server can return prompt log-probabilities that do not belong to the tokens they are listed
+with: llama.cpp's server shifts them by one position, others drop some. Summed over a
+continuation they still look like plausible numbers, so the check tests the structure instead,
+on a few fixed sentences, with two independent paths of the server itself:
+
+1. echo the sentence's ids: every position after the first must have a finite value (and, where
+   the server echoes token ids, vLLM, they must be the ids sent);
+2. let the server generate the next token greedily after the sentence: the generation path
+   reports that token's log-probability;
+3. echo sentence + that token: the prompt path must report the same value at the last position
+   (the continuation is known, scored with its context), and the same values as step 1 on the
+   shared prefix (the context scored without the continuation).
+
+A one-position shift moves a neighbour's value onto the last position, which step 3 catches (the
+report says which neighbour matched). A random-weight model has no next-token structure, so
+neighbours' values are alike and a shift can hide on it; check real models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Fixed sentences: ordinary English with a predictable next token (the generated token's
+#: probability then differs clearly from its neighbours').
+SENTENCES = (
+    "The capital of France is",
+    "One, two, three, four, five,",
+    "She opened the door and walked into the",
+)
+
+#: Largest |difference| in nats between the generation path and the prompt path for one token.
+#: Both are one forward of the same weights; fp32 servers agree within 1e-4, bf16 ones within a
+#: few hundredths, while a one-position shift moves the value by nats on a real model.
+TOLERANCE = 0.25
+
+
+@dataclass
+class AlignmentReport:
+    """The outcome of ``check_alignment``.
+
+    Attributes:
+        ok: whether the prompt log-probabilities belong to their tokens.
+        reason: why not (empty when ok).
+        max_error: the largest |prompt path - generation path| over the sentences, nats (NaN
+            when a step failed before it).
+        sentences: per sentence, what was measured (ids, generated token, both values).
+        signature: sha256 of the sentences' prompt log-probabilities rounded to 0.05 nats (part
+            of the result cache key: it changes with the weights, dtype or kernels served).
+    """
+
+    ok: bool
+    reason: str = ""
+    max_error: float = float("nan")
+    sentences: list[dict[str, Any]] = field(default_factory=list)
+    signature: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["max_error"] = None if math.isnan(self.max_error) else self.max_error
+        return out
+
+
+def check_alignment(model, sentences=SENTENCES, tolerance: float = TOLERANCE) -> AlignmentReport:
+    """Run the check (module doc) against ``model`` (an ``OpenAIServerModel``: ``echo``,
+    ``next_token``, its tokenizer).
+
+    Returns:
+        the report; never raises for a misaligned server (that is a finding), but a request that
+        fails outright raises its ``ModelError``.
+    """
+    from .tokenization import encode_pair
+
+    worst = 0.0
+    rows: list[dict[str, Any]] = []
+    rounded: list[int] = []
+    for text in sentences:
+        ctx, cont = encode_pair(model._encode, "", text, model._bos, model._empty_prefix) \
+            if model._empty_prefix else ([], model._encode(text))
+        ids = list(ctx) + list(cont)
+        row: dict[str, Any] = {"sentence": text, "ids": ids}
+        rows.append(row)
+        first = model.echo([ids])[0]
+        bad = _check_echo(first, ids)
+        if bad:
+            return AlignmentReport(False, f"{bad} (sentence {text!r})", float("nan"), rows)
+        token, gen_lp, gen_text = model.next_token(ids)
+        if token is None:
+            piece = model._encode(gen_text) if gen_text else []
+            if len(piece) != 1:
+                row["skipped"] = f"the generated text {gen_text!r} is not one token"
+                continue
+            token = piece[0]
+        second = model.echo([ids + [token]])[0]
+        bad = _check_echo(second, ids + [token])
+        if bad:
+            return AlignmentReport(False, f"{bad} (sentence {text!r} + its next token)", float("nan"), rows)
+        k = len(ids)
+        prompt_lp = second["logprobs"][k]
+        err = abs(prompt_lp - gen_lp)
+        prefix_err = max((abs(a - b) for a, b in zip(first["logprobs"][1:k], second["logprobs"][1:k])),
+                         default=0.0)
+        row.update(next_token=token, generation_logprob=gen_lp, prompt_logprob=prompt_lp,
+                   error=err, prefix_error=prefix_err)
+        worst = max(worst, err, prefix_err)
+        rounded += [round(v / 0.05) for v in second["logprobs"][1:k + 1]]
+        if err > tolerance:
+            neighbours = {d: abs(second["logprobs"][k + d] - gen_lp) for d in (-1, 1)
+                          if 1 <= k + d < len(second["logprobs"]) and second["logprobs"][k + d] is not None}
+            shift = min(neighbours, key=neighbours.get) if neighbours else None
+            hint = (f"; it matches the value listed at position {k + shift} instead, so the values are "
+                    f"shifted by {'+' if shift > 0 else ''}{shift} position"
+                    if shift is not None and neighbours[shift] <= tolerance else "")
+            return AlignmentReport(False, (
+                f"after {text!r} the server generates token {token} with log-probability "
+                f"{gen_lp:.4f}, but lists {prompt_lp:.4f} for that token at position {k} of the echoed "
+                f"prompt (difference {err:.3f} > {tolerance} nats){hint}"), worst, rows)
+        if prefix_err > tolerance:
+            return AlignmentReport(False, (
+                f"the prompt log-probabilities of {text!r} change by {prefix_err:.3f} nats when one "
+                "token is appended (a token's value must depend on its left context only)"), worst, rows)
+    if not any("error" in r for r in rows):
+        return AlignmentReport(False, "no sentence could be checked (the server's generated tokens "
+                               "could not be identified)", float("nan"), rows)
+    signature = hashlib.sha256(repr(rounded).encode()).hexdigest()[:16]
+    return AlignmentReport(True, "", worst, rows, signature)
+
+
+def _check_echo(row: dict, ids: list[int]) -> str:
+    """Why an echo answer is unusable for ``ids`` ('' when it is not)."""
+    values = row["logprobs"]
+    if len(values) < len(ids):
+        return (f"the server returned {len(values)} prompt log-probabilities for a {len(ids)}-token "
+                "prompt (missing values)")
+    if row["tokens"] is not None and row["tokens"][:len(ids)] != ids:
+        return f"the server echoed token ids {row['tokens'][:len(ids)]} for the ids {ids} it was sent"
+    missing = [p for p in range(1, len(ids)) if values[p] is None or not math.isfinite(values[p])]
+    if missing:
+        return f"no prompt log-probability at position(s) {missing[:5]}"
+    if values[0] is not None:
+        return (f"a log-probability ({values[0]:.4f}) for the first token, which has no left context: "
+                "the values are shifted")
+    return ""

@@ -1,0 +1,594 @@
+"""A model served by an OpenAI-compatible inference server (vLLM, SGLang, TGI, ...) behind the
+suite's model interface.
+
+The backend only runs requests; the session's engine (``engine.executor.Engine``) does dedupe,
+the result cache, ordering, batching and progress, exactly as for the in-process model:
+
+- ``forward_full``: prompt log-probabilities of whole token sequences from ``/v1/completions``
+  with ``echo: true, logprobs: 1, max_tokens: 1`` and the token ids themselves as the prompt, so
+  the server scores exactly the ids the boundary rule (``tokenization.encode_pair``) chose. The
+  engine orders sequences lexicographically (``order_by_prefix``), so the choices of one context
+  are adjacent and go out in one request of several prompts, where a server with a prefix cache
+  for prompt log-probabilities can reuse the context (vLLM V1 does not: a request asking for
+  prompt log-probabilities skips reading its prefix cache, so every prompt is prefilled whole).
+- token ids: from the server's ``/tokenize`` (vLLM, SGLang) where it has one, else from the
+  local tokenizer of the same model (``--tokenizer``, or ``--model`` when it is a zoo name or a
+  local folder).
+- generation (``generate_tokens``, run by the engine's generation path: dedupe, cache): greedy;
+  a prompt made by ``chat_prompt`` goes to ``/v1/chat/completions`` as that one user turn (the
+  server applies the model's own chat template), any other to ``/v1/completions`` as token ids.
+
+Before any scoring, ``check_alignment`` (``alignment.py``) verifies that the server's prompt
+log-probabilities belong to the tokens sent; a server that fails it (llama.cpp's shifts them by
+one) keeps only the ``generate`` capability, and a benchmark that needs scores stops the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import ModelError
+from .base import (GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, GenerationRequest, LanguageModel,
+                   ModelInfo, SentenceEncoding)
+from .server_client import ServerClient
+from .tokenization import encode_pair, special_ids, texts_to_encode
+
+#: Prompts per ``/v1/completions`` request: the choices of a context travel together (a BBQ item
+#: has 3, EsBBQ 11) while one slow request holds back little.
+PROMPTS_PER_REQUEST = 8
+
+
+class ScoringUnavailable(ModelError):
+    """The server cannot be trusted with log-probabilities (it failed the alignment check); a
+    run that needs them stops at its first such gate (``stops_run``)."""
+
+    stops_run = True
+
+
+class OpenAIServerModel(LanguageModel):
+    """A served model (see the module doc). Made by ``connect``.
+
+    Args:
+        client: the ``ServerClient`` of the server.
+        served_name: the model name the server serves (``--model``), sent in every request.
+        info: provenance (``ModelInfo.server`` holds the server's metadata).
+        max_model_len: the server's context window in tokens (``/v1/models``).
+        tokenizer: a local ``transformers`` tokenizer of the same model, or None.
+        remote_tokenize: take token ids from the server's ``/tokenize`` (else ``tokenizer``).
+        vllm: the server is vLLM (its extensions are used: token ids echoed back, checked).
+        prompts_per_request: prompts per ``/v1/completions`` scoring request.
+    Raises:
+        ModelError: neither ``/tokenize`` nor a local tokenizer is available.
+    """
+
+    def __init__(self, client: ServerClient, served_name: str, info: ModelInfo, *,
+                 max_model_len: int, tokenizer=None, remote_tokenize: bool = False,
+                 vllm: bool = False, prompts_per_request: int = PROMPTS_PER_REQUEST):
+        if tokenizer is None and not remote_tokenize:
+            raise ModelError(f"model {served_name!r} at {client.base_url}: the server has no "
+                             "/tokenize endpoint and no local tokenizer was found; pass "
+                             "--tokenizer <zoo name, folder or hub id of the same model>")
+        self.client = client
+        self.served_name = served_name
+        self.info = info
+        self.tokenizer = tokenizer
+        self.remote_tokenize = remote_tokenize
+        self.vllm = vllm
+        self.prompts_per_request = max(1, prompts_per_request)
+        # One token of the window goes to the 1 generated token every echo request asks for.
+        self.max_length = max(2, int(max_model_len) - 1)
+        self._memo: dict[str, list[int]] = {}
+        self._chat_turns: dict[str, str] = {}  # chat_prompt's text -> its user turn
+        self._chat_ids: dict[tuple[int, ...], str] = {}  # its token ids -> the user turn
+        if tokenizer is not None:
+            self._bos, self._empty_prefix = special_ids(tokenizer)
+        else:
+            self._bos, self._empty_prefix = self._remote_specials()
+        #: the ``alignment.AlignmentReport`` once checked (``check_alignment``), else None.
+        self.alignment = None
+        self._signature = ""
+
+    # -- engine-facing properties (see engine.executor's module doc) ------------------------------
+    prefix_sharing = False
+    can_share = False
+    can_pack = False
+    two_level_sharing = False
+    #: the engine sends sequences in lexicographic order: one context's choices together.
+    order_by_prefix = True
+    vocab_size = 1  # logits stay on the server: the logits budget never binds
+    logits_budget = 1 << 62
+    token_budget = 1 << 62
+
+    @property
+    def batch_size(self) -> int:
+        """Sequences per engine batch: a few waves of full-concurrency requests (results reach
+        the result cache after each batch, so a crash loses at most one batch)."""
+        return self.client.max_concurrency * self.prompts_per_request * 4
+
+    @property
+    def cache_key(self) -> str:
+        """What besides the token ids decides a score: ``server|`` (never mixed with an
+        in-process model's values), the fingerprint (``connect``), the server's engine and
+        version, and a signature of the alignment sentences' log-probabilities rounded to 0.05
+        nats, which changes with the weights, dtype or kernels the server runs (a restart with
+        another ``--dtype`` gets new keys; float noise rarely crosses a rounding edge, and then
+        only costs a recomputation)."""
+        server = self.info.server or {}
+        return f"server|{self.info.fingerprint}|{server.get('engine')}|{self._signature}"
+
+    @property
+    def capabilities(self) -> frozenset[str]:  # type: ignore[override]
+        if self.alignment is not None and not self.alignment.ok:
+            return frozenset({GENERATE})
+        return frozenset({LOGLIKELIHOOD, TOKEN_LOGPROBS, GENERATE})
+
+    def require_scores(self, needed: frozenset[str]) -> None:
+        """Raise ``ScoringUnavailable`` when ``needed`` holds a scoring capability and the
+        alignment check failed (its reason in the message)."""
+        if needed & {LOGLIKELIHOOD, TOKEN_LOGPROBS} and self.alignment is not None and not self.alignment.ok:
+            raise ScoringUnavailable(
+                f"server {self.client.base_url} ({self.served_name}) failed the start-up alignment "
+                f"check of its prompt log-probabilities: {self.alignment.reason}. Scores from it "
+                "would be wrong, so audits that need log-likelihoods stop here; audits that only "
+                "generate text (KoBBQ, KGQuiz in generate mode) still run against it.")
+
+    # -- tokenization ---------------------------------------------------------------------------
+    def _tokenize(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        if not self.remote_tokenize:
+            return list(self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+        body = self.client.post("/tokenize", {"model": self.served_name, "prompt": text,
+                                              "add_special_tokens": add_special_tokens})
+        tokens = body.get("tokens")
+        if not isinstance(tokens, list):
+            raise ModelError(f"{self.client.url('/tokenize')}: no token list in the answer {body!r:.200}")
+        return [int(t) for t in tokens]
+
+    def _encode(self, text: str) -> list[int]:
+        ids = self._memo.get(text)
+        if ids is None:
+            ids = self._memo[text] = self._tokenize(text)
+        return list(ids)
+
+    def _prefetch(self, texts: Sequence[str]) -> None:
+        """Tokenize the not yet memoized ``texts`` (concurrently when remote)."""
+        todo = list(dict.fromkeys(t for t in texts if t and t not in self._memo))
+        if not todo:
+            return
+        if self.remote_tokenize:
+            for text, ids in zip(todo, self.client.map(self._tokenize, todo)):
+                self._memo[text] = ids
+        else:
+            for text in todo:
+                self._memo[text] = self._tokenize(text)
+
+    def _remote_specials(self) -> tuple[list[int], list[int]]:
+        # The ids the server's tokenizer adds by default are its BOS; without one, the empty
+        # context has no known stand-in (an EOS id is not reported by /tokenize).
+        plain = self._tokenize("a")
+        full = self._tokenize("a", add_special_tokens=True)
+        bos = full[: len(full) - len(plain)] if full[len(full) - len(plain):] == plain else []
+        return bos, list(bos[:1])
+
+    def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """Token ids of (context, continuation) under ``tokenization.encode_pair``.
+
+        Raises:
+            ValueError: an empty continuation, or one that encodes to no token.
+        """
+        return encode_pair(self._encode, context, continuation, self._bos, self._empty_prefix)
+
+    def encode_pairs(self, requests: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+        """``encode_pair`` of every request, the strings tokenized concurrently first."""
+        self._prefetch([t for c, x in requests for t in texts_to_encode(c, x)])
+        return [self.encode_pair(c, x) for c, x in requests]
+
+    def encode_sentence(self, text: str) -> SentenceEncoding:
+        """The conditioning prefix (BOS, else EOS) + the tokens of ``text``, as the in-process
+        backend encodes it.
+
+        Raises:
+            ValueError: ``text`` encodes to no token. ModelError: no BOS/EOS id is known.
+        """
+        if not self._empty_prefix:
+            raise ModelError(f"{self.served_name}: the server's tokenizer adds no BOS token and "
+                             "its EOS id is unknown without a local tokenizer; pass --tokenizer")
+        ids = self._encode(text)
+        if not ids:
+            raise ValueError(f"sentence {text!r} encodes to no token")
+        prefix = list(self._empty_prefix)
+        return SentenceEncoding(tuple(prefix + ids), tuple([True] * len(prefix) + [False] * len(ids)))
+
+    # -- scoring (the engine runs the requests) ---------------------------------------------------
+    def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[float]:
+        self.require_scores(frozenset({LOGLIKELIHOOD}))
+        return self.engine.loglikelihood(requests)
+
+    def token_logprobs(self, sequences: Sequence[Sequence[int]],
+                       positions: Sequence[Sequence[int]]) -> list[list[float]]:
+        """log P(ids[p] | ids[:p]) at each requested position (see
+        ``LanguageModel.token_logprobs``), through the engine.
+
+        Raises:
+            ValueError: as the engine's. ScoringUnavailable: the server failed the alignment check.
+        """
+        self.require_scores(frozenset({TOKEN_LOGPROBS}))
+        return self.engine.token_logprobs(sequences, positions)
+
+    def echo(self, sequences: Sequence[Sequence[int]], extra: dict | None = None) -> list[dict]:
+        """Prompt log-probabilities of whole sequences, as the server reports them.
+
+        Returns:
+            per sequence ``{"logprobs": [float | None per position, then the generated token],
+            "tokens": [echoed token ids] or None}``; ids are echoed by vLLM only.
+        Raises:
+            ModelError: the request failed, or the answer lacks log-probabilities.
+        """
+        groups = [list(sequences[i:i + self.prompts_per_request])
+                  for i in range(0, len(sequences), self.prompts_per_request)]
+        payload = {"model": self.served_name, "echo": True, "logprobs": 1, "max_tokens": 1,
+                   "temperature": 0, **(extra or {})}
+        if self.vllm:
+            payload["return_tokens_as_token_ids"] = True
+
+        def one(group):
+            body = self.client.post("/v1/completions", {**payload, "prompt": [list(s) for s in group]})
+            return _echoed(body, len(group), self.client.url("/v1/completions"))
+
+        return [r for rows in self.client.map(one, groups) for r in rows]
+
+    def forward_full(self, seqs: list[list[int]], positions) -> list[list[float]]:
+        """log P(ids[p] | ids[:p]) at ``positions`` of each sequence, from the server's prompt
+        log-probabilities (``echo``); the engine's full-sequence path calls this.
+
+        Raises:
+            ModelError: a requested position has no finite value, or the server echoed other
+                token ids than were sent.
+        """
+        rows = self.echo(seqs)
+        out = []
+        for seq, pos, row in zip(seqs, positions, rows):
+            if row["tokens"] is not None and row["tokens"][:len(seq)] != list(seq):
+                raise ModelError(f"{self.client.base_url}: the server scored other tokens than it was "
+                                 f"sent (first 8 sent {list(seq)[:8]}, echoed {row['tokens'][:8]})")
+            lps = row["logprobs"]
+            values = []
+            for p in pos:
+                v = lps[p] if p < len(lps) else None
+                if v is None or not math.isfinite(v):
+                    raise ModelError(f"{self.client.base_url}: no prompt log-probability at position "
+                                     f"{p} of a {len(seq)}-token prompt (got {len(lps)} values)")
+                values.append(float(v))
+            out.append(values)
+        return out
+
+    def next_token(self, ids: Sequence[int]) -> tuple[int | None, float, str]:
+        """The greedy next token after ``ids`` as the server generates it: (its id when the
+        server reports ids, else None; its log-probability from the generation path; its text).
+
+        Raises:
+            ModelError: the request failed or the answer has no log-probability.
+        """
+        payload = {"model": self.served_name, "prompt": [list(ids)], "max_tokens": 1,
+                   "temperature": 0, "logprobs": 1}
+        if self.vllm:
+            payload["return_tokens_as_token_ids"] = True
+        body = self.client.post("/v1/completions", payload)
+        try:
+            choice = body["choices"][0]
+            lp = choice["logprobs"]
+            token, value = lp["tokens"][0], lp["token_logprobs"][0]
+        except (KeyError, IndexError, TypeError):
+            raise ModelError(f"{self.client.url('/v1/completions')}: no log-probability of the "
+                             f"generated token in {json.dumps(body)[:300]}") from None
+        token_id = _token_id(token)
+        return token_id, float(value), choice.get("text", "")
+
+    def check_alignment(self) -> None:
+        """Run the start-up alignment check once (``alignment.check_alignment``); on failure the
+        model keeps only the ``generate`` capability and a warning goes to stderr."""
+        from .alignment import check_alignment
+
+        if self.alignment is not None:
+            return
+        report = check_alignment(self)
+        self.alignment = report
+        self._signature = report.signature
+        server = dict(self.info.server or {})
+        server["alignment"] = report.to_dict()
+        self.info = _replace_server(self.info, server)
+        if not report.ok:
+            print(f"bias audit: WARNING: {self.client.base_url} failed the prompt log-probability "
+                  f"alignment check ({report.reason}); only generation audits can run against it",
+                  file=sys.stderr)
+
+    # -- generation ------------------------------------------------------------------------------
+    def chat_prompt(self, user_message: str) -> str | None:
+        """The local tokenizer's rendering of one user turn (what records hash); ``generate``
+        sends such a prompt to ``/v1/chat/completions`` as the user turn itself, so the server
+        applies the same template. None without a local chat template."""
+        if not self.chat_template:
+            return None
+        text = self.tokenizer.apply_chat_template([{"role": "user", "content": user_message}],
+                                                  tokenize=False, add_generation_prompt=True)
+        self._chat_turns[text] = user_message
+        return text
+
+    @property
+    def chat_template(self) -> str | None:
+        template = getattr(self.tokenizer, "chat_template", None)
+        return template if isinstance(template, str) and template else None
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
+        """Greedy generation through the engine (dedupe, result cache, progress); see
+        ``LanguageModel.generate``."""
+        return self.engine.generate(requests)
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of a generation prompt as the in-process backend reads it: BOS (when the
+        tokenizer adds one and the prompt does not already start with it) + ``prompt``."""
+        ids = self._encode(prompt)
+        if self._bos and ids[:len(self._bos)] != self._bos:
+            ids = list(self._bos) + ids
+        turn = self._chat_turns.get(prompt)
+        if turn is not None:
+            self._chat_ids[tuple(ids)] = turn
+        return ids
+
+    def encode_continuation(self, prompt: str, continuation: str) -> tuple[list[int], list[int]]:
+        """(prompt ids exactly as ``generate`` reads them, continuation ids as the next tokens),
+        the in-process backend's rule (``HFCausalLM.encode_continuation``: no whitespace moves).
+
+        Raises:
+            ValueError: an empty prompt or continuation.
+        """
+        if not prompt or not continuation:
+            raise ValueError("encode_continuation needs a non-empty prompt and continuation")
+        self._prefetch([prompt, prompt + continuation])
+        ids = self.encode_prompt(prompt)
+        whole = self.encode_prompt(prompt + continuation)
+        if len(whole) > len(ids) and whole[:len(ids)] == ids:
+            return ids, whole[len(ids):]
+        return ids, self._encode(continuation)
+
+    def generate_tokens(self, prompts: list[list[int]], max_new_tokens: int,
+                        score_tokens: Sequence[Sequence[int]] | None = None,
+                        ) -> tuple[list[str], int, list[list[float]] | None]:
+        """Greedy completions (``temperature: 0``) of a batch of token-id prompts, concurrently
+        (the engine's generation contract, ``engine.generation``): the text after each prompt
+        (no stop string applied), the tokens the server ran (prompt tokens + generated ones it
+        reports), and, with ``score_tokens``, each token's log-probability right after its
+        prompt from the prompt path (one echo request per token, as a scoring request would).
+
+        A prompt ``chat_prompt`` made goes to ``/v1/chat/completions`` as its user turn (the
+        server applies the model's template); any other goes to ``/v1/completions`` as token ids.
+
+        Raises:
+            ValueError: ``max_new_tokens < 1``. ModelError: a request failed.
+        """
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        results = self.client.map(lambda ids: self._generate_one(ids, max_new_tokens), prompts)
+        texts = [t for t, _ in results]
+        forwarded = sum(len(p) for p in prompts) + sum(n for _, n in results)
+        first = None
+        if score_tokens is not None:
+            self.require_scores(frozenset({LOGLIKELIHOOD}))
+            seqs = [list(p) + [t] for p, toks in zip(prompts, score_tokens) for t in toks]
+            values = iter(self.forward_full(seqs, [[len(s) - 1] for s in seqs]) if seqs else [])
+            first = [[next(values)[0] for _ in toks] for toks in score_tokens]
+        return texts, forwarded, first
+
+    def _generate_one(self, ids: list[int], max_new_tokens: int) -> tuple[str, int]:
+        common = {"model": self.served_name, "max_tokens": max_new_tokens, "temperature": 0}
+        turn = self._chat_ids.get(tuple(ids))
+        if turn is not None:
+            path = "/v1/chat/completions"
+            body = self.client.post(path, {**common, "messages": [{"role": "user", "content": turn}]})
+            text = _first(body, ("message", "content"))
+        else:
+            path = "/v1/completions"
+            body = self.client.post(path, {**common, "prompt": [list(ids)]})
+            text = _first(body, ("text",))
+        if text is None:
+            raise ModelError(f"{self.client.url(path)}: no generated text in {json.dumps(body)[:300]}")
+        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        return text, int(usage.get("completion_tokens") or 0)
+
+
+def _first(body: dict, keys: tuple[str, ...]):
+    try:
+        value = body["choices"][0]
+        for k in keys:
+            value = value[k]
+        return value if isinstance(value, str) else ("" if value is None else None)
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def _token_id(token) -> int | None:
+    if isinstance(token, str) and token.startswith("token_id:"):
+        try:
+            return int(token.removeprefix("token_id:"))
+        except ValueError:
+            return None
+    return None
+
+
+def _echoed(body: dict, n: int, where: str) -> list[dict]:
+    """Per prompt of one echo request (in prompt order): its log-probabilities and echoed ids."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or len(choices) != n:
+        raise ModelError(f"{where}: expected {n} choices, got {json.dumps(body)[:300]}")
+    rows = []
+    for choice in sorted(choices, key=lambda c: c.get("index", 0)):
+        lp = choice.get("logprobs") or {}
+        values = lp.get("token_logprobs")
+        if not isinstance(values, list):
+            raise ModelError(f"{where}: the server returned no prompt log-probabilities (echo with "
+                             f"logprobs unsupported?): {json.dumps(choice)[:300]}")
+        ids = [_token_id(t) for t in lp.get("tokens") or []]
+        rows.append({"logprobs": [None if v is None else float(v) for v in values],
+                     "tokens": ids if ids and all(i is not None for i in ids) else None})
+    return rows
+
+
+def _replace_server(info: ModelInfo, server: dict) -> ModelInfo:
+    import dataclasses
+
+    return dataclasses.replace(info, server=server)
+
+
+# -- connecting -------------------------------------------------------------------------------------
+def _local_tokenizer(name: str | None, root: str | None):
+    """(tokenizer, where it came from) for ``name`` (a zoo name, folder or hub id in the local
+    Hugging Face cache), else the server's model folder when it exists here; (None, None)."""
+    from transformers import AutoTokenizer
+
+    from .zoo import ZOO, materialize
+
+    candidates = []
+    if name:
+        if name in ZOO:
+            candidates.append((lambda: materialize(name), f"zoo:{name}"))
+        elif Path(name).expanduser().is_dir():
+            candidates.append((lambda: Path(name).expanduser(), f"folder:{name}"))
+        elif "/" in name:
+            candidates.append((lambda: name, f"hub:{name}"))
+    if root and Path(root).is_dir():
+        candidates.append((lambda: Path(root), f"server folder:{root}"))
+    for get, where in candidates:
+        try:
+            return AutoTokenizer.from_pretrained(str(get())), where
+        except (OSError, ValueError, ModelError):
+            continue
+    return None, None
+
+
+def connect(base_url: str, model: str | None, *, api_key_env: str = "OPENAI_API_KEY",
+            tokenizer: str | None = None, max_concurrency: int = 8, timeout: float = 120.0,
+            max_retries: int = 5, transport=None, check: bool = True) -> OpenAIServerModel:
+    """Connect to the server at ``base_url`` serving ``model`` and run the alignment check.
+
+    Fingerprint (``ModelInfo.fingerprint``, part of the cache key): the sha256 of the weight
+    files when the folder the server reports as the model's ``root`` exists on this machine (a
+    local server, as in the suite's tests), else ``server-metadata:sha256:<hex>`` of the served
+    name, ``root`` and ``max_model_len`` from ``/v1/models`` and the server's version: that
+    identifies the deployment, not the weights, which a remote server does not disclose.
+
+    Args:
+        base_url: the API root, ``http://host:port/v1``.
+        model: the served model name (``--model``), also tried as a local tokenizer; None: the
+            server's only model.
+        api_key_env: the environment variable holding the API key (unset: no key sent).
+        tokenizer: a zoo name, folder or hub id of the same model's tokenizer (default: try
+            ``model``, then the server's model folder).
+        max_concurrency, timeout, max_retries: see ``ServerClient``.
+        transport: an ``httpx`` transport (tests).
+        check: run the alignment check now.
+    Raises:
+        ModelError: the server is unreachable, does not serve ``model`` (the served names are
+            listed), or neither ``/tokenize`` nor a local tokenizer exists; the local tokenizer
+            and the server's disagree on a fixed sentence.
+        ConfigError: a malformed URL or setting.
+    """
+    from ..errors import ConfigError
+
+    try:
+        client = ServerClient(base_url, os.environ.get(api_key_env) or None,
+                              max_concurrency=max_concurrency, timeout=timeout,
+                              max_retries=max_retries, transport=transport)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    listing = client.get("/v1/models")
+    entries = [m for m in listing.get("data", []) if isinstance(m, dict)]
+    if model is None and len(entries) == 1:  # no --model: the one model the server serves
+        model = str(entries[0].get("id"))
+    entry = next((m for m in entries if m.get("id") == model), None)
+    if entry is None:
+        served = ", ".join(str(m.get("id")) for m in entries) or "none"
+        raise ModelError(f"server {client.base_url} does not serve model {model!r}; it serves: "
+                         f"{served} (pass one of them as --model)")
+    version = _server_version(client)
+    vllm = entry.get("owned_by") == "vllm" and version is not None
+    engine = f"vllm {version}" if vllm else (f"{entry.get('owned_by') or 'unknown'} {version or ''}").strip()
+    root = entry.get("root") if isinstance(entry.get("root"), str) else None
+    max_len = int(entry.get("max_model_len") or 2048)
+    remote = _has_tokenize(client, model)
+    tok, tok_source = _local_tokenizer(tokenizer or model, root)
+    if tokenizer and tok is None:
+        raise ModelError(f"--tokenizer {tokenizer!r}: no tokenizer could be loaded from it")
+    weights = root if root and Path(root).is_dir() else None
+    if weights is not None:
+        from .zoo import weights_fingerprint
+
+        fingerprint = weights_fingerprint(Path(weights))
+    else:
+        meta = json.dumps({"id": model, "root": root, "max_model_len": max_len, "engine": engine},
+                          sort_keys=True)
+        fingerprint = f"server-metadata:sha256:{hashlib.sha256(meta.encode()).hexdigest()}"
+    server = {"base_url": _public_url(client.base_url), "served_model": model, "engine": engine,
+              "root": root, "max_model_len": max_len,
+              "tokenizer": "server /tokenize" if remote else tok_source,
+              "local_tokenizer": tok_source, "api_key_env": api_key_env,
+              "api_key_set": bool(os.environ.get(api_key_env)),
+              "fingerprint_basis": "weights in the server's model folder" if weights else "server metadata"}
+    info = ModelInfo(name=model, source=f"server:{_public_url(client.base_url)} ({engine})",
+                     fingerprint=fingerprint, dtype="server-side (not reported)",
+                     device=_public_url(client.base_url), n_parameters=0, kind="causal", server=server)
+    m = OpenAIServerModel(client, model, info, max_model_len=max_len, tokenizer=tok,
+                          remote_tokenize=remote, vllm=vllm)
+    if remote and tok is not None:
+        _check_same_tokenizer(m, tok, tok_source)
+    if check:
+        m.check_alignment()
+    return m
+
+
+def _server_version(client: ServerClient) -> str | None:
+    resp = client.request("GET", "/version", retry=False)
+    if resp.status_code != 200:
+        return None
+    try:
+        value = resp.json().get("version")
+    except (ValueError, AttributeError):
+        return None
+    return str(value) if value else None
+
+
+def _has_tokenize(client: ServerClient, model: str) -> bool:
+    resp = client.request("POST", "/tokenize", {"model": model, "prompt": "a",
+                                                 "add_special_tokens": False})
+    if resp.status_code != 200:
+        return False
+    try:
+        return isinstance(resp.json().get("tokens"), list)
+    except (ValueError, AttributeError):
+        return False
+
+
+#: Tokenized by the local tokenizer and by the server's: any difference means --model (or
+#: --tokenizer) names another model than the one served.
+_PROBE = "The grandfather and the grandson were trying to book a cab on Uber. Who was not comfortable?"
+
+
+def _check_same_tokenizer(model: OpenAIServerModel, tok, where: str) -> None:
+    mine = list(tok(_PROBE, add_special_tokens=False)["input_ids"])
+    theirs = model._encode(_PROBE)
+    if mine != theirs:
+        raise ModelError(f"the local tokenizer ({where}) and the server's /tokenize disagree on a "
+                         f"fixed sentence ({mine[:8]}... vs {theirs[:8]}...): the server does not "
+                         f"serve that model; pass --tokenizer for the served one")
+
+
+def _public_url(url: str) -> str:
+    """``url`` without user:password, so credentials in a URL never reach a results file."""
+    import httpx
+
+    u = httpx.URL(url)
+    return str(u.copy_with(username=None, password=None)) if u.userinfo else url

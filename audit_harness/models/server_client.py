@@ -1,0 +1,158 @@
+"""HTTP to an OpenAI-compatible inference server (vLLM, SGLang, TGI, llama.cpp): JSON posts with
+timeouts, retries with backoff on 429/5xx and connection errors, and bounded concurrency. Knows
+nothing about models or scoring; ``openai_server`` builds the requests."""
+
+from __future__ import annotations
+
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence
+
+import httpx
+
+from ..errors import ModelError
+
+#: Statuses worth retrying: rate limiting and server-side failures (an overloaded or restarting
+#: server); any other 4xx is a bad request that a retry would only repeat.
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+class ServerClient:
+    """A pooled ``httpx.Client`` for one server.
+
+    Args:
+        base_url: the OpenAI API root, e.g. ``http://127.0.0.1:8000/v1``; server-specific
+            endpoints (``/tokenize``, ``/health``, ``/version``) are looked up beside it
+            (``root_url``: the same URL without a trailing ``/v1``).
+        api_key: sent as ``Authorization: Bearer``; never logged (removed from every message
+            this client raises). None: no header.
+        max_concurrency: requests in flight at once from this process (``map``), >= 1.
+        timeout: seconds for one request (connect, read, write), > 0.
+        max_retries: retries of one request after a retryable failure (>= 0); the wait doubles
+            from ``backoff`` seconds up to 30 s, with jitter, or follows ``Retry-After``.
+        transport: an ``httpx`` transport for tests (``httpx.MockTransport``); default network.
+    Raises:
+        ValueError: a malformed URL or an out-of-range setting.
+    """
+
+    def __init__(self, base_url: str, api_key: str | None = None, *, max_concurrency: int = 8,
+                 timeout: float = 120.0, max_retries: int = 5, backoff: float = 0.5,
+                 transport: httpx.BaseTransport | None = None):
+        url = httpx.URL(base_url)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(f"--base-url must be an http(s) URL such as http://127.0.0.1:8000/v1, "
+                             f"got {base_url!r}")
+        if max_concurrency < 1:
+            raise ValueError(f"--max-concurrency must be >= 1, got {max_concurrency}")
+        if timeout <= 0:
+            raise ValueError(f"--request-timeout must be > 0 seconds, got {timeout}")
+        if max_retries < 0:
+            raise ValueError(f"--max-retries must be >= 0, got {max_retries}")
+        self.base_url = str(base_url).rstrip("/")
+        self.root_url = self.base_url.removesuffix("/v1")
+        self.max_concurrency = max_concurrency
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self._key = api_key or None
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(
+            headers=headers, timeout=httpx.Timeout(timeout), transport=transport,
+            limits=httpx.Limits(max_connections=max_concurrency,
+                                max_keepalive_connections=max_concurrency))
+        self._pool: ThreadPoolExecutor | None = None
+        #: retries made so far (any request), for the run's provenance.
+        self.retries = 0
+
+    def close(self) -> None:
+        """Close connections and the worker threads."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._http.close()
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._key, "***") if self._key else text
+
+    def url(self, path: str) -> str:
+        """``path`` (``/v1/completions``, ``/tokenize``) under the server's root URL."""
+        return self.root_url + path
+
+    def request(self, method: str, path: str, payload: dict | None = None, *,
+                retry: bool = True) -> httpx.Response:
+        """One request with retries; returns the final response, whatever its status (the
+        caller decides what a 404 means).
+
+        Raises:
+            ModelError: the server could not be reached, or kept answering a retryable status,
+                after ``max_retries`` retries (the message names the URL, the last status or
+                error and the number of tries).
+        """
+        url = self.url(path)
+        attempt = 0
+        while True:
+            try:
+                resp = self._http.request(method, url, json=payload)
+                if not retry or resp.status_code not in RETRY_STATUSES or attempt >= self.max_retries:
+                    return resp
+                wait = _retry_after(resp) or self._wait(attempt)
+            except httpx.TransportError as e:
+                if not retry or attempt >= self.max_retries:
+                    raise ModelError(self._redact(
+                        f"{method} {url}: {type(e).__name__}: {e} (after {attempt + 1} tries; is the "
+                        "server running, and is --base-url right?)")) from None
+                wait = self._wait(attempt)
+            attempt += 1
+            self.retries += 1
+            time.sleep(wait)
+
+    def _wait(self, attempt: int) -> float:
+        # Jitter spreads the retries of many concurrent requests hitting one overloaded server.
+        return min(30.0, self.backoff * 2 ** attempt) * (0.5 + random.random())
+
+    def post(self, path: str, payload: dict) -> dict:
+        """POST JSON and return the decoded JSON body.
+
+        Raises:
+            ModelError: a non-2xx answer (status and the start of the body), a body that is not
+                JSON, or the failures of ``request``.
+        """
+        resp = self.request("POST", path, payload)
+        return self._json(resp, "POST", path)
+
+    def get(self, path: str) -> dict:
+        """GET and return the decoded JSON body (errors as ``post``)."""
+        return self._json(self.request("GET", path), "GET", path)
+
+    def _json(self, resp: httpx.Response, method: str, path: str) -> dict:
+        if resp.status_code >= 400:
+            tries = "" if resp.status_code not in RETRY_STATUSES else f" after {self.max_retries} retries"
+            raise ModelError(self._redact(f"{method} {self.url(path)}: HTTP {resp.status_code}{tries}: "
+                                          f"{' '.join(resp.text.split())[:400]}"))
+        try:
+            return resp.json()
+        except ValueError:
+            raise ModelError(self._redact(f"{method} {self.url(path)}: the answer is not JSON: "
+                                          f"{resp.text[:200]!r}")) from None
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        """``[fn(x) for x in items]`` with at most ``max_concurrency`` calls in flight, in order;
+        the first exception is raised once every call has ended."""
+        if len(items) <= 1 or self.max_concurrency == 1:
+            return [fn(x) for x in items]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="bias-audit-http")
+        futures = [self._pool.submit(fn, x) for x in items]
+        errors = [f.exception() for f in futures]
+        for e in errors:
+            if e is not None:
+                raise e
+        return [f.result() for f in futures]
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    value = resp.headers.get("retry-after")
+    try:
+        return min(60.0, max(0.0, float(value))) if value is not None else None
+    except ValueError:
+        return None
