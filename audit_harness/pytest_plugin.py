@@ -210,14 +210,17 @@ def expand_gates(gates: dict[str, list[Gate]], benchmarks) -> dict[str, list[Gat
 
 def _check_inputs(audit, selected, fetch: bool = False) -> None:
     """Raise AuditError when the data directory lacks a selected benchmark's files (fetching them
-    first with --fetch-data) or the model name is unusable."""
-    from .models.zoo import check_model_name
+    first with --fetch-data), the model name is unusable, or the model cannot compute what a
+    selected benchmark needs."""
+    from .models.zoo import check_capabilities, check_model_name
     from .sources.check import require_data
 
     require_data(audit.data_dir, selected, {b.data_folder for b in audit.benchmarks.values()},
                  fetch=fetch)
     if audit.options.backend == "hf":  # a server's model name is whatever it serves
         check_model_name(audit.options.model)
+        check_capabilities(audit.options.model,
+                           {name: b.requires for name, b in audit.benchmarks.items()}, selected)
 
 
 def _present_pairs(audit, selected: dict[str, list[str]], gates) -> list[tuple[str, str]]:

@@ -316,6 +316,31 @@ def test_a_masked_model_cannot_run_bbq(tiny_bert):
         tiny_bert.loglikelihood([("a", " b")])
 
 
+def test_a_masked_model_on_bbq_stops_at_start_up_as_a_usage_error(tmp_path, data_dir):
+    # The mismatch is known from the zoo table before any weights load: exit 4 with the reason,
+    # not a run whose every BBQ gate ends in ERROR (exit 3).
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "audits/test_bbq.py", "audits/test_crows_pairs.py", "--model",
+         "tiny-random-bert", "--data-dir", str(data_dir), "--results-dir", str(tmp_path / "results"),
+         "-p", "no:cacheprovider", "-q"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert ("model 'tiny-random-bert' is a masked LM, which computes token_logprobs only: "
+            "bbq needs loglikelihood") in proc.stderr
+    assert 'select them with -k "crows_pairs or winoqueer"' in proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_capability_check_reads_a_folder_config_and_passes_what_the_model_can_do(tiny_bert):
+    from audit_harness.models.zoo import check_capabilities, materialize
+
+    requires = {"bbq": frozenset({"loglikelihood"}), "winoqueer": frozenset({"token_logprobs"})}
+    check_capabilities("tiny-random-bert", requires, ["winoqueer"])
+    with pytest.raises(ModelError, match=r"masked LM.*bbq needs loglikelihood; it can run winoqueer"):
+        check_capabilities(str(materialize("tiny-random-bert")), requires, ["bbq", "winoqueer"])
+    check_capabilities("tiny-random-gpt2", requires, ["bbq", "winoqueer"])
+
+
 # --- end to end ---------------------------------------------------------------------------------
 def test_audit_runs_the_masked_path_end_to_end(tmp_path, data_dir):
     results = tmp_path / "results"

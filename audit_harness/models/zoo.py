@@ -39,6 +39,7 @@ class ZooEntry:
     packages: str  # pip command that provides it
     gguf: Callable[[], Path] | None = None
     build: Callable[[Path], None] | None = None
+    kind: str = "causal"  # or "masked": what ``model_kind`` finds once it is built
 
 
 def _smollm2_gguf() -> Path:
@@ -170,7 +171,7 @@ ZOO: dict[str, ZooEntry] = {
         ZooEntry("tiny-random-gpt2", "2-layer random GPT-2 built from a config (seed 0), tests only",
                  "(none: built locally)", build=_build_tiny_gpt2),
         ZooEntry("tiny-random-bert", "2-layer random BERT masked LM built from a config (seed 0), tests only",
-                 "(none: built locally)", build=_build_tiny_bert),
+                 "(none: built locally)", build=_build_tiny_bert, kind="masked"),
     )
 }
 
@@ -279,6 +280,47 @@ def check_model_name(name: str | None) -> None:
         return
     raise ModelError(f"unknown model {name!r}: known zoo models are {', '.join(sorted(ZOO))} "
                      "(or pass a local transformers folder or a hub id such as org/name)")
+
+
+def check_capabilities(name: str | None, requires: dict[str, frozenset[str]],
+                       selected: list[str]) -> None:
+    """Refuse, before anything loads, a model that cannot compute what a selected benchmark needs
+    (a masked LM cannot score continuations or generate), so the run stops at start-up as a usage
+    error instead of failing every gate of those benchmarks later.
+
+    The model's kind comes from the zoo table or from its config alone (``model_kind``, no
+    weights); a hub id that cannot be resolved offline is not checked here (loading reports it).
+
+    Args:
+        name: as ``load_model``'s (``None`` = the embedded default).
+        requires: ``{benchmark: Benchmark.requires}`` for every known benchmark.
+        selected: the benchmarks the run selected (keys of ``requires``).
+    Raises:
+        ModelError: naming the model, its kind, each selected benchmark it cannot run with the
+            capabilities that benchmark needs, and the benchmarks it can run.
+    """
+    from .hf import HFCausalLM
+    from .hf_masked import HFMaskedLM
+
+    name = name or DEFAULT_MODEL
+    if name in ZOO:
+        kind = ZOO[name].kind
+    else:
+        folder = Path(name).expanduser()
+        try:
+            kind = model_kind(str(folder) if folder.is_dir() else name)
+        except (OSError, ValueError, ModelError):
+            return
+    capabilities = HFMaskedLM.capabilities if kind == "masked" else HFCausalLM.capabilities
+    unable = {b: sorted(requires[b] - capabilities) for b in selected if requires[b] - capabilities}
+    if not unable:
+        return
+    can = sorted(b for b, needs in requires.items() if needs <= capabilities)
+    listed = "; ".join(f"{b} needs {', '.join(needs)}" for b, needs in sorted(unable.items()))
+    hint = (f"; it can run {', '.join(can)} (select them with -k \"{' or '.join(can)}\")" if can
+            else "")
+    raise ModelError(f"model {name!r} is a {kind} LM, which computes "
+                     f"{', '.join(sorted(capabilities))} only: {listed}{hint}")
 
 
 def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "auto",
