@@ -153,7 +153,12 @@ def score_predictions(benchmark: Benchmark, predictions: str | Path, prediction_
             raise DataError(f"{where}: duplicate id {item_id!r} (first at line {lines[item_id]})")
         lines[item_id] = line_no
         if prediction_field not in row:
-            raise DataError(f"{where}: missing prediction field {prediction_field!r}")
+            import difflib
+
+            close = difflib.get_close_matches(prediction_field, [str(k) for k in row], n=1)
+            raise DataError(f"{where}: missing prediction field {prediction_field!r}; the row's "
+                            f"fields are {', '.join(map(repr, row))}"
+                            + (f" (did you mean {close[0]!r}?)" if close else ""))
         parsed.append((line_no, row, item_id, category))
 
     categories = [c for c in bench.categories if any(p[3] == c for p in parsed)]
