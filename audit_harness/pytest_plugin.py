@@ -481,6 +481,12 @@ class GateCheck:
         ``MissingDataError`` skips the test (``pytest.skip``) and records a ``skipped`` verdict.
         """
         g = self.gate
+        # The gate's identity goes into JUnit first, so an ERROR or skipped testcase names its
+        # gate as a passed or failed one does, next to its status and reason.
+        self._record("benchmark", g.benchmark)
+        self._record("category", g.category)
+        self._record("metric", g.metric)
+        self._record("kind", g.kind)
         capman = self._node.config.pluginmanager.getplugin("capturemanager")
         # Progress of a long category goes to the terminal, not into the test's captured output.
         show = capman is not None and self._session.options.progress != "off"
@@ -493,6 +499,7 @@ class GateCheck:
             # the report lists the gate instead of silently dropping it.
             reason = f"{g.benchmark}/{g.category}: {e}"
             self._record("status", "skipped")
+            self._record("reason", reason)
             self._session.verdicts.append(skipped_verdict(g, reason))
             pytest.skip(reason)
         except AuditError as e:
@@ -507,10 +514,6 @@ class GateCheck:
             raise
         metric = self._session.metric(g.benchmark, g.category, g.metric)
         verdict = g.evaluate(metric)
-        self._record("benchmark", g.benchmark)
-        self._record("category", g.category)
-        self._record("metric", g.metric)
-        self._record("kind", g.kind)
         self._record("value", "nan" if not metric.defined else f"{metric.value:.6f}")
         self._record("n", metric.n)
         self._record("ci", f"{metric.ci_low:.6f},{metric.ci_high:.6f}")
@@ -531,6 +534,7 @@ class GateCheck:
     def _record_error(self, message: str) -> None:
         verdict = Verdict.error(self.gate, message)
         self._record("status", verdict.status)
+        self._record("reason", message)
         self._session.verdicts.append(verdict.to_dict())
 
 

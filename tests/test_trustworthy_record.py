@@ -122,6 +122,17 @@ def test_a_mid_run_failure_is_an_error_verdict_and_nothing_vanishes(tmp_path, da
     assert len(res["gates"]) == 6 and res["gate_summary"]["error"] == 3
     assert "**ERROR**" in report and "device-side assert" in report
     assert "ERROR" in proc.stdout
+    # JUnit: an ERROR testcase names its gate and says why, as a judged one names its gate.
+    import xml.etree.ElementTree as ET
+
+    (junit,) = list(results.glob("*/junit.xml"))
+    cases = {c.get("name"): {p.get("name"): p.get("value") for p in c.iter("property")}
+             for c in ET.parse(junit).iter("testcase")}
+    errored = cases["test_bbq[Religion-bias_score_ambig]"]
+    assert errored["status"] == "error" and errored["metric"] == "bias_score_ambig"
+    assert errored["benchmark"] == "bbq" and errored["category"] == "Religion"
+    assert "device-side assert triggered" in errored["reason"]
+    assert cases["test_bbq[Sexual_orientation-bias_score_ambig]"]["status"] != "error"
 
 
 # --- 2. interrupted runs --------------------------------------------------------------------------
