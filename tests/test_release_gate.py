@@ -160,6 +160,23 @@ def test_bias_audit_compare_reports_moved_gates(base_run, tmp_path, data_dir, ca
     assert any("thresholds files differ" in n for n in comparison["notes"])
 
 
+def test_compare_says_when_a_run_is_incomplete(base_run):
+    from audit_harness.report.compare import compare_results, render_comparison
+
+    _, base_dir = base_run
+    complete = json.loads((base_dir / "results.json").read_text())
+    partial = json.loads(json.dumps(complete))
+    partial["run"]["status"] = "interrupted"
+    partial["gates"] = partial["gates"][:2]
+    errored = json.loads(json.dumps(complete))
+    errored["gates"][0]["status"] = "error"
+    assert not any("incomplete" in n for n in compare_results(complete, complete)["notes"])
+    notes = compare_results(partial, errored)["notes"]
+    assert notes[0].startswith("the old run is incomplete (INTERRUPTED)")
+    assert notes[1].startswith("the new run is incomplete (RUN ERROR): 1 gate(s) have no verdict")
+    assert "- the old run is incomplete (INTERRUPTED)" in render_comparison(compare_results(partial, errored))
+
+
 # --- exit codes ----------------------------------------------------------------------------------
 def test_a_bound_on_the_wrong_scale_is_an_input_error(tmp_path, data_dir):
     bad = tmp_path / "thresholds.yaml"

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from ..errors import ConfigError
 from .results import read_results  # noqa: F401  (re-exported for the CLI)
+from .verdict import overall_verdict
 
 #: Options whose difference makes two runs' numbers not directly comparable.
 _COMPARABLE_OPTIONS = ("limit", "seed", "confidence", "n_resamples", "benchmark_options")
@@ -52,7 +53,8 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
     -------
     dict
         ``old``/``new`` (run id, model name and fingerprint); ``notes``: why the numbers may not
-        be comparable (options, thresholds or data files that differ); ``metrics``: one row per
+        be comparable (a run that is incomplete: an error, an interruption or nothing checked;
+        options, thresholds or data files that differ); ``metrics``: one row per
         (benchmark, category, metric) of either run: both values, intervals and n, ``change``
         (new - old, None when either is undefined or absent) and ``intervals_disjoint`` (True,
         False, or None when an interval is missing); ``gates``: one row per gate test of either
@@ -64,6 +66,11 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
                 "created": r.get("created")}
 
     notes = []
+    for side, r in (("old", old), ("new", new)):
+        verdict = overall_verdict(r)
+        if verdict.label in ("RUN ERROR", "INTERRUPTED", "NOTHING CHECKED"):
+            # A partial run's missing gates would read as "absent", its numbers as final.
+            notes.append(f"the {side} run is incomplete ({verdict.label}): {verdict.reason}")
     for key in _COMPARABLE_OPTIONS:
         a, b = (old.get("options") or {}).get(key), (new.get("options") or {}).get(key)
         if a != b:
