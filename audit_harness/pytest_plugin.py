@@ -140,8 +140,12 @@ def pytest_configure(config: pytest.Config) -> None:
             warnings.simplefilter("always")
             gates = load_thresholds(Path(options.thresholds), catalogue, min_n=options.min_n)
         baseline_path = config.getoption("audit_baseline")
-        baseline = (read_results(Path(config.invocation_params.dir) / baseline_path, "--baseline")[0]
-                    if baseline_path else None)
+        baseline = baseline_file = None
+        if baseline_path:
+            baseline_file = Path(config.invocation_params.dir) / baseline_path
+            baseline = read_results(baseline_file, "--baseline")[0]
+            if baseline_file.is_dir():
+                baseline_file = baseline_file / "results.json"
     except AuditError as e:
         raise pytest.UsageError(str(e)) from None
     if not hasattr(config, "workerinput"):  # a deprecated key warns once, in the controller
@@ -170,7 +174,9 @@ def pytest_configure(config: pytest.Config) -> None:
         gates = add_regression_gates(gates, baseline)
     config.stash[_STATE_KEY] = {"gates": gates, "run_id": run_id, "worker_outputs": [], "gpus": gpus,
                                 "started": time.time(), "validated": False, "selected": None,
-                                "baseline": baseline and _baseline_summary(baseline, baseline_path)}
+                                "baseline": baseline and _baseline_summary(baseline, baseline_path,
+                                                                           baseline_file),
+                                "baseline_doc": baseline}
     # An audit run (audits on the command line) writes JUnit XML into its run folder unless the
     # user chose a path; a unit-test run writes nothing.
     if workerinput is None and _targets_audits(config):
@@ -192,9 +198,12 @@ def pytest_configure(config: pytest.Config) -> None:
             state["own_junit"] = True
 
 
-def _baseline_summary(results: dict, path: str) -> dict:
-    """What the results file records about the ``--baseline`` run."""
-    return {"path": str(path), "run_id": results.get("run_id"),
+def _baseline_summary(results: dict, path: str, file: Path) -> dict:
+    """What the results file records about the ``--baseline`` run: where it was read, its sha256
+    (so a reviewer can tell the baseline was not edited after the fact), run id, model."""
+    from .data import sha256_file
+
+    return {"path": str(path), "sha256": sha256_file(file), "run_id": results.get("run_id"),
             "model": (results.get("model") or {}).get("name"),
             "fingerprint": (results.get("model") or {}).get("fingerprint"),
             "created": results.get("created")}
@@ -642,6 +651,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
                             overall=overall, provenance=provenance, run=run, errors=errors,
                             benchmark_info={n: audit.benchmarks[n].report_info() for n in touched},
                             baseline=state.get("baseline"))
+    if state.get("baseline_doc") is not None:
+        # Regression gates are only meaningful like for like: say what differs from the baseline.
+        from .report.compare import comparability_notes, incomplete_notes
+
+        results["baseline"]["not_like_for_like"] = (
+            incomplete_notes({"baseline": state["baseline_doc"]})
+            + comparability_notes(state["baseline_doc"], results))
     state["results"] = results
     state["results_path"] = write_results(audit.run_dir / "results.json", results)
     state["report_path"] = write_markdown(audit.run_dir / "report.md", results)
@@ -708,6 +724,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if modified:
         tr.write_line(f"DATA: {len(modified)} file(s) MODIFIED, not the published release: "
                       f"{', '.join(modified)} (--require-published-data makes this an error)", red=True)
+    unlike = (results.get("baseline") or {}).get("not_like_for_like") or []
+    if unlike:
+        tr.write_line(f"BASELINE not like for like: {'; '.join(unlike)}", yellow=True)
     model = results["model"] or {}
     tr.write_line(f"model {model.get('name')} ({model.get('fingerprint', '')[:19]}…, "
                   f"{model.get('dtype')}, {model.get('device')})")

@@ -118,9 +118,14 @@ def test_a_regression_fails_exactly_its_gate(base_run, tmp_path, data_dir, thres
     regressions = [v for v in same["gates"] if v["kind"] == "regression"]
     assert len(regressions) == 3 * len(CATEGORIES) and {v["status"] for v in regressions} == {"pass"}
     assert same["baseline"]["run_id"] == base["run_id"]
+    import hashlib
+
+    assert same["baseline"]["sha256"] == hashlib.sha256((base_dir / "results.json").read_bytes()).hexdigest()
+    assert same["baseline"]["not_like_for_like"] == [] and "BASELINE not like" not in proc.stdout
     # A baseline that was better on one metric: this run is worse there by more than 0.05.
     better = json.loads(json.dumps(base))
     better["benchmarks"]["bbq"]["Religion"]["metrics"]["acc_disambig"].update(value=0.9, ci=[0.8, 0.95])
+    better["options"]["seed"] += 1  # and run with another seed: the run says it is not like for like
     (tmp_path / "better.json").write_text(json.dumps(better))
     proc, results = audit(tmp_path, data_dir, "--thresholds", str(thresholds), "--baseline",
                           str(tmp_path / "better.json"), name="worse")
@@ -137,6 +142,12 @@ def test_a_regression_fails_exactly_its_gate(base_run, tmp_path, data_dir, thres
     assert props["baseline_run"] == base["run_id"]
     html = (run_dir / "report.html").read_text()
     assert "Compared with the baseline" in html and base["run_id"] in html
+    seed = base["options"]["seed"]
+    note = f"option seed differs: {seed + 1!r} (old) vs {seed!r} (new)"
+    assert worse["baseline"]["not_like_for_like"] == [note]
+    assert f"BASELINE not like for like: {note}" in proc.stdout
+    assert "The baseline is not like for like" in (run_dir / "report.md").read_text()
+    assert "The baseline is not like for like" in html
 
 
 def test_bias_audit_compare_reports_moved_gates(base_run, tmp_path, data_dir, capsys):

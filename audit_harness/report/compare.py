@@ -46,6 +46,37 @@ def _disjoint(a, b) -> bool | None:
     return a[1] < b[0] or b[1] < a[0]
 
 
+def incomplete_notes(runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One sentence per run (``{"old": results, ...}``) whose overall verdict says it is not
+    complete (RUN ERROR, INTERRUPTED, NOTHING CHECKED): its missing gates would otherwise read as
+    absent and its numbers as final."""
+    notes = []
+    for side, r in runs.items():
+        verdict = overall_verdict(r)
+        if verdict.label in ("RUN ERROR", "INTERRUPTED", "NOTHING CHECKED"):
+            notes.append(f"the {side} run is incomplete ({verdict.label}): {verdict.reason}")
+    return notes
+
+
+def comparability_notes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Why two runs' numbers are not like for like: options that change them
+    (``_COMPARABLE_OPTIONS``), another thresholds file, or a data file both read whose sha256
+    differs. Empty when they are comparable; the models may differ (that is the point)."""
+    notes = []
+    for key in _COMPARABLE_OPTIONS:
+        a, b = (old.get("options") or {}).get(key), (new.get("options") or {}).get(key)
+        if a != b:
+            notes.append(f"option {key} differs: {a!r} (old) vs {b!r} (new)")
+    sha = [(r.get("run") or {}).get("thresholds_sha256") for r in (old, new)]
+    if sha[0] != sha[1]:
+        notes.append("the thresholds files differ (sha256), so gates may have changed with them")
+    files_old, files_new = old.get("data_files") or {}, new.get("data_files") or {}
+    for path in sorted(set(files_old) & set(files_new)):
+        if files_old[path].get("sha256") != files_new[path].get("sha256"):
+            notes.append(f"data file {path} differs between the runs (sha256)")
+    return notes
+
+
 def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """The comparison of two runs.
 
@@ -65,23 +96,7 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
         return {"run_id": r.get("run_id"), "model": m.get("name"), "fingerprint": m.get("fingerprint"),
                 "created": r.get("created")}
 
-    notes = []
-    for side, r in (("old", old), ("new", new)):
-        verdict = overall_verdict(r)
-        if verdict.label in ("RUN ERROR", "INTERRUPTED", "NOTHING CHECKED"):
-            # A partial run's missing gates would read as "absent", its numbers as final.
-            notes.append(f"the {side} run is incomplete ({verdict.label}): {verdict.reason}")
-    for key in _COMPARABLE_OPTIONS:
-        a, b = (old.get("options") or {}).get(key), (new.get("options") or {}).get(key)
-        if a != b:
-            notes.append(f"option {key} differs: {a!r} (old) vs {b!r} (new)")
-    sha = [(r.get("run") or {}).get("thresholds_sha256") for r in (old, new)]
-    if sha[0] != sha[1]:
-        notes.append("the thresholds files differ (sha256), so gates may have changed with them")
-    files_old, files_new = old.get("data_files") or {}, new.get("data_files") or {}
-    for path in sorted(set(files_old) & set(files_new)):
-        if files_old[path].get("sha256") != files_new[path].get("sha256"):
-            notes.append(f"data file {path} differs between the runs (sha256)")
+    notes = incomplete_notes({"old": old, "new": new}) + comparability_notes(old, new)
     m_old, m_new = _metrics(old), _metrics(new)
     rows = []
     for key in sorted(set(m_old) | set(m_new), key=lambda k: (k[0], k[1] in ("pooled", "size_weighted"), k[1], k[2])):

@@ -110,8 +110,13 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     baseline = results.get("baseline")
     if baseline:
         out += ["", f"Regression gates compare with baseline run `{baseline.get('run_id')}` (model "
-                f"{baseline.get('model')}, `{baseline.get('path')}`): each fails when the whole new "
+                f"{baseline.get('model')}, `{baseline.get('path')}`, sha256 "
+                f"`{baseline.get('sha256')}`): each fails when the whole new "
                 "interval is worse than the baseline value by more than its max_regression."]
+        unlike = baseline.get("not_like_for_like") or []
+        if unlike:
+            out += ["", "**The baseline is not like for like**, so a regression gate may reflect the "
+                    "set-up rather than the model:", ""] + [f"- {x}" for x in unlike]
     skipped = [v for v in results["gates"] if v["status"] == "skipped"]
     if skipped:
         out += ["", "Skipped gates (their data is missing; a skipped gate is not a pass):", ""]
