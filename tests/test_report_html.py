@@ -184,3 +184,14 @@ def test_the_browser_check_sees_a_broken_image_and_a_request(tmp_path):
     probe, requests, _ = browse(probed, tmp_path)
     assert probe["images"] == [{"alt": "remote", "loaded": False, "width": 0}]
     assert probe["resources"] == ["http://127.0.0.1:9/x.png"] and requests == ["http://127.0.0.1:9/x.png"]
+
+
+def test_chart_limits_keep_a_marker_at_the_range_end_inside_the_frame():
+    from audit_harness.report.charts import _limits
+
+    points = [{"value": 1.0, "ci": [0.6, 1.0], "band": None},
+              {"value": -1.0, "ci": [-1.0, -0.7], "band": (-0.05, 0.05)}]
+    lo, hi = _limits(points, (-1.0, 1.0))
+    assert -1.1 < lo < -1.0 and 1.0 < hi < 1.1
+    lo, hi = _limits([{"value": 0.2, "ci": [0.1, 0.3], "band": None}], (-1.0, 1.0))
+    assert 0.0 < lo < 0.1 and 0.3 < hi < 0.4  # not stretched to the whole range

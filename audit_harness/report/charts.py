@@ -51,16 +51,20 @@ def chart_points(results: Mapping[str, Any], bench: str) -> tuple[list[str], lis
 
 
 def _limits(points: Sequence[Mapping[str, Any]], value_range: Sequence[float] | None) -> tuple[float, float]:
-    """y limits covering every value, interval and finite band end, inside the metric's range."""
+    """y limits covering every value, interval and finite band end, clipped to the metric's range
+    and then widened by 3% of the span, so a marker at the range's end (a bias score of exactly 1)
+    is drawn inside the frame rather than on it."""
     ys = [y for p in points for y in [p["value"], *p["ci"], *(p["band"] or ())] if y is not None]
     if not ys:
-        return tuple(value_range) if value_range else (-1.0, 1.0)  # type: ignore[return-value]
+        lo, hi = tuple(value_range) if value_range else (-1.0, 1.0)
+        return lo - 0.03 * (hi - lo), hi + 0.03 * (hi - lo)
     lo, hi = min(ys), max(ys)
     pad = max((hi - lo) * 0.08, 1e-3 * max(1.0, abs(hi), abs(lo)))
     lo, hi = lo - pad, hi + pad
     if value_range:
         lo, hi = max(lo, value_range[0]), min(hi, value_range[1])
-    return lo, hi
+    margin = 0.03 * (hi - lo)
+    return lo - margin, hi + margin
 
 
 def render_chart(results: Mapping[str, Any], bench: str) -> bytes | None:
