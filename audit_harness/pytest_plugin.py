@@ -151,6 +151,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # a deprecated key warns once, in the controller
         for warning in {str(w.message): w.message for w in caught}.values():
             config.issue_config_time_warning(warning, stacklevel=2)
+    # ...and is kept for the results and both reports, which outlive pytest's warnings summary.
+    thresholds_warnings = list(dict.fromkeys(str(w.message) for w in caught))
     workerinput = getattr(config, "workerinput", None)
     gpus = _gpu_plan(config, options) if workerinput is None else None
     if workerinput is not None:
@@ -176,7 +178,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                 "started": time.time(), "validated": False, "selected": None,
                                 "baseline": baseline and _baseline_summary(baseline, baseline_path,
                                                                            baseline_file),
-                                "baseline_doc": baseline}
+                                "baseline_doc": baseline, "thresholds_warnings": thresholds_warnings}
     # An audit run (audits on the command line) writes JUnit XML into its run folder unless the
     # user chose a path; a unit-test run writes nothing.
     if workerinput is None and _targets_audits(config):
@@ -640,6 +642,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
            "duration_s": round(time.time() - state["started"], 3),
            "suite": suite_provenance(),
            "thresholds_sha256": sha256_file(Path(audit.options.thresholds)),
+           "thresholds_warnings": state.get("thresholds_warnings") or [],
            "gates_configured": configured}
     from .session import overall_from_records
 
@@ -724,6 +727,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if modified:
         tr.write_line(f"DATA: {len(modified)} file(s) MODIFIED, not the published release: "
                       f"{', '.join(modified)} (--require-published-data makes this an error)", red=True)
+    for warning in results["run"].get("thresholds_warnings") or []:
+        tr.write_line(f"THRESHOLDS: {warning}", yellow=True)
     unlike = (results.get("baseline") or {}).get("not_like_for_like") or []
     if unlike:
         tr.write_line(f"BASELINE not like for like: {'; '.join(unlike)}", yellow=True)

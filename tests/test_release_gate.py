@@ -204,9 +204,19 @@ def test_a_deprecated_basis_still_runs_and_says_so(tmp_path, data_dir):
     old.write_text("bbq:\n  defaults:\n    acc_ambig: {min: 0.5, basis: ci}\n")
     proc, results = audit(tmp_path, data_dir, "--thresholds", str(old), keyword="Religion")
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert proc.stdout.count("bbq.defaults.acc_ambig.basis is deprecated: write `mode: ci_inside`") == 1
-    (verdict,) = json.loads((run_dir_of(results) / "results.json").read_text())["gates"]
+    message = "bbq.defaults.acc_ambig.basis is deprecated: write `mode: ci_inside`"
+    # Once in pytest's warnings summary and once in the audit's section: no repeat per worker.
+    assert proc.stdout.count(message) == 2 and f"THRESHOLDS: {old}: {message}" in proc.stdout
+    run_dir = run_dir_of(results)
+    res = json.loads((run_dir / "results.json").read_text())
+    (verdict,) = res["gates"]
     assert verdict["mode"] == "ci_inside" and "mode ci_inside" in verdict["message"]
+    # The reports a reviewer reads outlive the terminal: the deprecation is in both.
+    (warning,) = res["run"]["thresholds_warnings"]
+    assert warning.startswith(f"{old}: {message}")
+    assert f"> **Thresholds file:** {old}: {message}" in (run_dir / "report.md").read_text()
+    assert f"<strong>Thresholds file:</strong> {old}: {message}" in (
+        run_dir / "report.html").read_text()
 
 
 def test_nothing_selected_exits_5_and_leaves_no_run_folder(tmp_path, data_dir):

@@ -53,6 +53,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         out += [f"> **DATA: {len(modified)} file(s) are not the published release** "
                 f"({', '.join(modified)}): these numbers are not comparable with the papers'. "
                 "See Data files below.", ""]
+    for warning in run.get("thresholds_warnings") or []:
+        out += [f"> **Thresholds file:** {warning}", ""]
     if results.get("errors"):
         out += [f"> **{len(results['errors'])} category evaluation(s) failed** (ERROR verdicts "
                 "below, with the message): their gates have no value.", ""]
