@@ -460,3 +460,22 @@ def test_metric_table_takes_the_union_of_metric_names():
                           "gate_summary": {}, "thresholds": "t", "gates": [], "data_files": {},
                           "environment": {"libraries": {}}})
     assert "| Task1-UMLS | 4 | 0.500 [0.400, 0.600] | - |" in md
+
+
+def test_a_wide_metric_table_is_cut_into_tables_of_at_most_six_columns():
+    from audit_harness.report.results import TABLE_COLUMNS, column_groups
+
+    names = [f"m{i}" for i in range(9)] + [f"m{i}-letter" for i in range(9)]
+    groups = column_groups(names)
+    assert [len(g) for g in groups] == [6, 3, 6, 3] and sum(groups, []) == names
+    assert all(not g[0].endswith("-letter") for g in groups[:2])
+    results = {"benchmarks": {"kobbq": {"age": {"n_scored": 4, "excluded": {}, "metrics": {
+        n: {"value": 0.5, "ci": [0.4, 0.6], "n": 4} for n in names}}}}, "overall": {}}
+    lines = metric_table(results)
+    headers = [line for line in lines if line.strip().startswith("category")]
+    assert len(headers) == 4 and all(len(h.split()) - 2 <= TABLE_COLUMNS for h in headers)
+    assert sum(line.strip().startswith("age") for line in lines) == 4
+    md = render_markdown({**results, "model": {}, "options": {}, "run_id": "r", "created": "now",
+                          "gate_summary": {}, "thresholds": "t", "gates": [], "data_files": {},
+                          "environment": {"libraries": {}}})
+    assert md.count("| category | items |") == 4 and md.count("| age | 4 |") == 4

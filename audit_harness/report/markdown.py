@@ -124,26 +124,29 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         out += ["", "Skipped gates (their data is missing; a skipped gate is not a pass):", ""]
         out += [f"- {v['benchmark']}/{v['category']}/{v['metric']}: {v['message']}" for v in skipped]
     for bench, all_cats in results["benchmarks"].items():
-        from .results import table_metrics
+        from .results import column_groups, table_metrics
 
         cats = {c: e for c, e in all_cats.items() if e.get("status", "ok") == "ok"}
         names = table_metrics(results, bench)
         every = metric_names_of(cats)
         more = "" if len(names) == len(every) else (
             f" ({len(every) - len(names)} further metrics per category in results.json)")
-        out += ["", f"## {bench}: metrics per category{more}", "",
-                "| category | items | " + " | ".join(names) + " |",
-                "|---|---|" + "---|" * len(names)]
-        for cat, entry in all_cats.items():
-            if entry.get("status") == "error":
-                out.append(f"| {cat} | - | **ERROR**: {_cell(entry['error'])} |" + " |" * max(len(names) - 1, 0))
-                continue
-            out.append(f"| {cat} | {entry['n_scored']} | "
-                       + " | ".join(_fmt(entry["metrics"].get(n)) for n in names) + " |")
+        out += ["", f"## {bench}: metrics per category{more}"]
         overall = results["overall"].get(bench, {})
-        for label in ("pooled", "size_weighted"):
-            if label in overall:
-                out.append(f"| *{label}* | | " + " | ".join(_fmt(overall[label].get(n)) for n in names) + " |")
+        for names in column_groups(names):
+            out += ["", "| category | items | " + " | ".join(names) + " |",
+                    "|---|---|" + "---|" * len(names)]
+            for cat, entry in all_cats.items():
+                if entry.get("status") == "error":
+                    out.append(f"| {cat} | - | **ERROR**: {_cell(entry['error'])} |"
+                               + " |" * max(len(names) - 1, 0))
+                    continue
+                out.append(f"| {cat} | {entry['n_scored']} | "
+                           + " | ".join(_fmt(entry["metrics"].get(n)) for n in names) + " |")
+            for label in ("pooled", "size_weighted"):
+                if label in overall:
+                    out.append(f"| *{label}* | | "
+                               + " | ".join(_fmt(overall[label].get(n)) for n in names) + " |")
         excluded = [(cat, reason, len(ids)) for cat, e in cats.items() for reason, ids in e["excluded"].items()]
         if excluded:
             out += ["", "Rows left out, of scoring or of a metric, as each reason says (ids in results.json):", ""]

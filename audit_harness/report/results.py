@@ -146,6 +146,28 @@ def table_metrics(results: Mapping[str, Any], bench: str) -> list[str]:
     return [n for n in chosen if n in names] if chosen else names
 
 
+#: Most metric columns in one terminal or Markdown table; a benchmark with more (KoBBQ in both
+#: answer modes has 19) gets one table per group, each with every category row.
+TABLE_COLUMNS = 6
+
+
+def column_groups(names: list[str], size: int = TABLE_COLUMNS) -> list[list[str]]:
+    """``names`` cut into tables of at most ``size`` columns: first by answer mode (a ``-letter``
+    suffix starts a new group), then into chunks, so each table reads on one screen.
+
+    Examples
+    --------
+    >>> column_groups(["a", "b", "a-letter"], size=6)
+    [['a', 'b'], ['a-letter']]
+    >>> column_groups(list("abcdefgh"), size=3)
+    [['a', 'b', 'c'], ['d', 'e', 'f'], ['g', 'h']]
+    """
+    by_mode: dict[str, list[str]] = {}
+    for name in names:
+        by_mode.setdefault(name.rpartition("-")[2] if "-" in name else "", []).append(name)
+    return [group[i:i + size] for group in by_mode.values() for i in range(0, len(group), size)] or [[]]
+
+
 def _interval(ci) -> str:
     lo, hi = ci or (None, None)
     return f"[{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
@@ -177,27 +199,27 @@ def metric_table(results: Mapping[str, Any]) -> list[str]:
     lines: list[str] = []
     for bench, all_cats in results["benchmarks"].items():
         cats = {c: d for c, d in all_cats.items() if d.get("status", "ok") == "ok"}
-        names = table_metrics(results, bench)
         width = max([len(c) for c in all_cats] + [len("pooled"), 8])
         lines.append(f"{bench}  (n = items scored; value [95% CI]; '-' = undefined or not computed)")
-        lines.append(f"  {'category':<{width}} {'n':>5}  " + "  ".join(f"{n:>24}" for n in names))
         lines += [f"  {c:<{width}} ERROR  {d['error']}" for c, d in all_cats.items()
                   if d.get("status") == "error"]
         rows = [(c, d["n_scored"], d["metrics"]) for c, d in cats.items()]
         pooled = results["overall"].get(bench, {}).get("pooled")
         if pooled:
             rows.append(("pooled", sum(d["n_scored"] for d in cats.values()), pooled))
-        for cat, n, metrics in rows:
-            cells = []
-            for name in names:
-                m = metrics.get(name)
-                if m is None or m["value"] is None:
-                    cells.append(f"{'-':>24}")
-                else:
-                    lo, hi = m["ci"]
-                    ci = f"[{lo:+.2f},{hi:+.2f}]" if lo is not None else ""
-                    cells.append(f"{m['value']:>+8.3f} {ci:>15}")
-            lines.append(f"  {cat:<{width}} {n:>5}  " + "  ".join(cells))
+        for names in column_groups(table_metrics(results, bench)):
+            lines.append(f"  {'category':<{width}} {'n':>5}  " + "  ".join(f"{n:>24}" for n in names))
+            for cat, n, metrics in rows:
+                cells = []
+                for name in names:
+                    m = metrics.get(name)
+                    if m is None or m["value"] is None:
+                        cells.append(f"{'-':>24}")
+                    else:
+                        lo, hi = m["ci"]
+                        ci = f"[{lo:+.2f},{hi:+.2f}]" if lo is not None else ""
+                        cells.append(f"{m['value']:>+8.3f} {ci:>15}")
+                lines.append(f"  {cat:<{width}} {n:>5}  " + "  ".join(cells))
     return lines
 
 
