@@ -61,9 +61,10 @@ TEST_WORKERS ?= 2
 test: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest tests -m "not slow and not server" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
-# The tests against a real vLLM (started and stopped by the tests themselves).
+# The tests against a real vLLM (started and stopped by the tests themselves); the durations say
+# where this step's time goes (server start-up is the vllm_server fixture's setup).
 test-server: setup setup-server
-	$(BIN)/python -m pytest tests -m server $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests -m server --durations=8 $(PYTEST_ARGS)
 
 test-all: setup
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
