@@ -293,7 +293,8 @@ def metrics_from_counts(
         cluster_counts: optional (n_clusters, 16) per-template counts summing to ``counts``; when
             given, non-proportion metrics get a hierarchical Bayesian bootstrap interval over
             templates and within-template answers (``intervals.cell_ratio_interval``:
-            never zero-width at finite n) and report the number of templates in ``clusters``.
+            never zero-width at finite n) and report in ``clusters`` the number of templates with
+            items in the metric's denominator (at most n).
         confidence, n_resamples, seed: interval settings (``n_resamples=0`` skips the bootstrap).
     Returns:
         ``{metric name: MetricResult}`` with fractions (not x100); NaN with a reason when undefined.
@@ -331,7 +332,10 @@ def metrics_from_counts(
             # widen it so the reported interval always covers the reported value.
             lo, hi = min(lo, value), max(hi, value)
             method = "bayes-bootstrap-cluster"
-        clusters = int(len(cluster_counts)) if method == "bayes-bootstrap-cluster" else None
+        # The templates behind this metric: those with items in its denominator (a template
+        # of only disambiguated items adds nothing to an ambiguous-context score), never more than n.
+        clusters = (int((cluster_counts[:, list(spec.n_cells)].sum(axis=1) > 0).sum())
+                    if method == "bayes-bootstrap-cluster" else None)
         out[spec.name] = MetricResult(spec.name, value, n, lo, hi, method,
                                       confidence if method else None, cdict, None, spec.source,
                                       clusters)

@@ -513,3 +513,12 @@ def test_metric_results_round_trip_through_json_dicts():
     for m in compute(toy(B2_ROWS), "bbq", n_resamples=50).values():
         again = MetricResult.from_dict(m.to_dict())
         assert again.to_dict() == m.to_dict()
+
+
+def test_templates_reported_are_those_in_the_metrics_denominator():
+    # B1: one template per item, 10 ambiguous and 10 disambiguated. The ambiguous score rests on
+    # the 10 ambiguous templates, not all 20 (the count once exceeded n).
+    m = compute(toy(B1_ROWS), "bbq", n_resamples=200)
+    assert m["bias_score_ambig"].n == 10 and m["bias_score_ambig"].clusters == 10
+    for r in m.values():
+        assert r.clusters is None or 0 < r.clusters <= r.n
