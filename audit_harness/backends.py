@@ -27,11 +27,12 @@ def add_options(group) -> None:
                          "tokenizer, for servers without /tokenize and for chat formatting "
                          "(default: --model when it names one)")
     group.addoption("--max-concurrency", dest="audit_max_concurrency", type=int, default=8,
-                    help="with --backend openai: requests in flight per process (default 8)")
+                    metavar="N", help="with --backend openai: requests in flight per process (default 8)")
     group.addoption("--request-timeout", dest="audit_request_timeout", type=float, default=120.0,
-                    help="with --backend openai: seconds per request (default 120)")
+                    metavar="SECONDS", help="with --backend openai: seconds per request (default 120)")
     group.addoption("--max-retries", dest="audit_max_retries", type=int, default=5,
-                    help="with --backend openai: retries after 429/5xx or a connection error, "
+                    metavar="N", help="with --backend openai: retries after HTTP 408, 409, 429, "
+                         "500, 502, 503, 504 or a connection error, "
                          "with exponential backoff (default 5)")
 
 

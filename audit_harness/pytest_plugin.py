@@ -79,9 +79,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "given --seed (env AUDIT_LIMIT; default: all)")
     g.addoption("--seed", dest="audit_seed", type=int, default=_env_int("AUDIT_SEED") or 0,
                 help="seed of --limit sampling and of bootstrap intervals")
-    g.addoption("--bootstrap-resamples", dest="audit_bootstrap", type=int, default=1000,
+    g.addoption("--bootstrap-resamples", dest="audit_bootstrap", type=int, default=1000, metavar="N",
                 help="bootstrap resamples for confidence intervals (0 = none)")
-    g.addoption("--confidence", dest="audit_confidence", type=float, default=0.95,
+    g.addoption("--confidence", dest="audit_confidence", type=float, default=0.95, metavar="LEVEL",
                 help="confidence level of the intervals")
     g.addoption("--thresholds", dest="audit_thresholds",
                 default=os.environ.get("AUDIT_THRESHOLDS"),

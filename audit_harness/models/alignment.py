@@ -70,9 +70,25 @@ def check_alignment(model, sentences=SENTENCES, tolerance: float = TOLERANCE) ->
     ``next_token``, its tokenizer).
 
     Returns:
-        the report; never raises for a misaligned server (that is a finding), but a request that
-        fails outright raises its ``ModelError``.
+        the report; never raises for a misaligned server (that is a finding), nor for one that
+        answers an echo request without prompt log-probabilities or refuses it (TGI's OpenAI
+        routes, llama-server): that is a failed check too, so generation still runs against it.
+    Raises:
+        ServerUnavailable: the server could not be reached or stayed overloaded (not a finding
+            about it: the run stops as for any connection failure).
     """
+    from ..errors import ModelError
+    from .server_client import ServerUnavailable
+
+    try:
+        return _check(model, sentences, tolerance)
+    except ServerUnavailable:
+        raise
+    except ModelError as e:
+        return AlignmentReport(False, f"the server cannot score prompts: {e}", float("nan"), [])
+
+
+def _check(model, sentences, tolerance: float) -> AlignmentReport:
     from .tokenization import encode_pair
 
     worst = 0.0

@@ -86,6 +86,7 @@ class OpenAIServerModel(LanguageModel):
         self._memo: dict[str, list[int]] = {}
         self._chat_turns: dict[str, str] = {}  # chat_prompt's text -> its user turn
         self._chat_ids: dict[tuple[int, ...], str] = {}  # its token ids -> the user turn
+        self._warned_plain = False  # chat_prompt warned that there is no chat template
         if tokenizer is not None:
             self._bos, self._empty_prefix = special_ids(tokenizer)
         else:
@@ -313,6 +314,13 @@ class OpenAIServerModel(LanguageModel):
         sends such a prompt to ``/v1/chat/completions`` as the user turn itself, so the server
         applies the same template. None without a local chat template."""
         if not self.chat_template:
+            if not self._warned_plain:
+                # An instruct model prompted without its template answers another task: say so.
+                self._warned_plain = True
+                print(f"bias audit: WARNING: no local chat template for {self.served_name!r} (pass "
+                      "--tokenizer with the served model's tokenizer): generation prompts go to "
+                      "/v1/completions as plain text, records say prompt_format: plain",
+                      file=sys.stderr)
             return None
         text = self.tokenizer.apply_chat_template([{"role": "user", "content": user_message}],
                                                   tokenize=False, add_generation_prompt=True)
@@ -446,8 +454,9 @@ def _replace_server(info: ModelInfo, server: dict) -> ModelInfo:
 
 # -- connecting -------------------------------------------------------------------------------------
 def _local_tokenizer(name: str | None, root: str | None):
-    """(tokenizer, where it came from) for ``name`` (a zoo name, folder or hub id in the local
-    Hugging Face cache), else the server's model folder when it exists here; (None, None)."""
+    """(tokenizer, where it came from, why none loaded) for ``name`` (a zoo name, folder or hub
+    id in the local Hugging Face cache), else the server's model folder when it exists here;
+    (None, None, the last failure's message) when none loads."""
     from transformers import AutoTokenizer
 
     from .zoo import ZOO, materialize
@@ -462,12 +471,13 @@ def _local_tokenizer(name: str | None, root: str | None):
             candidates.append((lambda: name, f"hub:{name}"))
     if root and Path(root).is_dir():
         candidates.append((lambda: Path(root), f"server folder:{root}"))
+    why = None
     for get, where in candidates:
         try:
-            return AutoTokenizer.from_pretrained(str(get())), where
-        except (OSError, ValueError, ModelError):
-            continue
-    return None, None
+            return AutoTokenizer.from_pretrained(str(get())), where, None
+        except (OSError, ValueError, ModelError) as e:
+            why = f"{where}: {' '.join(str(e).split())[:300]}"
+    return None, None, why
 
 
 def connect(base_url: str, model: str | None, *, api_key_env: str = "OPENAI_API_KEY",
@@ -520,9 +530,11 @@ def connect(base_url: str, model: str | None, *, api_key_env: str = "OPENAI_API_
     root = entry.get("root") if isinstance(entry.get("root"), str) else None
     max_len = int(entry.get("max_model_len") or 2048)
     remote = _has_tokenize(client, model)
-    tok, tok_source = _local_tokenizer(tokenizer or model, root)
+    tok, tok_source, why = _local_tokenizer(tokenizer or model, root)
     if tokenizer and tok is None:
-        raise ModelError(f"--tokenizer {tokenizer!r}: no tokenizer could be loaded from it")
+        raise ModelError(f"--tokenizer {tokenizer!r}: no tokenizer could be loaded from it ({why}; "
+                         "a hub id must be in the local Hugging Face cache under HF_HUB_OFFLINE=1, "
+                         "or pass a local folder)")
     weights = root if root and Path(root).is_dir() else None
     if weights is not None:
         from .zoo import weights_fingerprint

@@ -18,6 +18,12 @@ from ..errors import ModelError
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
+class ServerUnavailable(ModelError):
+    """The server could not be reached, or kept answering a retryable status (``RETRY_STATUSES``)
+    after every retry: a fault of the connection or the deployment, not an answer about what the
+    server can do."""
+
+
 class ServerClient:
     """A pooled ``httpx.Client`` for one server.
 
@@ -98,7 +104,7 @@ class ServerClient:
                 wait = _retry_after(resp) or self._wait(attempt)
             except httpx.TransportError as e:
                 if not retry or attempt >= self.max_retries:
-                    raise ModelError(self._redact(
+                    raise ServerUnavailable(self._redact(
                         f"{method} {url}: {type(e).__name__}: {e} (after {attempt + 1} tries; is the "
                         "server running, and is --base-url right?)")) from None
                 wait = self._wait(attempt)
@@ -126,9 +132,11 @@ class ServerClient:
 
     def _json(self, resp: httpx.Response, method: str, path: str) -> dict:
         if resp.status_code >= 400:
-            tries = "" if resp.status_code not in RETRY_STATUSES else f" after {self.max_retries} retries"
-            raise ModelError(self._redact(f"{method} {self.url(path)}: HTTP {resp.status_code}{tries}: "
-                                          f"{' '.join(resp.text.split())[:400]}"))
+            retryable = resp.status_code in RETRY_STATUSES
+            tries = f" after {self.max_retries} retries" if retryable else ""
+            error = ServerUnavailable if retryable else ModelError
+            raise error(self._redact(f"{method} {self.url(path)}: HTTP {resp.status_code}{tries}: "
+                                     f"{' '.join(resp.text.split())[:400]}"))
         try:
             return resp.json()
         except ValueError:

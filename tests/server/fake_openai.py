@@ -22,13 +22,16 @@ class FakeServer:
         headers: the headers of every request, in the same order.
         fail_next: list of HTTP statuses to answer the next requests with (then normal again).
         shift: return prompt log-probabilities shifted by one position.
+        echo: answer echo requests (False: HTTP 400, as a server without prompt log-probabilities).
         tokenize: serve /tokenize.
         owned_by: ``/v1/models``' owned_by (``vllm`` turns on the vLLM extensions).
     """
 
     def __init__(self, model, name: str = "fake-model", *, shift: bool = False,
-                 tokenize: bool = True, owned_by: str = "vllm", root: str | None = None):
+                 tokenize: bool = True, owned_by: str = "vllm", root: str | None = None,
+                 echo: bool = True):
         self.model, self.name, self.shift, self.tokenize = model, name, shift, tokenize
+        self.echo = echo
         self.owned_by, self.root = owned_by, root
         self.requests: list[tuple[str, str, dict | None]] = []
         self.headers: list[dict] = []
@@ -98,6 +101,8 @@ class FakeServer:
             ids = m.tokenizer(body["prompt"], add_special_tokens=body.get("add_special_tokens", True))["input_ids"]
             return 200, {"count": len(ids), "tokens": list(ids), "max_model_len": 1024}
         if path == "/v1/completions":
+            if body.get("echo") and not self.echo:
+                return 400, {"error": {"message": "echo is not supported"}}
             return 200, self._completions(body)
         if path == "/v1/chat/completions":
             prompt = m.tokenizer.apply_chat_template(body["messages"], tokenize=False,

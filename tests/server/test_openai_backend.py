@@ -163,9 +163,12 @@ def test_a_resumed_run_asks_the_server_only_for_what_is_missing(fake, data_dir, 
     assert second.engine.stats.from_cache == 6 and len(sent) == len(requests) - 6
 
 
-def test_generation_routes_chat_prompts_to_chat_completions(fake, tiny):
+def test_generation_routes_chat_prompts_to_chat_completions(fake, tiny, capsys):
     model = connect(fake.url, "tiny-random-gpt2")
     assert model.chat_prompt("Hi") is None  # the tiny tokenizer has no chat template: give it one
+    assert model.chat_prompt("Hi") is None
+    warned = capsys.readouterr().err
+    assert warned.count("no local chat template for 'tiny-random-gpt2'") == 1  # once, not per prompt
     template = "{% for m in messages %}<|endoftext|>{{ m['content'] }}{% endfor %} Answer:"
     tiny.tokenizer.chat_template = model.tokenizer.chat_template = template  # server's, local copy
     try:
@@ -201,6 +204,33 @@ def test_alignment_check_catches_shifted_prompt_logprobs(shifted):
     assert model.capabilities == frozenset({GENERATE})
     with pytest.raises(ScoringUnavailable, match="failed the start-up alignment check"):
         model.loglikelihood([("The capital of France is", " Paris")])
+
+
+def test_a_server_that_refuses_echo_fails_the_check_and_keeps_generation(smollm2):
+    # TGI's OpenAI routes, llama-server: no prompt log-probabilities at all. That is a failed
+    # check (generation audits still run), not a connection failure that stops everything.
+    server = FakeServer(smollm2, "smollm2-135m-instruct", echo=False)
+    try:
+        model = connect(server.url, "smollm2-135m-instruct")
+        assert not model.alignment.ok
+        assert model.alignment.reason.startswith("the server cannot score prompts: POST ")
+        assert "HTTP 400" in model.alignment.reason and "echo is not supported" in model.alignment.reason
+        assert model.capabilities == frozenset({GENERATE})
+        request = GenerationRequest("The capital of France is", 4)
+        assert model.generate([request]) == smollm2.generate([request])
+    finally:
+        server.stop()
+
+
+def test_an_unreachable_server_is_not_a_failed_check(smollm2):
+    from audit_harness.models.alignment import check_alignment
+    from audit_harness.models.server_client import ServerUnavailable
+
+    server = FakeServer(smollm2, "smollm2-135m-instruct")
+    model = connect(server.url, "smollm2-135m-instruct", check=False, max_retries=0)
+    server.stop()
+    with pytest.raises(ServerUnavailable, match="is the server running"):
+        check_alignment(model)
 
 
 def test_alignment_check_passes_an_honest_server_of_a_real_model(smollm2):
