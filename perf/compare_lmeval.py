@@ -215,11 +215,10 @@ def ours_main(argv: list[str]) -> None:
 
         prof.disable()
         pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
-    flat = [(bench.prompt(it), bench.delimiter + c) for _, it in items for c in bench.choices(it)]
-    plain = sum(len(c) + len(x) - 1 for c, x in (model.encode_pair(*r) for r in flat))
     out = {"items": {k: {"lls": r.loglikelihoods, "choice": r.predicted_choice, "choices": r.choices,
                          "prompt": bench.prompt(it)} for (k, it), r in zip(items, records)},
-           "stats": model.engine.stats.to_dict(), "plain_tokens": plain, "requests": len(flat),
+           "delimiter": bench.delimiter,
+           "stats": model.engine.stats.to_dict(), "requests": sum(len(r.choices) for r in records),
            "seconds": {"startup_and_load": t_loaded - t_start, "scoring": t_scored - t0},
            "threads": torch.get_num_threads()}
     Path(a.out).write_text(json.dumps(out), encoding="utf-8")
@@ -238,6 +237,24 @@ def run_ours(args, folder: Path, keys_path: Path, workdir: Path, cache_dir: Path
         print((workdir / f"ours_{tag}.log").read_text(encoding="utf-8")[-4000:], file=sys.stderr)
         raise SystemExit(f"our run failed (rc {rc})")
     return json.loads(out.read_text(encoding="utf-8")), seconds, rss
+
+
+def plain_tokens(folder: Path, ours: dict) -> int:
+    """Tokens one forward per request feeds, ``len(context + continuation) - 1`` summed over
+    every (prompt, choice) of our items, tokenized by our boundary rule (what lm-eval feeds).
+    Counted here, untimed: it is bookkeeping for the lm-eval side, not part of our run."""
+    from transformers import AutoTokenizer
+
+    from audit_harness.models.tokenization import encode_pair, special_ids
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    bos, empty = special_ids(tok)
+
+    def encode(text: str) -> list[int]:
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    return sum(len(c) + len(x) - 1 for item in ours["items"].values() for choice in item["choices"]
+               for c, x in [encode_pair(encode, item["prompt"], ours["delimiter"] + choice, bos, empty)])
 
 
 # -- comparison ------------------------------------------------------------------------------------
@@ -310,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         lls = [float(r[0]) for r in d["filtered_resps"]]
         max_dll = max(max_dll, max(abs(a - b) for a, b in zip(lls, mine["lls"])))
         identical += max(range(len(lls)), key=lls.__getitem__) == mine["choice"]
-    lm_tokens = cold["plain_tokens"]  # lm-eval feeds (context + continuation)[:-1] per request
+    lm_tokens = plain_tokens(folder, cold)  # lm-eval feeds (context + continuation)[:-1] per request
     n_items = len(cold["items"])
     table = [("ours (cold, before)", "ours_cold", t_before, cold["stats"]["tokens_forwarded"], rss_cold),
              ("ours (warm cache)", "ours_warm", t_warm, warm["stats"]["tokens_forwarded"], rss_warm),

@@ -53,6 +53,22 @@ def test_trailing_space_of_the_context_moves_to_the_continuation(tiny_model):
     assert ctx + cont == whole  # the canonical tokenization, split at the context boundary
 
 
+def test_batched_tokenization_equals_one_pair_at_a_time(tiny_model, data_dir):
+    # encode_pairs (one batched tokenizer call over distinct strings) is what the engine uses:
+    # it must give exactly encode_pair's ids, on real rows and on the boundary cases.
+    from audit_harness.benchmarks import registry
+
+    requests = [("Answer: ", "A"), ("", "Hello"), ("Answer:", " A"), ("x", " y\n")]
+    for name in ("bbq", "esbbq"):
+        bench = registry()[name]
+        category = bench.categories[0]
+        for it in bench.load_category(data_dir, category).items[:6]:
+            requests += [(bench.prompt(it), bench.delimiter + c) for c in bench.choices(it)]
+    assert tiny_model.encode_pairs(requests) == [tiny_model.encode_pair(c, x) for c, x in requests]
+    with pytest.raises(ValueError, match="empty continuation"):
+        tiny_model.encode_pairs([("a", "")])
+
+
 def test_empty_context_is_conditioned_on_the_bos_token(tiny_model):
     ctx, cont = tiny_model.encode_pair("", "Hello")
     assert ctx == [tiny_model.tokenizer.bos_token_id]

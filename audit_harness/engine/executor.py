@@ -16,7 +16,7 @@ and declares ``batch_size``, ``token_budget``, ``logits_budget``, ``vocab_size``
 ``max_length``, ``prefix_sharing``, ``can_pack``, ``can_share``, ``two_level_sharing`` and
 ``cache_key``; optionally ``order_by_prefix`` (full path in lexicographic order instead of
 longest first: an inference server, ``models/openai_server.py``) and ``encode_pairs`` (tokenize
-a whole call's requests at once, when each tokenization is a network request).
+a whole call's requests at once: batched and deduplicated in-process, concurrent over a network).
 Backend errors: ``BackendOutOfMemory`` (retry smaller), ``PrefixUnsupported`` (switch sharing
 off for this model; rescore on the full path).
 """
@@ -107,7 +107,7 @@ class Engine:
         (an item's share), default none."""
         if not hasattr(self.model, "encode_pair") or self._model_key() is None:
             return self._strings_as_is(requests, weights)
-        if hasattr(self.model, "encode_pairs"):  # a tokenizer behind the network: all at once
+        if hasattr(self.model, "encode_pairs"):  # all at once: batched, or over the network
             encoded = self.model.encode_pairs(requests)
         else:
             encoded = [self.model.encode_pair(c, x) for c, x in requests]

@@ -11,7 +11,7 @@ import torch
 
 from .base import (GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, GenerationRequest, LanguageModel,
                    ModelInfo, SentenceEncoding)
-from .tokenization import encode_pair, special_ids
+from .tokenization import encode_pair, special_ids, texts_to_encode
 
 
 def resolve_device(device: str) -> torch.device:
@@ -146,6 +146,23 @@ class HFCausalLM(LanguageModel):
             ValueError: the continuation is empty or encodes to no token.
         """
         return encode_pair(self._encode, context, continuation, self._bos, self._empty_prefix)
+
+    def encode_pairs(self, requests: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+        """``[encode_pair(c, x) for c, x in requests]``, with each distinct string tokenized once
+        and all of them in one batched tokenizer call: a multiple-choice item's choices share
+        its context (12 in lm-eval's BBQ protocol), and a warm-cache run is mostly this.
+
+        Raises:
+            ValueError: as ``encode_pair``.
+        """
+        texts = list(dict.fromkeys(t for c, x in requests for t in texts_to_encode(c, x)))
+        known = dict(zip(texts, self.tokenizer(texts, add_special_tokens=False)["input_ids"])) if texts else {}
+
+        def encode(text: str) -> list[int]:
+            ids = known.get(text)
+            return list(ids) if ids is not None else self._encode(text)
+
+        return [encode_pair(encode, c, x, self._bos, self._empty_prefix) for c, x in requests]
 
     def encode_sentence(self, text: str) -> SentenceEncoding:
         """BOS (or, without one, the tokenizer's EOS, as for an empty context) + the tokens of
