@@ -124,6 +124,30 @@ def test_packed_rows_split_at_the_token_budget(gpt2, data_dir):
         gpt2.token_budget = saved
 
 
+def test_subtrees_packed_into_one_row_score_as_if_alone(gpt2, llama, data_dir, monkeypatch):
+    # Several items' subtrees share a row (each attends only within itself, positions from its
+    # own depth): the values equal one row per subtree, and the rows are fuller.
+    _, _, _, flat = bbq_requests(data_dir, "lmeval", categories=("Age", "Religion"), rows=4)
+    for model in (gpt2, llama):
+        seen: list[list[int]] = []
+        real = model.forward_packed
+
+        def record(rows, real=real):
+            seen.append([len(r[0]) for r in rows])
+            return real(rows)
+
+        monkeypatch.setattr(model, "forward_packed", record)
+        monkeypatch.setattr(model, "packed_row_tokens", 1)  # nothing fits together: one per row
+        alone = Engine(model).loglikelihood(flat)
+        n_alone = sum(len(s) for s in seen)
+        seen.clear()
+        monkeypatch.setattr(model, "packed_row_tokens", 4096)
+        packed = Engine(model).loglikelihood(flat)
+        assert packed == pytest.approx(alone, abs=1e-5)
+        assert sum(len(s) for s in seen) < n_alone and max(max(s) for s in seen) <= 4096
+        monkeypatch.undo()
+
+
 def test_invariant_to_batch_size_order_and_cache(gpt2, data_dir, tmp_path):
     _, _, choices, flat = bbq_requests(data_dir, "lmeval")
     base = Engine(gpt2).loglikelihood(flat)
@@ -183,6 +207,7 @@ def test_out_of_memory_halves_the_batch(gpt2, monkeypatch):
         return real_packed(rows)
 
     monkeypatch.setattr(gpt2, "forward_packed", small_packed)
+    monkeypatch.setattr(gpt2, "packed_row_tokens", 8)  # one row per subtree: several rows to halve
     monkeypatch.setattr(gpt2, "forward_segments", small_segments)
     monkeypatch.setattr(gpt2, "forward_full", small_full)
     for packing in (True, False):

@@ -343,13 +343,18 @@ class Engine:
 
     # -- packed trees (one row per subtree, tree attention) -------------------------------------------
     def _run_packed(self, tree: PrefixTree, deliver: Callable) -> None:
-        """Each root's subtree flattened into one row (split where it exceeds the token budget):
-        every token attends to its ancestors only, so a row computes every prefix of the subtree
-        at once, with no key/value copies. Rows are batched longest first by ``batch_size``, the
-        token budget and the logits budget."""
+        """Each root's subtree flattened (split where it exceeds the backend's
+        ``packed_row_tokens``), and the subtrees packed together into rows of about that many
+        tokens: every token attends to its ancestors only, so a row computes every prefix of
+        each of its subtrees at once, as if alone, with no key/value copies. Short rows packed
+        together leave little padding, and a bounded row keeps attention, quadratic in the row,
+        cheap. Rows are batched longest first by ``batch_size``, the token budget and the logits
+        budget."""
         m = self.model
-        rows = [r for root in tree.roots for r in _split(root, m.token_budget)]
-        flat = sorted((_flatten(r) for r in rows), key=lambda f: -len(f[0]))
+        cap = min(m.token_budget, getattr(m, "packed_row_tokens", m.token_budget))
+        rows = [r for root in tree.roots for r in _split(root, cap)]
+        flat = sorted(_pack(sorted((_flatten(r) for r in rows), key=lambda f: -len(f[0])), cap),
+                      key=lambda f: -len(f[0]))
         start = 0
         while start < len(flat):
             n, width, queries = 1, len(flat[start][0]), len(flat[start][3])
@@ -531,6 +536,42 @@ def _flatten(root: Segment):
         last = len(tokens) - 1
         stack.extend((c, last) for c in reversed(seg.children))
     return tokens, parents, positions, queries
+
+
+def _pack(flat: list, cap: int) -> list:
+    """Flattened subtrees (longest first) packed into rows of at most ``cap`` tokens, first fit
+    (a subtree longer than ``cap`` keeps a row of its own). Within a row each subtree keeps its
+    own positions and parent links, offset by where it starts, so no token of one subtree sees
+    another; query columns move with it."""
+    bins: list[list] = []
+    room: list[int] = []
+    for f in flat:
+        size = len(f[0])
+        for b, free in enumerate(room):
+            if size <= free:
+                bins[b].append(f)
+                room[b] -= size
+                break
+        else:
+            bins.append([f])
+            room.append(cap - size)
+    out = []
+    for parts in bins:
+        if len(parts) == 1:
+            out.append(parts[0])
+            continue
+        tokens: list[int] = []
+        parents: list[int] = []
+        positions: list[int] = []
+        queries: list[tuple[int, int, int]] = []
+        for t, p, d, q in parts:
+            base = len(tokens)
+            tokens += t
+            parents += [x + base if x >= 0 else -1 for x in p]
+            positions += d
+            queries += [(c + base, tg, qid) for c, tg, qid in q]
+        out.append((tokens, parents, positions, queries))
+    return out
 
 
 def _n_offsets(seg: Segment) -> int:
