@@ -17,9 +17,9 @@ DATA_DIR_ENV = "AUDIT_DATA_DIR"
 def default_data_dir() -> Path:
     """Where ``bias-audit data fetch`` puts data by default: ``$BIAS_AUDIT_CACHE/data``
     (``~/.cache/bias-audit/data``), beside the converted models."""
-    from .models.zoo import cache_dir
+    from .paths import data_dir
 
-    return cache_dir() / "data"
+    return data_dir()
 
 
 def resolve_data_dir(option: str | os.PathLike | None) -> Path:

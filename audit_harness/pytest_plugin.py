@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from . import exit_codes
-from .errors import AuditError, MissingDataError
+from .errors import AuditError, ConfigError, MissingDataError
 from .gates import Gate, Verdict, add_regression_gates, load_thresholds
 from .report.results import read_results
 
@@ -94,6 +94,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 metavar="RESULTS", help="a previous run's results.json (or its folder): adds a "
                 "test_<bench>[<cat>-<metric>-vs-baseline] per gate, failing when the metric got "
                 "worse than there by more than the gate's max_regression (env AUDIT_BASELINE)")
+    g.addoption("--strict-baseline", dest="audit_strict_baseline", action="store_true",
+                default=False, help="with --baseline: stop with exit 4 when the baseline run is not "
+                "like for like (another seed, interval settings, dtype, protocol, chat template, "
+                "items scored, data or thresholds file) instead of marking its regression gates")
+    g.addoption("--chat-template", dest="audit_chat_template",
+                default=os.environ.get("AUDIT_CHAT_TEMPLATE", "auto"), metavar="auto|none|FILE",
+                help="generation prompts (KoBBQ, KGQuiz): through the model's own chat template "
+                     "(auto, the default), as plain text (none), or through the Jinja template in "
+                     "FILE; recorded with its sha256 (env AUDIT_CHAT_TEMPLATE)")
     g.addoption("--require-published-data", dest="audit_require_published", action="store_true",
                 default=False, help="stop (exit 4) unless every data file read is the authors' "
                                     "published release (sha256 of the pinned source table)")
@@ -190,6 +199,8 @@ def pytest_configure(config: pytest.Config) -> None:
             _check_inputs(audit, list(selected), config.getoption("audit_fetch_data"))
             pairs = _present_pairs(audit, selected, gates)
             audit.validate_data(pairs)
+            if selected:
+                _check_outputs(audit, config.stash[_STATE_KEY])
         except AuditError as e:
             raise pytest.UsageError(str(e)) from None
         state = config.stash[_STATE_KEY]
@@ -232,6 +243,36 @@ def _check_inputs(audit, selected, fetch: bool = False) -> None:
         check_model_name(audit.options.model)
         check_capabilities(audit.options.model,
                            {name: b.requires for name, b in audit.benchmarks.items()}, selected)
+
+
+def _check_outputs(audit, state: dict) -> None:
+    """Before anything is scored: the result cache opens and is valid, the run folder can be
+    written, and with ``--strict-baseline`` the options already show the baseline comparable.
+
+    Raises:
+        AuditError: naming the file or option and what to do.
+    """
+    baseline = state.get("baseline_doc")
+    if baseline is not None and audit.options.strict_baseline:
+        from .report.compare import comparability_notes, incomplete_notes
+
+        from .engine.cache import ENGINE_VERSION
+
+        mine = {"options": dict(audit.options.__dict__),
+                "run": {"thresholds_sha256": _sha256_of(audit.options.thresholds),
+                        "engine_version": ENGINE_VERSION}}
+        unlike = comparability_notes(baseline, mine) + incomplete_notes({"baseline": baseline})
+        if unlike:
+            raise ConfigError(f"--strict-baseline: the baseline run is not like for like: "
+                              f"{'; '.join(unlike)}")
+    audit.open_cache()
+    audit.check_results_dir()  # last: it creates the run folder
+
+
+def _sha256_of(path) -> str:
+    from .data import sha256_file
+
+    return sha256_file(Path(path))
 
 
 def _present_pairs(audit, selected: dict[str, list[str]], gates) -> list[tuple[str, str]]:
@@ -444,6 +485,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     state = config.stash[_STATE_KEY]
     chosen = [g for g in map(_gate_of, session.items) if g is not None]
+    state["gate_nodeids"] = {(g.benchmark, g.test_id): item.nodeid for item in session.items
+                             if (g := _gate_of(item)) is not None}
     if chosen and state["validated"]:
         state["collected_gates"] = chosen
     if not chosen or state["validated"]:
@@ -453,6 +496,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     try:
         _check_inputs(audit, sorted({g.benchmark for g in chosen}), config.getoption("audit_fetch_data"))
         audit.validate_data(list(dict.fromkeys((g.benchmark, g.category) for g in chosen)))
+        _check_outputs(audit, state)
     except AuditError as e:
         pytest.exit(f"bias audit: {e}", returncode=pytest.ExitCode.USAGE_ERROR)
     state["validated"] = True
@@ -465,8 +509,9 @@ def pytest_xdist_node_collection_finished(node, ids) -> None:
     # that gates never run (an interrupted run) are listed as NOT RUN.
     state = node.config.stash[_STATE_KEY]
     if "collected_gates" not in state:
-        state["collected_gates"] = [g for g in (_gate_of_nodeid(i, state["gates"]) for i in ids)
-                                    if g is not None]
+        pairs = [(i, _gate_of_nodeid(i, state["gates"])) for i in ids]
+        state["collected_gates"] = [g for _, g in pairs if g is not None]
+        state["gate_nodeids"] = {(g.benchmark, g.test_id): i for i, g in pairs if g is not None}
 
 
 def skipped_verdict(gate: Gate, reason: str) -> dict:
@@ -524,7 +569,17 @@ class GateCheck:
             self._record_error(f"{g.benchmark}/{g.category}: {type(e).__name__}: {e}")
             raise
         metric = self._session.metric(g.benchmark, g.category, g.metric)
-        verdict = g.evaluate(metric)
+        verdict = g.evaluate(metric, n_resamples=self._session.options.n_resamples)
+        baseline = self._node.config.stash[_STATE_KEY].get("baseline_doc")
+        if g.baseline is not None and baseline is not None:
+            from .report.compare import comparability_notes
+
+            unlike = comparability_notes(baseline, self._session.category_document(g.benchmark, g.category),
+                                         scope=(g.benchmark, g.category))
+            if unlike:
+                verdict = dataclasses.replace(
+                    verdict, not_like_for_like=tuple(unlike),
+                    message=f"{verdict.message} [not like for like: {'; '.join(unlike)}]")
         self._record("value", "nan" if not metric.defined else f"{metric.value:.6f}")
         self._record("n", metric.n)
         self._record("ci", f"{metric.ci_low:.6f},{metric.ci_high:.6f}")
@@ -536,6 +591,9 @@ class GateCheck:
                          else f"{g.baseline.value:.6f}")
             self._record("baseline_run", g.baseline.run_id)
             self._record("max_regression", g.max_regression)
+            self._record("like_for_like", "false" if verdict.not_like_for_like else "true")
+            if verdict.not_like_for_like:
+                self._record("not_like_for_like", "; ".join(verdict.not_like_for_like))
         self._record("status", verdict.status)
         self._record("items_scored", outcome.n_scored)
         self._session.verdicts.append(verdict.to_dict())
@@ -576,6 +634,26 @@ def audit_gate(request: pytest.FixtureRequest, bias_audit, audit_model, record_p
     return GateCheck(request.param, bias_audit, record_property, request.node)
 
 
+@pytest.hookimpl(tryfirst=True)  # before the terminal reporter renders the traceback
+def pytest_keyboard_interrupt(excinfo) -> None:
+    _INTERRUPTS.append(True)
+    # Python 3.11 can leave a traceback entry without a line number when Ctrl-C lands between
+    # bytecodes; pytest's rendering of it then raises TypeError, which escapes pytest and turns
+    # an interrupted run into exit 1. Drop such entries before anything renders them.
+    try:
+        excinfo.traceback = excinfo.traceback.filter(
+            lambda entry: getattr(entry, "_rawentry", None) is None
+            or entry._rawentry.tb_lineno is not None)
+    except Exception:  # noqa: BLE001 - a pytest internal; never let this hook fail
+        pass
+
+
+#: Set when pytest reported a KeyboardInterrupt in this process (``pytest_keyboard_interrupt``):
+#: the run is interrupted whatever exit status pytest goes on to report.
+_INTERRUPTS: list[bool] = []
+
+
+@pytest.hookimpl(tryfirst=True)  # before junitxml's own, which writes the file
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     config = session.config
     audit = config.stash.get(_SESSION_KEY, None)
@@ -585,39 +663,41 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     if hasattr(config, "workerinput"):
         config.workeroutput["bias_audit"] = json.dumps(audit.export())
         return
+    from .interrupts import deferred_interrupts
+
+    # A Ctrl-C from here on is counted, not raised: the run's files are written whole, and say
+    # the run was interrupted.
+    with deferred_interrupts() as presses:
+        _finish_run(session, exitstatus, audit, state, presses)
+
+
+def _finish_run(session: pytest.Session, exitstatus, audit, state: dict, presses) -> None:
+    config = session.config
     parts = [audit.export()] + [json.loads(p) for p in state["worker_outputs"]]
     outcomes = [o for p in parts for o in p["outcomes"]]
     verdicts = [v for p in parts for v in p["verdicts"]]
     errors = [e for p in parts for e in p.get("errors", [])]
     model_error = next((p["model_error"] for p in parts if p.get("model_error")), None)
-    if model_error:  # an input error, as a bad model name at start-up is
-        session.exitstatus = exit_codes.USAGE_ERROR
     collected = state.get("collected_gates") or []
     if not (outcomes or verdicts or errors or collected):
+        if model_error:
+            session.exitstatus = exit_codes.USAGE_ERROR
         return  # not an audit run (or nothing selected): no results folder
     # (A model that cannot load stops the run through shouldstop, which pytest also reports as
-    # INTERRUPTED: that is an ERROR, not a Ctrl-C.)
-    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED and not model_error
+    # INTERRUPTED: that is an input error, not a Ctrl-C.)
+    interrupted = (exitstatus == pytest.ExitCode.INTERRUPTED or bool(_INTERRUPTS)) and not model_error
     # Every selected gate appears in the results: those never evaluated as NOT RUN, with why.
     seen = {(v["benchmark"], v["category"], v["metric"]) for v in verdicts}
     why = ("the run was interrupted" if interrupted
            else "the run stopped before it (-x/--maxfail, a skip, or a crash)")
+    unrun = [g for g in collected if (g.benchmark, g.category, g.metric) not in seen]
     verdicts += [(Verdict.error(g, f"{g.benchmark}/{g.category}: {model_error}") if model_error
-                  else Verdict.not_run(g, why)).to_dict()
-                 for g in collected if (g.benchmark, g.category, g.metric) not in seen]
-    if verdicts and exitstatus == pytest.ExitCode.OK and all(v["status"] == "skipped" for v in verdicts):
-        # Every selected gate was skipped (its data file is missing): nothing was checked, and a
-        # release gate must not read that as a pass.
-        session.exitstatus = exitstatus = exit_codes.NOTHING_SELECTED
-        state["all_skipped"] = True
-    if (not model_error and not interrupted and exitstatus in (exit_codes.OK, exit_codes.GATE_FAILED)
-            and any(v["status"] == "error" for v in verdicts)):
-        # A model or data failure mid-run left gates without a verdict: not a finding about the
-        # model, so not exit 1 (the run is incomplete; rerun once the failure is fixed).
-        session.exitstatus = exitstatus = exit_codes.RUN_ERROR
-    from .report.html import write_html
-    from .report.markdown import write_markdown
-    from .report.results import build_results, suite_provenance, write_results
+                  else Verdict.not_run(g, why)).to_dict() for g in unrun]
+    _junit_unrun_gates(config, state, unrun, model_error or why, "error" if model_error else "not run")
+
+    from .data import sha256_file
+    from .engine.cache import ENGINE_VERSION
+    from .report.results import build_results, suite_provenance
 
     model = next((p["model"] for p in parts if p["model"]), None)
     opts = dict(audit.options.__dict__)
@@ -625,46 +705,145 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
         opts["data_dir"] = str(audit.data_dir)  # record the resolved path, not the flag as typed
     except AuditError:
         pass
-    from .data import sha256_file
-
     # Gates configured for the benchmarks this run touched: a BBQ-only run is complete when
     # all BBQ gates ran, whatever EsBBQ's section holds.
     touched = ({o["benchmark"] for o in outcomes} | {v["benchmark"] for v in verdicts}
                | {e["benchmark"] for e in errors})
     configured = sum(len(_gates_for_data(audit, b, g)) for b, g in state["gates"].items() if b in touched)
     args = list(config.invocation_params.args)
-    run = {"status": "interrupted" if interrupted else "complete",
-           "exit_status": int(exitstatus),
-           "invocation": args,
+    run = {"invocation": args,
            "command_line": shlex.join(["pytest", *args]),
            "working_directory": str(config.invocation_params.dir),
            "started": datetime.fromtimestamp(state["started"], timezone.utc).isoformat(timespec="seconds"),
            "duration_s": round(time.time() - state["started"], 3),
            "suite": suite_provenance(),
+           "engine_version": ENGINE_VERSION,
            "thresholds_sha256": sha256_file(Path(audit.options.thresholds)),
            "thresholds_warnings": state.get("thresholds_warnings") or [],
+           "interval_floors": _interval_floors(audit, state),
            "gates_configured": configured}
     from .session import overall_from_records
 
-    overall = overall_from_records(audit.benchmarks, outcomes, audit.run_dir,
-                                   audit.options.metric_settings)
+    run_error = None
+    try:
+        overall = overall_from_records(audit.benchmarks, outcomes, audit.run_dir,
+                                       audit.options.metric_settings)
+    except AuditError as e:  # the records of a category went missing under the run
+        overall, run_error = {}, f"the overall aggregates could not be computed ({e})"
     provenance = {name: audit.protocol(name, model) for name in touched}
     results = build_results(run_id=state["run_id"], options=opts, model=model, outcomes=outcomes,
                             verdicts=verdicts, thresholds_path=str(audit.options.thresholds),
                             overall=overall, provenance=provenance, run=run, errors=errors,
                             benchmark_info={n: audit.benchmarks[n].report_info() for n in touched},
                             baseline=state.get("baseline"))
+    input_error = f"the model could not be loaded: {model_error}" if model_error else None
     if state.get("baseline_doc") is not None:
         # Regression gates are only meaningful like for like: say what differs from the baseline.
-        from .report.compare import comparability_notes, incomplete_notes
+        from .report.compare import comparability_notes, incomplete_notes, model_notes
 
-        results["baseline"]["not_like_for_like"] = (
-            incomplete_notes({"baseline": state["baseline_doc"]})
-            + comparability_notes(state["baseline_doc"], results))
+        unlike = (incomplete_notes({"baseline": state["baseline_doc"]})
+                  + comparability_notes(state["baseline_doc"], results))
+        results["baseline"]["not_like_for_like"] = unlike
+        results["baseline"]["models"] = model_notes(state["baseline_doc"], results)
+        if unlike and audit.options.strict_baseline and not input_error:
+            input_error = (f"--strict-baseline: the baseline run is not like for like "
+                           f"({'; '.join(unlike)})")
     state["results"] = results
-    state["results_path"] = write_results(audit.run_dir / "results.json", results)
-    state["report_path"] = write_markdown(audit.run_dir / "report.md", results)
-    state["html_path"] = write_html(audit.run_dir / "report.html", results)
+    state["facts"] = {"interrupted": interrupted, "input_error": input_error, "run_error": run_error}
+    _write_outputs(config, audit, state, presses)
+    session.exitstatus = state["outcome"].exit_code
+
+
+def _decide(state: dict, presses):
+    """The run's one outcome decision (``outcome.decide``), stored in results.json's ``run``
+    where the terminal, both reports and JUnit read it."""
+    from .outcome import decide
+
+    results, facts = state["results"], state["facts"]
+    outcome = decide([v["status"] for v in results["gates"]],
+                     interrupted=facts["interrupted"] or bool(presses),
+                     input_error=facts["input_error"], run_error=facts["run_error"])
+    results["run"]["outcome"] = outcome.to_dict()
+    results["run"]["status"] = outcome.status
+    results["run"]["exit_status"] = outcome.exit_code
+    state["outcome"] = outcome
+    return outcome
+
+
+def _write_outputs(config, audit, state: dict, presses) -> None:
+    """results.json, then report.md and report.html, into the run folder; where that fails, into
+    a temporary folder the terminal names (a RUN ERROR: the results are not where asked). A
+    Ctrl-C meanwhile makes the outcome INTERRUPTED and everything is written again to say so; a
+    second one skips (and removes) the reports, which ``bias-audit report`` renders later."""
+    import tempfile
+
+    from .report.html import write_html
+    from .report.markdown import write_markdown
+    from .report.results import write_results
+
+    folder = audit.run_dir
+    while True:
+        pressed = presses.count
+        _decide(state, presses)
+        try:
+            write_results(folder / "results.json", state["results"])
+        except OSError as e:
+            if state.get("moved_to"):
+                raise
+            tmp = Path(tempfile.mkdtemp(prefix=f"bias-audit-{state['run_id']}-"))
+            state["facts"]["run_error"] = (f"the run folder {folder} could not be written "
+                                           f"({e.strerror or e}); this run's files are in {tmp}")
+            state["moved_to"], folder = str(tmp), tmp
+            continue
+        state["results_path"] = folder / "results.json"
+        for key, name, writer in (("report_path", "report.md", write_markdown),
+                                  ("html_path", "report.html", write_html)):
+            if presses.count >= 2:
+                (folder / name).unlink(missing_ok=True)  # never a report of an older verdict
+                state[key] = f"not written (interrupted; `bias-audit report {folder}` renders it)"
+                continue
+            try:
+                state[key] = writer(folder / name, state["results"])
+            except OSError as e:
+                state[key] = f"not written ({e.strerror or e})"
+        if presses.count == pressed:
+            break
+    from .report.junit import add_outcome_properties
+
+    add_outcome_properties(config, state["outcome"], {"run_id": state["run_id"],
+                                                      "results": state["results_path"]})
+
+
+def _junit_unrun_gates(config, state: dict, gates: list[Gate], why: str, status: str) -> None:
+    """JUnit testcases for the selected gates that produced no test report (``report.junit``)."""
+    from .report.junit import add_unreported_gates
+
+    nodeids = state.get("gate_nodeids") or {}
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    # A gate counts as reported once its call ran, or its setup failed or skipped; a test
+    # interrupted after a passing setup still needs its testcase.
+    reported = {getattr(r, "nodeid", None) for reports in getattr(terminal, "stats", {}).values()
+                for r in reports
+                if getattr(r, "when", None) == "call" or (getattr(r, "when", None) == "setup"
+                                                          and not getattr(r, "passed", False))}
+    cases = []
+    for g in gates:
+        nodeid = nodeids.get((g.benchmark, g.test_id))
+        if nodeid is None or nodeid in reported:
+            continue
+        props = {"benchmark": g.benchmark, "category": g.category, "metric": g.metric,
+                 "kind": g.kind, "status": status, "reason": f"not run: {why}"}
+        cases.append((nodeid, props, f"{g.benchmark}/{g.category}/{g.metric}: not run ({why})"))
+    add_unreported_gates(config, cases)
+
+
+def _interval_floors(audit, state: dict) -> dict:
+    """The run's interval settings next to what its gates are signed off at (results.json)."""
+    from .gates import MIN_RESAMPLES
+
+    levels = sorted({g.confidence for gs in state["gates"].values() for g in gs})
+    return {"confidence": audit.options.confidence, "n_resamples": audit.options.n_resamples,
+            "signed_off_confidence": levels, "min_resamples": dict(MIN_RESAMPLES)}
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -697,6 +876,11 @@ def _known_audits(config: pytest.Config) -> list[str]:
     return lines
 
 
+def _option(results: dict, key: str):
+    """An option as results.json records it."""
+    return (results.get("options") or {}).get(key)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     state = config.stash.get(_STATE_KEY, None)
     if not state:
@@ -714,13 +898,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     from .report.results import gate_lines, metric_table
 
     results = state["results"]
+    outcome = state["outcome"]
     tr.section("bias audit")
-    if results["run"].get("status") == "interrupted":
-        tr.write_line("INTERRUPTED: this run was stopped before every selected gate ran; the gates "
-                      "that did not run are listed as NOT RUN", red=True)
-    if state.get("all_skipped"):
-        tr.write_line("NOTHING CHECKED: every selected gate was skipped (its data file is missing); "
-                      "exit code 5, never a pass", red=True)
+    if outcome.label == "INTERRUPTED":
+        tr.write_line("INTERRUPTED: this run was stopped before it finished; gates that did not run "
+                      "are listed as NOT RUN (and as errors in junit.xml)", red=True)
+    if state.get("moved_to"):
+        tr.write_line(f"RESULTS MOVED: {results['run']['outcome']['reason']}", red=True)
+    floors = [v for v in results["gates"] if v.get("cause") == "interval"]
+    if floors:
+        tr.write_line(f"INTERVALS: {len(floors)} gate(s) INSUFFICIENT because the run's intervals "
+                      f"(--confidence {_option(results, 'confidence')}, --bootstrap-resamples "
+                      f"{_option(results, 'n_resamples')}) are more lenient than the gates are "
+                      "signed off at, or rest on too few resamples (messages above)", red=True)
     from .report.markdown import modified_files
 
     modified = modified_files(results)
@@ -742,7 +932,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     for line in gate_lines(results):
         tr.write_line(line)
     run_errors = results["gate_summary"].get("error", 0)
-    if results["run"].get("exit_status") == exit_codes.RUN_ERROR:
+    if outcome.label == "RUN ERROR" and run_errors:
         tr.write_line(f"RUN ERROR: {run_errors} gate(s) have no verdict because a model or data "
                       "error stopped their category during the run (messages above); this is not "
                       f"a gate failure: exit code {exit_codes.RUN_ERROR}", red=True)
@@ -753,12 +943,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
                       f"{sum(c.get('computed', 0) for c in counts)} computed")
     summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items()))
     tr.write_line(f"gates: {summary}")
-    from .report.verdict import overall_verdict
-
-    verdict = overall_verdict(results)
-    code = f" (exit code {verdict.exit_code})" if verdict.exit_code is not None else ""
-    tr.write_line(f"VERDICT: {verdict.label}: {verdict.reason}{code}", green=verdict.passed,
-                  red=not verdict.passed, bold=True)
+    tr.write_line(outcome.line(), green=outcome.passed, red=not outcome.passed, bold=True)
     tr.write_line(f"results: {state['results_path']}")
     tr.write_line(f"report:  {state['report_path']}")
     tr.write_line(f"html:    {state['html_path']}")

@@ -34,6 +34,10 @@ class AuditOptions:
     min_n: int | None = None
     #: stop at start-up when a data file is not the published release (``--require-published-data``).
     require_published_data: bool = False
+    #: ``--strict-baseline``: a baseline that is not like for like is an input error (exit 4).
+    strict_baseline: bool = False
+    #: ``--chat-template``: ``auto`` (the model's), ``none`` (plain text) or a template file.
+    chat_template: str = "auto"
     #: ``{benchmark: {option: value}}`` passed to ``Benchmark.configure`` (e.g. KoBBQ's mode).
     benchmark_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: folder of the result cache (None: ``engine.cache.default_cache_dir()``); ``cache=False``
@@ -67,6 +71,15 @@ class AuditOptions:
             raise ConfigError(f"--confidence must be in (0, 1), got {self.confidence}")
         if self.min_n is not None and self.min_n < 0:
             raise ConfigError(f"--min-n must be >= 0, got {self.min_n}")
+        if self.chat_template not in ("auto", "none"):
+            path = Path(self.chat_template)
+            if not path.is_file():
+                raise ConfigError(f"--chat-template {self.chat_template}: not auto, none or a "
+                                  "template file")
+            try:
+                path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise ConfigError(f"--chat-template {path}: cannot read it ({e})") from None
         from .backends import validate
 
         validate(self)
@@ -143,24 +156,52 @@ class AuditSession:
 
             self._share_cpu_threads()
             model = open_model(self.options, device=self._device())
+            model.use_chat_template(self.options.chat_template)
             model.engine = self._engine_for(model)
             self._model = model
         return self._model
 
+    def open_cache(self):
+        """The run's result cache (None with ``--no-cache``), opened and checked once; the
+        plugin calls it at start-up so a broken cache stops the run before anything is scored.
+
+        Raises:
+            ConfigError: the folder cannot be created, or its file is not a valid cache (naming
+                the file and what to do).
+        """
+        if not self.options.cache:
+            return None
+        if getattr(self, "_cache", None) is None:
+            from .engine.cache import open_checked
+            from .paths import scores_dir
+
+            folder = Path(self.options.cache_dir) if self.options.cache_dir else scores_dir()
+            self._cache = open_checked(folder)
+        return self._cache
+
+    def check_results_dir(self) -> None:
+        """Create the run folder and write a probe file in it, so a ``--results-dir`` that is a
+        file or unwritable stops the run at start-up instead of after scoring.
+
+        Raises:
+            ConfigError: naming the folder and the operating system's reason.
+        """
+        import tempfile
+
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.run_dir):
+                pass
+        except OSError as e:
+            raise ConfigError(f"--results-dir {self.options.results_dir}: cannot write the run "
+                              f"folder {self.run_dir} ({e.strerror or e})") from None
+
     def _engine_for(self, model):
         """The engine of the run: the result cache (unless ``--no-cache``) and a memo, so
         identical requests of any items or benchmarks are computed once."""
-        from .engine.cache import ResultCache, default_cache_dir
         from .engine.executor import Engine
 
-        cache = None
-        if self.options.cache:
-            folder = Path(self.options.cache_dir) if self.options.cache_dir else default_cache_dir()
-            try:
-                cache = ResultCache(folder)
-            except Exception as e:  # noqa: BLE001 - sqlite3 and OS errors alike
-                raise ConfigError(f"--cache-dir {folder}: cannot open the result cache ({e})") from None
-        return Engine(model, cache=cache, memo=True)
+        return Engine(model, cache=self.open_cache(), memo=True)
 
     @property
     def progress(self):
@@ -318,10 +359,27 @@ class AuditSession:
             template = self._model.chat_template
             model["chat_template_sha256"] = (hashlib.sha256(template.encode("utf-8")).hexdigest()
                                              if template else None)
+            model["chat_template_source"] = self._model.chat_template_source
         return {"outcomes": [o.to_dict() for o in self.outcomes.values()], "verdicts": self.verdicts,
                 "errors": [{"benchmark": b, "category": c, "message": m}
                            for (b, c), m in self.errors.items()],
                 "model": model, "model_error": self.model_error}
+
+    def category_document(self, benchmark: str, category: str) -> dict[str, Any]:
+        """The part of this run's results document that concerns one evaluated category, as
+        ``report.compare.comparability_notes`` reads it while the run goes on (a regression
+        gate's own like-for-like check)."""
+        from .data import sha256_file
+        from .engine.cache import ENGINE_VERSION
+
+        outcome = self.outcomes[(benchmark, category)]
+        model = self.export()["model"]
+        return {"options": dict(self.options.__dict__), "model": model,
+                "run": {"thresholds_sha256": sha256_file(Path(self.options.thresholds)),
+                        "engine_version": ENGINE_VERSION},
+                "protocols": {benchmark: self.protocol(benchmark, model)},
+                "benchmarks": {benchmark: {category: {"n_scored": outcome.n_scored}}},
+                "data_files": {f["path"]: {"sha256": f["sha256"]} for f in outcome.files}}
 
     def protocol(self, benchmark: str, model: Mapping[str, Any] | None) -> dict[str, Any]:
         """What produced a benchmark's numbers besides model and data (results' ``protocols``):
@@ -331,14 +389,16 @@ class AuditSession:
         it."""
         bench = self.benchmarks[benchmark]
         out: dict[str, Any] = {"protocol_version": bench.protocol_version, **bench.provenance()}
+        note = out.pop("chat_template", None)
+        digest = (model or {}).get("chat_template_sha256") if bench.uses_chat_template else None
+        # The same value the records hold (``chat_template_sha256``): the template's hash when
+        # prompts went through one, else none.
+        out["chat_template"] = f"sha256:{digest}" if digest else "none"
         if bench.uses_chat_template:
-            digest = (model or {}).get("chat_template_sha256")
-            note = out.get("chat_template")
-            out["chat_template"] = f"sha256:{digest}" if digest else "none (the model has none)"
+            source = (model or {}).get("chat_template_source", "model")
+            out["chat_template_source"] = source if digest or source != "model" else "model (has none)"
             if note:
                 out["chat_template_note"] = note
-        else:
-            out["chat_template"] = "none"
         return out
 
 
@@ -391,6 +451,7 @@ def options_from_config(config) -> AuditOptions:
         seed=get("audit_seed"), n_resamples=get("audit_bootstrap"), confidence=get("audit_confidence"),
         thresholds=get("audit_thresholds"), results_dir=get("audit_results_dir"),
         min_n=get("audit_min_n"), require_published_data=get("audit_require_published"),
+        strict_baseline=get("audit_strict_baseline"), chat_template=get("audit_chat_template"),
         benchmark_options=_benchmark_options(config), cache_dir=get("audit_cache_dir"),
         cache=not get("audit_no_cache"), progress=_progress_mode(config),
         **backend_options(config))

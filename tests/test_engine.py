@@ -1,7 +1,12 @@
 """The scoring engine (audit_harness/engine/): the prefix tree, exactness against the plain
 one-forward-per-request computation on real BBQ rows, invariance to batch size, request order and
 cache hits, out-of-memory halving, the result cache (crash resume, concurrent writers) and
-progress output."""
+progress output.
+
+Tolerances state the engine's contract, 1e-4 nats per request in fp32 (sums of up to ~40 token
+log-probabilities; the last digits differ between AVX2 and AVX-512 machines), never the digits
+one CPU happened to produce.
+"""
 
 from __future__ import annotations
 
@@ -118,7 +123,7 @@ def test_packed_rows_split_at_the_token_budget(gpt2, data_dir):
     gpt2.token_budget = 40  # below one BBQ subtree: its prefix is repeated in several rows
     try:
         engine = Engine(gpt2)
-        assert engine.loglikelihood(flat) == pytest.approx(whole, abs=1e-5)
+        assert engine.loglikelihood(flat) == pytest.approx(whole, abs=1e-4)
         assert engine.stats.forwards > 1
     finally:
         gpt2.token_budget = saved
@@ -143,7 +148,7 @@ def test_subtrees_packed_into_one_row_score_as_if_alone(gpt2, llama, data_dir, m
         seen.clear()
         monkeypatch.setattr(model, "packed_row_tokens", 4096)
         packed = Engine(model).loglikelihood(flat)
-        assert packed == pytest.approx(alone, abs=1e-5)
+        assert packed == pytest.approx(alone, abs=1e-4)
         assert sum(len(s) for s in seen) < n_alone and max(max(s) for s in seen) <= 4096
         monkeypatch.undo()
 
@@ -155,12 +160,12 @@ def test_invariant_to_batch_size_order_and_cache(gpt2, data_dir, tmp_path):
     try:
         for batch_size, token_budget in [(1, 8192), (5, 200)]:
             gpt2.batch_size, gpt2.token_budget = batch_size, token_budget
-            assert Engine(gpt2).loglikelihood(flat) == pytest.approx(base, abs=1e-5)
+            assert Engine(gpt2).loglikelihood(flat) == pytest.approx(base, abs=1e-4)
     finally:
         gpt2.batch_size, gpt2.token_budget = saved
     perm = torch.randperm(len(flat), generator=torch.Generator().manual_seed(1)).tolist()
     shuffled = Engine(gpt2).loglikelihood([flat[i] for i in perm])
-    assert [shuffled[perm.index(i)] for i in range(len(flat))] == pytest.approx(base, abs=1e-5)
+    assert [shuffled[perm.index(i)] for i in range(len(flat))] == pytest.approx(base, abs=1e-4)
     cold = Engine(gpt2, cache=ResultCache(tmp_path))
     first = cold.loglikelihood(flat)
     warm = Engine(gpt2, cache=ResultCache(tmp_path))
@@ -213,7 +218,7 @@ def test_out_of_memory_halves_the_batch(gpt2, monkeypatch):
     for packing in (True, False):
         gpt2.packing = packing
         engine = Engine(gpt2)
-        assert engine.loglikelihood(reqs) == pytest.approx(expected, abs=1e-5)
+        assert engine.loglikelihood(reqs) == pytest.approx(expected, abs=1e-4)
         assert engine.stats.oom_retries > 0
     gpt2.packing = True
     gpt2.prefix_sharing = False

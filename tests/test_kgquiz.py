@@ -190,7 +190,7 @@ def test_missing_file_gate_is_skipped_and_reported(tmp_path, data_dir):
     out = proc.stdout + proc.stderr
     # Nothing was checked: never exit 0 (a release gate must not read it as a pass).
     assert proc.returncode == 5, out[-3000:]
-    assert "NOTHING CHECKED: every selected gate was skipped" in out
+    assert "VERDICT: NOTHING CHECKED: every selected gate was skipped" in out
     assert "2 skipped" in out and "passed" not in out.split("short test summary")[-1]
     assert "9adc4ee4f612466ba8064f909f2b0e7dc5ab4676" in out
     (run_dir,) = list(results.iterdir())
@@ -411,7 +411,7 @@ def test_chat_template_is_used_and_recorded(bench, loaded):
     model = CannedModel({item.item_id: "Hyperkalemia"}, chat=True)
     (rec,) = bench.evaluate(model, [item])
     assert model.requests[0].prompt.startswith("<user>Ketoprofen may cause [MASK].")
-    assert rec.prompt_format.startswith("chat:") and len(rec.prompt_format) == 21
+    assert rec.prompt_format == "chat" and len(rec.chat_template_sha256) == 64
     plain = CannedModel({item.item_id: "x"}, chat=True)
     (rec2,) = bench.configure(use_chat_template=False).evaluate(plain, [item])
     assert rec2.prompt_format == "plain" and plain.requests[0].prompt.startswith("Ketoprofen")

@@ -84,7 +84,11 @@ class MCRecord(Record):
         raw_prediction: the model's (or saved) output (generate mode); match: how it was mapped
             (``parsing.MATCH_KINDS``).
         prompt_sha256: sha256 of the exact prompt text the model saw (the benchmark's
-            ``prompt_template`` in results' ``protocols``, filled with this item).
+            ``prompt_template`` in results' ``protocols``, filled with this item, and formatted
+            by the chat template when ``prompt_format`` is ``chat``).
+        prompt_format: ``chat`` (one user turn through the model's chat template) or ``plain``.
+        chat_template_sha256: sha256 of the chat template's text when ``prompt_format`` is
+            ``chat``, else None (results' ``protocols`` say the same per benchmark).
         extra: benchmark-specific fields (EsBBQ ``question_type``, ``instance_id``, ...).
     """
 
@@ -105,6 +109,8 @@ class MCRecord(Record):
     raw_prediction: Any = field(default=None, metadata=OMIT_NONE)
     match: str | None = field(default=None, metadata=OMIT_NONE)
     prompt_sha256: str | None = field(default=None, metadata=OMIT_NONE)
+    prompt_format: str = "plain"
+    chat_template_sha256: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -178,7 +178,8 @@ class KGQuizRecord(Record):
 
     Attributes:
         task, domain, question, gold: copied from the item (Task5 gold: the triples).
-        prompt_format: ``"chat:<sha256 of the chat template, 16 hex>"`` or ``"plain"``.
+        prompt_format: ``"chat"`` (one user turn through the model's chat template) or
+            ``"plain"``.
         output: the model's generation.
         prediction: Task1 the parsed label (None = invalid); Task2 the option index (None =
             invalid); Task3 the answer (first line, cleaned); Task4 the revised entity isolated
@@ -187,6 +188,8 @@ class KGQuizRecord(Record):
         similarity: Task3/Task4 cosine of the answer and gold embeddings; Task5 the (facts x gold
             triples) cosine matrix.
         options: Task2's options. corrupted_entity: Task4's wrong entity.
+        prompt_sha256: sha256 of the exact prompt the model saw; chat_template_sha256: sha256 of
+            the chat template's text when ``prompt_format`` is ``chat``, else None.
     """
 
     task: str
@@ -195,6 +198,8 @@ class KGQuizRecord(Record):
     gold: Any
     prompt_format: str
     output: str
+    prompt_sha256: str | None = None
+    chat_template_sha256: str | None = None
     prediction: Any = None
     match: str | None = field(default=None, metadata=OMIT_NONE)
     similarity: Any = field(default=None, metadata=OMIT_NONE)
@@ -570,14 +575,20 @@ class KGQuiz(Benchmark):
             return template.format(path=" | ".join(f.strip() for f in item.question.split("\t")))
         return template.format(question=item.question)
 
-    def _prompt(self, model: LanguageModel, item: KGQuizItem) -> tuple[str, str]:
+    @property
+    def uses_chat_template(self) -> bool:  # type: ignore[override]
+        """Prompts go through the model's chat template unless ``use_chat_template`` is off."""
+        return bool(self.use_chat_template)
+
+    def _prompt(self, model: LanguageModel, item: KGQuizItem) -> tuple[str, str, str | None]:
+        """(prompt, ``chat``/``plain``, the chat template's sha256 or None)."""
         message = self.user_message(item)
         if self.use_chat_template:
             chat = model.chat_prompt(message)
             if chat is not None:
                 digest = hashlib.sha256((model.chat_template or "").encode("utf-8")).hexdigest()
-                return chat, f"chat:{digest[:16]}"
-        return message, "plain"
+                return chat, "chat", digest
+        return message, "plain", None
 
     # -- scoring ---------------------------------------------------------------------------------
     def evaluate(self, model: LanguageModel, items: Sequence[KGQuizItem]) -> list[KGQuizRecord]:
@@ -591,13 +602,15 @@ class KGQuiz(Benchmark):
         """
         prompts = [self._prompt(model, it) for it in items]
         requests = [GenerationRequest(p, self.protocol.max_new_tokens[it.task], item_id=it.item_id)
-                    for it, (p, _) in zip(items, prompts)]
+                    for it, (p, _, _) in zip(items, prompts)]
         outputs = model.generate(requests)
         records = []
-        for it, (_, fmt), out in zip(items, prompts, outputs):
+        for it, (prompt, fmt, digest), out in zip(items, prompts, outputs):
             rec = KGQuizRecord(item_id=it.item_id, category=it.category, task=it.task,
                                domain=it.domain, question=it.question, gold=it.gold,
-                               prompt_format=fmt, output=out)
+                               prompt_format=fmt, output=out,
+                               prompt_sha256=hashlib.sha256(prompt.encode("utf-8")).hexdigest(),
+                               chat_template_sha256=digest)
             if it.task == "Task1":
                 rec.prediction = match_leading_label(out, self.protocol.labels)
             elif it.task == "Task2":
@@ -704,7 +717,7 @@ class KGQuiz(Benchmark):
                         "only; prompts and parse rules from kgquiz_protocol.yaml",
             "prompt_templates": dict(p.prompts), "max_new_tokens": dict(p.max_new_tokens),
             "chat_template": ("each prompt as one user turn through the model's chat template when "
-                              "it has one (records' prompt_format holds the template's sha256)"
+                              "it has one (records' prompt_format and chat_template_sha256 say which)"
                               if self.use_chat_template else "not used"),
             "true_false_parse": f"first word in {sorted(p.labels)} (any case), else invalid; "
                                 "invalid counts as wrong in accuracy's denominator",

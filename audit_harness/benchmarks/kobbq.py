@@ -162,9 +162,8 @@ class KoBBQRecord(MCRecord):
         options: the option texts as shown, A/B/C.
         parse_rule: the ``parsing.parse_choice`` rule that decided (generate mode).
         ooc_reason: why the output is out-of-choice (``parsing.OOC_REASONS``), else None.
-        prompt_format: ``chat`` (one user turn through the model's chat template) or ``plain``.
-        chat_template_sha256: sha256 of the model's chat template text (None without one): the
-            model-dependent part of the prompt, recorded here because ``provenance`` has no model.
+    ``prompt_format``, ``chat_template_sha256`` and ``prompt_sha256`` (``MCRecord``) say how the
+    exact prompt was formatted and hash it.
     """
 
     sample_id: str = ""
@@ -174,8 +173,6 @@ class KoBBQRecord(MCRecord):
     options: list[str] | None = None
     parse_rule: str | None = field(default=None, metadata=OMIT_NONE)
     ooc_reason: str | None = field(default=None, metadata=OMIT_NONE)
-    prompt_format: str = "plain"
-    chat_template_sha256: str | None = None
 
 
 def _read_tsv(path: Path, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
@@ -494,6 +491,7 @@ class KoBBQ(BBQFamilyBenchmark):
         template = model.chat_template
         digest = hashlib.sha256(template.encode("utf-8")).hexdigest() if isinstance(template, str) else None
         shaped = [self._prompt(model, it) for it in items]
+        hashes = [hashlib.sha256(p.encode("utf-8")).hexdigest() for p, _ in shaped]
         out: list[KoBBQRecord | None] = [None] * len(items)
         gen = [i for i, it in enumerate(items) if it.answer_mode == "generate"]
         let = [i for i, it in enumerate(items) if it.answer_mode == "letter"]
@@ -511,7 +509,8 @@ class KoBBQ(BBQFamilyBenchmark):
                     parsed = parse_choice(raw, it.options, it.prompt.letters)
                 except (TypeError, ValueError) as e:
                     raise PredictionError(it.item_id, str(e)) from None
-                out[i] = self._kobbq_record(it, parsed.option, shaped[i][1], digest, raw_prediction=raw,
+                out[i] = self._kobbq_record(it, parsed.option, shaped[i][1], digest, hashes[i],
+                                            raw_prediction=raw,
                                             match=parsed.how, parse_rule=parsed.rule,
                                             ooc_reason=parsed.reason)
         if let:
@@ -520,7 +519,8 @@ class KoBBQ(BBQFamilyBenchmark):
             for n, i in enumerate(let):
                 lls = [float(x) for x in flat[3 * n:3 * n + 3]]
                 best = int(np.argmax(lls))
-                out[i] = self._kobbq_record(items[i], best, shaped[i][1], digest, predicted_choice=best,
+                out[i] = self._kobbq_record(items[i], best, shaped[i][1], digest, hashes[i],
+                                            predicted_choice=best,
                                             choices=letters[i], loglikelihoods=lls)
         return out  # type: ignore[return-value]
 
@@ -532,7 +532,7 @@ class KoBBQ(BBQFamilyBenchmark):
         return list(item.prompt.letters) if fmt == "chat" else [" " + l for l in item.prompt.letters]
 
     def _kobbq_record(self, it: KoBBQItem, option: int, fmt: str, digest: str | None,
-                      **fields: Any) -> KoBBQRecord:
+                      prompt_sha256: str, **fields: Any) -> KoBBQRecord:
         return KoBBQRecord(
             item_id=it.item_id, category=it.category, context_condition=it.context_condition,
             polarity=it.polarity, template_id=it.template_id, label_type="label",
@@ -541,7 +541,8 @@ class KoBBQ(BBQFamilyBenchmark):
             predicted_class=it.answer_class(option).value, correct=option == it.gold,
             sample_id=it.sample_id, prompt_id=it.prompt_id, permutation=it.permutation,
             answer_mode=it.answer_mode, options=list(it.options), prompt_format=fmt,
-            chat_template_sha256=digest, extra={"label_annotation": it.label_annotation}, **fields)
+            chat_template_sha256=digest if fmt == "chat" else None, prompt_sha256=prompt_sha256,
+            extra={"label_annotation": it.label_annotation}, **fields)
 
     # -- metrics -----------------------------------------------------------------------------------
     def metrics(self, records: Sequence[KoBBQRecord], settings: MetricSettings) -> dict[str, MetricResult]:

@@ -19,6 +19,8 @@ scores each pair once (``shared_items``), and every distinct sentence is sent to
 
 from __future__ import annotations
 
+import hashlib
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -79,6 +81,9 @@ class PairRecord(Record):
         outcome: +1 sent_more scores higher after rounding to 3 decimals (stereotyped), 0 tie,
             -1 sent_less higher; None when excluded.
         excluded: why the pair is left out of the metrics (``NO_SHARED_TOKEN``), else None.
+        prompt_sha256: sha256 of what the model read, the two sentences joined by a newline
+            (each is scored alone; no prompt template, no chat template: ``prompt_format``
+            ``plain``).
         extra: benchmark-specific fields.
     """
 
@@ -91,6 +96,8 @@ class PairRecord(Record):
     n_scored_tokens: int = 0
     outcome: int | None = None
     excluded: str | None = field(default=None, metadata=OMIT_NONE)
+    prompt_sha256: str | None = None
+    prompt_format: str = "plain"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -239,6 +246,8 @@ class SentencePairBenchmark(Benchmark):
         for it, n in zip(items, plans):
             common = dict(item_id=it.item_id, category=it.category, sent_more=it.sent_more,
                           sent_less=it.sent_less, direction=it.direction, line=it.line,
+                          prompt_sha256=hashlib.sha256(
+                              f"{it.sent_more}\n{it.sent_less}".encode("utf-8")).hexdigest(),
                           extra=dict(it.extra))
             if not n:
                 records.append(PairRecord(**common, excluded=NO_SHARED_TOKEN))

@@ -25,10 +25,32 @@ FILE_NAME = "scores.sqlite"
 
 
 def default_cache_dir() -> Path:
-    """``<user cache dir>/scores`` (``audit_harness.models.zoo.cache_dir()``)."""
-    from ..models.zoo import cache_dir
+    """``<user cache dir>/scores`` (``audit_harness.paths.scores_dir()``)."""
+    from ..paths import scores_dir
 
-    return cache_dir() / "scores"
+    return scores_dir()
+
+
+def open_checked(folder: str | os.PathLike) -> "ResultCache":
+    """A ``ResultCache`` in ``folder``, checked to be a readable cache before any scoring.
+
+    Raises:
+        ConfigError: the folder cannot be created, or ``scores.sqlite`` there is not a valid
+            cache (not a database, or not this suite's tables): move it away or use --no-cache.
+    """
+    from ..errors import ConfigError
+
+    path = Path(folder).expanduser() / FILE_NAME
+    try:
+        cache = ResultCache(folder)
+        cache.check()
+    except sqlite3.DatabaseError as e:
+        raise ConfigError(f"cache file {path} is not a valid cache ({e}): move it away or use "
+                          "--no-cache") from None
+    except OSError as e:
+        raise ConfigError(f"--cache-dir {Path(folder)}: cannot open the result cache "
+                          f"({e.strerror or e})") from None
+    return cache
 
 
 def request_key(model_key: str, kind: str, ids: Sequence[int], extra: Sequence[int] = ()) -> bytes:
@@ -124,6 +146,18 @@ class ResultCache:
     def put_texts(self, items: Mapping[bytes, str]) -> None:
         """Store generations in one transaction (an existing key keeps its text)."""
         self._insert("generations", "text", list(items.items()))
+
+    def check(self) -> None:
+        """Read one row of each table, so a damaged file fails here rather than mid-run.
+
+        Raises:
+            sqlite3.DatabaseError: the file is not a database, or its tables are unreadable.
+        """
+        for table in ("results", "generations"):
+            self._db.execute(f"SELECT key FROM {table} LIMIT 1").fetchall()
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(results)")}
+        if not {"key", "value"} <= columns:
+            raise sqlite3.DatabaseError("its results table is not this suite's (key, value)")
 
     def __len__(self) -> int:
         """Stored entries, scores and generations together."""

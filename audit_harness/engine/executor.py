@@ -29,6 +29,7 @@ from typing import Callable, Sequence
 from ..models.base import GenerationRequest
 from .cache import ResultCache, request_key
 from .generation import run_generation
+from .pace import DEFAULT_TARGET_S, Pace
 from .prefix_tree import PrefixTree, Segment, build_tree
 
 #: Distinct requests scored per prefix tree: bounds the tree's memory and makes a crash lose at
@@ -80,10 +81,13 @@ class Engine:
         memo: keep every result of this process in memory too (dedupe across calls, items and
             benchmarks without a cache file). A bare model's own engine has none, so changing
             its settings between calls recomputes.
+        forward_seconds: seconds of work one forward aims at (``engine.pace``): results are
+            committed to the cache after each forward, so this bounds what an interruption
+            loses; 0 sizes forwards by tokens only.
     """
 
     def __init__(self, model, cache: ResultCache | None = None, min_shared: int = 4,
-                 memo: bool = False):
+                 memo: bool = False, forward_seconds: float = DEFAULT_TARGET_S):
         self.model = model
         self.cache = cache
         self.min_shared = min_shared
@@ -93,6 +97,7 @@ class Engine:
         self._weight: dict[bytes, float] = {}
         self.stats = EngineStats()
         self.progress = None  # a ProgressTask while a category runs
+        self.pace = Pace(forward_seconds)
 
     def reset_stats(self) -> EngineStats:
         """Return the counters so far and start new ones."""
@@ -358,8 +363,9 @@ class Engine:
         start = 0
         while start < len(flat):
             n, width, queries = 1, len(flat[start][0]), len(flat[start][3])
+            budget = self.pace.budget(m.token_budget)
             while (start + n < len(flat) and n < m.batch_size
-                   and (n + 1) * width <= m.token_budget
+                   and (n + 1) * width <= budget
                    and (queries + len(flat[start + n][3])) * m.vocab_size <= m.logits_budget):
                 queries += len(flat[start + n][3])
                 n += 1
@@ -368,7 +374,9 @@ class Engine:
 
     def _packed_batch(self, batch, deliver: Callable) -> None:
         try:
-            vals = self.model.forward_packed([(t, p, d, [(c, tg) for c, tg, _ in q]) for t, p, d, q in batch])
+            with self.pace.timed(len(batch) * max(len(t) for t, _, _, _ in batch)):
+                vals = self.model.forward_packed([(t, p, d, [(c, tg) for c, tg, _ in q])
+                                                  for t, p, d, q in batch])
         except BackendOutOfMemory:
             if len(batch) == 1:
                 raise
@@ -465,10 +473,15 @@ class Engine:
         while start < len(todo):
             idx = [todo[start]]
             keep = len(seqs[todo[start]]) - min(positions[todo[start]]) + 1
+            width = len(seqs[todo[start]])
+            budget = self.pace.budget(getattr(m, "token_budget", 1 << 62))
             for i in todo[start + 1:start + m.batch_size]:
                 k = max(keep, len(seqs[i]) - min(positions[i]) + 1)
                 if (len(idx) + 1) * k * m.vocab_size > m.logits_budget:
                     break
+                if (len(idx) + 1) * max(width, len(seqs[i])) > budget:
+                    break
+                width = max(width, len(seqs[i]))
                 idx.append(i)
                 keep = k
             self._full_batch(seqs, positions, idx, out)
@@ -477,7 +490,8 @@ class Engine:
 
     def _full_batch(self, seqs, positions, idx: list[int], out) -> None:
         try:
-            values = self.model.forward_full([seqs[i] for i in idx], [positions[i] for i in idx])
+            with self.pace.timed(len(idx) * max(len(seqs[i]) for i in idx)):
+                values = self.model.forward_full([seqs[i] for i in idx], [positions[i] for i in idx])
         except BackendOutOfMemory:
             if len(idx) == 1:
                 raise

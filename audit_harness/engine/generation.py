@@ -132,15 +132,18 @@ def _first_step_tokens(engine: "Engine", requests, encoded, first_step, first, m
 
 def _batches(engine: "Engine", keys: list[bytes], encoded, first, max_new: int):
     """Consecutive runs of at most ``batch_size`` prompts whose padded width (longest prompt +
-    new tokens) times rows stays within the token budget (one prompt over it goes alone)."""
+    new tokens) times rows stays within the token budget and the engine's time budget
+    (``engine.pace``; one prompt over it goes alone)."""
     m = engine.model
     batch: list[bytes] = []
     width = 0
+    budget = engine.pace.budget(m.token_budget)
     for k in keys:
         w = max(width, len(encoded[first[k]]) + max_new)
-        if batch and (len(batch) >= m.batch_size or (len(batch) + 1) * w > m.token_budget):
-            yield batch
+        if batch and (len(batch) >= m.batch_size or (len(batch) + 1) * w > budget):
+            yield batch  # runs (and is timed) before the generator resumes
             batch, w = [], len(encoded[first[k]]) + max_new
+            budget = engine.pace.budget(m.token_budget)
         batch.append(k)
         width = w
     if batch:
@@ -154,10 +157,11 @@ def _run_batch(engine: "Engine", batch: list[bytes], encoded, first, max_new: in
     prompts = [list(encoded[first[k]]) for k in batch]
     score_tokens = [scores.get(k, []) for k in batch] if scores else None
     try:
-        if score_tokens is None:
-            out, forwarded, _ = engine.model.generate_tokens(prompts, max_new)
-        else:
-            out, forwarded, firsts = engine.model.generate_tokens(prompts, max_new, score_tokens)
+        with engine.pace.timed(len(prompts) * (max(len(p) for p in prompts) + max_new)):
+            if score_tokens is None:
+                out, forwarded, _ = engine.model.generate_tokens(prompts, max_new)
+            else:
+                out, forwarded, firsts = engine.model.generate_tokens(prompts, max_new, score_tokens)
     except BackendOutOfMemory:
         if len(batch) == 1:
             raise

@@ -26,6 +26,11 @@ BOUND_KEYS = ("min", "max", "abs_max", "target", "tolerance")
 #: Items in a metric's denominator below which no gate passes, when thresholds.yaml sets none.
 DEFAULT_MIN_N = 30
 STATUSES = ("pass", "fail", "undefined", "insufficient", "error", "not run", "skipped")
+#: The interval level gates are signed off at when thresholds.yaml sets no ``confidence``.
+DEFAULT_CONFIDENCE = 0.95
+#: Fewest bootstrap resamples an interval may rest on for a gate of each mode: an interval from a
+#: handful of resamples can be arbitrarily narrow or wide, so a verdict on it is no verdict.
+MIN_RESAMPLES = {"point": 200, "ci_inside": 1000, "ci_overlap": 1000}
 #: Suffix of a regression gate's test id: ``test_bbq[Age-bias_score_ambig-vs-baseline]``.
 REGRESSION_SUFFIX = "-vs-baseline"
 
@@ -67,6 +72,7 @@ class Gate:
         mode: decision mode, one of ``modes.MODES``.
         min_n: fewest items in the metric's denominator (``MetricResult.n``) a verdict may rest on.
         max_regression: how much worse than the baseline the metric may get (metric units, >= 0).
+        confidence: the interval level the gate is signed off at (thresholds.yaml ``confidence``).
         baseline: set on a regression gate (``regression.add_regression_gates``), else None.
     """
 
@@ -81,6 +87,7 @@ class Gate:
     mode: str = "point"
     min_n: int = DEFAULT_MIN_N
     max_regression: float = 0.0
+    confidence: float = DEFAULT_CONFIDENCE
     baseline: Baseline | None = None
 
     @property
@@ -128,13 +135,41 @@ class Gate:
             parts.append(f"{self.target:g} +- {self.tolerance:g}")
         return " and ".join(parts)
 
-    def evaluate(self, metric: MetricResult) -> "Verdict":
+    def interval_problem(self, metric: MetricResult, n_resamples: int | None) -> str | None:
+        """Why ``metric``'s interval cannot carry this gate's verdict, or None when it can.
+
+        An interval gate is decided only at its signed-off ``confidence`` or at a level that makes
+        it stricter: higher for ``ci_inside`` (a wider interval must fit inside), lower for
+        ``ci_overlap`` and regression gates (a narrower interval must still reach the bounds).
+        A bootstrap interval (``metric.ci_method``) must rest on at least ``MIN_RESAMPLES`` of the
+        mode. ``n_resamples`` is the run's ``--bootstrap-resamples`` (None: not checked, for
+        callers that computed no bootstrap)."""
+        mode = self.decision_mode
+        level = metric.confidence
+        if mode == "ci_inside" and level is not None and level < self.confidence - 1e-12:
+            return (f"its interval is at {level:g} confidence, below the {self.confidence:g} this "
+                    "gate is signed off at (a narrower interval fits inside more easily): rerun "
+                    f"with --confidence {self.confidence:g} or higher")
+        if mode == "ci_overlap" and level is not None and level > self.confidence + 1e-12:
+            return (f"its interval is at {level:g} confidence, above the {self.confidence:g} this "
+                    "gate is signed off at (a wider interval overlaps the bounds more easily): "
+                    f"rerun with --confidence {self.confidence:g} or lower")
+        floor = MIN_RESAMPLES[mode]
+        if (n_resamples is not None and n_resamples < floor and metric.ci_method
+                and "bootstrap" in metric.ci_method):
+            return (f"its {metric.ci_method} interval rests on {n_resamples} resample(s), fewer "
+                    f"than the {floor} a {mode} gate needs: rerun with --bootstrap-resamples "
+                    f"{floor} or more")
+        return None
+
+    def evaluate(self, metric: MetricResult, n_resamples: int | None = None) -> "Verdict":
         """Verdict of this gate on ``metric``.
 
         ``undefined`` when the value is NaN, when the mode needs an interval and it is NaN, or (a
         regression gate) when the baseline has no value; else ``insufficient`` when ``metric.n <
-        min_n``; else ``pass`` or ``fail`` as ``modes.decide`` says. Every message names the
-        mode."""
+        min_n`` or when the interval is more lenient than the gate was signed off at or rests on
+        too few bootstrap resamples (``interval_problem``; ``n_resamples`` is the run's setting);
+        else ``pass`` or ``fail`` as ``modes.decide`` says. Every message names the mode."""
         mode = self.decision_mode
         bound = f"{self.describe()} [mode {mode}: {MODE_RULES[mode]}]"
         where = f"{self.benchmark}/{self.category}/{self.metric}"
@@ -157,7 +192,12 @@ class Gate:
                            f"{where} = {shown} rests on n={metric.n} items, fewer than "
                            f"min_n={self.min_n}: {self.min_n - metric.n} more needed in its "
                            f"denominator (raise --limit, or lower min_n in the thresholds file) "
-                           f"before the gate {bound} can pass")
+                           f"before the gate {bound} can pass", cause="min_n")
+        problem = self.interval_problem(metric, n_resamples)
+        if problem:
+            return Verdict(self, "insufficient", metric,
+                           f"{where} = {shown}, n={metric.n}: no verdict, {problem}; the gate "
+                           f"{bound} never passes on it", cause="interval")
         if mode != "point" and not has_ci:
             return Verdict(self, "undefined", metric,
                            f"{where} = {metric.value:.4f} has no confidence interval "
@@ -180,6 +220,11 @@ class Verdict:
     status: str
     metric: MetricResult | None
     message: str
+    #: why an ``insufficient`` verdict has no verdict: ``min_n`` (too few items) or ``interval``
+    #: (intervals more lenient than signed off, or too few resamples); None otherwise.
+    cause: str | None = None
+    #: set on a regression verdict whose baseline is not like for like (one sentence each).
+    not_like_for_like: tuple[str, ...] = ()
 
     @classmethod
     def error(cls, gate: Gate, message: str) -> "Verdict":
@@ -217,10 +262,15 @@ class Verdict:
         out = {"benchmark": g.benchmark, "category": g.category, "metric": g.metric,
                "kind": g.kind, "test_id": g.test_id, "status": self.status, "bounds": g.bounds(),
                "mode": g.decision_mode, "allowed": allowed, "min_n": g.min_n,
+               "confidence": g.confidence,
                "value": m["value"] if m else None, "ci": m["ci"] if m else [None, None],
                "clusters": m.get("clusters") if m else None, "n": m["n"] if m else None,
                "message": self.message}
+        if self.cause:
+            out["cause"] = self.cause
         if g.baseline is not None:
             out["baseline"] = g.baseline.to_dict()
             out["max_regression"] = g.max_regression
+            out["like_for_like"] = not self.not_like_for_like
+            out["not_like_for_like"] = list(self.not_like_for_like)
         return out

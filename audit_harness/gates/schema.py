@@ -2,9 +2,11 @@
 
 Schema (one section per benchmark)::
 
-    min_n: 30                         # optional file-wide defaults: min_n, mode
+    min_n: 30                         # optional file-wide defaults: min_n, mode, confidence
+    confidence: 0.95                  # the interval level the gates are signed off at
     bbq:
-      mode: point                     # optional section defaults: min_n, mode, max_regression
+      mode: point                     # optional section defaults: min_n, mode, max_regression,
+                                      # confidence
       max_regression: 0.02
       defaults:                       # gates applied to every category of the benchmark
         bias_score_ambig: {abs_max: 0.05}
@@ -20,6 +22,11 @@ metric's denominator a verdict may rest on; below it the verdict is ``insufficie
 ``max_regression`` (how much worse than a ``--baseline`` run the metric may get,
 ``gates.regression``). A gate's key wins over its section's, which wins over the file's. The
 old ``basis: point | ci`` is still read (``ci`` = ``ci_inside``) with a deprecation warning.
+
+``confidence`` (file or section; default 0.95) is the interval level the gates were signed off
+at: a run whose intervals are more lenient than that, or rest on too few bootstrap resamples,
+gets INSUFFICIENT instead of a verdict (``Gate.evaluate``). The file is read strictly: a key
+written twice in one mapping is an error naming both lines (plain YAML keeps the last one).
 
 Bounds are checked against the metric's declared range (``Benchmark.metric_range``), so a bound on
 the wrong scale (``abs_max: 5`` on a fraction in [-1, 1], ``max: 10`` meaning 10 % of a rate in
@@ -37,13 +44,64 @@ from typing import Any, Mapping
 import yaml
 
 from ..errors import ConfigError
-from .gate import BOUND_KEYS, DEFAULT_MIN_N, Gate
+from .gate import BOUND_KEYS, DEFAULT_CONFIDENCE, DEFAULT_MIN_N, Gate
 from .modes import MODES
 
 GATE_KEYS = BOUND_KEYS + ("mode", "min_n", "max_regression", "basis")
-SECTION_KEYS = ("defaults", "categories", "min_n", "mode", "max_regression")
+SECTION_KEYS = ("defaults", "categories", "min_n", "mode", "max_regression", "confidence")
+#: Keys of the file's top level besides the benchmark sections.
+FILE_KEYS = ("min_n", "mode", "confidence")
 #: ``basis`` values of the old schema and the mode each now means.
 DEPRECATED_BASES = {"point": "point", "ci": "ci_inside"}
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key written twice in one mapping. Plain YAML keeps the
+    last one silently, which in a gates file deletes a whole section or loosens a bound."""
+
+
+def _refuse_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False):
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` merges may be overridden by design
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            if key in seen:
+                raise ConfigError(f"duplicated key {key!r} at lines {seen[key]} and {line}: YAML "
+                                  "would keep only the last one, silently replacing the first; a "
+                                  "gates file must say each key once")
+            seen[key] = line
+        except TypeError:  # an unhashable key: SafeLoader's own error says so below
+            continue
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _refuse_duplicates)
+
+
+def read_yaml_strict(path: Path) -> Any:
+    """The YAML document at ``path``, refusing duplicated keys at any level.
+
+    Raises
+    ------
+    ConfigError
+        The file is missing, not valid YAML (with its line), or writes a key twice in one
+        mapping (naming the key and both line numbers).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"thresholds file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read the thresholds file: {e}") from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
 
 
 class ThresholdsDeprecationWarning(FutureWarning):
@@ -65,6 +123,13 @@ def _min_n(value: Any, where: str) -> int:
 def _mode(value: Any, where: str) -> str:
     if value not in MODES:
         raise ConfigError(f"{where}: mode must be one of {', '.join(MODES)}, got {value!r}")
+    return value
+
+
+def _confidence(value: Any, where: str) -> float:
+    value = _number(value, where)
+    if not 0.0 < value < 1.0:
+        raise ConfigError(f"{where}: confidence must be in (0, 1), e.g. 0.95, got {value:g}")
     return value
 
 
@@ -140,7 +205,7 @@ def _parse_gate(spec: Any, benchmark: str, category: str, metric: str, where: st
                       if "max_regression" in spec else inherited["max_regression"])
     check_scale(bounds, max_regression, value_range, where)
     return Gate(benchmark, category, metric, mode=mode, min_n=min_n,
-                max_regression=max_regression, **bounds)
+                max_regression=max_regression, confidence=inherited["confidence"], **bounds)
 
 
 def _check_known(path: Path, where: str, kind: str, keys, known: tuple[str, ...]) -> None:
@@ -172,17 +237,12 @@ def load_thresholds(path: Path, catalogue: Mapping[str, tuple], min_n: int | Non
     Raises
     ------
     ConfigError
-        Unreadable YAML (with its line); an unknown benchmark, category, metric, key or mode; a
+        Unreadable YAML (with its line); a key written twice (both lines); an unknown benchmark, category, metric, key or mode; a
         bound on the wrong scale; each named with its path in the file (e.g.
         ``bbq.categories.Agee``). A deprecated ``basis`` key warns
         (``ThresholdsDeprecationWarning``) instead.
     """
-    try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"thresholds file not found: {path}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    raw = read_yaml_strict(path)
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -190,9 +250,11 @@ def load_thresholds(path: Path, catalogue: Mapping[str, tuple], min_n: int | Non
     gates: dict[str, list[Gate]] = {}
     file_level = {"min_n": _min_n(raw["min_n"], f"{path}: min_n") if "min_n" in raw else DEFAULT_MIN_N,
                   "mode": _mode(raw["mode"], f"{path}: mode") if "mode" in raw else "point",
-                  "max_regression": 0.0}
+                  "max_regression": 0.0,
+                  "confidence": (_confidence(raw["confidence"], f"{path}: confidence")
+                                 if "confidence" in raw else DEFAULT_CONFIDENCE)}
     for bench, section in raw.items():
-        if bench in ("min_n", "mode"):
+        if bench in FILE_KEYS:
             continue
         if bench not in catalogue:
             raise ConfigError(f"{path}: unknown benchmark {bench!r}; known: {', '.join(sorted(catalogue))}")
@@ -208,6 +270,8 @@ def load_thresholds(path: Path, catalogue: Mapping[str, tuple], min_n: int | Non
             inherited["min_n"] = _min_n(section["min_n"], f"{path}: {bench}.min_n")
         if "mode" in section:
             inherited["mode"] = _mode(section["mode"], f"{path}: {bench}.mode")
+        if "confidence" in section:
+            inherited["confidence"] = _confidence(section["confidence"], f"{path}: {bench}.confidence")
         if "max_regression" in section:
             inherited["max_regression"] = _max_regression(section["max_regression"],
                                                           f"{path}: {bench}.max_regression")

@@ -166,6 +166,42 @@ class LanguageModel:
         generation prompt appended; ``None`` when the model has no chat template."""
         return None
 
+    #: ``--chat-template``: ``auto`` (the tokenizer's own), ``none``, or the text of a template
+    #: file (``use_chat_template``).
+    _template_choice: str = "auto"
+    _template_text: str | None = None
+
+    def use_chat_template(self, choice: str) -> None:
+        """Format generation prompts with the model's own chat template (``"auto"``), with none
+        (``"none"``: plain text), or with the Jinja template in file ``choice``.
+
+        Raises:
+            ModelError: the file cannot be read.
+        """
+        if choice in ("auto", "none"):
+            self._template_choice, self._template_text = choice, None
+            return
+        from pathlib import Path
+
+        try:
+            text = Path(choice).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ModelError(f"--chat-template {choice}: cannot read it ({e})") from None
+        self._template_choice, self._template_text = f"file:{choice}", text
+
+    @property
+    def chat_template_source(self) -> str:
+        """Where the chat template comes from: ``model``, ``none`` or ``file:<path>``."""
+        return "model" if self._template_choice == "auto" else self._template_choice
+
+    def _chosen_template(self, own: object) -> str | None:
+        """The template to use given the tokenizer's ``own`` (``use_chat_template``)."""
+        if self._template_choice == "none":
+            return None
+        if self._template_text is not None:
+            return self._template_text
+        return own if isinstance(own, str) and own else None
+
     @property
     def chat_template(self) -> str | None:
         """The chat template text the model formats prompts with, or ``None``."""

@@ -528,15 +528,16 @@ class HFCausalLM(LanguageModel):
         return ids, mask, {self._cache_arg: cache}, forwarded
 
     def chat_prompt(self, user_message: str) -> str | None:
-        if not self.chat_template:
+        template = self.chat_template
+        if not template:
             return None
         return self.tokenizer.apply_chat_template([{"role": "user", "content": user_message}],
-                                                  tokenize=False, add_generation_prompt=True)
+                                                  chat_template=template, tokenize=False,
+                                                  add_generation_prompt=True)
 
     @property
     def chat_template(self) -> str | None:
-        template = getattr(self.tokenizer, "chat_template", None)
-        return template if isinstance(template, str) and template else None
+        return self._chosen_template(getattr(self.tokenizer, "chat_template", None))
 
 
 def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -313,8 +313,9 @@ class OpenAIServerModel(LanguageModel):
         """The local tokenizer's rendering of one user turn (what records hash); ``generate``
         sends such a prompt to ``/v1/chat/completions`` as the user turn itself, so the server
         applies the same template. None without a local chat template."""
-        if not self.chat_template:
-            if not self._warned_plain:
+        template = self.chat_template
+        if not template:
+            if not self._warned_plain and self._template_choice == "auto":
                 # An instruct model prompted without its template answers another task: say so.
                 self._warned_plain = True
                 print(f"bias audit: WARNING: no local chat template for {self.served_name!r} (pass "
@@ -323,14 +324,17 @@ class OpenAIServerModel(LanguageModel):
                       file=sys.stderr)
             return None
         text = self.tokenizer.apply_chat_template([{"role": "user", "content": user_message}],
-                                                  tokenize=False, add_generation_prompt=True)
-        self._chat_turns[text] = user_message
+                                                  chat_template=template, tokenize=False,
+                                                  add_generation_prompt=True)
+        if self._template_text is None:
+            # The server applies the model's own template to a chat turn; a template of the
+            # user's (--chat-template FILE) is sent rendered, as a plain completion.
+            self._chat_turns[text] = user_message
         return text
 
     @property
     def chat_template(self) -> str | None:
-        template = getattr(self.tokenizer, "chat_template", None)
-        return template if isinstance(template, str) and template else None
+        return self._chosen_template(getattr(self.tokenizer, "chat_template", None))
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
         """Greedy generation through the engine (dedupe, result cache, progress); see

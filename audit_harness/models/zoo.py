@@ -21,13 +21,9 @@ from typing import Callable
 
 from ..errors import ModelError
 
-CACHE_ENV = "BIAS_AUDIT_CACHE"
+from ..paths import CACHE_ENV, cache_dir  # noqa: F401  (CACHE_ENV re-exported)
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
-
-
-def cache_dir() -> Path:
-    """Root of converted models: ``$BIAS_AUDIT_CACHE`` or ``~/.cache/bias-audit``."""
-    return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "bias-audit")).expanduser()
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ from ..errors import ConfigError
 from .results import read_results  # noqa: F401  (re-exported for the CLI)
 from .verdict import overall_verdict
 
-#: Options whose difference makes two runs' numbers not directly comparable.
-_COMPARABLE_OPTIONS = ("limit", "seed", "confidence", "n_resamples", "benchmark_options")
+#: Options whose difference makes two runs' numbers not directly comparable, with their names.
+_COMPARABLE_OPTIONS = (("seed", "seed"), ("confidence", "confidence (--confidence)"),
+                       ("n_resamples", "bootstrap resamples (--bootstrap-resamples)"))
 
 
 def _metrics(results: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[str, Any]]:
@@ -58,23 +59,90 @@ def incomplete_notes(runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return notes
 
 
-def comparability_notes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """Why two runs' numbers are not like for like: options that change them
-    (``_COMPARABLE_OPTIONS``), another thresholds file, or a data file both read whose sha256
-    differs. Empty when they are comparable; the models may differ (that is the point)."""
-    notes = []
-    for key in _COMPARABLE_OPTIONS:
-        a, b = (old.get("options") or {}).get(key), (new.get("options") or {}).get(key)
-        if a != b:
-            notes.append(f"option {key} differs: {a!r} (old) vs {b!r} (new)")
+def _model(r: Mapping[str, Any]) -> Mapping[str, Any]:
+    return r.get("model") or {}
+
+
+def _differs(notes: list[str], what: str, a: Any, b: Any) -> None:
+    if a != b:
+        notes.append(f"{what} differs: {a!r} (old) vs {b!r} (new)")
+
+
+def comparability_notes(old: Mapping[str, Any], new: Mapping[str, Any],
+                        scope: tuple[str, str] | None = None) -> list[str]:
+    """Why two runs' numbers are not like for like, one sentence per difference; empty when they
+    are comparable. The models may differ (that is the point: ``model_notes`` says how).
+
+    Compared: seed and interval settings; the model's dtype and device type; the engine
+    version; the thresholds file (sha256); per benchmark both ran, its options and every key of
+    its protocol (prompt template, answer mode, answer parsing, chat template, ...); per category
+    both scored, the number of items actually scored (so ``--limit 100000`` on an 864-row
+    category equals a run without ``--limit``); every data file both read (sha256). A value one
+    run records and the other does not is a difference too: it cannot be shown to agree.
+
+    Parameters
+    ----------
+    old, new : mapping
+        Results documents (``new`` may be partial: a gate's own category while the run goes on).
+    scope : (benchmark, category), optional
+        Compare only what concerns this category (a regression gate's own notes).
+    """
+    notes: list[str] = []
+    o_opts, n_opts = old.get("options") or {}, new.get("options") or {}
+    for key, label in _COMPARABLE_OPTIONS:
+        _differs(notes, label, o_opts.get(key), n_opts.get(key))
+    for key, label in (("dtype", "model dtype"), ("device", "device type")):
+        a, b = _model(old).get(key), _model(new).get(key)
+        if key == "device":
+            a, b = (None if x is None else str(x).split(":")[0] for x in (a, b))
+        if _model(old) and _model(new):
+            _differs(notes, label, a, b)
+    _differs(notes, "engine version", (old.get("run") or {}).get("engine_version"),
+             (new.get("run") or {}).get("engine_version"))
     sha = [(r.get("run") or {}).get("thresholds_sha256") for r in (old, new)]
     if sha[0] != sha[1]:
         notes.append("the thresholds files differ (sha256), so gates may have changed with them")
+    o_bench, n_bench = old.get("benchmarks") or {}, new.get("benchmarks") or {}
+    benches = sorted(set(o_bench) & set(n_bench))
+    if scope is not None:
+        benches = [b for b in benches if b == scope[0]]
+    o_bopts = o_opts.get("benchmark_options") or {}
+    n_bopts = n_opts.get("benchmark_options") or {}
+    o_prot, n_prot = old.get("protocols") or {}, new.get("protocols") or {}
+    for bench in benches:
+        _differs(notes, f"{bench} options", o_bopts.get(bench) or {}, n_bopts.get(bench) or {})
+        a, b = o_prot.get(bench) or {}, n_prot.get(bench) or {}
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                notes.append(f"{bench} protocol {key} differs: {_short(a.get(key))} (old) vs "
+                             f"{_short(b.get(key))} (new)")
+        cats = sorted(set(o_bench[bench]) & set(n_bench[bench]))
+        if scope is not None:
+            cats = [c for c in cats if c == scope[1]]
+        for cat in cats:
+            a, b = o_bench[bench][cat].get("n_scored"), n_bench[bench][cat].get("n_scored")
+            if a != b:
+                notes.append(f"{bench}/{cat}: {a} item(s) scored (old) vs {b} (new)")
     files_old, files_new = old.get("data_files") or {}, new.get("data_files") or {}
     for path in sorted(set(files_old) & set(files_new)):
         if files_old[path].get("sha256") != files_new[path].get("sha256"):
             notes.append(f"data file {path} differs between the runs (sha256)")
     return notes
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def model_notes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """How the two runs' models differ (name, weights fingerprint): what a comparison compares,
+    so it is stated, not counted as a set-up difference. Empty when both are the same model."""
+    a, b = _model(old), _model(new)
+    if a.get("fingerprint") == b.get("fingerprint") and a.get("name") == b.get("name"):
+        return []
+    return [f"model: {a.get('name')!r} (weights {str(a.get('fingerprint'))[:23]}…, old) vs "
+            f"{b.get('name')!r} (weights {str(b.get('fingerprint'))[:23]}…, new)"]
 
 
 def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -97,6 +165,7 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
                 "created": r.get("created")}
 
     notes = incomplete_notes({"old": old, "new": new}) + comparability_notes(old, new)
+    models = model_notes(old, new)
     m_old, m_new = _metrics(old), _metrics(new)
     rows = []
     for key in sorted(set(m_old) | set(m_new), key=lambda k: (k[0], k[1] in ("pooled", "size_weighted"), k[1], k[2])):
@@ -118,7 +187,8 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
         # verdict: it is listed as absent on the other side.
         gates.append({"benchmark": key[0], "test_id": key[1], "old": sa, "new": sb,
                       "mode": (b or a).get("mode"), "changed": None not in (sa, sb) and sa != sb})
-    return {"old": who(old), "new": who(new), "notes": notes, "metrics": rows, "gates": gates,
+    return {"old": who(old), "new": who(new), "notes": notes, "models": models,
+            "metrics": rows, "gates": gates,
             "summary": {"metrics": len(rows),
                         "intervals_disjoint": sum(1 for r in rows if r["intervals_disjoint"]),
                         "gates": len(gates), "gates_changed": sum(1 for g in gates if g["changed"]),
@@ -150,8 +220,13 @@ def render_comparison(c: Mapping[str, Any]) -> str:
            + (f" ({s['gates_in_one_run']} in one run only)" if s["gates_in_one_run"] else "")
            + f"; {s['intervals_disjoint']} of {s['metrics']} metric(s) moved so far that their "
            "intervals do not overlap", ""]
+    for line in c.get("models") or ():
+        out += [f"Compared: {line}", ""]
     if c["notes"]:
         out += ["Not like for like:", ""] + [f"- {x}" for x in c["notes"]] + [""]
+    else:
+        out += ["Like for like: seed, intervals, dtype, device type, engine, thresholds, protocols "
+                "(prompts, answer parsing, chat template), items scored and data files agree.", ""]
     changed = [g for g in c["gates"] if g["changed"]]
     out += ["## Gates that changed verdict", ""]
     if changed:

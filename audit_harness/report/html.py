@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from .charts import chart_data_uri
 from .markdown import modified_files
-from .results import table_metrics
+from .results import items_scored_text, table_metrics
 from .verdict import overall_verdict
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -112,6 +112,7 @@ def render_html(results: Mapping[str, Any]) -> str:
         "summary": sorted((results.get("gate_summary") or {}).items()),
         "problems": [v for v in results["gates"] if v["status"] not in ("pass",)],
         "exit_codes": exit_codes, "baseline": results.get("baseline"),
+        "items_scored": items_scored_text(results),
     }
     return _environment().get_template("report.html.j2").render(**context)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from .results import metric_names_of
+from .results import items_scored_text, metric_names_of
 from .verdict import overall_verdict
 
 
@@ -44,7 +44,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     out = [f"# Bias audit report: {model.get('name', '?')}", "",
            f"**Verdict: {verdict.label}** ({verdict.reason}; exit code "
            f"{'?' if verdict.exit_code is None else verdict.exit_code})", ""]
-    if run.get("status") == "interrupted":
+    if verdict.label == "INTERRUPTED":
         out += ["> **INTERRUPTED RUN.** The run was stopped (Ctrl-C) before every selected gate "
                 "ran: the numbers below are partial, and the gates that did not run are listed "
                 "as NOT RUN. Not a release decision.", ""]
@@ -66,7 +66,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         f"- suite: bias-audit {suite.get('version', '?')}, commit `{commit}`{dirty}",
         f"- model: `{model.get('source', '?')}`; weights `{model.get('fingerprint', '?')}`; "
         f"{model.get('dtype', '?')} on {model.get('device', '?')}; {model.get('n_parameters', '?')} parameters",
-        f"- items per category: {opts.get('limit') or 'all'} (seed {opts.get('seed')}); intervals: "
+        f"- items scored: {items_scored_text(results)} (seed {opts.get('seed')}); intervals: "
         f"{opts.get('confidence')} confidence, {opts.get('n_resamples')} bootstrap resamples",
         f"- gates ({results['thresholds']}, sha256 `{results.get('run', {}).get('thresholds_sha256', '?')[:16]}…`): "
         f"**{summary}**; {len(results['gates'])} evaluated of "
@@ -99,6 +99,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         clusters = v.get("clusters") if v.get("clusters") is not None else "-"
         n = v["n"] if v["n"] is not None else "-"
         metric = v["metric"] + (" (vs baseline)" if v.get("kind") == "regression" else "")
+        if v.get("not_like_for_like"):
+            metric += " (**not like for like**)"
         out.append(f"| {v['benchmark']} | {v['category']} | {metric} | {value} | {n} | "
                    f"{clusters} | {bounds} | {v.get('mode', v.get('basis', '?'))} | "
                    f"{v.get('min_n', '-')} | **{v['status'].upper()}** |")

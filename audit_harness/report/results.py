@@ -127,6 +127,35 @@ def write_results(path: Path, results: Mapping[str, Any]) -> Path:
     return path
 
 
+def items_scored_text(results: Mapping[str, Any]) -> str:
+    """How many items the run actually scored per category, for the reports: the count, not the
+    ``--limit`` asked for (``--limit 100000`` on an 864-row category scored 864, every row).
+
+    Examples
+    --------
+    >>> doc = {"options": {"limit": 100000},
+    ...        "benchmarks": {"bbq": {"Age": {"n_scored": 864, "n_available": 864}}}}
+    >>> items_scored_text(doc)
+    'every row (864 per category; --limit 100000 is above every category size)'
+    """
+    limit = (results.get("options") or {}).get("limit")
+    entries = [e for cats in (results.get("benchmarks") or {}).values() for e in cats.values()
+               if e.get("status", "ok") == "ok" and "n_scored" in e]
+    if not entries:
+        return "no category scored"
+
+    def span(values: list[int]) -> str:
+        lo, hi = min(values), max(values)
+        return f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
+
+    scored = [e["n_scored"] for e in entries]
+    available = [e.get("n_available", e["n_scored"]) for e in entries]
+    if all(s == a for s, a in zip(scored, available)):
+        note = f"; --limit {limit} is above every category size" if limit else ""
+        return f"every row ({span(scored)} per category{note})"
+    return f"{span(scored)} per category (--limit {limit}; the categories hold {span(available)} rows)"
+
+
 def metric_names_of(categories: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Metric names of a benchmark's categories (``results["benchmarks"][bench]``): the union, in
     order of first appearance, since categories may compute different metrics (KGQuiz: accuracy
@@ -188,8 +217,9 @@ def gate_lines(results: Mapping[str, Any]) -> list[str]:
                      f"max_regression {v.get('max_regression', 0):g}")
         else:
             bound = ", ".join(f"{k} {b:g}" for k, b in v.get("bounds", {}).items())
+        unlike = "  (not like for like)" if v.get("not_like_for_like") else ""
         lines.append(f"  {v['status'].upper():<12} {test}  {value} {_interval(v.get('ci'))}{n}  "
-                     f"{bound}  mode {v.get('mode', 'point')}")
+                     f"{bound}  mode {v.get('mode', 'point')}{unlike}")
     return lines
 
 

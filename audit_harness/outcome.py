@@ -1,0 +1,147 @@
+"""The run's outcome: one decision of exit code, label, reason and status that the terminal,
+report.md, report.html, results.json and JUnit XML all read, so they can never disagree.
+
+The labels and the exit codes they give (``exit_codes``), in order of precedence:
+
+=================  ====  ==================================================================
+label              code  when
+=================  ====  ==================================================================
+INPUT ERROR        4     the model could not be loaded, or ``--strict-baseline`` refused a
+                         baseline that is not like for like: nothing was judged
+INTERRUPTED        2     Ctrl-C: the numbers are partial and decide nothing
+RUN ERROR          3     a model or data failure left gates without a verdict, or the run's
+                         outputs could not be written where asked
+NOTHING CHECKED    5     no gate was evaluated (every selected one skipped, or none selected)
+FAIL               1     a gate failed, was undefined, insufficient, or did not run (``-x``)
+PASS               0     every selected gate ran and passed
+=================  ====  ==================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Mapping
+
+from . import exit_codes
+
+#: Gate statuses that block a release although the gate was judged (or should have been).
+BLOCKING = ("fail", "undefined", "insufficient", "not run")
+#: ``label: (exit code, run status)``.
+LABELS = {
+    "PASS": (exit_codes.OK, "complete"),
+    "FAIL": (exit_codes.GATE_FAILED, "complete"),
+    "INTERRUPTED": (exit_codes.INTERRUPTED, "interrupted"),
+    "RUN ERROR": (exit_codes.RUN_ERROR, "incomplete"),
+    "INPUT ERROR": (exit_codes.USAGE_ERROR, "input error"),
+    "NOTHING CHECKED": (exit_codes.NOTHING_SELECTED, "nothing checked"),
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a run decided.
+
+    Attributes
+    ----------
+    label : str
+        One of ``LABELS``: ``PASS``, ``FAIL``, ``INTERRUPTED``, ``RUN ERROR``, ``INPUT ERROR``,
+        ``NOTHING CHECKED``.
+    exit_code : int
+        The process's exit code for that label (``exit_codes``).
+    reason : str
+        One sentence a release manager can act on.
+    status : str
+        results.json's ``run.status``: ``complete``, ``interrupted``, ``incomplete``,
+        ``input error`` or ``nothing checked``.
+    """
+
+    label: str
+    exit_code: int
+    reason: str
+    status: str
+
+    @property
+    def passed(self) -> bool:
+        """True only for PASS."""
+        return self.label == "PASS"
+
+    def line(self) -> str:
+        """The verdict line the terminal ends with and the reports begin with."""
+        return f"VERDICT: {self.label}: {self.reason} (exit code {self.exit_code})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Outcome":
+        return cls(str(d["label"]), int(d["exit_code"]), str(d["reason"]), str(d["status"]))
+
+
+def _make(label: str, reason: str) -> Outcome:
+    code, status = LABELS[label]
+    return Outcome(label, code, reason, status)
+
+
+def decide(statuses: Iterable[str], *, interrupted: bool = False, input_error: str | None = None,
+           run_error: str | None = None) -> Outcome:
+    """The outcome of a run from its gate statuses and what happened around them.
+
+    Parameters
+    ----------
+    statuses : iterable of str
+        Every selected gate's verdict status (``gates.STATUSES``), not-run gates included.
+    interrupted : bool
+        The run was stopped by Ctrl-C (during scoring or while writing its outputs).
+    input_error : str, optional
+        Why nothing could be judged (the model did not load, ``--strict-baseline``).
+    run_error : str, optional
+        A failure outside any gate that leaves the run incomplete (its outputs could not be
+        written where asked).
+
+    Returns
+    -------
+    Outcome
+
+    Examples
+    --------
+    >>> decide(["pass", "pass"]).label
+    'PASS'
+    >>> decide(["pass", "fail", "error"]).exit_code  # an error wins over a failure: incomplete
+    3
+    >>> decide(["pass", "skipped"]).label  # a skip is never a pass, but the rest passed
+    'PASS'
+    >>> decide(["skipped"]).label
+    'NOTHING CHECKED'
+    >>> decide(["pass"], interrupted=True).exit_code
+    2
+    """
+    counts: dict[str, int] = {}
+    for s in statuses:
+        counts[s] = counts.get(s, 0) + 1
+    total = sum(counts.values())
+    if input_error:
+        return _make("INPUT ERROR", f"{input_error}; nothing was judged")
+    if interrupted:
+        return _make("INTERRUPTED", "the run was stopped before it finished; the numbers are "
+                     "partial and decide nothing")
+    if counts.get("error") or run_error:
+        parts = []
+        if counts.get("error"):
+            parts.append(f"{counts['error']} gate(s) have no verdict: a model or data error stopped "
+                         "their category during the run (not a gate failure)")
+        if run_error:
+            parts.append(run_error)
+        return _make("RUN ERROR", "; ".join(parts) + "; fix it and run again")
+    if not total:
+        return _make("NOTHING CHECKED", "no gate was selected, so nothing was checked: never a pass")
+    if counts.get("skipped", 0) == total:
+        return _make("NOTHING CHECKED", f"every selected gate was skipped ({total}; their data is "
+                     "missing), so nothing was checked: never a pass")
+    blocked = sum(counts.get(s, 0) for s in BLOCKING)
+    if blocked:
+        parts = ", ".join(f"{counts[s]} {s}" for s in BLOCKING if counts.get(s))
+        return _make("FAIL", f"{blocked} of {total} gate(s) did not pass ({parts}): the release "
+                     "is blocked")
+    skipped = counts.get("skipped", 0)
+    note = f"; {skipped} skipped (their data is missing), which is not a pass" if skipped else ""
+    return _make("PASS", f"all {counts.get('pass', 0)} evaluated gate(s) passed{note}")
