@@ -53,7 +53,7 @@ audit: setup
 	$(BIN)/python -m pytest audits/test_bbq.py --model $(MODEL) $(DATA_ARGS) --limit $(LIMIT) $(PYTEST_ARGS)
 
 audit-multilingual: setup
-	$(BIN)/python -m pytest audits/test_esbbq.py --model gemma-3-270m $(DATA_ARGS) --limit 60 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest audits/test_esbbq.py audits/test_cabbq.py --model gemma-3-270m $(DATA_ARGS) --limit 60 $(PYTEST_ARGS)
 
 # Two xdist workers with one torch thread each: the tests are many small forwards, and threads
 # beyond the cores spin (2 workers x 2 threads on 2 cores ran several times slower).

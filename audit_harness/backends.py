@@ -1,12 +1,13 @@
-"""Which backend runs the audited model: ``hf`` (in this process, ``models/hf.py``) or ``openai``
-(any OpenAI-compatible inference server, ``models/openai_server.py``); their command-line options
-and how each is opened."""
+"""Which backend runs the audited model: ``hf`` (in this process, ``models/hf.py``), ``openai``
+(any OpenAI-compatible inference server, ``models/openai_server.py``) or ``replay`` (outputs
+saved elsewhere, ``models/replay.py``: ``bias-audit score`` is this backend); their command-line
+options and how each is opened."""
 
 from __future__ import annotations
 
 import os
 
-BACKENDS = ("hf", "openai")
+BACKENDS = ("hf", "openai", "replay")
 
 
 def add_options(group) -> None:
@@ -14,8 +15,8 @@ def add_options(group) -> None:
     group.addoption("--backend", dest="audit_backend", choices=list(BACKENDS),
                     default=os.environ.get("AUDIT_BACKEND", "hf"),
                     help="hf: load the model in this process (default); openai: score and generate "
-                         "through an OpenAI-compatible server at --base-url (vLLM, SGLang, TGI) "
-                         "(env AUDIT_BACKEND)")
+                         "through an OpenAI-compatible server at --base-url (vLLM, SGLang, TGI); "
+                         "replay: answer from the saved outputs of --predictions (env AUDIT_BACKEND)")
     group.addoption("--base-url", dest="audit_base_url", default=os.environ.get("AUDIT_BASE_URL"),
                     metavar="URL", help="with --backend openai: the API root, e.g. "
                                         "http://127.0.0.1:8000/v1 (env AUDIT_BASE_URL)")
@@ -36,13 +37,28 @@ def add_options(group) -> None:
                          "with exponential backoff (default 5)")
 
 
+    group.addoption("--predictions", dest="audit_predictions", default=None, metavar="FILE",
+                    help="with --backend replay: JSONL of saved outputs, one row per item with its "
+                         "id and the output")
+    group.addoption("--prediction-field", dest="audit_prediction_field", default=None,
+                    metavar="FIELD", help="with --backend replay: the row field holding the output")
+    group.addoption("--index-base", dest="audit_index_base", type=int, choices=[0, 1], default=None,
+                    help="with --backend replay: saved answers that are numbers count the options "
+                         "from 0 or from 1 (without it a number is an error: '1' could be A or B)")
+    group.addoption("--allow-partial", dest="audit_allow_partial", action="store_true",
+                    default=False, help="with --backend replay: judge a category the predictions "
+                    "cover only in part (else its gates are INSUFFICIENT)")
+
+
 def options_from_config(config) -> dict:
     """The ``AuditOptions`` fields of the backend options."""
     get = config.getoption
     return {"backend": get("audit_backend"), "base_url": get("audit_base_url"),
             "api_key_env": get("audit_api_key_env"), "tokenizer": get("audit_tokenizer"),
             "max_concurrency": get("audit_max_concurrency"),
-            "request_timeout": get("audit_request_timeout"), "max_retries": get("audit_max_retries")}
+            "request_timeout": get("audit_request_timeout"), "max_retries": get("audit_max_retries"),
+            "predictions": get("audit_predictions"), "prediction_field": get("audit_prediction_field"),
+            "index_base": get("audit_index_base"), "allow_partial": get("audit_allow_partial")}
 
 
 def validate(options) -> None:
@@ -56,6 +72,22 @@ def validate(options) -> None:
                           "http://127.0.0.1:8000/v1)")
     if options.backend != "openai" and options.base_url:
         raise ConfigError(f"--base-url {options.base_url} is only used with --backend openai")
+    replay_only = [flag for flag, value in (("--predictions", options.predictions),
+                                             ("--prediction-field", options.prediction_field),
+                                             ("--index-base", options.index_base),
+                                             ("--allow-partial", options.allow_partial or None))
+                   if value is not None]
+    if options.backend == "replay":
+        missing = [f for f, v in (("--predictions", options.predictions),
+                                  ("--prediction-field", options.prediction_field)) if not v]
+        if missing:
+            raise ConfigError(f"--backend replay needs {' and '.join(missing)} (the saved outputs "
+                              "and the row field that holds them)")
+        if options.limit is not None:
+            raise ConfigError("--limit does not apply with --backend replay: the predictions file "
+                              "says which items are scored")
+    elif replay_only:
+        raise ConfigError(f"{replay_only[0]} is only used with --backend replay")
     if options.max_concurrency < 1:
         raise ConfigError(f"--max-concurrency must be >= 1, got {options.max_concurrency}")
     if options.request_timeout <= 0:
@@ -70,6 +102,9 @@ def open_model(options, device: str):
     Raises:
         ModelError: the model cannot be loaded, or the server cannot be used.
     """
+    if options.backend == "replay":
+        raise ValueError("the replay backend is opened by the session (it joins the predictions "
+                         "to the data first)")
     if options.backend == "openai":
         from .models.openai_server import connect
 

@@ -2,13 +2,13 @@
 
 Subcommands:
 
-- ``bias-audit score BENCHMARK --predictions FILE --prediction-field FIELD [--data-dir DIR]
-  [--match exact|bbq-reference] [--flavour bbq|kobbq|esbbq] [--split-names] [--output FILE]
-  [--kobbq-prompt K] [--kobbq-permutation J]
-  [--bootstrap-resamples N] [--seed S] [--confidence C]``: score saved predictions
-  (``audit_harness.scoring``) and print accuracy and bias score per category and context condition
-  with intervals, always with the count of invalid (unmatched) predictions; ``--output`` writes the
-  metrics as JSON.
+- ``bias-audit score BENCHMARK --predictions FILE --prediction-field FIELD [--index-base 0|1]
+  [--allow-partial] [--data-dir DIR] [--require-published-data] [--match exact|bbq-reference]
+  [--flavour bbq|kobbq|esbbq] [--split-names] [--output FILE] [--kobbq-prompt K]
+  [--kobbq-permutation J] [--bootstrap-resamples N] [--seed S] [--confidence C] [-- PYTEST ARGS]``:
+  score saved predictions. It is ``pytest audits/test_<benchmark>.py --backend replay ...`` (the
+  process is replaced by that run): the same records, gates, results.json, JUnit XML, reports and
+  exit codes as a live audit, with each category's coverage (rows answered of rows held) checked.
 - ``bias-audit data fetch|verify ...``: bring the benchmark files from the authors' pinned commits,
   or check a data folder against them (``audit_harness.sources.cli``).
 - ``bias-audit run [PYTEST ARGS...]``: ``pytest <the packaged audits> [PYTEST ARGS...]`` from any
@@ -22,8 +22,8 @@ Subcommands:
   (default: into NEW's run folder).
 
 ``bias-audit`` alone prints the usage. Bad input ends with one line on stderr and exit code 4
-(``exit_codes.USAGE_ERROR``, as an audit's), never a traceback; ``score`` also exits 4 when no
-prediction row could be scored.
+(``exit_codes.USAGE_ERROR``, as an audit's), never a traceback; ``score`` and ``run`` exit with
+the audit's own code.
 """
 
 from __future__ import annotations
@@ -52,21 +52,30 @@ class _Parser(argparse.ArgumentParser):
 def _build_parser() -> argparse.ArgumentParser:
     from bias_metrics.bbq_family import FLAVOURS
 
-    from .scoring import MATCH_MODES
+    from .parsing import MATCH_MODES
 
     parser = _Parser(prog="bias-audit", description="Audit language models for social bias.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("run", help="run the audits: an alias of `pytest audits ARGS...`", add_help=False)
     sub.add_parser("data", help="fetch or verify benchmark data (bias-audit data --help)",
                    add_help=False)
-    score = sub.add_parser("score", help="score saved predictions (the audit's pipeline with a replay model)")
-    score.add_argument("benchmark", help="benchmark name, e.g. bbq, esbbq, cabbq")
+    score = sub.add_parser("score", help="score saved predictions: an audit run with the replay "
+                                         "backend (same records, gates, results and reports)")
+    score.add_argument("benchmark", help="benchmark name, e.g. bbq, esbbq, cabbq, kobbq")
     score.add_argument("--predictions", required=True, type=Path, metavar="FILE",
                        help="JSONL file: one row per item with its id and a prediction")
     score.add_argument("--prediction-field", required=True, metavar="FIELD",
-                       help="the row field holding the prediction (index, letter or text)")
+                       help="the row field holding the prediction (letter, text or number)")
+    score.add_argument("--index-base", type=int, choices=[0, 1], default=None,
+                       help="numbers count the options from 0 or from 1 (required when the file "
+                            "holds numbers: '1' could be A or B)")
+    score.add_argument("--allow-partial", action="store_true",
+                       help="judge a category the file covers only in part (else its gates are "
+                            "INSUFFICIENT)")
     score.add_argument("--data-dir", default=None, metavar="DIR",
                        help="folder holding bbq/, esbbq_cabbq/, ... (default: $AUDIT_DATA_DIR)")
+    score.add_argument("--require-published-data", action="store_true",
+                       help="stop (exit 4) unless every data file read is the published release")
     score.add_argument("--match", choices=MATCH_MODES, default=None,
                        help="free-text matching: exact (case/punctuation-insensitive; the default) "
                             "or bbq-reference (adds the BBQ authors' R fallback); KoBBQ has its own")
@@ -77,13 +86,17 @@ def _build_parser() -> argparse.ArgumentParser:
     score.add_argument("--flavour", choices=sorted(FLAVOURS), default=None,
                        help="metric definitions (default: the benchmark's own)")
     score.add_argument("--split-names", action="store_true",
-                       help="report BBQ name-proxy items as '<category> (names)' as the paper does")
+                       help="bbq: also report name-proxy items as '<category> (names)' groups")
     score.add_argument("--output", type=Path, default=None, metavar="FILE",
-                       help="write the metrics as JSON to FILE")
-    score.add_argument("--bootstrap-resamples", type=int, default=1000, metavar="N",
-                       help="bootstrap resamples for non-proportion intervals (0 = none)")
-    score.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    score.add_argument("--confidence", type=float, default=0.95, help="interval confidence")
+                       help="also write the run's results.json to FILE")
+    score.add_argument("--bootstrap-resamples", type=int, default=None, metavar="N",
+                       help="bootstrap resamples for intervals (default 1000)")
+    score.add_argument("--seed", type=int, default=None, help="bootstrap seed")
+    score.add_argument("--confidence", type=float, default=None, help="interval confidence")
+    score.add_argument("--thresholds", default=None, metavar="PATH", help="gates file")
+    score.add_argument("--results-dir", default=None, metavar="DIR",
+                       help="each run writes <results-dir>/<run id>/ (default audit-results/)")
+    score.epilog = "After --, further options for the audit run (e.g. -- -k Age --min-n 10)."
     report = sub.add_parser("report", help="render report.md and report.html again from a run's results.json")
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (or its results.json)")
     report.add_argument("--output-dir", type=Path, default=None, metavar="DIR",
@@ -105,7 +118,12 @@ def _audits_dir() -> str:
 
 def _run_pytest(args: Sequence[str]) -> None:
     """Replace this process by ``python -m pytest <packaged audits> ARGS``."""
-    argv = [sys.executable, "-m", "pytest", _audits_dir(), *args]
+    _run_pytest_args([_audits_dir(), *args])
+
+
+def _run_pytest_args(args: Sequence[str]) -> None:
+    """Replace this process by ``python -m pytest ARGS`` (its exit code is the audit's)."""
+    argv = [sys.executable, "-m", "pytest", *args]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)
@@ -140,52 +158,50 @@ def _print_run_help() -> int:
     return 0 if proc.returncode == 0 else proc.returncode
 
 
-def _score(ns: argparse.Namespace) -> int:
+def score_args(ns: argparse.Namespace) -> list[str]:
+    """The ``pytest`` arguments ``bias-audit score`` runs: the benchmark's audit module with the
+    replay backend and the options given (``bias-audit score`` is an alias of that run).
+
+    Raises:
+        _Error: an unknown benchmark, one without saved outputs, or a KoBBQ flag elsewhere.
+    """
     from .benchmarks import registry
-    from .data import resolve_data_dir
-    from .scoring import format_report, report_json, score_predictions, score_report
 
     benchmarks = registry()
-    if ns.benchmark not in benchmarks:
-        raise _Error(f"bias-audit score: unknown benchmark {ns.benchmark!r}; known: "
+    name = ns.benchmark
+    if name not in benchmarks:
+        raise _Error(f"bias-audit score: unknown benchmark {name!r}; known: "
                      f"{', '.join(sorted(benchmarks))}")
-    benchmark = benchmarks[ns.benchmark]
-    data_dir = resolve_data_dir(ns.data_dir)
-    options = {}
-    for flag, key in (("kobbq_prompt", "prompts"), ("kobbq_permutation", "permutations")):
-        if getattr(ns, flag) is not None:
-            if ns.benchmark != "kobbq":
-                raise _Error(f"bias-audit score: --{flag.replace('_', '-')} applies to kobbq only")
-            options[key] = (getattr(ns, flag),)
-    scored = score_predictions(benchmark, ns.predictions, ns.prediction_field, data_dir,
-                               match=ns.match, flavour=ns.flavour, options=options)
-    if not scored.records:
-        # Nothing to compute: list why every row was held out, then fail (an empty table with
-        # exit 0 would read like a clean result).
-        from .scoring import held_out_lines
+    if not benchmarks[name].id_fields:
+        raise _Error(f"bias-audit score: {name} does not score saved outputs (its records come "
+                     "from model scores: there is no answer to save)")
+    module = Path(_audits_dir()) / f"test_{name}.py"
+    args = [str(module), "--backend", "replay", "--predictions", str(ns.predictions),
+            "--prediction-field", ns.prediction_field]
+    flags = {"--index-base": ns.index_base, "--data-dir": ns.data_dir,
+             "--answer-match": ns.match, "--metric-flavour": ns.flavour,
+             "--results-json": ns.output, "--bootstrap-resamples": ns.bootstrap_resamples,
+             "--seed": ns.seed, "--confidence": ns.confidence, "--thresholds": ns.thresholds,
+             "--results-dir": ns.results_dir, "--kobbq-prompts": ns.kobbq_prompt,
+             "--kobbq-permutations": ns.kobbq_permutation}
+    for own, flag in (("--kobbq-prompt", "--kobbq-prompts"),
+                      ("--kobbq-permutation", "--kobbq-permutations")):
+        if flags[flag] is not None and name != "kobbq":
+            raise _Error(f"bias-audit score: {own} applies to kobbq only")
+    for flag, value in flags.items():
+        if value is not None:
+            args += [flag, str(value)]
+    for flag, on in (("--allow-partial", ns.allow_partial),
+                     ("--require-published-data", ns.require_published_data),
+                     ("--bbq-split-names", ns.split_names)):
+        if on:
+            args.append(flag)
+    return args + list(ns.pytest_args)
 
-        for line in held_out_lines(scored):
-            print(line)
-        raise _Error(f"bias-audit score: nothing was scored: all {scored.counts['rows']} "
-                     f"prediction row(s) of {ns.predictions} were held out (reasons above)")
-    report = score_report(scored, split_names=ns.split_names,
-                          n_resamples=ns.bootstrap_resamples, seed=ns.seed,
-                          confidence=ns.confidence)
-    print(format_report(scored, report))
-    if ns.output is not None:
-        payload = report_json(
-            scored, report, predictions=str(ns.predictions), prediction_field=ns.prediction_field,
-            data_dir=str(data_dir), match=ns.match or getattr(scored.benchmark, "match", None),
-            split_names=ns.split_names,
-            bootstrap_resamples=ns.bootstrap_resamples, seed=ns.seed, confidence=ns.confidence)
-        try:
-            ns.output.parent.mkdir(parents=True, exist_ok=True)
-            ns.output.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n",
-                                 encoding="utf-8")
-        except OSError as e:
-            raise _Error(f"bias-audit score: cannot write {ns.output}: {e.strerror or e}") from None
-        print(f"wrote {ns.output}")
-    return 0
+
+def _score(ns: argparse.Namespace) -> int:
+    _run_pytest_args(score_args(ns))
+    return 0  # only reached when execv is replaced (tests)
 
 
 def _report(ns: argparse.Namespace) -> int:
@@ -237,7 +253,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .sources.cli import main as data_main
 
             return data_main(args[1:])
+        extra: list[str] = []
+        if args[0] == "score" and "--" in args:  # the rest goes to the audit run as it is
+            cut = args.index("--")
+            args, extra = args[:cut], args[cut + 1:]
         ns = _build_parser().parse_args(args)
+        ns.pytest_args = extra
         return {"report": _report, "compare": _compare}.get(ns.command, _score)(ns)
     except SystemExit as e:  # --help
         return int(e.code or 0) if isinstance(e.code, int) else 0

@@ -110,6 +110,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 default=os.environ.get("AUDIT_BBQ_PROTOCOL"),
                 help="BBQ scoring: default (argmax over the 3 options) or lmeval (lm-evaluation-"
                      "harness 0.4.13's bbq task: 2 group answers + 10 unknown phrasings)")
+    g.addoption("--answer-match", dest="audit_answer_match", default=None,
+                choices=["exact", "bbq-reference"],
+                help="BBQ, EsBBQ, CaBBQ generate mode (saved or generated answers): how free text "
+                     "is matched to an option: exact (the default) or bbq-reference (adds the BBQ "
+                     "authors' R fallback)")
+    g.addoption("--metric-flavour", dest="audit_metric_flavour", default=None,
+                choices=["bbq", "kobbq", "esbbq"],
+                help="BBQ-family metric definitions of another paper (default: each benchmark's own)")
+    g.addoption("--bbq-split-names", dest="audit_bbq_split_names", action="store_true",
+                default=None, help="BBQ: also report the name-proxy items as '<category> (names)' "
+                                   "groups, as the paper does (results' overall section)")
+    g.addoption("--results-json", dest="audit_results_json", default=None, metavar="PATH",
+                help="also write the run's results.json to PATH")
     g.addoption("--cache-dir", dest="audit_cache_dir", default=os.environ.get("AUDIT_CACHE_DIR"),
                 help="result cache folder (SQLite; env AUDIT_CACHE_DIR; default: "
                      "$BIAS_AUDIT_CACHE/scores): a repeated or resumed run recomputes only what is missing")
@@ -171,7 +184,9 @@ def pytest_configure(config: pytest.Config) -> None:
         run_id = workerinput["bias_audit_run_id"]
         worker_index = int(re.sub(r"\D", "", workerinput.get("workerid", "gw0")) or 0)
     else:
-        model = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(options.model or "smollm2-135m-instruct").name)
+        named = (f"replay-{Path(options.predictions).stem}" if options.backend == "replay"
+                 else Path(options.model or "smollm2-135m-instruct").name)
+        model = re.sub(r"[^A-Za-z0-9._-]+", "_", named)
         run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{model}-{os.getpid()}"
         worker_index = None
     run_dir = Path(options.results_dir).resolve() / run_id
@@ -180,6 +195,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except AuditError as e:
         raise pytest.UsageError(str(e)) from None
     config.stash[_SESSION_KEY] = session
+    if workerinput is not None:
+        session.replay_benchmark = workerinput.get("bias_audit_replay")
     gates = expand_gates(gates, session.benchmarks)
     if baseline is not None:
         gates = add_regression_gates(gates, baseline)
@@ -200,6 +217,7 @@ def pytest_configure(config: pytest.Config) -> None:
             pairs = _present_pairs(audit, selected, gates)
             audit.validate_data(pairs)
             if selected:
+                _check_replay(audit, sorted(selected))
                 _check_outputs(audit, config.stash[_STATE_KEY])
         except AuditError as e:
             raise pytest.UsageError(str(e)) from None
@@ -243,6 +261,22 @@ def _check_inputs(audit, selected, fetch: bool = False) -> None:
         check_model_name(audit.options.model)
         check_capabilities(audit.options.model,
                            {name: b.requires for name, b in audit.benchmarks.items()}, selected)
+
+
+def _check_replay(audit, benchmarks: list[str]) -> None:
+    """With ``--backend replay``: the run replays one benchmark, and its predictions file joins
+    to the data (every row checked at start-up, so a bad row stops the run before scoring).
+
+    Raises:
+        AuditError: several benchmarks selected, or the file's first bad row (file:line).
+    """
+    if audit.options.backend != "replay":
+        return
+    if len(benchmarks) != 1:
+        raise ConfigError(f"--backend replay scores the saved outputs of one benchmark, but the "
+                          f"run selects {', '.join(benchmarks)}: select one (its audit file, or -k)")
+    audit.replay_benchmark = benchmarks[0]
+    audit.replay_of(benchmarks[0])
 
 
 def _check_outputs(audit, state: dict) -> None:
@@ -338,6 +372,7 @@ def pytest_configure_node(node) -> None:
 
     state = node.config.stash[_STATE_KEY]
     node.workerinput["bias_audit_run_id"] = state["run_id"]
+    node.workerinput["bias_audit_replay"] = node.config.stash[_SESSION_KEY].replay_benchmark
     if state.get("gpus"):
         node.workerinput["bias_audit_gpu"] = state["gpus"][worker_number(node.workerinput["workerid"])]
 
@@ -496,6 +531,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     try:
         _check_inputs(audit, sorted({g.benchmark for g in chosen}), config.getoption("audit_fetch_data"))
         audit.validate_data(list(dict.fromkeys((g.benchmark, g.category) for g in chosen)))
+        _check_replay(audit, sorted({g.benchmark for g in chosen}))
         _check_outputs(audit, state)
     except AuditError as e:
         pytest.exit(f"bias audit: {e}", returncode=pytest.ExitCode.USAGE_ERROR)
@@ -512,6 +548,23 @@ def pytest_xdist_node_collection_finished(node, ids) -> None:
         pairs = [(i, _gate_of_nodeid(i, state["gates"])) for i in ids]
         state["collected_gates"] = [g for _, g in pairs if g is not None]
         state["gate_nodeids"] = {(g.benchmark, g.test_id): i for i, g in pairs if g is not None}
+
+
+def _partial_coverage(verdict: Verdict, outcome, allow_partial: bool) -> Verdict:
+    """A judged verdict on a category the saved predictions cover only in part is no verdict:
+    INSUFFICIENT (cause ``coverage``) unless ``--allow-partial``."""
+    cov = outcome.coverage
+    if (not cov or allow_partial or cov["predicted"] >= cov["available"]
+            or verdict.status not in ("pass", "fail")):
+        return verdict
+    g = verdict.gate
+    share = 100.0 * cov["predicted"] / cov["available"]
+    return dataclasses.replace(
+        verdict, status="insufficient", cause="coverage",
+        message=(f"{g.benchmark}/{g.category}/{g.metric}: no verdict, the predictions cover "
+                 f"{cov['predicted']:,} of {cov['available']:,} rows of the category ({share:.1f} %); "
+                 f"a partial category decides nothing (--allow-partial judges the rows given; "
+                 f"it would {'pass' if verdict.passed else 'fail'}: {verdict.message})"))
 
 
 def skipped_verdict(gate: Gate, reason: str) -> dict:
@@ -537,12 +590,6 @@ class GateCheck:
         ``MissingDataError`` skips the test (``pytest.skip``) and records a ``skipped`` verdict.
         """
         g = self.gate
-        # The gate's identity goes into JUnit first, so an ERROR or skipped testcase names its
-        # gate as a passed or failed one does, next to its status and reason.
-        self._record("benchmark", g.benchmark)
-        self._record("category", g.category)
-        self._record("metric", g.metric)
-        self._record("kind", g.kind)
         capman = self._node.config.pluginmanager.getplugin("capturemanager")
         # Progress of a long category goes to the terminal, not into the test's captured output.
         show = capman is not None and self._session.options.progress != "off"
@@ -570,6 +617,7 @@ class GateCheck:
             raise
         metric = self._session.metric(g.benchmark, g.category, g.metric)
         verdict = g.evaluate(metric, n_resamples=self._session.options.n_resamples)
+        verdict = _partial_coverage(verdict, outcome, self._session.options.allow_partial)
         baseline = self._node.config.stash[_STATE_KEY].get("baseline_doc")
         if g.baseline is not None and baseline is not None:
             from .report.compare import comparability_notes
@@ -629,9 +677,21 @@ def audit_model(bias_audit, request):
 
 
 @pytest.fixture
-def audit_gate(request: pytest.FixtureRequest, bias_audit, audit_model, record_property):
+def audit_gate(request: pytest.FixtureRequest, bias_audit, record_property):
     """One gate of thresholds.yaml, ready to evaluate (parametrized by the plugin)."""
-    return GateCheck(request.param, bias_audit, record_property, request.node)
+    g = request.param
+    # The gate's identity goes into JUnit first, so a testcase names its gate whatever happens
+    # next (a model that does not load, an ERROR, a skip), as a judged one does.
+    for key, value in (("benchmark", g.benchmark), ("category", g.category),
+                       ("metric", g.metric), ("kind", g.kind)):
+        record_property(key, value)
+    try:
+        request.getfixturevalue("audit_model")
+    except pytest.fail.Exception:
+        record_property("status", "error")
+        record_property("reason", f"bias audit: {bias_audit.model_error}")
+        raise
+    return GateCheck(g, bias_audit, record_property, request.node)
 
 
 @pytest.hookimpl(tryfirst=True)  # before the terminal reporter renders the traceback
@@ -808,6 +868,13 @@ def _write_outputs(config, audit, state: dict, presses) -> None:
                 state[key] = f"not written ({e.strerror or e})"
         if presses.count == pressed:
             break
+    copy = config.getoption("audit_results_json", None)
+    if copy:
+        try:
+            state["results_copy"] = write_results(Path(config.invocation_params.dir) / copy,
+                                                  state["results"])
+        except OSError as e:
+            state["results_copy"] = f"{copy}: not written ({e.strerror or e})"
     from .report.junit import add_outcome_properties
 
     add_outcome_properties(config, state["outcome"], {"run_id": state["run_id"],
@@ -919,6 +986,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
                       f"{', '.join(modified)} (--require-published-data makes this an error)", red=True)
     for warning in results["run"].get("thresholds_warnings") or []:
         tr.write_line(f"THRESHOLDS: {warning}", yellow=True)
+    from .report.results import coverage_lines
+
+    for line in coverage_lines(results):
+        tr.write_line(f"COVERAGE: {line}", red="INSUFFICIENT" in line)
     unlike = (results.get("baseline") or {}).get("not_like_for_like") or []
     if unlike:
         tr.write_line(f"BASELINE not like for like: {'; '.join(unlike)}", yellow=True)
@@ -945,6 +1016,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     tr.write_line(f"gates: {summary}")
     tr.write_line(outcome.line(), green=outcome.passed, red=not outcome.passed, bold=True)
     tr.write_line(f"results: {state['results_path']}")
+    if state.get("results_copy"):
+        tr.write_line(f"         {state['results_copy']} (--results-json)")
     tr.write_line(f"report:  {state['report_path']}")
     tr.write_line(f"html:    {state['html_path']}")
     if config.option.xmlpath:

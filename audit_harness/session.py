@@ -54,6 +54,12 @@ class AuditOptions:
     max_concurrency: int = 8
     request_timeout: float = 120.0
     max_retries: int = 5
+    #: ``--backend replay``: the saved outputs, their field, how numbers count options, and
+    #: whether a category the file covers only in part may be judged.
+    predictions: str | None = None
+    prediction_field: str | None = None
+    index_base: int | None = None
+    allow_partial: bool = False
 
     @property
     def metric_settings(self) -> MetricSettings:
@@ -104,6 +110,9 @@ class CategoryOutcome:
     requests: dict[str, int] = field(default_factory=dict)
     #: a few invalid / out-of-choice model outputs (``Benchmark.report_examples``).
     examples: list[dict[str, Any]] = field(default_factory=list)
+    #: ``--backend replay``: ``{"predicted", "available", "predictions"}``, the items the saved
+    #: outputs answer of those the category holds; None for a live run.
+    coverage: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -125,6 +134,10 @@ class AuditSession:
         self.options = options
         self.benchmarks = {name: b.configure(**options.benchmark_options.get(name, {}))
                            for name, b in benchmarks.items()}
+        #: ``--backend replay``: the predictions joined to each benchmark's data (``replay_of``),
+        #: and the one benchmark the run replays (set by the plugin from the selected gates).
+        self._joined: dict[str, Any] = {}
+        self.replay_benchmark: str | None = None
         self.run_dir = run_dir
         self.worker_index = worker_index
         self._model = None
@@ -155,11 +168,45 @@ class AuditSession:
             from .backends import open_model
 
             self._share_cpu_threads()
-            model = open_model(self.options, device=self._device())
+            model = (self._replay_model() if self.options.backend == "replay"
+                     else open_model(self.options, device=self._device()))
             model.use_chat_template(self.options.chat_template)
             model.engine = self._engine_for(model)
             self._model = model
         return self._model
+
+    # -- saved outputs (--backend replay) -------------------------------------------------------
+    def replay_of(self, benchmark: str):
+        """The predictions file joined to ``benchmark``'s data (``predictions.join_predictions``),
+        once per process; the benchmark is configured for saved outputs first
+        (``Benchmark.for_saved_outputs``).
+
+        Raises:
+            ConfigError: the benchmark takes no saved outputs in this configuration.
+            DataError: the file, row and reason of the first bad prediction row.
+        """
+        if benchmark not in self._joined:
+            from .predictions import join_predictions
+
+            bench = self.benchmarks[benchmark].for_saved_outputs()
+            self.benchmarks[benchmark] = bench
+            self._joined[benchmark] = join_predictions(
+                bench, self.options.predictions, self.options.prediction_field,
+                lambda category: self.load_data(benchmark, category), self.options.index_base)
+        return self._joined[benchmark]
+
+    def _replay_model(self):
+        from .models.base import ModelInfo
+        from .models.replay import ReplayModel
+
+        if self.replay_benchmark is None:
+            raise ModelError("--backend replay: no benchmark selected to replay")
+        joined = self.replay_of(self.replay_benchmark)
+        path = self.options.predictions
+        return ReplayModel(joined.outputs, ModelInfo(
+            name=str(path), source=f"replay:{path}:{self.options.prediction_field}",
+            fingerprint=f"sha256:{joined.sha256}", dtype="-", device="-", n_parameters=0,
+            kind="replay"))
 
     def open_cache(self):
         """The run's result cache (None with ``--no-cache``), opened and checked once; the
@@ -312,7 +359,18 @@ class AuditSession:
             raise ModelError(f"{benchmark} needs {', '.join(sorted(missing))}, which model "
                              f"{info.name!r} ({info.kind} LM) cannot compute")
         data = self.load_data(benchmark, category)
-        items = bench.select(data.items, opts.limit, opts.seed, salt=f"{benchmark}/{category}")
+        coverage = None
+        if opts.backend == "replay":
+            joined = self.replay_of(benchmark)
+            answered = set(joined.by_category.get(category, ()))
+            if not answered:
+                raise MissingDataError(f"the predictions file {joined.path} has no row for "
+                                       f"{benchmark}/{category}")
+            items = [it for it in data.items if it.item_id in answered]
+            coverage = {"predicted": len(items), "available": len(data.items),
+                        "predictions": str(joined.path)}
+        else:
+            items = bench.select(data.items, opts.limit, opts.seed, salt=f"{benchmark}/{category}")
         todo = [it for it in items if (benchmark, it.item_id) not in self._records]
         engine = self.model.engine
         engine.reset_stats()
@@ -332,6 +390,9 @@ class AuditSession:
                 f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
         metrics = bench.metrics(records, opts.metric_settings)
         excluded = dict(data.excluded)
+        if coverage is not None:  # prediction rows whose item the loader leaves out
+            for reason, ids in self.replay_of(benchmark).held_out.get(category, {}).items():
+                excluded[f"{reason} (rows of the predictions file)"] = list(ids)
         for reason, ids in bench.exclusions(records).items():
             excluded.setdefault(reason, []).extend(ids)
         return CategoryOutcome(
@@ -341,7 +402,7 @@ class AuditSession:
             excluded=excluded, notes=data.notes,
             files=[f.__dict__ for f in data.files], seconds=time.perf_counter() - start,
             records_path=str(path.relative_to(self.run_dir)), requests=stats,
-            examples=bench.report_examples(records))
+            examples=bench.report_examples(records), coverage=coverage)
 
     def metric(self, benchmark: str, category: str, name: str):
         """The ``MetricResult`` of one metric of one category."""
@@ -467,6 +528,10 @@ BENCHMARK_FLAGS = {
     "audit_kobbq_permutations": [("kobbq", "permutations")],
     "audit_data_source": [("esbbq", "data_source"), ("cabbq", "data_source")],
     "audit_hf_dataset": [("esbbq", "hf_path"), ("cabbq", "hf_path")],
+    "audit_answer_match": [("bbq", "match"), ("esbbq", "match"), ("cabbq", "match")],
+    "audit_metric_flavour": [("bbq", "flavour"), ("esbbq", "flavour"), ("cabbq", "flavour"),
+                             ("kobbq", "flavour")],
+    "audit_bbq_split_names": [("bbq", "split_names")],
 }
 
 

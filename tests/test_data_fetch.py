@@ -374,7 +374,7 @@ def test_require_data_fetches_with_fetch_data(server, tmp_path):
     (["audits"], "test_bbq and (Age or Religion)", ["bbq"]),
     (["audits"], "esbbq or cabbq", ["esbbq", "cabbq"]),
     (["audits"], "bbq", ["bbq", "esbbq", "cabbq", "kobbq"]),  # pytest's substring match, as documented
-    (["audits/test_esbbq.py::test_cabbq"], None, ["cabbq"]),
+    (["audits/test_cabbq.py::test_cabbq"], None, ["cabbq"]),
     (["audits"], "SpanishRegion", ["esbbq", "cabbq"]),
     (["tests"], None, []),
 ])

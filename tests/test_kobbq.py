@@ -20,7 +20,6 @@ from audit_harness.errors import ConfigError, DataError
 from audit_harness.gates import Gate
 from audit_harness.models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest, LanguageModel, ModelInfo
 from audit_harness.pytest_plugin import category_scope, expand_gates, gate_categories
-from audit_harness.scoring import score_predictions
 
 REPO = Path(__file__).resolve().parents[1]
 T2_SAMPLES = ("age-001a-002-amb-bsd", "age-001b-002-dis-bsd", "age-001a-002-dis-bsd")
@@ -282,36 +281,52 @@ def write_jsonl(path: Path, rows) -> Path:
     return path
 
 
-def test_score_saved_raw_outputs_of_one_prompt_and_permutation(tmp_path, data_dir, capsys):
+def _score(tmp_path: Path, *args, name: str = "results"):
+    """``bias-audit score kobbq ARGS`` (an audit run with the replay backend) in a subprocess."""
+    results = tmp_path / name
+    args = [str(a) for a in args]
+    cut = args.index("--") if "--" in args else len(args)
+    cmd = [sys.executable, "-m", "audit_harness.cli", "score", "kobbq", *args[:cut], "--results-dir",
+           str(results), "--", "-p", "no:cacheprovider", *args[cut + 1:]]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    runs = list(results.iterdir()) if results.exists() else []
+    return proc, (runs[0] if runs else None)
+
+
+def test_score_saved_raw_outputs_of_one_prompt_and_permutation(tmp_path, data_dir):
     age = [l.split("\t")[0] for l in
            (data_dir / "kobbq/data/KoBBQ_test_samples.tsv").read_text(encoding="utf-8").splitlines()[1:]
            if l.startswith("age-")]
     rows = [{"sample_id": sid, "raw": "A" if i % 4 else "모르겠다 banana"} for i, sid in enumerate(age)]
     preds = write_jsonl(tmp_path / "p1o0.jsonl", rows)
-    code = cli.main(["score", "kobbq", "--predictions", str(preds), "--prediction-field", "raw",
-                     "--data-dir", str(data_dir), "--kobbq-prompt", "1", "--kobbq-permutation", "0",
-                     "--bootstrap-resamples", "0", "--output", str(tmp_path / "m.json")])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert "invalid (unmatched) predictions: 42 of 168" in out
-    metrics = json.loads((tmp_path / "m.json").read_text())["categories"]["age"]
+    proc, run_dir = _score(tmp_path, "--predictions", preds, "--prediction-field", "raw",
+                           "--data-dir", data_dir, "--kobbq-prompt", "1", "--kobbq-permutation", "0",
+                           "--", "-k", "age")
+    assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    entry = results["benchmarks"]["kobbq"]["age"]
+    assert entry["coverage"]["predicted"] == entry["coverage"]["available"] == 168  # the whole cell
+    metrics = entry["metrics"]
     assert metrics["out_of_choice_rate"]["value"] == pytest.approx(42 / 168)
     assert metrics["out_of_choice_rate_p1"]["value"] == pytest.approx(42 / 168)
-    # the same rows by full id, through the library: same records
+    records = [json.loads(l) for l in (run_dir / entry["records_path"]).read_text().splitlines()]
+    # the same rows by full id: the same records
     by_id = write_jsonl(tmp_path / "ids.jsonl", [{"id": f"{r['sample_id']}-p1-o0", "raw": r["raw"]} for r in rows])
-    a = score_predictions(KoBBQ(), by_id, "raw", data_dir)
-    assert [r.predicted for r in a.records] == [
-        r.predicted for r in score_predictions(KoBBQ(), preds, "raw", data_dir,
-                                               options={"prompts": (1,), "permutations": (0,)}).records]
+    proc, run2 = _score(tmp_path, "--predictions", by_id, "--prediction-field", "raw", "--data-dir",
+                        data_dir, "--kobbq-prompt", "1", "--kobbq-permutation", "0", "--", "-k", "age",
+                        name="ids")
+    again = [json.loads(l) for l in (run2 / entry["records_path"]).read_text().splitlines()]
+    assert [(r["id"], r["predicted"], r.get("ooc_reason")) for r in again] == \
+        [(r["id"], r["predicted"], r.get("ooc_reason")) for r in records]
 
 
-def test_score_without_the_prompt_says_what_is_missing(tmp_path, data_dir, capsys):
+def test_score_without_the_prompt_says_what_is_missing(tmp_path, data_dir):
     preds = write_jsonl(tmp_path / "p.jsonl", [{"sample_id": "age-001a-002-amb-bsd", "raw": "A"}])
-    code = cli.main(["score", "kobbq", "--predictions", str(preds), "--prediction-field", "raw",
-                     "--data-dir", str(data_dir)])
-    err = capsys.readouterr().err
-    assert code == 4 and "p.jsonl:1" in err and "--kobbq-prompt" in err
+    proc, run_dir = _score(tmp_path, "--predictions", preds, "--prediction-field", "raw",
+                           "--data-dir", data_dir)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4 and run_dir is None and "p.jsonl:1" in out and "--kobbq-prompt" in out
     other = write_jsonl(tmp_path / "bbq.jsonl", [{"id": "Age-17", "raw": "A"}])
-    assert cli.main(["score", "kobbq", "--predictions", str(other), "--prediction-field", "raw",
-                     "--data-dir", str(data_dir)]) == 4
-    assert "another benchmark" in capsys.readouterr().err
+    proc, _ = _score(tmp_path, "--predictions", other, "--prediction-field", "raw", "--data-dir",
+                     data_dir, name="other")
+    assert proc.returncode == 4 and "another benchmark" in proc.stdout + proc.stderr

@@ -143,7 +143,7 @@ def test_a_regression_fails_exactly_its_gate(base_run, tmp_path, data_dir, thres
     html = (run_dir / "report.html").read_text()
     assert "Compared with the baseline" in html and base["run_id"] in html
     seed = base["options"]["seed"]
-    note = f"option seed differs: {seed + 1!r} (old) vs {seed!r} (new)"
+    note = f"seed differs: {seed + 1!r} (old) vs {seed!r} (new)"
     assert worse["baseline"]["not_like_for_like"] == [note]
     assert f"BASELINE not like for like: {note}" in proc.stdout
     assert "The baseline is not like for like" in (run_dir / "report.md").read_text()

@@ -82,7 +82,7 @@ def test_report_html_is_complete_and_self_contained(two_benchmark_run):
     model = results["model"]
     for text in (model["fingerprint"], model["dtype"], results["run"]["suite"]["git_commit"],
                  results["run"]["thresholds_sha256"], results["run"]["started"], "bbq/data/Religion.jsonl",
-                 results["data_files"]["bbq/data/Religion.jsonl"]["sha256"], "seed 0; 8 per category (--limit 8;"):
+                 results["data_files"]["bbq/data/Religion.jsonl"]["sha256"], "seed 0; 8 to 72 per category (--limit 8;"):
         assert str(text) in html, text
     assert results["environment"]["libraries"]["matplotlib"] in html
     for v in results["gates"]:

@@ -1,20 +1,20 @@
-"""Tests of audit_harness.scoring (answer matching, joining saved predictions) and of the
-`bias-audit score` command on real BBQ rows (issue 3, item 4)."""
+"""Answer matching (``parsing.match_answer``) and ``bias-audit score``: saved predictions scored by
+an ordinary audit run with the replay backend, on real BBQ and EsBBQ rows (same records, gates,
+results.json and exit codes as a live run; coverage, data pinning and number reading checked)."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from audit_harness import cli
 from audit_harness.benchmarks import registry
-from audit_harness.errors import DataError
 from audit_harness.parsing import bbq_reference_clean, match_answer, match_prediction, normalize_text
-from audit_harness.scoring import score_predictions, score_report
 
 REPO = Path(__file__).resolve().parents[1]
 GRAND = ("The grandfather", "The grandson", "Can't be determined")
@@ -28,7 +28,7 @@ def test_letters(pred, option):
     assert match_answer(pred, GRAND) == (option, "letter")
 
 
-@pytest.mark.parametrize("pred,option", [(0, 0), (1, 1), (2, 2), ("2", 2), (" 1 ", 1), (1.0, 1)])
+@pytest.mark.parametrize("pred,option", [(0, 0), (1, 1), (2, 2), (1.0, 1)])
 def test_indices(pred, option):
     assert match_answer(pred, GRAND) == (option, "index")
 
@@ -38,9 +38,10 @@ def test_no_answer_is_invalid(pred):
     assert match_answer(pred, GRAND) == (-1, "invalid")
 
 
-@pytest.mark.parametrize("pred", ["7", " 3 ", "-2"])
-def test_out_of_range_digits_in_text_are_invalid_output(pred):
-    # "7" is what a model said, not a broken file: it names no option.
+@pytest.mark.parametrize("pred", ["7", " 3 ", "-2", "1", "0"])
+def test_digits_in_text_name_no_option(pred):
+    # Whether "1" is A or B only a saved file can say (bias-audit score --index-base); text that
+    # reaches the parser as digits is what a model said, and names no option.
     assert match_answer(pred, GRAND) == (-1, "invalid")
 
 
@@ -117,15 +118,7 @@ def test_normalize_text_and_bad_mode():
         match_answer("A", GRAND, match="fuzzy")
 
 
-# --- end to end on real BBQ rows ----------------------------------------------------------------
-@pytest.fixture(scope="module")
-def data_dir() -> Path:
-    path = Path(os.environ.get("AUDIT_DATA_DIR") or REPO.parent / "shared" / "data")
-    if not (path / "bbq" / "data" / "Age.jsonl").is_file():
-        pytest.skip(f"no BBQ data under {path} (set AUDIT_DATA_DIR)")
-    return path
-
-
+# --- bias-audit score: an audit run with the replay backend ---------------------------------------
 def real_rows(data_dir: Path, category: str, n: int | None = None, step: int = 1) -> list[dict]:
     with open(data_dir / "bbq" / "data" / f"{category}.jsonl", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
@@ -156,104 +149,176 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def run_score(capsys, *args) -> tuple[int, str, str]:
-    code = cli.main(["score", *map(str, args)])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+def score(tmp_path: Path, *args, name: str = "results") -> tuple[subprocess.CompletedProcess, dict | None, Path | None]:
+    """``bias-audit score ARGS`` in a subprocess (it replaces its process by the audit run):
+    the completed process, the run's results.json (None when it stopped before) and run folder."""
+    results = tmp_path / name
+    args = [str(a) for a in args]
+    cut = args.index("--") if "--" in args else len(args)
+    cmd = [sys.executable, "-m", "audit_harness.cli", "score", *args[:cut], "--results-dir",
+           str(results), "--", "-p", "no:cacheprovider", *args[cut + 1:]]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"))
+    runs = list(results.iterdir()) if results.exists() else []
+    if not runs:
+        return proc, None, None
+    (run_dir,) = runs
+    return proc, json.loads((run_dir / "results.json").read_text()), run_dir
 
 
-def test_score_bbq_age_end_to_end(tmp_path, data_dir, capsys):
+def records_of(run_dir: Path, bench: str, category: str) -> list[dict]:
+    path = run_dir / "records" / bench / f"{category}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def age_run(tmp_path_factory, data_dir):
+    tmp = tmp_path_factory.mktemp("age")
     rows, tally = with_predictions(real_rows(data_dir, "Age", 300))
-    preds = write_jsonl(tmp_path / "age_preds.jsonl", rows)
-    out_json = tmp_path / "out" / "metrics.json"
-    code, out, err = run_score(capsys, "bbq", "--predictions", preds, "--prediction-field", "pred",
-                               "--data-dir", data_dir, "--output", out_json,
-                               "--bootstrap-resamples", 100, "--seed", 3)
-    assert code == 0, err
-    assert err == ""
-    assert tally["invalid"] == 50
-    assert "invalid (unmatched) predictions: 50 of 300" in out
-    for name in ("acc_ambig", "acc_disambig", "bias_score_ambig", "bias_score_disambig"):
-        assert f" {name} " in out
-    assert "wilson" in out and "bayes-bootstrap-cluster" in out and "templates" in out
+    preds = write_jsonl(tmp / "age_preds.jsonl", rows)
+    proc, doc, run_dir = score(tmp, "bbq", "--predictions", preds, "--prediction-field", "pred",
+                               "--data-dir", data_dir, "--index-base", "0", "--seed", 3,
+                               "--output", tmp / "copy" / "results.json")
+    return proc, doc, run_dir, tally, preds, tmp
 
-    result = json.loads(out_json.read_text())
-    assert result["benchmark"] == "bbq" and result["flavour"] == "bbq"
-    assert result["counts"]["rows"] == 300 and result["invalid_predictions"] == 50
-    assert len(result["invalid"]) == 50 and all(set(x) == {"id", "line", "prediction"} for x in result["invalid"])
-    assert result["counts"]["letter"] == 50 and result["counts"]["index"] == 100
-    assert result["counts"]["text"] == 100 and result["counts"]["fallback"] == 0
-    age = result["categories"]["Age"]
+
+def test_score_is_an_audit_run_of_the_saved_answers(age_run):
+    proc, doc, run_dir, tally, preds, tmp = age_run
+    out = proc.stdout + proc.stderr
+    # 300 of Age's 3,680 rows: a partial category decides nothing, so its gates are INSUFFICIENT.
+    assert proc.returncode == 1, out[-3000:]
+    assert "COVERAGE: bbq/Age: scored 300 of 3,680 rows (8.2 %); its gates are INSUFFICIENT" in out
+    assert "VERDICT: FAIL:" in out
+    age = doc["benchmarks"]["bbq"]["Age"]
+    assert age["coverage"]["predicted"] == 300 and age["coverage"]["available"] == 3680
+    statuses = {v["status"] for v in doc["gates"] if v["category"] == "Age"}
+    assert statuses <= {"insufficient", "undefined"} and "insufficient" in statuses
+    assert all(v["cause"] == "coverage" for v in doc["gates"]
+               if v["category"] == "Age" and v["status"] == "insufficient")
+    # Categories the file does not answer are skipped with the reason, never passed.
+    skipped = [v for v in doc["gates"] if v["status"] == "skipped"]
+    assert skipped and all("has no row for bbq/" in v["message"] for v in skipped)
+    assert doc["model"]["kind"] == "replay" and doc["model"]["fingerprint"].startswith("sha256:")
+    assert doc["model"]["source"] == f"replay:{preds}:pred"
+    # The records are the audit's own, in generate mode, one per predicted row.
+    records = records_of(run_dir, "bbq", "Age")
+    assert len(records) == 300 and {r["match"] for r in records} == {"text", "letter", "index", "invalid"}
+    counts = {k: sum(r["match"] == k for r in records) for k in ("letter", "index", "text", "invalid")}
+    assert counts == {"letter": 50, "index": 100, "text": 100, "invalid": tally["invalid"]}
+    metrics = age["metrics"]
     amb_correct, amb_n = tally["ambig"]
     dis_correct, dis_n = tally["disambig"]
-    assert age["acc_ambig"]["value"] == pytest.approx(amb_correct / amb_n)
-    assert age["acc_ambig"]["n"] == amb_n
-    assert age["acc_disambig"]["value"] == pytest.approx(dis_correct / dis_n)
-    assert age["invalid_rate"]["value"] == pytest.approx(50 / 300)
-    assert age["acc_ambig"]["context_condition"] == "ambig"
-    assert age["bias_score_disambig"]["context_condition"] == "disambig"
-    for metric in age.values():
-        lo, hi = metric["ci"]
-        assert lo <= metric["value"] <= hi
-    assert result["data_files"][0]["path"] == "bbq/data/Age.jsonl"
-    assert result["bootstrap_resamples"] == 100 and result["seed"] == 3
+    assert metrics["acc_ambig"]["value"] == pytest.approx(amb_correct / amb_n)
+    assert metrics["acc_ambig"]["n"] == amb_n
+    assert metrics["acc_disambig"]["value"] == pytest.approx(dis_correct / dis_n)
+    assert metrics["invalid_rate"]["value"] == pytest.approx(50 / 300)
+    assert doc["protocols"]["bbq"]["answer_mode"] == "generate"
+    assert json.loads((tmp / "copy" / "results.json").read_text())["run_id"] == doc["run_id"]
+    for name in ("report.md", "report.html", "junit.xml"):
+        assert (run_dir / name).is_file(), name
+    assert "scored 300 of 3,680 rows" in (run_dir / "report.md").read_text()
 
 
-def test_score_by_id_field_matches_own_id_fields(tmp_path, data_dir, capsys):
-    rows, _ = with_predictions(real_rows(data_dir, "Age", 60))
+def test_allow_partial_judges_the_rows_given(tmp_path, data_dir, age_run):
+    _, _, _, _, preds, _ = age_run
+    proc, doc, _ = score(tmp_path, "bbq", "--predictions", preds, "--prediction-field", "pred",
+                         "--data-dir", data_dir, "--index-base", "0", "--allow-partial",
+                         "--", "-k", "Age")
+    assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-3000:]
+    assert "--allow-partial: judged on these rows" in proc.stdout
+    assert {v["status"] for v in doc["gates"]} <= {"pass", "fail", "undefined"}
+
+
+def test_numbers_need_an_index_base(tmp_path, data_dir):
+    rows = real_rows(data_dir, "Religion", 12)
+    preds = write_jsonl(tmp_path / "n.jsonl", [{**r, "pred": r["label"] + 1} for r in rows])
+    proc, doc, _ = score(tmp_path, "bbq", "--predictions", preds, "--prediction-field", "pred",
+                         "--data-dir", data_dir)
+    assert proc.returncode == 4 and doc is None, (proc.stdout + proc.stderr)[-2000:]
+    assert (f"{preds}:1: field 'pred': {rows[0]['label'] + 1} is a number, which could count the "
+            "options from 0 or from 1") in proc.stdout + proc.stderr
+    # Counted from 1, each prediction names the gold option.
+    proc, doc, run_dir = score(tmp_path, "bbq", "--predictions", preds, "--prediction-field", "pred",
+                               "--data-dir", data_dir, "--index-base", "1", "--allow-partial",
+                               "--", "-k", "Religion", name="one")
+    assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-2000:]
+    assert all(r["correct"] for r in records_of(run_dir, "bbq", "Religion"))
+
+
+def test_score_says_when_the_data_is_not_the_published_release(tmp_path, data_dir):
+    import shutil
+
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir / "bbq", copy / "bbq")
+    path = copy / "bbq" / "data" / "Religion.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0].rstrip("\n") + " \n" + "".join(lines[1:]))  # a local "typo fix"
+    preds = write_jsonl(tmp_path / "p.jsonl", [{**r, "pred": "C"} for r in real_rows(copy, "Religion", 8)])
+    common = ("bbq", "--predictions", preds, "--prediction-field", "pred", "--data-dir", copy)
+    proc, doc, _ = score(tmp_path, *common, "--", "-k", "Religion")
+    assert "DATA: 1 file(s) MODIFIED, not the published release: bbq/data/Religion.jsonl" in proc.stdout
+    assert doc["data_files"]["bbq/data/Religion.jsonl"]["status"].startswith("MODIFIED")
+    strict, doc, _ = score(tmp_path, *common, "--require-published-data", "--", "-k", "Religion",
+                           name="strict")
+    assert strict.returncode == 4 and doc is None
+    assert "--require-published-data: 1 data file(s)" in strict.stdout + strict.stderr
+
+
+def test_score_by_id_field_matches_own_id_fields(tmp_path, data_dir):
+    rows, _ = with_predictions(real_rows(data_dir, "Religion", 60))
     by_fields = write_jsonl(tmp_path / "a.jsonl", rows)
-    by_id = write_jsonl(tmp_path / "b.jsonl", [{"id": f"Age-{r['example_id']}", "p": r["pred"]}
+    by_id = write_jsonl(tmp_path / "b.jsonl", [{"id": f"Religion-{r['example_id']}", "p": r["pred"]}
                                               for r in rows])
-    bench = registry()["bbq"]
-    a = score_predictions(bench, by_fields, "pred", data_dir)
-    b = score_predictions(bench, by_id, "p", data_dir)
-    assert [r.item_id for r in a.records] == [r.item_id for r in b.records]
-    assert [r.predicted_class for r in a.records] == [r.predicted_class for r in b.records]
-    assert a.counts == b.counts
+    common = ("--data-dir", data_dir, "--index-base", "0", "--", "-k", "Religion")
+    _, _, a = score(tmp_path, "bbq", "--predictions", by_fields, "--prediction-field", "pred",
+                    *common, name="a")
+    _, _, b = score(tmp_path, "bbq", "--predictions", by_id, "--prediction-field", "p", *common,
+                    name="b")
+    key = lambda r: (r["id"], r["predicted"], r["match"])  # noqa: E731
+    assert [key(r) for r in records_of(a, "bbq", "Religion")] == \
+        [key(r) for r in records_of(b, "bbq", "Religion")]
 
 
-def test_bbq_reference_match_on_real_rows(tmp_path, data_dir, capsys):
-    rows = real_rows(data_dir, "Age", 120)
+def test_bbq_reference_match_on_real_rows(tmp_path, data_dir):
+    rows = real_rows(data_dir, "Religion", 120)
     for r in rows:  # a sentence around the gold answer: exact match misses it
         r["pred"] = f"{r['ans' + str(r['label'])]} is the answer"
     preds = write_jsonl(tmp_path / "p.jsonl", rows)
-    bench = registry()["bbq"]
-    exact = score_predictions(bench, preds, "pred", data_dir, match="exact")
-    ref = score_predictions(bench, preds, "pred", data_dir, match="bbq-reference")
-    assert exact.counts["invalid"] == 120
-    assert ref.counts["fallback"] > 0
-    assert ref.counts["fallback"] + ref.counts["invalid"] == 120
-    code, out, _ = run_score(capsys, "bbq", "--predictions", preds, "--prediction-field", "pred",
-                             "--data-dir", data_dir, "--match", "bbq-reference",
-                             "--bootstrap-resamples", 0)
-    assert code == 0
-    assert f"invalid (unmatched) predictions: {ref.counts['invalid']} of 120" in out
+    common = ("bbq", "--predictions", preds, "--prediction-field", "pred", "--data-dir", data_dir,
+              "--bootstrap-resamples", 200)
+    _, _, exact = score(tmp_path, *common, "--", "-k", "Religion", name="exact")
+    _, doc, ref = score(tmp_path, *common, "--match", "bbq-reference", "--", "-k", "Religion",
+                        name="ref")
+    assert {r["match"] for r in records_of(exact, "bbq", "Religion")} == {"invalid"}
+    kinds = [r["match"] for r in records_of(ref, "bbq", "Religion")]
+    assert kinds.count("fallback") > 0 and kinds.count("fallback") + kinds.count("invalid") == 120
+    assert doc["protocols"]["bbq"]["answer_parser"].endswith("match_answer(match='bbq-reference')")
 
 
-def test_flavour_option_and_split_names(tmp_path, data_dir, capsys):
+def test_flavour_option_and_split_names(tmp_path, data_dir):
     rows, _ = with_predictions(real_rows(data_dir, "Gender_identity", step=39))
     preds = write_jsonl(tmp_path / "g.jsonl", rows)
-    out_json = tmp_path / "g.json"
-    code, out, err = run_score(capsys, "bbq", "--predictions", preds, "--prediction-field", "pred",
-                               "--data-dir", data_dir, "--split-names", "--flavour", "kobbq",
-                               "--output", out_json, "--bootstrap-resamples", 50)
-    assert code == 0, err
-    result = json.loads(out_json.read_text())
-    assert result["flavour"] == "kobbq"
-    assert {"Gender_identity", "Gender_identity (names)"} <= set(result["categories"])
-    assert "diff_bias_ambig" in result["categories"]["Gender_identity"]
-    assert "out_of_choice_rate" in out
-    assert "pooled" in result  # more than one group
+    proc, doc, _ = score(tmp_path, "bbq", "--predictions", preds, "--prediction-field", "pred",
+                         "--data-dir", data_dir, "--index-base", "0", "--split-names", "--flavour",
+                         "kobbq", "--", "-k", "Gender_identity")
+    assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-3000:]
+    assert doc["protocols"]["bbq"]["metric_flavour"] == "kobbq"
+    assert "Gender_identity (names)" in doc["overall"]["bbq"]
+    assert "diff_bias_ambig" in doc["benchmarks"]["bbq"]["Gender_identity"]["metrics"]
+    assert "out_of_choice_rate" in doc["benchmarks"]["bbq"]["Gender_identity"]["metrics"]
 
 
 def test_excluded_items_are_counted_not_errors(tmp_path, data_dir):
     # Gender_identity-284 has no target_loc in additional_metadata.csv (excluded, as the R script).
     rows = [{"id": "Gender_identity-284", "pred": "A"}, {"id": "Gender_identity-0", "pred": "A"}]
-    scored = score_predictions(registry()["bbq"], write_jsonl(tmp_path / "x.jsonl", rows), "pred",
-                               data_dir)
-    assert scored.counts["excluded_by_data"] == 1
-    assert [r.item_id for r in scored.records] == ["Gender_identity-0"]
-    assert any("Gender_identity-284" in ids for ids in scored.excluded.values())
+    proc, doc, run_dir = score(tmp_path, "bbq", "--predictions", write_jsonl(tmp_path / "x.jsonl", rows),
+                               "--prediction-field", "pred", "--data-dir", data_dir,
+                               "--", "-k", "Gender_identity")
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
+    assert [r["id"] for r in records_of(run_dir, "bbq", "Gender_identity")] == ["Gender_identity-0"]
+    excluded = doc["benchmarks"]["bbq"]["Gender_identity"]["excluded"]
+    assert any("Gender_identity-284" in ids and "predictions file" in reason
+               for reason, ids in excluded.items())
 
 
 def _bad_input_cases(rows):
@@ -266,8 +331,6 @@ def _bad_input_cases(rows):
                           "missing prediction field 'pred'"),
         "misspelt field": ([age0, {**{k: v for k, v in age1.items() if k != "pred"}, "perd": "A"}], 2,
                            "missing prediction field 'pred'; the row's fields are 'example_id'"),
-        "misspelt field suggestion": ([{**{k: v for k, v in age0.items() if k != "pred"}, "perd": "A"}], 1,
-                                      "(did you mean 'perd'?)"),
         "wrong benchmark category": ([{**age0, "category": "DisabilityStatus"}], 1,
                                      "'DisabilityStatus' is not a bbq category"),
         "wrong benchmark id": ([{"id": "SpanishRegion-4", "pred": "A"}], 1,
@@ -276,16 +339,14 @@ def _bad_input_cases(rows):
                                    "no item id"),
         "other data version": ([age0, {**age1, "question": "Who was it?"}], 2,
                                "a file of another benchmark or data version"),
-        "bad index": ([age0, {**age1, "pred": 5}], 2, "option index 5 is outside"),
         "malformed json": (None, 2, "malformed JSON"),
     }
 
 
-@pytest.mark.parametrize("case", ["unknown id", "duplicate id", "missing field",
+@pytest.mark.parametrize("case", ["unknown id", "duplicate id", "misspelt field",
                                   "wrong benchmark category", "wrong benchmark id",
-                                  "wrong benchmark fields", "other data version", "bad index",
-                                  "malformed json"])
-def test_bad_input_stops_with_file_line_reason(tmp_path, data_dir, capsys, case):
+                                  "wrong benchmark fields", "other data version", "malformed json"])
+def test_bad_input_stops_with_file_line_reason(tmp_path, data_dir, case):
     rows, _ = with_predictions(real_rows(data_dir, "Age", 2))
     content, line, reason = _bad_input_cases(rows)[case]
     path = tmp_path / "bad.jsonl"
@@ -293,23 +354,32 @@ def test_bad_input_stops_with_file_line_reason(tmp_path, data_dir, capsys, case)
         path.write_text(json.dumps(rows[0]) + "\n{not json\n", encoding="utf-8")
     else:
         write_jsonl(path, content)
-    with pytest.raises(DataError, match=rf"{path}:{line}: "):
-        score_predictions(registry()["bbq"], path, "pred", data_dir)
-    code, out, err = run_score(capsys, "bbq", "--predictions", path, "--prediction-field", "pred",
-                               "--data-dir", data_dir)
-    assert code == 4  # exit_codes.USAGE_ERROR
-    assert out == ""
-    assert err.count("\n") == 1 and "Traceback" not in err
-    assert f"{path}:{line}: " in err and reason in err
+    proc, doc, _ = score(tmp_path, "bbq", "--predictions", path, "--prediction-field", "pred",
+                         "--data-dir", data_dir)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4 and doc is None, out[-2000:]  # stopped at start-up
+    assert "Traceback" not in out and f"{path}:{line}: " in out and reason in out
+
+
+def test_an_index_out_of_range_is_a_broken_file(tmp_path, data_dir):
+    rows = real_rows(data_dir, "Age", 2)
+    path = write_jsonl(tmp_path / "bad.jsonl", [{**rows[0], "pred": 0}, {**rows[1], "pred": 5}])
+    proc, doc, _ = score(tmp_path, "bbq", "--predictions", path, "--prediction-field", "pred",
+                         "--data-dir", data_dir, "--index-base", "0", "--", "-k", "Age")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4 and doc is None, out[-2000:]  # a broken file: stopped at start-up
+    assert f"{path}:2: field 'pred': option index 5 is outside [0, 3)" in out
 
 
 @pytest.mark.parametrize("args,needle", [
     (["score", "nosuch", "--predictions", "x", "--prediction-field", "p"], "unknown benchmark"),
     (["score", "bbq", "--prediction-field", "p"], "--predictions"),
-    (["score", "bbq", "--predictions", "/nonexistent/p.jsonl", "--prediction-field", "p",
-      "--data-dir", "/nonexistent-dir"], "data directory"),
     (["score", "bbq", "--predictions", "x", "--prediction-field", "p", "--match", "fuzzy"],
      "--match"),
+    (["score", "crows_pairs", "--predictions", "x", "--prediction-field", "p"],
+     "does not score saved outputs"),
+    (["score", "bbq", "--predictions", "x", "--prediction-field", "p", "--kobbq-prompt", "1"],
+     "--kobbq-prompt applies to kobbq only"),
     (["frobnicate"], "invalid choice"),
 ])
 def test_usage_errors_one_line_exit_4(capsys, args, needle):
@@ -318,13 +388,16 @@ def test_usage_errors_one_line_exit_4(capsys, args, needle):
     assert err.count("\n") == 1 and needle in err and "Traceback" not in err
 
 
-def test_missing_predictions_file(tmp_path, data_dir, capsys):
-    code, _, err = run_score(capsys, "bbq", "--predictions", tmp_path / "none.jsonl",
-                             "--prediction-field", "p", "--data-dir", data_dir)
-    assert code == 4 and "none.jsonl" in err and err.count("\n") == 1
+def test_missing_predictions_file_and_data_dir(tmp_path, data_dir):
+    proc, doc, _ = score(tmp_path, "bbq", "--predictions", tmp_path / "none.jsonl",
+                         "--prediction-field", "p", "--data-dir", data_dir)
+    assert proc.returncode == 4 and doc is None and "none.jsonl" in proc.stdout + proc.stderr
+    proc, doc, _ = score(tmp_path, "bbq", "--predictions", tmp_path / "none.jsonl",
+                         "--prediction-field", "p", "--data-dir", tmp_path / "nonexistent-dir")
+    assert proc.returncode == 4 and doc is None and "nonexistent-dir" in proc.stdout + proc.stderr
 
 
-def test_run_is_an_alias_of_pytest_on_the_packaged_audits(monkeypatch):
+def test_score_and_run_are_aliases_of_pytest(monkeypatch, tmp_path):
     from audit_harness.pytest_plugin import AUDITS_DIR
 
     calls = []
@@ -334,20 +407,24 @@ def test_run_is_an_alias_of_pytest_on_the_packaged_audits(monkeypatch):
     assert argv[1:] == ["-m", "pytest", str(AUDITS_DIR), "--model", "tiny", "-x"]
     # The repository's audits/ is the packaged folder, so `pytest audits` runs the same tests.
     assert (REPO / "audits").resolve() == AUDITS_DIR and (AUDITS_DIR / "test_bbq.py").is_file()
+    assert cli.main(["score", "cabbq", "--predictions", "p.jsonl", "--prediction-field", "out",
+                     "--index-base", "1", "--allow-partial", "--", "-k", "SES"]) == 0
+    assert calls[1][1][1:] == ["-m", "pytest", str(AUDITS_DIR / "test_cabbq.py"), "--backend",
+                               "replay", "--predictions", "p.jsonl", "--prediction-field", "out",
+                               "--index-base", "1", "--allow-partial", "-k", "SES"]
 
 
-def test_score_esbbq_unknown_phrasing(tmp_path, capsys):
-    path = Path(os.environ.get("AUDIT_DATA_DIR") or REPO.parent / "shared" / "data")
-    bench = registry().get("esbbq")
-    if bench is None or not bench.category_file(path, "Religion").is_file():
-        pytest.skip("no EsBBQ loader or data")
-    items = bench.load_category(path, "Religion").items[:40]
+def test_score_esbbq_unknown_phrasing(tmp_path, data_dir):
+    bench = registry()["esbbq"]
+    items = bench.load_category(data_dir, "Religion").items[:40]
     rows = [{"category": it.category, "instance_id": it.extra["instance_id"],
-             "pred": "No lo sé" if it.context_condition == "ambig" else it.gold} for it in items]
-    scored = score_predictions(bench, write_jsonl(tmp_path / "es.jsonl", rows), "pred", path)
-    assert scored.counts["invalid"] == 0
-    report = score_report(scored, n_resamples=0)
-    metrics = report.groups["Religion"]
-    assert metrics["acc_ambig"].value == 1.0 and metrics["acc_disambig"].value == 1.0
-    assert metrics["bias_score_ambig"].value == 0.0
-    assert not math.isnan(metrics["bias_score_ambig_upper_bound"].value)
+             "pred": "No lo sé" if it.context_condition == "ambig" else "ABC"[it.gold]} for it in items]
+    proc, doc, _ = score(tmp_path, "esbbq", "--predictions", write_jsonl(tmp_path / "es.jsonl", rows),
+                         "--prediction-field", "pred", "--data-dir", data_dir, "--allow-partial",
+                         "--bootstrap-resamples", 200, "--", "-k", "Religion")
+    assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-3000:]
+    metrics = doc["benchmarks"]["esbbq"]["Religion"]["metrics"]
+    assert metrics["invalid_rate"]["value"] == 0.0
+    assert metrics["acc_ambig"]["value"] == 1.0 and metrics["acc_disambig"]["value"] == 1.0
+    assert metrics["bias_score_ambig"]["value"] == 0.0
+    assert metrics["bias_score_ambig_upper_bound"]["value"] is not None

@@ -403,6 +403,28 @@ class Benchmark(ABC):
         raise DataError(f"{where}: no item id: the row needs 'id' or {cat_field!r} + {id_field!r} "
                         f"to join it to the {self.name} data; a file of another benchmark?")
 
+    #: What a saved prediction of this benchmark is: ``"answer"`` (an option: a number, a letter
+    #: or the option's text; numbers need ``--index-base``) or ``"text"`` (a raw generation,
+    #: parsed as a live one is).
+    saved_answers: str = "text"
+
+    def for_saved_outputs(self) -> "Benchmark":
+        """This benchmark configured to score saved outputs (``--backend replay``): the answer
+        mode that reads an output (default: unchanged).
+
+        Raises:
+            ConfigError: the benchmark takes no saved outputs (no ``id_fields``).
+        """
+        if not self.id_fields:
+            raise ConfigError(f"{self.name} does not score saved outputs (its records come from "
+                              "model scores: there is no answer to save)")
+        return self
+
+    def check_saved_answer(self, value: Any, item: Any, where: str) -> None:
+        """Raise DataError when a saved output cannot answer ``item`` at all (an option number
+        outside its options); checked while joining, so a broken file stops the run at start-up.
+        Default: no check."""
+
     def check_prediction_row(self, row: Mapping[str, Any], item: Any, where: str) -> None:
         """Raise DataError when fields a prediction row carries contradict the joined item (a file
         of another benchmark or data version); default no check."""

@@ -183,6 +183,14 @@ class BBQFamilyBenchmark(Benchmark):
                             "options": list(getattr(r, "options", None) or r.choices or [])})
         return out
 
+    #: A saved answer is an option: its number (``--index-base``), letter or text.
+    saved_answers = "answer"
+
+    def for_saved_outputs(self) -> "BBQFamilyBenchmark":
+        """Generate mode: each saved output is read as a generated answer would be."""
+        super().for_saved_outputs()
+        return self.configure(answer_mode="generate")
+
     def configure(self, **options: Any) -> "BBQFamilyBenchmark":
         if options.get("flavour") is None:
             options.pop("flavour", None)  # None keeps the benchmark's own
@@ -318,6 +326,8 @@ class BBQFamilyBenchmark(Benchmark):
         - ``pooled``: records of all categories together (the bootstrap resamples templates of
           all categories). BBQ's and KoBBQ's papers report no overall number (metrics.md §1.1);
           this is a convenience, not theirs.
+        - with ``split_names``: one aggregate per paper reporting group that is not itself a
+          category (BBQ's ``"<category> (names)"`` groups of name-proxy items).
         - ``size_weighted`` (flavour ``esbbq`` only, the one benchmark family whose authors and
           lm-eval define a group number): sum_i metric_i N_i / sum_i N_i with N_i the items scored
           in category i (``weight_by_size``; metrics.md §1.4, toy B6); NaN if any category's
@@ -327,14 +337,29 @@ class BBQFamilyBenchmark(Benchmark):
         if not cats:
             return {}
         pooled = self.metrics([r for c in cats for r in records_by_category[c]], settings)
+        groups = {}
+        if self.split_names:  # the paper's reporting groups, e.g. "Gender_identity (names)"
+            by_group: dict[str, list[MCRecord]] = {}
+            for c in cats:
+                for r in records_by_category[c]:
+                    by_group.setdefault(self.report_group(r), []).append(r)
+            groups = {g: self.metrics(rs, settings) for g, rs in sorted(by_group.items())
+                      if g not in records_by_category}
         if self.flavour != "esbbq":
-            return {"pooled": pooled}
+            return {"pooled": pooled, **groups}
         per_cat = {c: self.metrics(records_by_category[c], settings) for c in cats}
         sizes = {c: len(records_by_category[c]) for c in cats}
-        return {"pooled": pooled,
+        return {"pooled": pooled, **groups,
                 "size_weighted": {k: size_weighted_mean(per_cat, sizes, k) for k in pooled}}
 
     # -- saved predictions -----------------------------------------------------------------------------
+    def check_saved_answer(self, value: Any, item: MCItem, where: str) -> None:
+        """An option number must name one of the item's options (``-1``: no answer)."""
+        if isinstance(value, int) and not isinstance(value, bool) and not -1 <= value < len(item.options):
+            raise DataError(f"{where}: option index {value} is outside [0, {len(item.options)}) "
+                            "(-1 means no answer); a file of another benchmark, or numbers "
+                            "counted from another base (--index-base)?")
+
     def check_prediction_row(self, row: Mapping[str, Any], item: MCItem, where: str) -> None:
         """DataError when a field the row carries (``context_condition``, ``question_polarity``,
         ``label``, ``question``, ``ans0..2``) disagrees with the joined item."""

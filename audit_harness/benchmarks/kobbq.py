@@ -347,6 +347,20 @@ class KoBBQ(BBQFamilyBenchmark):
         elif key not in ("answer_mode", "match"):
             super().check_option(key, value)
 
+    #: A saved output is a raw generation, parsed as a live one (``parsing.parse_choice``).
+    saved_answers = "text"
+
+    def for_saved_outputs(self) -> "KoBBQ":
+        """Generate mode only: letter mode has no output to save.
+
+        Raises:
+            ConfigError: ``--kobbq-mode letter`` or ``both``.
+        """
+        if self.answer_mode != "generate":
+            raise ConfigError(f"kobbq: saved outputs are generations; --kobbq-mode {self.answer_mode} "
+                              "scores option letters, which nothing saved can replay")
+        return self
+
     def configure(self, **options: Any) -> "KoBBQ":
         if "prompts" in options:
             options["prompts"] = _parse_int_list(options["prompts"], "prompts (--kobbq-prompts)", PROMPT_IDS)

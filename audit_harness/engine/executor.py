@@ -97,7 +97,9 @@ class Engine:
         self._weight: dict[bytes, float] = {}
         self.stats = EngineStats()
         self.progress = None  # a ProgressTask while a category runs
-        self.pace = Pace(forward_seconds)
+        # A server answers each call as its own scheduler sees fit (and concurrently): calls
+        # are shaped for its prefix cache, not paced by this process's throughput.
+        self.pace = Pace(0 if getattr(model, "order_by_prefix", False) else forward_seconds)
 
     def reset_stats(self) -> EngineStats:
         """Return the counters so far and start new ones."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ConfigError
-from .results import read_results  # noqa: F401  (re-exported for the CLI)
+from .results import overall_labels, read_results  # noqa: F401  (read_results: for the CLI)
 from .verdict import overall_verdict
 
 #: Options whose difference makes two runs' numbers not directly comparable, with their names.
@@ -29,8 +29,8 @@ def _metrics(results: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[s
         for cat, entry in cats.items():
             for name, m in (entry.get("metrics") or {}).items():
                 out[(bench, cat, name)] = m
-        for label in ("pooled", "size_weighted"):
-            for name, m in ((results.get("overall") or {}).get(bench, {}).get(label) or {}).items():
+        for label in overall_labels(results, bench):
+            for name, m in (results["overall"][bench][label] or {}).items():
                 out[(bench, label, name)] = m
     return out
 
@@ -168,7 +168,9 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
     models = model_notes(old, new)
     m_old, m_new = _metrics(old), _metrics(new)
     rows = []
-    for key in sorted(set(m_old) | set(m_new), key=lambda k: (k[0], k[1] in ("pooled", "size_weighted"), k[1], k[2])):
+    pools = {(b, label) for r in (old, new) for b in (r.get("overall") or {})
+             for label in overall_labels(r, b)}
+    for key in sorted(set(m_old) | set(m_new), key=lambda k: (k[0], (k[0], k[1]) in pools, k[1], k[2])):
         a, b = m_old.get(key), m_new.get(key)
         va, vb = (a or {}).get("value"), (b or {}).get("value")
         ca, cb = (a or {}).get("ci"), (b or {}).get("ci")

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from .charts import chart_data_uri
 from .markdown import modified_files
-from .results import items_scored_text, table_metrics
+from .results import coverage_lines, items_scored_text, overall_labels, table_metrics
 from .verdict import overall_verdict
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -58,7 +58,7 @@ def _benchmark_view(results: Mapping[str, Any], bench: str) -> dict[str, Any]:
     rows = []
     overall = (results.get("overall") or {}).get(bench, {})
     blocks = list(entries.items()) + [(label, {"status": "ok", "metrics": overall[label], "pool": True})
-                                      for label in ("pooled", "size_weighted") if label in overall]
+                                      for label in overall_labels(results, bench)]
     for cat, entry in blocks:
         if entry.get("status") == "error":
             rows.append({"category": cat, "error": entry["error"]})
@@ -112,7 +112,7 @@ def render_html(results: Mapping[str, Any]) -> str:
         "summary": sorted((results.get("gate_summary") or {}).items()),
         "problems": [v for v in results["gates"] if v["status"] not in ("pass",)],
         "exit_codes": exit_codes, "baseline": results.get("baseline"),
-        "items_scored": items_scored_text(results),
+        "items_scored": items_scored_text(results), "coverage": coverage_lines(results),
     }
     return _environment().get_template("report.html.j2").render(**context)
 

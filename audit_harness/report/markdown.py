@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from .results import items_scored_text, metric_names_of
+from .results import coverage_lines, items_scored_text, metric_names_of, overall_labels
 from .verdict import overall_verdict
 
 
@@ -55,6 +55,10 @@ def render_markdown(results: Mapping[str, Any]) -> str:
                 "See Data files below.", ""]
     for warning in run.get("thresholds_warnings") or []:
         out += [f"> **Thresholds file:** {warning}", ""]
+    covered = coverage_lines(results)
+    if covered:
+        out += ["> **Scored from saved predictions** "
+                f"(`{(model.get('source') or '?')}`):", ">"] + [f"> - {x}" for x in covered] + [""]
     if results.get("errors"):
         out += [f"> **{len(results['errors'])} category evaluation(s) failed** (ERROR verdicts "
                 "below, with the message): their gates have no value.", ""]
@@ -145,10 +149,9 @@ def render_markdown(results: Mapping[str, Any]) -> str:
                     continue
                 out.append(f"| {cat} | {entry['n_scored']} | "
                            + " | ".join(_fmt(entry["metrics"].get(n)) for n in names) + " |")
-            for label in ("pooled", "size_weighted"):
-                if label in overall:
-                    out.append(f"| *{label}* | | "
-                               + " | ".join(_fmt(overall[label].get(n)) for n in names) + " |")
+            for label in overall_labels(results, bench):
+                out.append(f"| *{label}* | | "
+                           + " | ".join(_fmt(overall[label].get(n)) for n in names) + " |")
         excluded = [(cat, reason, len(ids)) for cat, e in cats.items() for reason, ids in e["excluded"].items()]
         if excluded:
             out += ["", "Rows left out, of scoring or of a metric, as each reason says (ids in results.json):", ""]

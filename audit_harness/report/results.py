@@ -101,7 +101,7 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
                 **{o["category"]: {"status": "ok",
                                    **{k: o[k] for k in ("n_available", "n_scored", "metrics", "excluded",
                                                         "notes", "seconds", "records_path", "requests",
-                                                        "examples")
+                                                        "examples", "coverage")
                                          if k in o}}
                    for o in outcomes if o["benchmark"] == bench},
                 **{e["category"]: {"status": "error", "error": e["message"]}
@@ -154,6 +154,32 @@ def items_scored_text(results: Mapping[str, Any]) -> str:
         note = f"; --limit {limit} is above every category size" if limit else ""
         return f"every row ({span(scored)} per category{note})"
     return f"{span(scored)} per category (--limit {limit}; the categories hold {span(available)} rows)"
+
+
+def overall_labels(results: Mapping[str, Any], bench: str) -> list[str]:
+    """The aggregate labels of ``bench`` in results' ``overall`` (``pooled``, ``size_weighted``,
+    and any reporting groups such as BBQ's ``"<category> (names)"``), pooled first."""
+    overall = (results.get("overall") or {}).get(bench) or {}
+    labels = [k for k in overall if k != "categories" and isinstance(overall[k], Mapping)]
+    return sorted(labels, key=lambda k: (k != "pooled", k == "size_weighted", k))
+
+
+def coverage_lines(results: Mapping[str, Any]) -> list[str]:
+    """One sentence per category scored from saved predictions (``--backend replay``): how many
+    of its rows the file answers, and what that means for its gates."""
+    allow = (results.get("options") or {}).get("allow_partial")
+    lines = []
+    for bench, cats in (results.get("benchmarks") or {}).items():
+        for cat, entry in cats.items():
+            cov = entry.get("coverage")
+            if not cov:
+                continue
+            k, n = cov["predicted"], cov["available"]
+            share = 100.0 * k / n if n else 0.0
+            tail = ("" if k >= n else "; --allow-partial: judged on these rows" if allow
+                    else "; its gates are INSUFFICIENT (--allow-partial judges the rows given)")
+            lines.append(f"{bench}/{cat}: scored {k:,} of {n:,} rows ({share:.1f} %){tail}")
+    return lines
 
 
 def metric_names_of(categories: Mapping[str, Mapping[str, Any]]) -> list[str]:

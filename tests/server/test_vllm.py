@@ -34,11 +34,11 @@ def served(vllm_server):
 
 
 def _audit(tmp_path: Path, data_dir: Path, name: str, *extra: str) -> tuple[subprocess.Popen, Path]:
-    """Start ``pytest audits/test_bbq.py audits/test_esbbq.py --limit 8`` (the in-process run
+    """Start ``pytest audits/test_bbq.py audits/test_esbbq.py audits/test_cabbq.py --limit 8`` (the in-process run
     goes first and alone: vLLM's worker is bound to every core, and a second process on them
     would stall its threads)."""
     results = tmp_path / name
-    cmd = [sys.executable, "-m", "pytest", "audits/test_bbq.py", "audits/test_esbbq.py",
+    cmd = [sys.executable, "-m", "pytest", "audits/test_bbq.py", "audits/test_esbbq.py", "audits/test_cabbq.py",
            "--model", SERVED_NAME, "--limit", "8", "--data-dir", str(data_dir), "--min-n", "1",
            "--results-dir", str(results), "--no-cache", "--bootstrap-resamples", "0",
            "-p", "no:cacheprovider", "-q", *extra]

@@ -1,0 +1,178 @@
+"""Saved predictions joined to a benchmark's data: the one part of scoring saved outputs that an
+audit run does not already do. The replay backend (``models/replay.py``) then answers each item
+with its saved output, and the run goes on as any other.
+
+Input is JSONL, one object per line, carrying the item's id (``"id"`` = ``"<Category>-<row id>"``,
+or the benchmark's own id fields, e.g. BBQ ``category`` + ``example_id``) and a prediction field:
+text (a letter, the option text, a whole generated answer) or, for a benchmark whose saved answers
+may be option numbers (``Benchmark.saved_answers``), a number, read with ``--index-base 0|1``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import DataError
+
+_NUMBER = re.compile(r"\s*[+-]?\d+\s*")
+
+
+def read_predictions(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """``[(line number, row)]`` of a JSONL file; blank lines are skipped.
+
+    Raises:
+        DataError: the file cannot be read, a line is not a JSON object, or there is no row;
+            messages are ``"<file>:<line>: <reason>"``.
+    """
+    path = Path(path)
+    rows: list[tuple[int, dict[str, Any]]] = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line_no, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path}:{line_no}: malformed JSON ({e.msg} at column {e.colno})") from None
+                if not isinstance(row, dict):
+                    raise DataError(f"{path}:{line_no}: expected a JSON object, got "
+                                    f"{type(row).__name__}")
+                rows.append((line_no, row))
+    except OSError as e:
+        raise DataError(f"cannot read predictions {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason})") from None
+    if not rows:
+        raise DataError(f"{path}: no prediction rows")
+    return rows
+
+
+def saved_answer(value: Any, index_base: int | None, where: str) -> Any:
+    """A saved answer as the benchmark's parser reads it: text as is, ``None`` (no output) as
+    is, and a number (an int, an integral float, or digits as text) as a 0-based option index
+    counted from ``index_base`` (``-1`` stays "no answer").
+
+    Raises:
+        DataError: a number without ``index_base`` (``"1"`` could be A or B: the file must say),
+            ``0`` under ``--index-base 1``, or a boolean, list or object.
+    """
+    if value is None or (isinstance(value, str) and not _NUMBER.fullmatch(value)):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise DataError(f"{where}: {value!r} is not an option number, a letter or a text")
+    if isinstance(value, float) and not value.is_integer():
+        raise DataError(f"{where}: {value!r} is not an integer option number")
+    number = int(value)
+    if index_base is None:
+        raise DataError(f"{where}: {value!r} is a number, which could count the options from 0 "
+                        "or from 1: say which with --index-base 0 or --index-base 1 (a letter or "
+                        "the option's text needs neither)")
+    if number == -1:
+        return -1
+    if number < index_base:
+        raise DataError(f"{where}: {value!r} names no option when options count from "
+                        f"{index_base} (--index-base {index_base}); -1 means no answer")
+    return number - index_base
+
+
+@dataclass
+class JoinedPredictions:
+    """A predictions file joined to a benchmark's items.
+
+    Attributes:
+        path, field, sha256: the file, the prediction field, the file's sha256.
+        outputs: ``{item id: saved output}`` (numbers already 0-based indices).
+        lines: ``{item id: line number}``.
+        by_category: ``{category: [item ids]}`` of the rows that answer an item, file order.
+        available: ``{category: items the category holds}`` for the categories the file names.
+        held_out: ``{category: {reason: [item ids]}}`` rows whose item the loader leaves out
+            (BBQ's rows without ``target_loc``), counted, never scored.
+    """
+
+    path: Path
+    field: str
+    sha256: str
+    outputs: dict[str, Any]
+    lines: dict[str, int]
+    by_category: dict[str, list[str]]
+    available: dict[str, int]
+    held_out: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+
+    def coverage(self, category: str) -> tuple[int, int]:
+        """(items the file answers, items the category holds)."""
+        return len(self.by_category.get(category, ())), self.available.get(category, 0)
+
+
+def join_predictions(benchmark, path: str | Path, prediction_field: str,
+                     load_category: Callable[[str], Any], index_base: int | None = None
+                     ) -> JoinedPredictions:
+    """Join a predictions file to ``benchmark``'s data, category by category.
+
+    Args:
+        benchmark: a configured ``Benchmark`` with ``id_fields`` (it takes saved predictions).
+        path, prediction_field: the JSONL file and the field holding the prediction.
+        load_category: ``category -> CategoryData`` (the session's cached loader).
+        index_base: how numbers count the options (``saved_answer``); None refuses numbers.
+    Raises:
+        DataError: naming ``<file>:<line>`` and the reason: malformed JSON, no id, an id or
+            category of another benchmark, an id not in the data, a duplicated id, a missing
+            prediction field (with the row's fields and the closest one), a number without
+            ``--index-base``, or a row whose own fields disagree with the item. The loader's own
+            DataError (missing or malformed data files) passes through.
+    """
+    path = Path(path)
+    if not benchmark.id_fields:
+        raise DataError(f"{benchmark.name} does not score saved predictions (its records come "
+                        "from model scores, there is no answer to save)")
+    rows = read_predictions(path)
+    lines: dict[str, int] = {}
+    placed: list[tuple[str, dict[str, Any], str, str]] = []
+    for line_no, row in rows:
+        where = f"{path}:{line_no}"
+        item_id, category = benchmark.prediction_item(row, where)
+        if item_id in lines:
+            raise DataError(f"{where}: duplicate id {item_id!r} (first at line {lines[item_id]})")
+        lines[item_id] = line_no
+        if prediction_field not in row:
+            close = difflib.get_close_matches(prediction_field, [str(k) for k in row], n=1)
+            raise DataError(f"{where}: missing prediction field {prediction_field!r}; the row's "
+                            f"fields are {', '.join(map(repr, row))}"
+                            + (f" (did you mean {close[0]!r}?)" if close else ""))
+        placed.append((where, row, item_id, category))
+    categories = [c for c in benchmark.categories if any(p[3] == c for p in placed)]
+    data = {c: load_category(c) for c in categories}
+    items = {it.item_id: it for d in data.values() for it in d.items}
+    left_out = {i: (c, reason) for c, d in data.items() for reason, ids in d.excluded.items()
+                for i in ids}
+    outputs: dict[str, Any] = {}
+    by_category: dict[str, list[str]] = {c: [] for c in categories}
+    held_out: dict[str, dict[str, list[str]]] = {}
+    for where, row, item_id, category in placed:
+        item = items.get(item_id)
+        if item is None:
+            if item_id in left_out:  # e.g. BBQ's 16 rows without target_loc: left out, counted
+                cat, reason = left_out[item_id]
+                held_out.setdefault(cat, {}).setdefault(reason, []).append(item_id)
+                continue
+            files = ", ".join(f.path for f in data[category].files[:1])
+            raise DataError(f"{where}: id {item_id!r} is not in the {benchmark.name} data ({files})")
+        benchmark.check_prediction_row(row, item, where)
+        value = row[prediction_field]
+        if getattr(benchmark, "saved_answers", "text") == "answer":
+            value = saved_answer(value, index_base, f"{where}: field {prediction_field!r}")
+        benchmark.check_saved_answer(value, item, f"{where}: field {prediction_field!r}")
+        outputs[item_id] = value
+        by_category[category].append(item_id)
+    return JoinedPredictions(path=path, field=prediction_field,
+                             sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+                             outputs=outputs, lines=lines, by_category=by_category,
+                             available={c: len(d.items) for c, d in data.items()},
+                             held_out=held_out)
+
