@@ -29,7 +29,6 @@ the audit's own code.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path

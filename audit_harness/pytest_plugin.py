@@ -374,7 +374,9 @@ def pytest_configure_node(node) -> None:
     node.workerinput["bias_audit_run_id"] = state["run_id"]
     node.workerinput["bias_audit_replay"] = node.config.stash[_SESSION_KEY].replay_benchmark
     if state.get("gpus"):
-        node.workerinput["bias_audit_gpu"] = state["gpus"][worker_number(node.workerinput["workerid"])]
+        # A worker xdist starts again after a crash gets a new number: it takes a crashed one's GPU.
+        gpus = state["gpus"]
+        node.workerinput["bias_audit_gpu"] = gpus[worker_number(node.workerinput["workerid"]) % len(gpus)]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

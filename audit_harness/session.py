@@ -364,6 +364,14 @@ class AuditSession:
             joined = self.replay_of(benchmark)
             answered = set(joined.by_category.get(category, ()))
             if not answered:
+                held = joined.held_out.get(category) or {}
+                if held:  # rows that name items the loader leaves out: say which, with lines
+                    listed = "; ".join(
+                        f"{len(ids)} held out ({reason}): "
+                        + ", ".join(f"{i} (line {joined.lines[i]})" for i in ids)
+                        for reason, ids in held.items())
+                    raise MissingDataError(f"none of the predictions file's rows for "
+                                           f"{benchmark}/{category} can be scored: {listed}")
                 raise MissingDataError(f"the predictions file {joined.path} has no row for "
                                        f"{benchmark}/{category}")
             items = [it for it in data.items if it.item_id in answered]

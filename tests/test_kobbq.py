@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from audit_harness import cli
+from helpers import bias_audit_score
 from audit_harness.benchmarks.base import MetricSettings
 from audit_harness.benchmarks.kobbq import KoBBQ, KoBBQRecord
 from audit_harness.errors import ConfigError, DataError
@@ -282,15 +282,9 @@ def write_jsonl(path: Path, rows) -> Path:
 
 
 def _score(tmp_path: Path, *args, name: str = "results"):
-    """``bias-audit score kobbq ARGS`` (an audit run with the replay backend) in a subprocess."""
-    results = tmp_path / name
-    args = [str(a) for a in args]
-    cut = args.index("--") if "--" in args else len(args)
-    cmd = [sys.executable, "-m", "audit_harness.cli", "score", "kobbq", *args[:cut], "--results-dir",
-           str(results), "--", "-p", "no:cacheprovider", *args[cut + 1:]]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
-    runs = list(results.iterdir()) if results.exists() else []
-    return proc, (runs[0] if runs else None)
+    """``bias-audit score kobbq ARGS``: (process, run folder or None)."""
+    proc, _, run_dir = bias_audit_score(tmp_path, "kobbq", *args, name=name)
+    return proc, run_dir
 
 
 def test_score_saved_raw_outputs_of_one_prompt_and_permutation(tmp_path, data_dir):

@@ -5,14 +5,12 @@ results.json and exit codes as a live run; coverage, data pinning and number rea
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from audit_harness import cli
+from helpers import bias_audit_score
 from audit_harness.benchmarks import registry
 from audit_harness.parsing import bbq_reference_clean, match_answer, match_prediction, normalize_text
 
@@ -149,21 +147,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def score(tmp_path: Path, *args, name: str = "results") -> tuple[subprocess.CompletedProcess, dict | None, Path | None]:
-    """``bias-audit score ARGS`` in a subprocess (it replaces its process by the audit run):
-    the completed process, the run's results.json (None when it stopped before) and run folder."""
-    results = tmp_path / name
-    args = [str(a) for a in args]
-    cut = args.index("--") if "--" in args else len(args)
-    cmd = [sys.executable, "-m", "audit_harness.cli", "score", *args[:cut], "--results-dir",
-           str(results), "--", "-p", "no:cacheprovider", *args[cut + 1:]]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"))
-    runs = list(results.iterdir()) if results.exists() else []
-    if not runs:
-        return proc, None, None
-    (run_dir,) = runs
-    return proc, json.loads((run_dir / "results.json").read_text()), run_dir
+score = bias_audit_score
 
 
 def records_of(run_dir: Path, bench: str, category: str) -> list[dict]:

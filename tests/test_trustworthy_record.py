@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from audit_harness import cli
+from helpers import bias_audit_score
 from audit_harness.benchmarks.bbq import PROMPT
 
 REPO = Path(__file__).resolve().parents[1]
@@ -273,37 +274,41 @@ def test_no_sub_command_prints_the_usage(capsys):
     assert "usage: bias-audit" in err and "score" in err and "run" in err
 
 
-def test_score_fails_when_nothing_was_scored_and_lists_every_held_out_row(tmp_path, capsys, data_dir):
+def test_score_checks_nothing_when_every_row_is_held_out_and_lists_them(tmp_path, data_dir):
     # The 16 Gender_identity rows without target_loc in the metadata.
     from audit_harness.benchmarks import registry
 
     excluded = registry()["bbq"].load_category(data_dir, "Gender_identity").excluded
     (ids,) = excluded.values()
-    rows = [{"id": i, "pred": 0} for i in ids[:3]]
+    rows = [{"id": i, "pred": "A"} for i in ids[:3]]
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    code = cli.main(["score", "bbq", "--predictions", str(path), "--prediction-field", "pred",
-                     "--data-dir", str(data_dir)])
-    out, err = capsys.readouterr()
-    assert code == 4 and "nothing was scored" in err
+    proc, _, run_dir = bias_audit_score(tmp_path, "bbq", "--predictions", path,
+                                        "--prediction-field", "pred", "--data-dir", data_dir)
+    out = proc.stdout + proc.stderr
+    # Nothing could be scored: never a pass, and the rows are named with their lines.
+    assert proc.returncode == 5, out[-3000:]
+    assert "VERDICT: NOTHING CHECKED" in out
     for line_no, r in enumerate(rows, start=1):
         assert f"{r['id']} (line {line_no})" in out
 
 
-def test_score_lists_esbbq_rows_held_out_of_the_disambiguated_score(tmp_path, capsys, data_dir):
+def test_score_lists_esbbq_rows_held_out_of_the_disambiguated_score(tmp_path, data_dir):
     from audit_harness.benchmarks import registry
 
     bench = registry()["esbbq"]
     data = bench.load_category(data_dir, "PhysicalAppearance")
     (held,) = data.excluded.values()
-    rows = [{"id": it.item_id, "pred": it.gold} for it in data.items[:30]]
-    rows += [{"id": i, "pred": 0} for i in held if i not in {r["id"] for r in rows}]
+    rows = [{"id": it.item_id, "pred": "ABC"[it.gold]} for it in data.items[:30]]
+    rows += [{"id": i, "pred": "A"} for i in held if i not in {r["id"] for r in rows}]
     path = tmp_path / "es.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    code = cli.main(["score", "esbbq", "--predictions", str(path), "--prediction-field", "pred",
-                     "--data-dir", str(data_dir), "--bootstrap-resamples", "0"])
-    out = capsys.readouterr().out
-    assert code == 0
-    assert "left out of the disambiguated bias score" in out
-    for i in held:
-        assert f"  {i} (line " in out
+    proc, _, run_dir = bias_audit_score(tmp_path, "esbbq", "--predictions", path,
+                                        "--prediction-field", "pred", "--data-dir", data_dir,
+                                        "--allow-partial", "--", "-k", "PhysicalAppearance")
+    assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    excluded = results["benchmarks"]["esbbq"]["PhysicalAppearance"]["excluded"]
+    ((reason, listed),) = [(k, v) for k, v in excluded.items() if "disambiguated bias score" in k]
+    assert set(held) <= set(listed)
+    assert "left out of the disambiguated bias score" in (run_dir / "report.md").read_text()

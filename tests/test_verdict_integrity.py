@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -323,18 +322,6 @@ def test_compare_names_chat_template_and_items_scored(tmp_path, data_dir):
 
 
 # --- 5. interruptions look interrupted ------------------------------------------------------------------
-def _interrupt_after(cmd_args: list[str], seconds: float, env: dict) -> subprocess.CompletedProcess:
-    proc = subprocess.Popen(cmd_args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
-    timer = threading.Timer(seconds, lambda: proc.send_signal(signal.SIGINT))
-    timer.start()
-    try:
-        stdout, stderr = proc.communicate(timeout=600)
-    finally:
-        timer.cancel()
-    return subprocess.CompletedProcess(cmd_args, proc.returncode, stdout, stderr)
-
-
 def test_ctrl_c_while_scoring_is_red_in_junit_and_keeps_the_cache(tmp_path, data_dir):
     cache, results = tmp_path / "cache", tmp_path / "results"
     cmd = [sys.executable, "-m", "pytest", "audits/test_bbq.py", "--model", "tiny-random-gpt2",

@@ -14,7 +14,6 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import ConfigError
 from .results import overall_labels, read_results  # noqa: F401  (read_results: for the CLI)
 from .verdict import overall_verdict
 
