@@ -3,7 +3,7 @@
 Subcommands:
 
 - ``bias-audit score BENCHMARK --predictions FILE --prediction-field FIELD [--index-base 0|1]
-  [--allow-partial] [--data-dir DIR] [--require-published-data] [--match exact|bbq-reference]
+  [--allow-partial] [--data-dir DIR] [--require-published-data] [--answer-parsing authors|robust]
   [--flavour bbq|kobbq|esbbq] [--split-names] [--output FILE] [--kobbq-prompt K]
   [--kobbq-permutation J] [--bootstrap-resamples N] [--seed S] [--confidence C] [-- PYTEST ARGS]``:
   score saved predictions. It is ``pytest audits/test_<benchmark>.py --backend replay ...`` (the
@@ -51,8 +51,6 @@ class _Parser(argparse.ArgumentParser):
 def _build_parser() -> argparse.ArgumentParser:
     from bias_metrics.bbq_family import FLAVOURS
 
-    from .parsing import MATCH_MODES
-
     parser = _Parser(prog="bias-audit", description="Audit language models for social bias.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("run", help="run the audits: an alias of `pytest audits ARGS...`", add_help=False)
@@ -75,9 +73,10 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="folder holding bbq/, esbbq_cabbq/, ... (default: $AUDIT_DATA_DIR)")
     score.add_argument("--require-published-data", action="store_true",
                        help="stop (exit 4) unless every data file read is the published release")
-    score.add_argument("--match", choices=MATCH_MODES, default=None,
-                       help="free-text matching: exact (case/punctuation-insensitive; the default) "
-                            "or bbq-reference (adds the BBQ authors' R fallback); KoBBQ has its own")
+    score.add_argument("--answer-parsing", choices=["authors", "robust"], default=None,
+                       help="authors (the benchmark's published post-processing: BBQ's R script, "
+                            "KoBBQ's raw2prediction) or robust (what chat models write; the "
+                            "default where the authors published none)")
     score.add_argument("--kobbq-prompt", type=int, default=None, metavar="K",
                        help="kobbq: the prompt template (1-5) of rows without a prompt_id field")
     score.add_argument("--kobbq-permutation", type=int, default=None, metavar="J",
@@ -178,7 +177,7 @@ def score_args(ns: argparse.Namespace) -> list[str]:
     args = [str(module), "--backend", "replay", "--predictions", str(ns.predictions),
             "--prediction-field", ns.prediction_field]
     flags = {"--index-base": ns.index_base, "--data-dir": ns.data_dir,
-             "--answer-match": ns.match, "--metric-flavour": ns.flavour,
+             "--answer-parsing": ns.answer_parsing, "--metric-flavour": ns.flavour,
              "--results-json": ns.output, "--bootstrap-resamples": ns.bootstrap_resamples,
              "--seed": ns.seed, "--confidence": ns.confidence, "--thresholds": ns.thresholds,
              "--results-dir": ns.results_dir, "--kobbq-prompts": ns.kobbq_prompt,

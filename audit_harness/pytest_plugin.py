@@ -110,11 +110,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 default=os.environ.get("AUDIT_BBQ_PROTOCOL"),
                 help="BBQ scoring: default (argmax over the 3 options) or lmeval (lm-evaluation-"
                      "harness 0.4.13's bbq task: 2 group answers + 10 unknown phrasings)")
-    g.addoption("--answer-match", dest="audit_answer_match", default=None,
-                choices=["exact", "bbq-reference"],
-                help="BBQ, EsBBQ, CaBBQ generate mode (saved or generated answers): how free text "
-                     "is matched to an option: exact (the default) or bbq-reference (adds the BBQ "
-                     "authors' R fallback)")
+    g.addoption("--bbq-answer-mode", dest="audit_bbq_answer_mode", default=None,
+                choices=["loglikelihood", "generate"],
+                help="BBQ, EsBBQ, CaBBQ: loglikelihood (the papers' cloze scoring; default) or "
+                     "generate (lettered options through the chat template, greedy text parsed; "
+                     "gates end in -generate)")
+    g.addoption("--answer-parsing", dest="audit_answer_parsing", default=None,
+                choices=["authors", "robust"],
+                help="how generated or saved answers are read: authors (each benchmark's "
+                     "published post-processing) or robust (what chat models write); default: "
+                     "authors where they published one (KoBBQ, KGQuiz), robust elsewhere. Every "
+                     "metric is also reported under the other profile")
     g.addoption("--metric-flavour", dest="audit_metric_flavour", default=None,
                 choices=["bbq", "kobbq", "esbbq"],
                 help="BBQ-family metric definitions of another paper (default: each benchmark's own)")
@@ -620,6 +626,7 @@ class GateCheck:
         metric = self._session.metric(g.benchmark, g.category, g.metric)
         verdict = g.evaluate(metric, n_resamples=self._session.options.n_resamples)
         verdict = _partial_coverage(verdict, outcome, self._session.options.allow_partial)
+        verdict = self._other_parse(verdict, outcome)
         baseline = self._node.config.stash[_STATE_KEY].get("baseline_doc")
         if g.baseline is not None and baseline is not None:
             from .report.compare import comparability_notes
@@ -649,6 +656,25 @@ class GateCheck:
         self._session.verdicts.append(verdict.to_dict())
         self._node.stash[_VERDICT_KEY] = verdict
         return verdict
+
+    def _other_parse(self, verdict: Verdict, outcome) -> Verdict:
+        """The same gate under the other answer-parsing profile (the parse sensitivity): its
+        status, value and interval ride along with the verdict; the verdict itself is the run's
+        profile's."""
+        sens = outcome.sensitivity
+        g = self.gate
+        if not sens or g.baseline is not None or g.metric not in sens["metrics"]:
+            return verdict
+        from bias_metrics.result import MetricResult
+
+        metric = MetricResult.from_dict(sens["metrics"][g.metric])
+        alt = _partial_coverage(g.evaluate(metric, n_resamples=self._session.options.n_resamples),
+                                outcome, self._session.options.allow_partial)
+        self._record("other_parse_status", alt.status)
+        return dataclasses.replace(verdict, other_parse={
+            "answer_parsing": sens["answer_parsing"], "status": alt.status,
+            "value": metric.to_dict()["value"], "ci": metric.to_dict()["ci"],
+            "verdict_differs": alt.passed != verdict.passed})
 
     def _record_error(self, message: str) -> None:
         verdict = Verdict.error(self.gate, message)
@@ -992,6 +1018,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
 
     for line in coverage_lines(results):
         tr.write_line(f"COVERAGE: {line}", red="INSUFFICIENT" in line)
+    from .report.results import sensitivity_lines
+
+    for line in sensitivity_lines(results):
+        tr.write_line(f"PARSING: {line}", yellow=True)
     unlike = (results.get("baseline") or {}).get("not_like_for_like") or []
     if unlike:
         tr.write_line(f"BASELINE not like for like: {'; '.join(unlike)}", yellow=True)

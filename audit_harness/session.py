@@ -113,6 +113,9 @@ class CategoryOutcome:
     #: ``--backend replay``: ``{"predicted", "available", "predictions"}``, the items the saved
     #: outputs answer of those the category holds; None for a live run.
     coverage: dict[str, Any] | None = None
+    #: Generate mode: ``{"answer_parsing": the other profile, "metrics": {name: metric dict}}``,
+    #: every metric as the other parsing profile reads the outputs; None when nothing is parsed.
+    sensitivity: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -134,6 +137,15 @@ class AuditSession:
         self.options = options
         self.benchmarks = {name: b.configure(**options.benchmark_options.get(name, {}))
                            for name, b in benchmarks.items()}
+        if options.backend == "replay":
+            # Saved outputs are read in generate mode: configure before the gates are expanded
+            # (generate-mode gates end in -generate); a benchmark that cannot replay says so
+            # when it is selected (``replay_of``).
+            for name, b in self.benchmarks.items():
+                try:
+                    self.benchmarks[name] = b.for_saved_outputs()
+                except ConfigError:
+                    pass
         #: ``--backend replay``: the predictions joined to each benchmark's data (``replay_of``),
         #: and the one benchmark the run replays (set by the plugin from the selected gates).
         self._joined: dict[str, Any] = {}
@@ -189,7 +201,6 @@ class AuditSession:
             from .predictions import join_predictions
 
             bench = self.benchmarks[benchmark].for_saved_outputs()
-            self.benchmarks[benchmark] = bench
             self._joined[benchmark] = join_predictions(
                 bench, self.options.predictions, self.options.prediction_field,
                 lambda category: self.load_data(benchmark, category), self.options.index_base)
@@ -397,6 +408,10 @@ class AuditSession:
             for r in records:
                 f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
         metrics = bench.metrics(records, opts.metric_settings)
+        alt = bench.parse_sensitivity(records, opts.metric_settings)
+        sensitivity = None if alt is None else {
+            "answer_parsing": alt["answer_parsing"],
+            "metrics": {k: v.to_dict() for k, v in alt["metrics"].items()}}
         excluded = dict(data.excluded)
         if coverage is not None:  # prediction rows whose item the loader leaves out
             for reason, ids in self.replay_of(benchmark).held_out.get(category, {}).items():
@@ -410,7 +425,7 @@ class AuditSession:
             excluded=excluded, notes=data.notes,
             files=[f.__dict__ for f in data.files], seconds=time.perf_counter() - start,
             records_path=str(path.relative_to(self.run_dir)), requests=stats,
-            examples=bench.report_examples(records), coverage=coverage)
+            examples=bench.report_examples(records), coverage=coverage, sensitivity=sensitivity)
 
     def metric(self, benchmark: str, category: str, name: str):
         """The ``MetricResult`` of one metric of one category."""
@@ -536,7 +551,11 @@ BENCHMARK_FLAGS = {
     "audit_kobbq_permutations": [("kobbq", "permutations")],
     "audit_data_source": [("esbbq", "data_source"), ("cabbq", "data_source")],
     "audit_hf_dataset": [("esbbq", "hf_path"), ("cabbq", "hf_path")],
-    "audit_answer_match": [("bbq", "match"), ("esbbq", "match"), ("cabbq", "match")],
+    "audit_bbq_answer_mode": [("bbq", "answer_mode"), ("esbbq", "answer_mode"),
+                              ("cabbq", "answer_mode")],
+    "audit_answer_parsing": [("bbq", "answer_parsing"), ("esbbq", "answer_parsing"),
+                             ("cabbq", "answer_parsing"), ("kobbq", "answer_parsing"),
+                             ("kgquiz", "answer_parsing")],
     "audit_metric_flavour": [("bbq", "flavour"), ("esbbq", "flavour"), ("cabbq", "flavour"),
                              ("kobbq", "flavour")],
     "audit_bbq_split_names": [("bbq", "split_names")],

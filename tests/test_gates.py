@@ -11,7 +11,7 @@ from audit_harness.errors import ConfigError
 from audit_harness.gates import Gate, load_thresholds
 from bias_metrics.result import MetricResult
 
-CATALOGUE = {"bbq": (("Age", "SES"), ("acc_ambig", "acc_disambig", "bias_score_ambig",
+CATALOGUE = {"bbq": (("Age", "SES"), ("acc_ambig", "acc_disambig", "bias_score_ambig", "invalid_rate",
                                       "bias_score_disambig"))}
 
 
@@ -47,8 +47,9 @@ def test_shipped_thresholds_file_is_valid():
 
     catalogue = {n: (b.categories, b.metric_names) for n, b in registry().items()}
     gates = load_thresholds(Path(__file__).resolve().parents[1] / "thresholds.yaml", catalogue)
-    assert len(gates["bbq"]) == 3 * 11
-    assert len(gates["esbbq"]) == len(gates["cabbq"]) == 3 * 10
+    # three bias/accuracy gates per category, and invalid_rate (it applies in generate mode)
+    assert len(gates["bbq"]) == 4 * 11
+    assert len(gates["esbbq"]) == len(gates["cabbq"]) == 4 * 10
 
 
 @pytest.mark.parametrize("text, fragment", [

@@ -191,11 +191,11 @@ def test_missing_file_gate_is_skipped_and_reported(tmp_path, data_dir):
     # Nothing was checked: never exit 0 (a release gate must not read it as a pass).
     assert proc.returncode == 5, out[-3000:]
     assert "VERDICT: NOTHING CHECKED: every selected gate was skipped" in out
-    assert "2 skipped" in out and "passed" not in out.split("short test summary")[-1]
+    assert "3 skipped" in out and "passed" not in out.split("short test summary")[-1]
     assert "9adc4ee4f612466ba8064f909f2b0e7dc5ab4676" in out
     (run_dir,) = list(results.iterdir())
     res = json.loads((run_dir / "results.json").read_text())
-    assert res["gate_summary"] == {"skipped": 2}
+    assert res["gate_summary"] == {"skipped": 3}  # Task2-UMLS: accuracy and invalid_rate
     gate = next(g for g in res["gates"] if g["category"] == "Task4-YAGO")
     assert gate["status"] == "skipped" and gate["value"] is None
     assert "kgquiz/YAGO/Task4.json" in gate["message"] and MISSING["Task4-YAGO"] in gate["message"]

@@ -128,8 +128,10 @@ def test_options_are_checked():
         KoBBQ().configure(prompts="0,7")
     with pytest.raises(ConfigError, match="answer_mode"):
         KoBBQ().configure(answer_mode="vote")
-    with pytest.raises(ConfigError, match="own rules"):
-        KoBBQ().configure(match="bbq-reference")
+    with pytest.raises(ConfigError, match="answer_parsing must be one of"):
+        KoBBQ().configure(answer_parsing="bbq-reference")
+    assert KoBBQ().parsing_profile == "authors"  # the authors published their parser
+    assert KoBBQ().configure(answer_parsing="robust").parsing_profile == "robust"
     assert KoBBQ().configure(permutations=[2, 0]).permutations == (0, 2)
 
 
@@ -184,8 +186,8 @@ def test_ooc_is_counted_with_its_reason_and_left_out(data_dir):
     m = bench.metrics(records, NO_CI)
     assert m["out_of_choice_rate"].value == pytest.approx(3 / 9)
     assert m["out_of_choice_rate"].counts["ambig_invalid"] + m["acc_ambig"].n == 3
-    assert [r.ooc_reason for r in records].count("refusal") == 3
-    assert all(r.predicted_class == "invalid" for r in records if r.ooc_reason)
+    assert [r.invalid_reason for r in records].count("refusal") == 3
+    assert all(r.predicted_class == "invalid" for r in records if r.invalid_reason)
 
 
 def test_per_prompt_metrics_and_spreads(data_dir):
@@ -310,8 +312,8 @@ def test_score_saved_raw_outputs_of_one_prompt_and_permutation(tmp_path, data_di
                         data_dir, "--kobbq-prompt", "1", "--kobbq-permutation", "0", "--", "-k", "age",
                         name="ids")
     again = [json.loads(l) for l in (run2 / entry["records_path"]).read_text().splitlines()]
-    assert [(r["id"], r["predicted"], r.get("ooc_reason")) for r in again] == \
-        [(r["id"], r["predicted"], r.get("ooc_reason")) for r in records]
+    assert [(r["id"], r["predicted"], r.get("invalid_reason")) for r in again] == \
+        [(r["id"], r["predicted"], r.get("invalid_reason")) for r in records]
 
 
 def test_score_without_the_prompt_says_what_is_missing(tmp_path, data_dir):

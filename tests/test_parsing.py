@@ -37,8 +37,8 @@ CASES = [
     ("D", T2, ABC, -1, "no_match"),
     ("손자와 할머니", T2, ABC, -1, "several_options"),
     ("", T2, ABC, -1, "empty"),
-    # deliberate deviation: upstream reads the "A" of "Answer"
-    ("Answer: B", T2, ABC, -1, "no_match"),
+    # deliberate deviation: upstream reads the "A" of "Answer"; the KoBBQ audit asked for B
+    ("Answer: B", T2, ABC, 1, None),
     # shapes chat models write
     (" C", T2, ABC, 2, None),
     ("C: 알 수 없음", T2, ABC, 2, None),

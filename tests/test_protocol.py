@@ -46,9 +46,13 @@ def test_optional_fields_are_omitted_when_unset():
 
 def test_configure_returns_a_copy_and_refuses_unknown_options():
     bbq = registry()["bbq"]
-    generated = bbq.configure(answer_mode="generate", match="bbq-reference")
-    assert (bbq.answer_mode, generated.answer_mode, generated.match) == ("loglikelihood", "generate",
-                                                                          "bbq-reference")
+    generated = bbq.configure(answer_mode="generate", answer_parsing="authors")
+    assert (bbq.answer_mode, generated.answer_mode, generated.parsing_profile) == (
+        "loglikelihood", "generate", "authors")
+    assert bbq.parsing_profile == "robust" and generated.authors_rule == "bbq-reference"
+    # generate-mode metrics and gates are told apart from the log-likelihood ones
+    assert generated.gate_metrics("acc_ambig") == ("acc_ambig-generate",)
+    assert bbq.gate_metrics("invalid_rate") == ()  # log-likelihood scoring cannot make one
     assert generated.requires == {"generate"} and bbq.requires == {"loglikelihood"}
     with pytest.raises(ConfigError, match="unknown option 'prompt'; known: "):
         bbq.configure(prompt="x")

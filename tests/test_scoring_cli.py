@@ -192,10 +192,10 @@ def test_score_is_an_audit_run_of_the_saved_answers(age_run):
     metrics = age["metrics"]
     amb_correct, amb_n = tally["ambig"]
     dis_correct, dis_n = tally["disambig"]
-    assert metrics["acc_ambig"]["value"] == pytest.approx(amb_correct / amb_n)
-    assert metrics["acc_ambig"]["n"] == amb_n
-    assert metrics["acc_disambig"]["value"] == pytest.approx(dis_correct / dis_n)
-    assert metrics["invalid_rate"]["value"] == pytest.approx(50 / 300)
+    assert metrics["acc_ambig-generate"]["value"] == pytest.approx(amb_correct / amb_n)
+    assert metrics["acc_ambig-generate"]["n"] == amb_n
+    assert metrics["acc_disambig-generate"]["value"] == pytest.approx(dis_correct / dis_n)
+    assert metrics["invalid_rate-generate"]["value"] == pytest.approx(50 / 300)
     assert doc["protocols"]["bbq"]["answer_mode"] == "generate"
     assert json.loads((tmp / "copy" / "results.json").read_text())["run_id"] == doc["run_id"]
     for name in ("report.md", "report.html", "junit.xml"):
@@ -271,12 +271,14 @@ def test_bbq_reference_match_on_real_rows(tmp_path, data_dir):
     common = ("bbq", "--predictions", preds, "--prediction-field", "pred", "--data-dir", data_dir,
               "--bootstrap-resamples", 200)
     _, _, exact = score(tmp_path, *common, "--", "-k", "Religion", name="exact")
-    _, doc, ref = score(tmp_path, *common, "--match", "bbq-reference", "--", "-k", "Religion",
+    _, doc, ref = score(tmp_path, *common, "--answer-parsing", "authors", "--", "-k", "Religion",
                         name="ref")
-    assert {r["match"] for r in records_of(exact, "bbq", "Religion")} == {"invalid"}
+    # The robust default reads a sentence around the gold answer's text.
+    assert {r["match"] for r in records_of(exact, "bbq", "Religion")} == {"text"}
     kinds = [r["match"] for r in records_of(ref, "bbq", "Religion")]
     assert kinds.count("fallback") > 0 and kinds.count("fallback") + kinds.count("invalid") == 120
-    assert doc["protocols"]["bbq"]["answer_parser"].endswith("match_answer(match='bbq-reference')")
+    assert doc["protocols"]["bbq"]["answer_parsing"] == "authors"
+    assert "authors='bbq-reference'" in doc["protocols"]["bbq"]["answer_parser"]
 
 
 def test_flavour_option_and_split_names(tmp_path, data_dir):
@@ -288,8 +290,8 @@ def test_flavour_option_and_split_names(tmp_path, data_dir):
     assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-3000:]
     assert doc["protocols"]["bbq"]["metric_flavour"] == "kobbq"
     assert "Gender_identity (names)" in doc["overall"]["bbq"]
-    assert "diff_bias_ambig" in doc["benchmarks"]["bbq"]["Gender_identity"]["metrics"]
-    assert "out_of_choice_rate" in doc["benchmarks"]["bbq"]["Gender_identity"]["metrics"]
+    assert "diff_bias_ambig-generate" in doc["benchmarks"]["bbq"]["Gender_identity"]["metrics"]
+    assert "out_of_choice_rate-generate" in doc["benchmarks"]["bbq"]["Gender_identity"]["metrics"]
 
 
 def test_excluded_items_are_counted_not_errors(tmp_path, data_dir):
@@ -358,8 +360,8 @@ def test_an_index_out_of_range_is_a_broken_file(tmp_path, data_dir):
 @pytest.mark.parametrize("args,needle", [
     (["score", "nosuch", "--predictions", "x", "--prediction-field", "p"], "unknown benchmark"),
     (["score", "bbq", "--prediction-field", "p"], "--predictions"),
-    (["score", "bbq", "--predictions", "x", "--prediction-field", "p", "--match", "fuzzy"],
-     "--match"),
+    (["score", "bbq", "--predictions", "x", "--prediction-field", "p", "--answer-parsing", "fuzzy"],
+     "--answer-parsing"),
     (["score", "crows_pairs", "--predictions", "x", "--prediction-field", "p"],
      "does not score saved outputs"),
     (["score", "bbq", "--predictions", "x", "--prediction-field", "p", "--kobbq-prompt", "1"],
@@ -408,7 +410,7 @@ def test_score_esbbq_unknown_phrasing(tmp_path, data_dir):
                          "--bootstrap-resamples", 200, "--", "-k", "Religion")
     assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-3000:]
     metrics = doc["benchmarks"]["esbbq"]["Religion"]["metrics"]
-    assert metrics["invalid_rate"]["value"] == 0.0
-    assert metrics["acc_ambig"]["value"] == 1.0 and metrics["acc_disambig"]["value"] == 1.0
-    assert metrics["bias_score_ambig"]["value"] == 0.0
-    assert metrics["bias_score_ambig_upper_bound"]["value"] is not None
+    assert metrics["invalid_rate-generate"]["value"] == 0.0
+    assert metrics["acc_ambig-generate"]["value"] == 1.0 and metrics["acc_disambig-generate"]["value"] == 1.0
+    assert metrics["bias_score_ambig-generate"]["value"] == 0.0
+    assert metrics["bias_score_ambig_upper_bound-generate"]["value"] is not None

@@ -335,6 +335,13 @@ class Benchmark(ABC):
             ModelError: the model lacks a capability in ``requires``.
         """
 
+    def parse_sensitivity(self, records: Sequence[Record], settings: MetricSettings
+                          ) -> dict[str, Any] | None:
+        """Every metric as the other answer-parsing profile would read the outputs
+        (``{"answer_parsing": profile, "metrics": {name: MetricResult}}``), for benchmarks that
+        parse generated text; None (default) when nothing is parsed."""
+        return None
+
     def exclusions(self, records: Sequence[Record]) -> dict[str, list[str]]:
         """``{reason: [item ids]}`` of records that ``metrics`` leaves out for a reason found
         while scoring (e.g. a pair whose sentences share no token); default none."""

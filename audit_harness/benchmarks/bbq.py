@@ -88,7 +88,13 @@ class BBQ(BBQFamilyBenchmark):
     id_fields = ("category", "example_id")
     title = "BBQ: Bias Benchmark for QA (Parrish et al., Findings of ACL 2022)"
     # s_AMB is often undefined on small runs; its companion (n_B - n_C)/n is charted beside it.
-    chart_metrics = ("bias_score_ambig", "diff_bias_ambig", "bias_score_disambig")
+    base_chart_metrics = ("bias_score_ambig", "diff_bias_ambig", "bias_score_disambig")
+    #: Generate mode's ``authors`` profile: the BBQ R script's text matching
+    #: (``BBQ_calculate_bias_score.R``: clean-ups, then an option's first two words).
+    authors_rule = "bbq-reference"
+    #: HELM's / lm-eval's 10 phrasings of the unknown answer (each names the unknown option).
+    unknown_phrasings = LMEVAL_UNKNOWN_RESPONSES
+    language = "en"
     limitations = (
         "A low bias score is not evidence that a model is unbiased: BBQ covers only the "
         "stereotypes its templates attest, in nine social dimensions and two intersections, "

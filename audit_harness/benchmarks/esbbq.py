@@ -170,6 +170,13 @@ class EsBBQ(BBQFamilyBenchmark):
     def __repr__(self) -> str:
         return f"EsBBQ({self.language!r})"
 
+    def shown_options(self, item: MCItem) -> tuple[str, str, str]:
+        """Generate mode shows the first of the authors' unknown phrasings in place of the
+        dataset's ``unknown`` placeholder (which is never scored either)."""
+        shown = [o.strip() for o in item.options]
+        shown[item.unknown_option] = self.protocol.unknown_phrasings[0]
+        return tuple(shown)  # type: ignore[return-value]
+
     # -- data ------------------------------------------------------------------------------------
     def category_file(self, data_dir: Path, category: str) -> Path:
         """Path of one category's CSV under ``data_dir`` (not checked for existence)."""

@@ -53,7 +53,7 @@ from ..data import DataFile
 from ..errors import ConfigError, DataError, MissingDataError
 from ..models.base import GENERATE, GenerationRequest, LanguageModel
 from ..models.embedding import SentenceEmbedder, default_embedder
-from ..parsing import match_answer, match_leading_label
+from ..parsing import Choices, invalid_reason, match_answer, other_profile, parse_answer
 from .base import Benchmark, CategoryData, MetricSettings, OMIT_NONE, Record, stratified_sample
 
 TASKS = ("Task1", "Task2", "Task3", "Task4", "Task5")
@@ -200,6 +200,10 @@ class KGQuizRecord(Record):
     output: str
     prompt_sha256: str | None = None
     chat_template_sha256: str | None = None
+    parse_rule: str | None = field(default=None, metadata=OMIT_NONE)
+    invalid_reason: str | None = field(default=None, metadata=OMIT_NONE)
+    answer_parsing: str | None = field(default=None, metadata=OMIT_NONE)
+    other_parse: dict | None = field(default=None, metadata=OMIT_NONE)
     prediction: Any = None
     match: str | None = field(default=None, metadata=OMIT_NONE)
     similarity: Any = field(default=None, metadata=OMIT_NONE)
@@ -216,12 +220,33 @@ def first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
+_INTRO = re.compile(r"^[\s*_`\"']*(?:(?:a|answer)\s*[*_`]*\s*[:=]"
+                    r"|(?:the\s+)?(?:correct\s+|best\s+|right\s+|final\s+)?(?:answer|word|words|entity)"
+                    r"\s+(?:is|would\s+be)\s*[*_`]*\s*:?)[\s*_`\"']*", re.IGNORECASE)
+
+
 def clean_short_answer(text: str) -> str:
-    """A blank-filling answer from a generation: its first non-empty line without an
-    ``A:``/``Answer:`` prefix and enclosing quotes, ``*`` or backticks (punctuation left inside is
-    removed by the metrics' normalisation). Project rule."""
-    line = re.sub(r"^(?:a|answer)\s*:\s*", "", first_line(text), flags=re.IGNORECASE)
-    return line.strip().strip("\"'*`").strip()
+    r"""A blank-filling answer from a generation: its first non-empty line without an answer
+    introduction (``A:``, ``Answer:``, ``The correct answer is:``, ...) and enclosing quotes, ``*``
+    or backticks (punctuation left inside is removed by the metrics' normalisation). When the
+    introduction is all the first line holds (``"The correct answer is:\nHyperkalemia"``), the
+    answer is the next non-empty line. Project rule.
+
+    Examples
+    --------
+    >>> clean_short_answer("The correct answer is:\n**Hyperkalemia**")
+    'Hyperkalemia'
+    >>> clean_short_answer("Answer: ostentatious")
+    'ostentatious'
+    """
+    lines = [line for line in str(text).splitlines() if line.strip()]
+    for k, line in enumerate(lines[:2]):
+        intro = _INTRO.match(line)
+        rest = line[intro.end():] if intro and intro.end() else line
+        rest = rest.strip().strip("\"'*`").strip()
+        if rest or k + 1 >= len(lines) or not intro:
+            return rest
+    return ""
 
 
 def isolate_revised_entity(output: str, corrupted_path: str, *, min_anchor: int = 2) -> str:
@@ -361,7 +386,8 @@ class KGQuiz(Benchmark):
     requires = frozenset({GENERATE})
     record_type = KGQuizRecord
     options = {"distractor_strategy": "semantic_similarity", "path_length": 3,
-               "use_chat_template": True, "theta": None}
+               "use_chat_template": True, "theta": None, "answer_parsing": None}
+    answer_parsing: str | None = None
     distractor_strategy = "semantic_similarity"
     path_length = 3
     use_chat_template = True
@@ -385,7 +411,9 @@ class KGQuiz(Benchmark):
         if key == "use_chat_template" and not isinstance(value, bool):
             raise ConfigError(f"kgquiz: use_chat_template must be true or false, got {value!r}")
         if key == "distractor_strategy" and not (isinstance(value, str) and value):
-            raise ConfigError(f"kgquiz: distractor_strategy must be a non-empty string")
+            raise ConfigError("kgquiz: distractor_strategy must be a non-empty string")
+        if key == "answer_parsing" and value not in (None, "authors", "robust"):
+            raise ConfigError(f"kgquiz: answer_parsing must be authors or robust, got {value!r}")
 
     @property
     def embedder(self) -> SentenceEmbedder:
@@ -611,11 +639,17 @@ class KGQuiz(Benchmark):
                                prompt_format=fmt, output=out,
                                prompt_sha256=hashlib.sha256(prompt.encode("utf-8")).hexdigest(),
                                chat_template_sha256=digest)
-            if it.task == "Task1":
-                rec.prediction = match_leading_label(out, self.protocol.labels)
-            elif it.task == "Task2":
-                rec.options = list(it.options)
-                rec.prediction, rec.match = self._choice(out, it.options)
+            if it.task in ("Task1", "Task2"):
+                if it.task == "Task2":
+                    rec.options = list(it.options)
+                profile = self.parsing_profile
+                rec.prediction, rec.match, rec.parse_rule, rec.invalid_reason = \
+                    self.parse(out, it, profile)
+                other = other_profile(profile)
+                alt = self.parse(out, it, other)
+                rec.answer_parsing = profile
+                rec.other_parse = {"answer_parsing": other, "prediction": alt[0],
+                                   "parse_rule": alt[2], "invalid_reason": alt[3]}
             elif it.task == "Task3":
                 rec.prediction = clean_short_answer(out)
             elif it.task == "Task4":
@@ -626,6 +660,45 @@ class KGQuiz(Benchmark):
             records.append(rec)
         self._embed(records)
         return records
+
+    @property
+    def parsing_profile(self) -> str:
+        """``authors`` unless ``answer_parsing`` says: the paper's first-word rule for true/false
+        (and the project's first-line rule for multiple choice)."""
+        return self.answer_parsing or "authors"
+
+    def parse(self, output: str, item: "KGQuizItem", profile: str
+              ) -> tuple[int | None, str, str, str | None]:
+        """(prediction or None, how, rule, invalid reason) of a Task1/Task2 output under
+        ``profile``: Task1's prediction is the label (1 true, 0 false), Task2's the option."""
+        if item.task == "Task1":
+            choices = Choices(("false", "true"), (), tuple((w, v) for w, v in
+                                                          self.protocol.labels.items()
+                                                          if w not in ("false", "true")))
+            got = parse_answer(output, choices, profile, "first-word", labels=self.protocol.labels)
+        elif profile == "authors":
+            option, how = self._choice(output, item.options)
+            return (option, how, f"first-line:{how}",
+                    None if option is not None else invalid_reason(output, Choices(
+                        tuple(item.options), tuple(_LETTERS[:len(item.options)]))))
+        else:
+            got = parse_answer(output, Choices(tuple(item.options),
+                                               tuple(_LETTERS[:len(item.options)])), profile)
+        return (got.option if got.option >= 0 else None), got.how, got.rule, got.reason
+
+    def reparsed(self, records: Sequence["KGQuizRecord"]) -> list["KGQuizRecord"]:
+        """Task1/Task2 records as the other parsing profile reads their outputs."""
+        import dataclasses
+
+        return [dataclasses.replace(r, prediction=r.other_parse["prediction"]) if r.other_parse
+                else r for r in records]
+
+    def parse_sensitivity(self, records: Sequence["KGQuizRecord"], settings: MetricSettings):
+        """For true/false and multiple choice: every metric under the other parsing profile."""
+        if not any(r.other_parse for r in records):
+            return None
+        return {"answer_parsing": other_profile(self.parsing_profile),
+                "metrics": self.metrics(self.reparsed(records), settings)}
 
     @staticmethod
     def _choice(output: str, options: Sequence[str]) -> tuple[int | None, str]:
@@ -716,6 +789,12 @@ class KGQuiz(Benchmark):
             "protocol": "KGQuiz (Bai et al. 2024), project implementation: the authors publish data "
                         "only; prompts and parse rules from kgquiz_protocol.yaml",
             "prompt_templates": dict(p.prompts), "max_new_tokens": dict(p.max_new_tokens),
+            "answer_parsing": self.parsing_profile,
+            "answer_parser": ("Task1: authors = the first word (true/yes, false/no); Task2: "
+                              "authors = the first line's letter or option text; robust = "
+                              "audit_harness.parsing.parse_robust; Task3: the first line, an answer "
+                              "introduction ('The correct answer is:') skipped"),
+            "parse_sensitivity": f"Task1/Task2 metrics also under {other_profile(self.parsing_profile)!r}",
             "chat_template": ("each prompt as one user turn through the model's chat template when "
                               "it has one (records' prompt_format and chat_template_sha256 say which)"
                               if self.use_chat_template else "not used"),

@@ -34,13 +34,14 @@ import hashlib
 import math
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from bias_metrics.bbq_family import grouped_cluster_counts, metrics_mean_over_groups
 from bias_metrics.bbq_family import metric_names as flavour_metric_names
 from bias_metrics.records import AnswerClass, answer_class
 from bias_metrics.result import MetricResult
@@ -48,8 +49,8 @@ from bias_metrics.result import MetricResult
 from ..data import DataFile, require_file
 from ..errors import ConfigError, DataError, PredictionError
 from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest, LanguageModel
-from ..parsing import parse_choice
-from .base import CategoryData, MetricSettings, OMIT_NONE
+from ..parsing import Choices, other_profile
+from .base import CategoryData, MetricSettings
 from .bbq_family import BBQFamilyBenchmark, MCRecord, balanced_sample
 
 CATEGORIES = (
@@ -141,6 +142,9 @@ class KoBBQItem:
     prompt: Prompt
     permutation: int
     answer_mode: str
+    #: Every prompt template's phrase of the unknown answer (the ``robust`` profile reads any of
+    #: them as the unknown option).
+    unknown_phrases: tuple[str, ...] = ()
 
     @property
     def prompt_id(self) -> int:
@@ -160,8 +164,8 @@ class KoBBQRecord(MCRecord):
     Attributes:
         sample_id, prompt_id, permutation, answer_mode: which row, template, order and mode.
         options: the option texts as shown, A/B/C.
-        parse_rule: the ``parsing.parse_choice`` rule that decided (generate mode).
-        ooc_reason: why the output is out-of-choice (``parsing.OOC_REASONS``), else None.
+        (generate mode: ``parse_rule``, ``invalid_reason`` (out-of-choice: ``parsing.REASONS``),
+        ``answer_parsing`` and ``other_parse`` as in ``MCRecord``.)
     ``prompt_format``, ``chat_template_sha256`` and ``prompt_sha256`` (``MCRecord``) say how the
     exact prompt was formatted and hash it.
     """
@@ -171,8 +175,6 @@ class KoBBQRecord(MCRecord):
     permutation: int = 0
     answer_mode: str = "generate"
     options: list[str] | None = None
-    parse_rule: str | None = field(default=None, metadata=OMIT_NONE)
-    ooc_reason: str | None = field(default=None, metadata=OMIT_NONE)
 
 
 def _read_tsv(path: Path, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
@@ -309,7 +311,7 @@ class KoBBQ(BBQFamilyBenchmark):
         permutations: option orders to run (default all, 0-2).
         max_new_tokens: generation budget (default 30, upstream ``--max-tokens``).
         flavour: another paper's metric definitions over the same records (default ``kobbq``).
-        match: accepted for ``bias-audit score``'s interface; only ``kobbq`` (``parse_choice``).
+        answer_parsing: ``authors`` (the default: upstream ``raw2prediction``) or ``robust``.
     """
 
     name = "kobbq"
@@ -331,20 +333,32 @@ class KoBBQ(BBQFamilyBenchmark):
     id_fields = ("sample_id",)
     record_type = KoBBQRecord
     options = {"answer_mode": "generate", "prompts": PROMPT_IDS, "permutations": (0, 1, 2),
-               "max_new_tokens": 30, "flavour": None, "match": "kobbq"}
+               "max_new_tokens": 30, "flavour": None, "answer_parsing": None}
     answer_mode = "generate"
     prompts = PROMPT_IDS
     permutations = (0, 1, 2)
-    match = "kobbq"
+    max_new_tokens = 30
+    authors_rule = "kobbq"
+    #: KoBBQ's own suffix is ``-letter`` (letter mode); generate mode is the paper's.
+    suffix = ""
+
+    @property
+    def parsing_profile(self) -> str:
+        """KoBBQ's authors published their parser: ``authors`` unless ``answer_parsing`` says."""
+        return self.answer_parsing or "authors"
+
+    def answer_choices(self, item: "KoBBQItem") -> Choices:
+        """The options as the prompt labels them; every template's phrase of the unknown answer
+        names the unknown option (under ``robust``; upstream knows only the template's own)."""
+        phrases = tuple((p, item.unknown_option) for p in item.unknown_phrases
+                        if p.strip() != item.options[item.unknown_option].strip())
+        return Choices(tuple(item.options), tuple(item.prompt.letters), phrases, item.unknown_option)
 
     def check_option(self, key: str, value: Any) -> None:
         if key == "answer_mode" and value not in ANSWER_MODES:
             raise ConfigError(f"kobbq: answer_mode (--kobbq-mode) must be one of "
                               f"{', '.join(ANSWER_MODES)}, got {value!r}")
-        elif key == "match" and value != "kobbq":
-            raise ConfigError(f"kobbq parses generated answers with its own rules "
-                              f"(parsing.parse_choice); match {value!r} does not apply")
-        elif key not in ("answer_mode", "match"):
+        elif key != "answer_mode":
             super().check_option(key, value)
 
     #: A saved output is a raw generation, parsed as a live one (``parsing.parse_choice``).
@@ -385,6 +399,7 @@ class KoBBQ(BBQFamilyBenchmark):
         answer mode, without suffix)."""
         base = flavour_metric_names(self.flavour)
         names = list(base)
+        names += [f"{n}_pooled" for n in base]
         names += [f"{n}_p{k}" for k in PROMPT_IDS for n in base]
         names += [f"{n}_o{j}" for j in PERMUTATIONS for n in base]
         names += [f"{s}_spread_{over}" for s in BIAS_SCORES if s in base
@@ -419,7 +434,7 @@ class KoBBQ(BBQFamilyBenchmark):
         base = name.removesuffix(LETTER)
         if "_spread_" in base:
             return (0.0, 2.0)
-        return super().metric_range(re.sub(r"_[po]\d+$", "", base))
+        return super().metric_range(re.sub(r"(_[po]\d+|_pooled)$", "", base))
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -428,7 +443,12 @@ class KoBBQ(BBQFamilyBenchmark):
             "answer_mode": self.answer_mode, "prompts": list(self.prompts),
             "permutations": {str(j): "".join("c" + str(i) for i in PERMUTATIONS[j]) for j in self.permutations},
             "max_new_tokens": self.max_new_tokens, "stop": [], "decoding": "greedy",
-            "answer_parser": "audit_harness.parsing.parse_choice (KoBBQ raw2prediction rules)",
+            "answer_parsing": self.parsing_profile,
+            "answer_parser": (f"audit_harness.parsing.parse_answer(profile={self.parsing_profile!r}, "
+                              "authors='kobbq': upstream raw2prediction, Answer: read as 답:)"),
+            "parse_sensitivity": f"every metric also under {other_profile(self.parsing_profile)!r}",
+            "headline": "each paper metric is the mean over the prompt templates run (Jin et al. "
+                        "2024 report the template mean); <metric>_pooled pools every template",
             "letter_mode": "argmax log-likelihood of the option letter right after the prompt as "
                            "generate mode reads it (' A' after a plain prompt, 'A' opening the chat "
                            "assistant turn; the template's trailing newline stays in the prompt)",
@@ -456,12 +476,14 @@ class KoBBQ(BBQFamilyBenchmark):
         rows = by_cat.get(category, [])
         if not rows:
             raise DataError(f"{samples}: no row of category {category!r}")
-        items = [self._item(row, prompts[k], j, mode)
+        phrases = tuple(dict.fromkeys(p.unknown for p in prompts.values()))
+        items = [self._item(row, prompts[k], j, mode, phrases)
                  for row in rows for k in self.prompts for j in self.permutations for mode in self.modes]
         files = [DataFile.of(samples, data_dir, n_rows), DataFile.of(prompts_path, data_dir, len(prompts))]
         return CategoryData(category, items, files, {}, {"rows": len(rows)})
 
-    def _item(self, row: _Row, prompt: Prompt, permutation: int, mode: str) -> KoBBQItem:
+    def _item(self, row: _Row, prompt: Prompt, permutation: int, mode: str,
+              unknown_phrases: tuple[str, ...] = ()) -> KoBBQItem:
         order = PERMUTATIONS[permutation]
         choices = [prompt.unknown if i == row.unknown else row.choices[i] for i in range(3)]
         options = tuple(choices[i] for i in order)
@@ -472,7 +494,7 @@ class KoBBQ(BBQFamilyBenchmark):
             template_id=row.template_id, context=row.context, question=row.question,
             options=options, gold=order.index(row.gold), biased_option=order.index(row.biased),
             unknown_option=order.index(row.unknown), prompt=prompt,
-            permutation=permutation, answer_mode=mode)
+            permutation=permutation, answer_mode=mode, unknown_phrases=unknown_phrases)
 
     def select(self, items: Sequence[KoBBQItem], limit: int | None, seed: int, salt: str) -> list[KoBBQItem]:
         """``--limit N``: N test rows, balanced over context condition x polarity
@@ -517,16 +539,21 @@ class KoBBQ(BBQFamilyBenchmark):
             # option letters after the same prompt (the engine keeps them for letter mode).
             first_step = ([self._letter_continuations(items[i], shaped[i][1]) for i in gen]
                           if let else None)
+            profile = self.parsing_profile
             for i, raw in zip(gen, model.engine.generate(requests, first_step=first_step)):
                 it = items[i]
                 try:
-                    parsed = parse_choice(raw, it.options, it.prompt.letters)
+                    parsed = self.parse(raw, it, profile)
+                    alt = self.parse(raw, it, other_profile(profile))
                 except (TypeError, ValueError) as e:
                     raise PredictionError(it.item_id, str(e)) from None
-                out[i] = self._kobbq_record(it, parsed.option, shaped[i][1], digest, hashes[i],
-                                            raw_prediction=raw,
-                                            match=parsed.how, parse_rule=parsed.rule,
-                                            ooc_reason=parsed.reason)
+                out[i] = self._kobbq_record(
+                    it, parsed.option, shaped[i][1], digest, hashes[i], raw_prediction=raw,
+                    match=parsed.how, parse_rule=parsed.rule, invalid_reason=parsed.reason,
+                    answer_parsing=profile,
+                    other_parse={"answer_parsing": other_profile(profile), "predicted": alt.option,
+                                 "predicted_class": it.answer_class(alt.option).value,
+                                 "parse_rule": alt.rule, "invalid_reason": alt.reason})
         if let:
             pairs = [(shaped[i][0], c) for i in let for c in letters[i]]
             flat = model.engine.prompt_loglikelihood(pairs, [1.0 / 3] * len(pairs))
@@ -568,8 +595,16 @@ class KoBBQ(BBQFamilyBenchmark):
         for mode in self.modes:
             sfx = _suffix(mode)
             mine = [r for r in records if r.answer_mode == mode]
-            for name, m in self._flavour_metrics(mine, settings).items():
+            # The paper's headline: the mean over the prompt templates run; all of them pooled
+            # beside it, named as such.
+            run = [k for k in self.prompts if any(r.prompt_id == k for r in mine)] or list(self.prompts)
+            headline = metrics_mean_over_groups(
+                self.flavour, self._prompt_groups(mine, run), confidence=settings.confidence,
+                n_resamples=settings.n_resamples, seed=settings.seed)
+            for name, m in headline.items():
                 out[name + sfx] = _renamed(m, name + sfx)
+            for name, m in self._flavour_metrics(mine, settings).items():
+                out[f"{name}_pooled{sfx}"] = _renamed(m, f"{name}_pooled{sfx}")
             for kind, key, values, run in (("p", "prompt_id", PROMPT_IDS, self.prompts),
                                            ("o", "permutation", tuple(PERMUTATIONS), self.permutations)):
                 for v in values:
@@ -589,6 +624,12 @@ class KoBBQ(BBQFamilyBenchmark):
                     name = f"{score}_spread_{over}{sfx}"
                     out[name] = _spread(name, [out[f"{score}_{kind}{v}{sfx}"] for v in run], over)
         return out
+
+    def _prompt_groups(self, records: Sequence[KoBBQRecord], prompts: Sequence[int]):
+        """Per-template counts of ``records`` for each prompt template, on one template axis."""
+        views = [(self.metric_record(r), r.prompt_id) for r in records]
+        by_id = {id(v): k for v, k in views}
+        return grouped_cluster_counts([v for v, _ in views], lambda v: by_id[id(v)], list(prompts))
 
     def _flavour_metrics(self, records: Sequence[KoBBQRecord], settings: MetricSettings) -> dict[str, MetricResult]:
         return BBQFamilyBenchmark.metrics(self, records, settings)

@@ -225,6 +225,9 @@ class Verdict:
     cause: str | None = None
     #: set on a regression verdict whose baseline is not like for like (one sentence each).
     not_like_for_like: tuple[str, ...] = ()
+    #: generate mode: the same gate under the other answer-parsing profile (``answer_parsing``,
+    #: ``status``, ``value``, ``ci``, ``verdict_differs``); None where nothing is parsed.
+    other_parse: dict[str, Any] | None = None
 
     @classmethod
     def error(cls, gate: Gate, message: str) -> "Verdict":
@@ -268,6 +271,8 @@ class Verdict:
                "message": self.message}
         if self.cause:
             out["cause"] = self.cause
+        if self.other_parse is not None:
+            out["other_parse"] = dict(self.other_parse)
         if g.baseline is not None:
             out["baseline"] = g.baseline.to_dict()
             out["max_regression"] = g.max_regression

@@ -13,7 +13,8 @@ from typing import Any, Mapping
 
 from .charts import chart_data_uri
 from .markdown import modified_files
-from .results import coverage_lines, items_scored_text, overall_labels, table_metrics
+from .results import (INVALID_FLAG, coverage_lines, items_scored_text, overall_labels,
+                      sensitivity_rows, table_metrics)
 from .verdict import overall_verdict
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -93,7 +94,8 @@ def _benchmark_view(results: Mapping[str, Any], bench: str) -> dict[str, Any]:
             "limitations": info.get("limitations", []), "chart": chart_data_uri(results, bench),
             "chart_metrics": info.get("chart_metrics", []), "regressions": regressions,
             "protocol": (results.get("protocols") or {}).get(bench, {}),
-            "n_scored": sum(e.get("n_scored", 0) for e in ok.values())}
+            "n_scored": sum(e.get("n_scored", 0) for e in ok.values()),
+            "sensitivity": [r for r in sensitivity_rows(results) if r["benchmark"] == bench]}
 
 
 def render_html(results: Mapping[str, Any]) -> str:
@@ -113,6 +115,7 @@ def render_html(results: Mapping[str, Any]) -> str:
         "problems": [v for v in results["gates"] if v["status"] not in ("pass",)],
         "exit_codes": exit_codes, "baseline": results.get("baseline"),
         "items_scored": items_scored_text(results), "coverage": coverage_lines(results),
+        "invalid_flag": INVALID_FLAG,
     }
     return _environment().get_template("report.html.j2").render(**context)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from .results import coverage_lines, items_scored_text, metric_names_of, overall_labels
+from .results import (INVALID_FLAG, coverage_lines, items_scored_text, metric_names_of,
+                      overall_labels, sensitivity_rows)
 from .verdict import overall_verdict
 
 
@@ -19,6 +20,10 @@ def _fmt(metric: Mapping[str, Any] | None) -> str:
     ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
     clusters = f" ({metric['clusters']} templates)" if metric.get("clusters") is not None else ""
     return f"{metric['value']:.3f}{ci}{clusters}"
+
+
+def _num(x: Any) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def _cell(text: Any) -> str:
@@ -159,6 +164,19 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         limitations = ((results.get("benchmark_info") or {}).get(bench) or {}).get("limitations")
         if limitations:
             out += ["", "What this does not show:", ""] + [f"- {line}" for line in limitations]
+    sens = sensitivity_rows(results)
+    if sens:
+        out += ["", "## Parse sensitivity", "",
+                "Generated answers are read under one parsing profile and every metric again under "
+                "the other; a category is flagged (**!**) when a gate's verdict differs between "
+                f"them or an invalid rate exceeds {INVALID_FLAG:.0%}.", "",
+                "| benchmark | category | profile / other | gates that change verdict | invalid rate "
+                "(profile / other) | flag |", "|---|---|---|---|---|---|"]
+        for r in sens:
+            changed = "; ".join(f"{t}: {a.upper()} -> {b.upper()}" for t, a, b in r["differs"]) or "none"
+            rates = "; ".join(f"{n} {_num(a)} / {_num(b)}" for n, (a, b) in r["rates"].items()) or "-"
+            out.append(f"| {r['benchmark']} | {r['category']} | {r['answer_parsing']} / {r['other']} | "
+                       f"{_cell(changed)} | {rates} | {'**!**' if r['flagged'] else ''} |")
     for bench, protocol in results.get("protocols", {}).items():
         out += ["", f"## {bench}: protocol", ""]
         for key, value in protocol.items():

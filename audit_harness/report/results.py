@@ -101,7 +101,7 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
                 **{o["category"]: {"status": "ok",
                                    **{k: o[k] for k in ("n_available", "n_scored", "metrics", "excluded",
                                                         "notes", "seconds", "records_path", "requests",
-                                                        "examples", "coverage")
+                                                        "examples", "coverage", "sensitivity")
                                          if k in o}}
                    for o in outcomes if o["benchmark"] == bench},
                 **{e["category"]: {"status": "error", "error": e["message"]}
@@ -162,6 +162,60 @@ def overall_labels(results: Mapping[str, Any], bench: str) -> list[str]:
     overall = (results.get("overall") or {}).get(bench) or {}
     labels = [k for k in overall if k != "categories" and isinstance(overall[k], Mapping)]
     return sorted(labels, key=lambda k: (k != "pooled", k == "size_weighted", k))
+
+
+#: An invalid (or out-of-choice) rate above this in either parsing profile flags the category in
+#: the parse-sensitivity report: its numbers rest on how its outputs are read.
+INVALID_FLAG = 0.10
+
+
+def _is_rate(name: str) -> bool:
+    base = name.removesuffix("-generate").removesuffix("-letter")
+    return base in ("invalid_rate", "out_of_choice_rate")
+
+
+def sensitivity_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per category parsed from text (generate mode, saved outputs): the run's parsing profile,
+    the other one, the gates whose verdict differs under the other (``test_id``: both statuses),
+    the invalid rates under both, and ``flagged`` when a verdict differs or a rate exceeds
+    ``INVALID_FLAG``."""
+    rows = []
+    for bench, cats in (results.get("benchmarks") or {}).items():
+        active = ((results.get("protocols") or {}).get(bench) or {}).get("answer_parsing", "?")
+        for cat, entry in cats.items():
+            sens = entry.get("sensitivity")
+            if not sens:
+                continue
+            gates = [v for v in results.get("gates") or ()
+                     if v["benchmark"] == bench and v["category"] == cat and v.get("other_parse")]
+            differs = [(v["test_id"], v["status"], v["other_parse"]["status"]) for v in gates
+                       if v["other_parse"].get("verdict_differs")]
+            rates = {n: ((entry.get("metrics") or {}).get(n, {}).get("value"),
+                         sens["metrics"].get(n, {}).get("value"))
+                     for n in (entry.get("metrics") or {}) if _is_rate(n)}
+            high = any(x is not None and x > INVALID_FLAG for pair in rates.values() for x in pair)
+            rows.append({"benchmark": bench, "category": cat, "answer_parsing": active,
+                         "other": sens["answer_parsing"], "differs": differs, "rates": rates,
+                         "flagged": bool(differs) or high})
+    return rows
+
+
+def sensitivity_lines(results: Mapping[str, Any]) -> list[str]:
+    """One sentence per flagged category of ``sensitivity_rows``."""
+    out = []
+    for r in sensitivity_rows(results):
+        if not r["flagged"]:
+            continue
+        parts = []
+        if r["differs"]:
+            parts.append(f"{len(r['differs'])} gate(s) change verdict under {r['other']} ("
+                         + ", ".join(f"{t}: {a} -> {b}" for t, a, b in r["differs"]) + ")")
+        for name, (a, b) in r["rates"].items():
+            fa = "-" if a is None else f"{a:.3f}"
+            fb = "-" if b is None else f"{b:.3f}"
+            parts.append(f"{name} {fa} ({r['answer_parsing']}) / {fb} ({r['other']})")
+        out.append(f"{r['benchmark']}/{r['category']}: " + "; ".join(parts))
+    return out
 
 
 def coverage_lines(results: Mapping[str, Any]) -> list[str]:

@@ -1,0 +1,73 @@
+"""Text normal forms the answer parsers share: case, punctuation, width and articles folded away,
+so that what a model writes and what an option says can be compared."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Sequence
+
+#: Articles that may stand before an option's text without changing it (en, es, ca).
+ARTICLES = frozenset({"the", "a", "an", "el", "la", "los", "las", "lo", "un", "una", "unos", "unas",
+                      "els", "les", "l", "uns", "unes", "en", "na"})
+_HANGUL = re.compile(r"[\uac00-\ud7a3]")
+
+
+def normalize_text(text: str) -> str:
+    """Case-, punctuation- and whitespace-insensitive form of ``text``: Unicode NFKC, lower case,
+    every punctuation character (Unicode category P*) deleted, runs of whitespace collapsed to one
+    space, stripped. ``"Can't be determined."`` -> ``"cant be determined"``.
+
+    Examples
+    --------
+    >>> normalize_text("  Can't  be\\tdetermined. ")
+    'cant be determined'
+    """
+    text = unicodedata.normalize("NFKC", str(text)).lower()
+    text = "".join(ch for ch in text if not unicodedata.category(ch).startswith("P"))
+    return " ".join(text.split())
+
+
+def fold(text: str) -> str:
+    """NFKC, case-folded, whitespace collapsed (punctuation kept)."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def words(text: str) -> list[str]:
+    """``text`` as comparable words: NFKC, case-folded, punctuation and symbols as spaces (so
+    ``"22-year-old"`` is three words, ``"l'home"`` two), articles kept.
+
+    Examples
+    --------
+    >>> words("It was the 22-year-old.")
+    ['it', 'was', 'the', '22', 'year', 'old']
+    """
+    text = unicodedata.normalize("NFKC", str(text)).casefold()
+    text = "".join(" " if unicodedata.category(ch)[0] in "PSZ" else ch for ch in text)
+    return text.split()
+
+
+def content_words(text: str) -> list[str]:
+    """``words`` without articles: the part of an option's text a model must say.
+
+    Examples
+    --------
+    >>> content_words("The grandson")
+    ['grandson']
+    """
+    out = [w for w in words(text) if w not in ARTICLES]
+    return out or words(text)
+
+
+def has_hangul(text: str) -> bool:
+    """Whether ``text`` holds Korean syllables (matched as substrings: particles attach to
+    words, so whitespace does not delimit them)."""
+    return bool(_HANGUL.search(text))
+
+
+def letter_tokens(text: str, letters: Sequence[str]) -> list[str]:
+    """Letters of ``letters`` that stand alone in ``text`` (not inside a Latin word or number),
+    upper-cased, in order of appearance."""
+    alts = "".join(re.escape(l) for l in letters)
+    return [m.upper() for m in re.findall(rf"(?<![A-Za-z0-9])([{alts}])(?![A-Za-z0-9])", text,
+                                          flags=re.IGNORECASE)]
