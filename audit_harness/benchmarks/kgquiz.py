@@ -99,6 +99,8 @@ class Protocol:
     min_fact_words: int
     theta: float
     embedding_model: str
+    #: the held-out false-match rate at theta on hard negatives (siblings of one type).
+    held_out_false_match_rate: float | None = None
 
 
 def load_protocol(path: Path = PROTOCOL_FILE) -> Protocol:
@@ -121,6 +123,7 @@ def load_protocol(path: Path = PROTOCOL_FILE) -> Protocol:
         min_words = tasks["Task5"]["min_fact_words"]
         theta = table["semantic_match"]["theta"]
         emb = str(table["semantic_match"]["embedding_model"])
+        fmr = table["semantic_match"].get("held_out_false_match_rate")
     except (KeyError, TypeError) as e:
         raise ConfigError(f"{path}: missing key {e}") from None
     for t, prompt in prompts.items():
@@ -139,7 +142,10 @@ def load_protocol(path: Path = PROTOCOL_FILE) -> Protocol:
         raise ConfigError(f"{path}: tasks.Task5.min_fact_words must be an integer >= 1")
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not -1 <= theta <= 1:
         raise ConfigError(f"{path}: semantic_match.theta must be a number in [-1, 1], got {theta!r}")
-    return Protocol(prompts, budgets, labels, min_words, float(theta), emb)
+    if fmr is not None and (isinstance(fmr, bool) or not isinstance(fmr, (int, float)) or not 0 <= fmr <= 1):
+        raise ConfigError(f"{path}: semantic_match.held_out_false_match_rate must be in [0, 1], got {fmr!r}")
+    return Protocol(prompts, budgets, labels, min_words, float(theta), emb,
+                    None if fmr is None else float(fmr))
 
 
 # -- items and records -----------------------------------------------------------------------------
@@ -807,7 +813,12 @@ class KGQuiz(Benchmark):
                                       "longest unaligned span of the output",
             "task5_fact_split": f"lines and sentences, >= {p.min_fact_words} words, de-duplicated",
             "semantic_match": {
-                "theta": self.theta, "embedding_model": self.embedder.name,
+                "theta": self.theta,
+                "held_out_false_match_rate": (p.held_out_false_match_rate
+                                              if self.theta == p.theta else None),
+                "false_match_rate_note": "hard negatives (two values of one relation: "
+                                         "'Female' vs 'male'), odd entity ids, at theta",
+                "embedding_model": self.embedder.name,
                 "embedding_fingerprint": self._fingerprint(),
                 "note": "the paper's embedding API (InstructGPT Ada) is not available; theta is "
                         "calibrated for this model (tools/calibrate_semantic_match.py), so "
