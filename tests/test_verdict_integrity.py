@@ -273,7 +273,7 @@ def test_another_dtype_is_named_and_strict_baseline_refuses_it(tmp_path, data_di
     tmp, base = base_run
     common = ("--thresholds", str(tmp / "thresholds.yaml"), "--baseline", str(base),
               "--dtype", "bfloat16")
-    proc, results = audit(tmp_path, data_dir, *common, keyword="Sexual_orientation", limit=None)
+    proc, results = audit(tmp_path, data_dir, *common, keyword="Sexual_orientation", limit="8")
     # Not refused: the regression gates are marked, in every output.
     assert proc.returncode in (0, 1), out(proc)[-3000:]
     doc = results_of(results)
@@ -285,7 +285,7 @@ def test_another_dtype_is_named_and_strict_baseline_refuses_it(tmp_path, data_di
     _, cases, _ = junit_of(only_run(results) / "junit.xml")
     assert {c["like_for_like"] for n, c in cases.items() if n.endswith("-vs-baseline]")} == {"false"}
     strict, strict_results = audit(tmp_path / "strict", data_dir, *common, "--strict-baseline",
-                                   keyword="Sexual_orientation", limit=None)
+                                   keyword="Sexual_orientation", limit="8", cache=tmp_path / "cache")
     assert strict.returncode == 4, out(strict)[-3000:]
     assert "VERDICT: INPUT ERROR: --strict-baseline: the baseline run is not like for like" in strict.stdout
     assert results_of(strict_results)["run"]["outcome"]["exit_code"] == 4

@@ -392,8 +392,18 @@ class KGQuiz(Benchmark):
     requires = frozenset({GENERATE})
     record_type = KGQuizRecord
     options = {"distractor_strategy": "semantic_similarity", "path_length": 3,
-               "use_chat_template": True, "theta": None, "answer_parsing": None}
+               "use_chat_template": True, "theta": None, "answer_parsing": None, "saved": False}
     answer_parsing: str | None = None
+    #: Saved generations (``bias-audit score kgquiz``): rows carry ``id`` (``<category>-<row id>``)
+    #: or ``category`` + ``row_id``; the output is a raw generation, parsed as a live one.
+    id_fields = ("category", "row_id")
+    saved_answers = "text"
+    saved = False
+
+    def for_saved_outputs(self) -> "KGQuiz":
+        """Saved generations: read as live ones; no prompt of this suite's was shown."""
+        super().for_saved_outputs()
+        return self.configure(saved=True)
     distractor_strategy = "semantic_similarity"
     path_length = 3
     use_chat_template = True
@@ -612,11 +622,13 @@ class KGQuiz(Benchmark):
     @property
     def uses_chat_template(self) -> bool:  # type: ignore[override]
         """Prompts go through the model's chat template unless ``use_chat_template`` is off."""
-        return bool(self.use_chat_template)
+        return bool(self.use_chat_template) and not self.saved
 
     def _prompt(self, model: LanguageModel, item: KGQuizItem) -> tuple[str, str, str | None]:
-        """(prompt, ``chat``/``plain``, the chat template's sha256 or None)."""
+        """(prompt, ``chat``/``plain``/``saved output``, the chat template's sha256 or None)."""
         message = self.user_message(item)
+        if self.saved:
+            return message, "saved output", None
         if self.use_chat_template:
             chat = model.chat_prompt(message)
             if chat is not None:
@@ -643,7 +655,8 @@ class KGQuiz(Benchmark):
             rec = KGQuizRecord(item_id=it.item_id, category=it.category, task=it.task,
                                domain=it.domain, question=it.question, gold=it.gold,
                                prompt_format=fmt, output=out,
-                               prompt_sha256=hashlib.sha256(prompt.encode("utf-8")).hexdigest(),
+                               prompt_sha256=(None if self.saved else
+                                              hashlib.sha256(prompt.encode("utf-8")).hexdigest()),
                                chat_template_sha256=digest)
             if it.task in ("Task1", "Task2"):
                 if it.task == "Task2":

@@ -333,7 +333,7 @@ class KoBBQ(BBQFamilyBenchmark):
     id_fields = ("sample_id",)
     record_type = KoBBQRecord
     options = {"answer_mode": "generate", "prompts": PROMPT_IDS, "permutations": (0, 1, 2),
-               "max_new_tokens": 30, "flavour": None, "answer_parsing": None}
+               "max_new_tokens": 30, "flavour": None, "answer_parsing": None, "saved": False}
     answer_mode = "generate"
     prompts = PROMPT_IDS
     permutations = (0, 1, 2)
@@ -373,7 +373,7 @@ class KoBBQ(BBQFamilyBenchmark):
         if self.answer_mode != "generate":
             raise ConfigError(f"kobbq: saved outputs are generations; --kobbq-mode {self.answer_mode} "
                               "scores option letters, which nothing saved can replay")
-        return self
+        return self.configure(saved=True)
 
     def configure(self, **options: Any) -> "KoBBQ":
         if "prompts" in options:
@@ -418,7 +418,11 @@ class KoBBQ(BBQFamilyBenchmark):
         return tuple(metric + _suffix(m) for m in self.modes
                      if not (m == "letter" and metric.startswith("out_of_choice_rate")))
 
-    uses_chat_template = True  # each prompt is one user turn through the model's chat template
+    @property
+    def uses_chat_template(self) -> bool:  # type: ignore[override]
+        """Each prompt is one user turn through the model's chat template (not for saved
+        outputs: their prompt was the producer's)."""
+        return not self.saved
 
     @property
     def chart_metrics(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -527,7 +531,10 @@ class KoBBQ(BBQFamilyBenchmark):
         template = model.chat_template
         digest = hashlib.sha256(template.encode("utf-8")).hexdigest() if isinstance(template, str) else None
         shaped = [self._prompt(model, it) for it in items]
-        hashes = [hashlib.sha256(p.encode("utf-8")).hexdigest() for p, _ in shaped]
+        if self.saved:  # the producer's prompt, not this suite's: nothing of ours to hash
+            shaped = [(p, "saved output") for p, _ in shaped]
+        hashes = [None if self.saved else hashlib.sha256(p.encode("utf-8")).hexdigest()
+                  for p, _ in shaped]
         out: list[KoBBQRecord | None] = [None] * len(items)
         gen = [i for i, it in enumerate(items) if it.answer_mode == "generate"]
         let = [i for i, it in enumerate(items) if it.answer_mode == "letter"]
@@ -573,7 +580,7 @@ class KoBBQ(BBQFamilyBenchmark):
         return list(item.prompt.letters) if fmt == "chat" else [" " + l for l in item.prompt.letters]
 
     def _kobbq_record(self, it: KoBBQItem, option: int, fmt: str, digest: str | None,
-                      prompt_sha256: str, **fields: Any) -> KoBBQRecord:
+                      prompt_sha256: str | None, **fields: Any) -> KoBBQRecord:
         return KoBBQRecord(
             item_id=it.item_id, category=it.category, context_condition=it.context_condition,
             polarity=it.polarity, template_id=it.template_id, label_type="label",
