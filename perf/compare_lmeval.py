@@ -31,7 +31,6 @@ import ast
 import csv
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -193,7 +192,7 @@ def ours_main(argv: list[str]) -> None:
         bench = bench.configure(protocol="lmeval")
     keys = set(json.loads(Path(a.keys).read_text()))
     model = load_model(a.model, device="cpu", dtype="float32", batch_size=a.batch_size)
-    model.engine = Engine(model, cache=ResultCache(a.cache_dir))
+    engine = Engine(model, cache=ResultCache(a.cache_dir))
     t_loaded = time.perf_counter()
     items = []
     for category in bench.categories:
@@ -208,7 +207,7 @@ def ours_main(argv: list[str]) -> None:
         prof = cProfile.Profile()
         prof.enable()
     t0 = time.perf_counter()
-    records = bench.evaluate(model, [it for _, it in items])
+    records = bench.evaluate(engine, [it for _, it in items])
     t_scored = time.perf_counter()
     if prof is not None:
         import pstats
@@ -218,7 +217,7 @@ def ours_main(argv: list[str]) -> None:
     out = {"items": {k: {"lls": r.loglikelihoods, "choice": r.predicted_choice, "choices": r.choices,
                          "prompt": bench.prompt(it)} for (k, it), r in zip(items, records)},
            "delimiter": bench.delimiter,
-           "stats": model.engine.stats.to_dict(), "requests": sum(len(r.choices) for r in records),
+           "stats": engine.stats.to_dict(), "requests": sum(len(r.choices) for r in records),
            "seconds": {"startup_and_load": t_loaded - t_start, "scoring": t_scored - t0},
            "threads": torch.get_num_threads()}
     Path(a.out).write_text(json.dumps(out), encoding="utf-8")

@@ -51,10 +51,10 @@ def prefix_counters(url: str) -> tuple[float, float] | None:
 
 
 def timed(model, requests, engine_cls):
-    model.engine = engine_cls(model)  # no cache, no memo: every sequence computed
+    engine = engine_cls(model)  # no cache, no memo: every sequence computed
     start = time.perf_counter()
-    values = model.engine.loglikelihood(requests)
-    return time.perf_counter() - start, values, model.engine.stats
+    values = engine.loglikelihood(requests)
+    return time.perf_counter() - start, values, engine.stats
 
 
 def main() -> None:
@@ -109,7 +109,7 @@ def main() -> None:
         base = rows[0][1]
         print(f"{len(items)} BBQ items ({args.per_category} per category), {len(requests)} choices; "
               f"in-process torch threads {args.threads}")
-        print(f"| backend | wall s | requests/s | items/s | prefix-cache hits | time vs in-process |")
+        print("| backend | wall s | requests/s | items/s | prefix-cache hits | time vs in-process |")
         print("|---|---|---|---|---|---|")
         for name, wall, n, hit, _ in rows:
             print(f"| {name} | {wall:.1f} | {n / wall:.1f} | {len(items) / wall:.2f} | "

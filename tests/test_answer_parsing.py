@@ -27,7 +27,7 @@ CHOICES = {
                    aliases=tuple((t, 2) for t in load_protocol("es").unknown_phrasings), unknown=2), "exact"),
     "ca": (Choices(("L'avi", "El nét", "No hi ha prou informació"),
                    aliases=tuple((t, 2) for t in load_protocol("ca").unknown_phrasings), unknown=2), "exact"),
-    # KoBBQ prompt 1, permutation 1 (metrics.md toy T2); the other templates' unknown phrases.
+    # KoBBQ prompt 1, permutation 1 (docs/metrics.md toy T2); the other templates' unknown phrases.
     "ko": (Choices(("손자", "할머니", "알 수 없음"),
                    aliases=tuple((t, 2) for t in UNKNOWN_KO[1:]), unknown=2), "kobbq"),
     # KoBBQ prompt 3: lower-case labels and its own unknown phrase.
@@ -179,7 +179,7 @@ CASES = [
     ("Ho sento, no puc respondre.", "ca", R, R),
     ("A o B", "ca", S, S),
     ("La resposta és: A", "ca", 0, N),
-    # --- Korean (authors: upstream raw2prediction, metrics.md §3.3) -------------------------------
+    # --- Korean (authors: upstream raw2prediction, docs/metrics.md §3.3) -------------------------------
     ("A", "ko", 0, 0),
     ("(B)", "ko", 1, 1),
     ("B: 할머니", "ko", 1, 1),

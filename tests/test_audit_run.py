@@ -167,7 +167,7 @@ def test_missing_data_dir_is_named(tmp_path):
 
 
 def test_category_scope_groups_gate_tests_by_category():
-    from audit_harness.pytest_plugin import category_scope
+    from audit_harness.run.scheduling import category_scope
 
     assert category_scope("audits/test_bbq.py::test_bbq[Race_x_SES-bias_score_ambig]") == \
         "audits/test_bbq.py::test_bbq[Race_x_SES]"

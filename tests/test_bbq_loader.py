@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from audit_harness.benchmarks import registry
-from audit_harness.benchmarks.bbq_family import balanced_sample
 from audit_harness.benchmarks.bbq import BBQ, _read_metadata
+from audit_harness.benchmarks.bbq_family import balanced_sample
 from audit_harness.data import resolve_data_dir
 from audit_harness.errors import DataError
 from bias_metrics.records import AnswerClass

@@ -16,8 +16,10 @@ EXAMPLES = {"github": REPO / "examples" / "github-actions.yml", "gitlab": REPO /
 
 
 def plugin_options() -> set[str]:
-    source = (REPO / "audit_harness" / "pytest_plugin.py").read_text()
-    return set(re.findall(r'addoption\("(--[a-z-]+)"', source))
+    from audit_harness.benchmarks import registry
+    from audit_harness.options import all_flags
+
+    return all_flags(registry())
 
 
 def commands(text: str, name: str) -> list[list[str]]:

@@ -23,7 +23,8 @@ import pytest
 
 from audit_harness import sources
 from audit_harness.errors import DataError
-from audit_harness.sources import check, fetch as fetch_mod
+from audit_harness.sources import check
+from audit_harness.sources import fetch as fetch_mod
 from audit_harness.sources.download import RetryPolicy, part_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -351,19 +352,27 @@ def test_cli_fetch_and_verify(server, tmp_path, capsys):
 
 # --- the start-up check ----------------------------------------------------------------------
 
-def test_require_data_names_missing_files_and_the_fetch_command(tmp_path):
+def test_require_files_names_missing_files_and_the_fetch_command(tmp_path):
+    from audit_harness.benchmarks import registry
+
     (tmp_path / "bbq" / "data").mkdir(parents=True)
+    bbq = registry()["bbq"]
+    needed = {p: "bbq" for c in bbq.categories for p in bbq.data_files(c)}
     with pytest.raises(DataError) as info:
-        check.require_data(tmp_path, ["bbq"], ["bbq", "esbbq_cabbq"])
+        check.require_files(tmp_path, needed)
     msg = str(info.value)
     assert "lacks bbq data (bbq/data/Age.jsonl and 11 more" in msg
     assert f"bias-audit data fetch bbq --to {tmp_path}" in msg
-    check.require_data(tmp_path, [], ["bbq"])  # nothing selected: nothing required
+    check.require_files(tmp_path, {})  # nothing selected: nothing required
+    # One category needs its own file (and the metadata), not the other ten.
+    with pytest.raises(DataError, match=r"\(bbq/data/Age.jsonl and 1 more"):
+        check.require_files(tmp_path, {p: "bbq" for p in bbq.data_files("Age")})
 
 
-def test_require_data_fetches_with_fetch_data(server, tmp_path):
+def test_require_files_fetches_with_fetch_data(server, tmp_path):
     to = tmp_path / "data"
-    check.require_data(to, ["crows_pairs"], ["bbq"], fetch=True, base_url=server.url)
+    check.require_files(to, {"crows_pairs/crows_pairs_anonymized.csv": "crows_pairs"}, fetch=True,
+                        base_url=server.url)
     assert (to / "crows_pairs" / "crows_pairs_anonymized.csv").is_file()
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_models import reference_loglikelihood
+from test_prefix_sharing import _tiny
 
 from audit_harness.benchmarks import registry
 from audit_harness.engine.cache import ResultCache, request_key
@@ -27,9 +29,6 @@ from audit_harness.engine.executor import BackendOutOfMemory, Engine
 from audit_harness.engine.prefix_tree import build_tree
 from audit_harness.engine.progress import Progress, progress_mode
 from audit_harness.models import load_model
-
-from test_models import reference_loglikelihood
-from test_prefix_sharing import _tiny
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -137,7 +136,7 @@ def test_subtrees_packed_into_one_row_score_as_if_alone(gpt2, llama, data_dir, m
         seen: list[list[int]] = []
         real = model.forward_packed
 
-        def record(rows, real=real):
+        def record(rows, real=real, seen=seen):
             seen.append([len(r[0]) for r in rows])
             return real(rows)
 

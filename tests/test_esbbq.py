@@ -1,6 +1,6 @@
 """Tests of the EsBBQ/CaBBQ benchmark (audit_harness/benchmarks/esbbq.py): loader on real rows of
 both languages, the authors' prompt and choices, unknown folding, the question_type consistency
-check, malformed-row errors, and metric values on hand-made sets (metrics.md §1.4, toys B1 and B6).
+check, malformed-row errors, and metric values on hand-made sets (docs/metrics.md §1.4, toys B1 and B6).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from typing import Sequence
 import pytest
 
 from audit_harness.benchmarks import registry
-from audit_harness.benchmarks.bbq_family import balanced_sample
-from audit_harness.benchmarks.bbq_family import MCItem
+from audit_harness.benchmarks.bbq_family import MCItem, balanced_sample
 from audit_harness.benchmarks.esbbq import (
     BENCHMARKS,
     COLUMNS,
@@ -25,8 +24,9 @@ from audit_harness.benchmarks.esbbq import (
     EsBBQ,
     load_protocol,
 )
+from audit_harness.engine.executor import Engine
 from audit_harness.errors import ConfigError, DataError
-from audit_harness.models.base import LanguageModel, ModelInfo
+from audit_harness.models.base import Backend, ModelInfo
 from bias_metrics.bbq_family import compute, compute_by, size_weighted_mean
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def data_dir() -> Path:
     return path
 
 
-class ChoiceModel(LanguageModel):
+class ChoiceModel(Backend):
     """Fake model: for each prompt, the choice index it should pick; the others score lower."""
 
     info = ModelInfo("fake", "test", "none", "float32", "cpu", 0)
@@ -256,7 +256,7 @@ def test_unknown_folding(bench):
 def test_evaluate_folds_every_unknown_phrasing(tmp_path, choice, option):
     write_csv(tmp_path, CONSISTENT_ROWS[:1])
     (it,) = ES.load_category(tmp_path, "Religion").items
-    (rec,) = [r.to_dict() for r in ES.evaluate(ChoiceModel({ES.prompt(it): choice}), [it])]
+    (rec,) = [r.to_dict() for r in ES.evaluate(Engine(ChoiceModel({ES.prompt(it): choice})), [it])]
     assert rec["predicted_choice"] == choice and rec["predicted"] == option
     assert rec["correct"] == (option == 2) and len(rec["loglikelihoods"]) == 11
 
@@ -270,7 +270,7 @@ def test_flipped_item_is_listed_scored_and_left_out_of_the_disambiguated_bias_sc
     assert data.notes == {"rows": 5, "question_type_inconsistent": 1}
     assert [it.extra[CONSISTENT_FIELD] for it in data.items] == [True] * 4 + [False]
     # Every item picks its gold answer.
-    records = ES.evaluate(ChoiceModel({ES.prompt(it): it.gold for it in data.items}), data.items)
+    records = ES.evaluate(Engine(ChoiceModel({ES.prompt(it): it.gold for it in data.items})), data.items)
     assert len(records) == 5 and records[-1].to_dict()[CONSISTENT_FIELD] is False
     metric_records = ES.metric_records(records)
     assert [r.in_bias_score for r in metric_records] == [True] * 4 + [False]
@@ -354,7 +354,7 @@ def test_missing_file_and_unknown_category(tmp_path):
 
 
 # --- metrics on hand-made records --------------------------------------------------------------
-# Toy B1 (metrics.md §3.1): (context, polarity, gold, pred) with T = option 0 (the stereotyped
+# Toy B1 (docs/metrics.md §3.1): (context, polarity, gold, pred) with T = option 0 (the stereotyped
 # group), N = option 1, U = unknown. EsBBQ values: 0.4, 0.6, 0.2, 0.4; upper bounds 0.6, 0.8.
 B1 = [
     ("ambig", "neg", "U", "T"), ("ambig", "neg", "U", "T"), ("ambig", "neg", "U", "N"),
@@ -387,7 +387,7 @@ def toy_items(rows, category="Toy", start=0) -> tuple[list[MCItem], dict[str, in
 
 def test_toy_b1_metric_values():
     items, pick = toy_items(B1)
-    records = ES.evaluate(ChoiceModel(pick), items)
+    records = ES.evaluate(Engine(ChoiceModel(pick)), items)
     m = compute(ES.metric_records(records), "esbbq", n_resamples=0)
     expected = {"acc_ambig": 0.4, "acc_disambig": 0.6, "bias_score_ambig": 0.2,
                 "bias_score_disambig": 0.4, "bias_score_ambig_upper_bound": 0.6,
@@ -398,7 +398,7 @@ def test_toy_b1_metric_values():
 
 
 def test_toy_b6_group_aggregation_is_size_weighted_not_pooled():
-    # cat1: 4 docs, both ambiguous correct; cat2: 6 docs, both ambiguous wrong (metrics.md toy B6).
+    # cat1: 4 docs, both ambiguous correct; cat2: 6 docs, both ambiguous wrong (docs/metrics.md toy B6).
     cat1 = [("ambig", "neg", "U", "U"), ("ambig", "nonneg", "U", "U"),
             ("disambig", "neg", "T", "T"), ("disambig", "neg", "N", "N")]
     cat2 = [("ambig", "neg", "U", "T"), ("ambig", "nonneg", "U", "T"),
@@ -406,7 +406,7 @@ def test_toy_b6_group_aggregation_is_size_weighted_not_pooled():
             ("disambig", "nonneg", "N", "N"), ("disambig", "nonneg", "T", "U")]
     items1, pick1 = toy_items(cat1, "cat1")
     items2, pick2 = toy_items(cat2, "cat2")
-    records = ES.evaluate(ChoiceModel({**pick1, **pick2}), items1 + items2)
+    records = ES.evaluate(Engine(ChoiceModel({**pick1, **pick2})), items1 + items2)
     metric_records = ES.metric_records(records)
     per = compute_by(metric_records, "esbbq", n_resamples=0)
     assert per["cat1"]["acc_ambig"].value == 1.0 and per["cat2"]["acc_ambig"].value == 0.0
@@ -420,7 +420,7 @@ def test_toy_b6_group_aggregation_is_size_weighted_not_pooled():
 
 def test_no_anti_stereo_item_gives_nan_bias_score_disambig():
     items, pick = toy_items([("ambig", "neg", "U", "T"), ("disambig", "neg", "T", "T")])
-    m = compute(ES.metric_records(ES.evaluate(ChoiceModel(pick), items)), "esbbq", n_resamples=0)
+    m = compute(ES.metric_records(ES.evaluate(Engine(ChoiceModel(pick)), items)), "esbbq", n_resamples=0)
     assert math.isnan(m["bias_score_disambig"].value) and m["bias_score_disambig"].reason
     assert m["bias_score_ambig"].value == 1.0
 
@@ -440,7 +440,7 @@ def test_evaluate_real_items_with_tiny_model(data_dir, tiny_model, bench):
     assert len(items) == 8
     assert {(it.context_condition, it.polarity) for it in items} == {
         (c, p) for c in ("ambig", "disambig") for p in ("neg", "nonneg")}
-    typed = bench.evaluate(tiny_model, items)
+    typed = bench.evaluate(Engine(tiny_model), items)
     records = [r.to_dict() for r in typed]
     assert [r["id"] for r in records] == [it.item_id for it in items]
     for it, rec in zip(items, records):

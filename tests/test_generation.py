@@ -11,7 +11,7 @@ import pytest
 from audit_harness.engine.cache import ResultCache
 from audit_harness.engine.executor import Engine
 from audit_harness.models import load_model
-from audit_harness.models.base import GenerationRequest, LanguageModel
+from audit_harness.models.base import Backend, GenerationRequest
 from audit_harness.models.hf import share_groups
 
 # Prompts sharing long prefixes, as KoBBQ's option orders do: one instruction + context +
@@ -59,24 +59,22 @@ def test_share_groups_do_not_split_when_nothing_is_shared():
 # -- exactness -----------------------------------------------------------------------------------
 def test_shared_prefix_generation_equals_one_prompt_at_a_time(model):
     reqs = [GenerationRequest(p, 10) for p in PROMPTS]
-    model.engine = Engine(model)
-    shared = model.generate(reqs)
-    assert model.engine.stats.tokens_forwarded < sum(len(model.encode_prompt(p)) for p in PROMPTS)
-    assert shared == plain(model).generate(reqs)
+    engine = Engine(model)
+    shared = engine.generate(reqs)
+    assert engine.stats.tokens_forwarded < sum(len(model.encode_prompt(p)) for p in PROMPTS)
+    assert shared == Engine(plain(model)).generate(reqs)
 
 
 def test_shared_prefix_first_step_scores_equal_the_loglikelihood_path(model):
     letters = [" A", " B", " C"]
     eng = Engine(model, memo=True)
-    model.engine = eng
-    model.generate([GenerationRequest(p, 4) for p in PROMPTS[:3]])
+    eng.generate([GenerationRequest(p, 4) for p in PROMPTS[:3]])
     eng.generate([GenerationRequest(p, 4) for p in PROMPTS[:3]], first_step=[letters] * 3)
     # The generations came from the memo, so no first step ran: the letters are computed.
     before = eng.stats.computed
     eng.prompt_loglikelihood([(p, l) for p in PROMPTS[:3] for l in letters])
     assert eng.stats.computed == before + 9
     fresh = Engine(model, memo=True)
-    model.engine = fresh
     fresh.generate([GenerationRequest(p, 4) for p in PROMPTS[:3]], first_step=[letters] * 3)
     before = fresh.stats.computed
     from_first_step = fresh.prompt_loglikelihood([(p, l) for p in PROMPTS[:3] for l in letters])
@@ -89,41 +87,38 @@ def test_shared_prefix_first_step_scores_equal_the_loglikelihood_path(model):
 def test_generations_are_cached_before_stop_strings(model, tmp_path):
     cache = ResultCache(tmp_path)
     first = Engine(model, cache=cache)
-    model.engine = first
-    full = model.generate([GenerationRequest(p, 6) for p in PROMPTS])
+    full = first.generate([GenerationRequest(p, 6) for p in PROMPTS])
     assert first.stats.computed == len(PROMPTS) and len(cache) == len(PROMPTS)
     stop = full[0][1:3]
     assert stop
     second = Engine(model, cache=ResultCache(tmp_path))
-    model.engine = second
-    again = model.generate([GenerationRequest(p, 6, stop=(stop,)) for p in PROMPTS])
+    again = second.generate([GenerationRequest(p, 6, stop=(stop,)) for p in PROMPTS])
     assert second.stats.computed == 0 and second.stats.from_cache == len(PROMPTS)
     assert again[0] == full[0][:full[0].find(stop)] and again[1:] == [
         t[:t.find(stop)] if stop in t else t for t in full[1:]]
     # Another max_new_tokens is another request.
-    model.generate([GenerationRequest(PROMPTS[0], 3)])
+    second.generate([GenerationRequest(PROMPTS[0], 3)])
     assert second.stats.computed == 1
 
 
 def test_duplicate_requests_run_once_and_bad_requests_are_refused(model):
     eng = Engine(model)
-    model.engine = eng
-    out = model.generate([GenerationRequest(PROMPTS[0], 5)] * 3)
+    out = eng.generate([GenerationRequest(PROMPTS[0], 5)] * 3)
     assert out[0] == out[1] == out[2] and eng.stats.distinct == 1 and eng.stats.computed == 1
     with pytest.raises(ValueError, match="max_new_tokens"):
-        model.generate([GenerationRequest(PROMPTS[0], 0)])
+        eng.generate([GenerationRequest(PROMPTS[0], 0)])
 
 
 def test_a_backend_that_generates_itself_is_called_as_is():
-    class Echo(LanguageModel):
+    class Echo(Backend):
         capabilities = frozenset({"generate"})
 
         def generate(self, requests):
             return [r.prompt.upper() for r in requests]
 
-    m = Echo()
-    assert m.engine.generate([GenerationRequest("abc", 3)]) == ["ABC"]
-    assert m.engine.stats.computed == 1
+    engine = Engine(Echo())
+    assert engine.generate([GenerationRequest("abc", 3)]) == ["ABC"]
+    assert engine.stats.computed == 1
 
 
 def test_progress_advances_one_item_per_generation(model):
@@ -134,7 +129,6 @@ def test_progress_advances_one_item_per_generation(model):
             self.done += n
 
     eng = Engine(model)
-    model.engine = eng
     eng.progress = Task()
-    model.generate([GenerationRequest(p, 3) for p in PROMPTS])
+    eng.generate([GenerationRequest(p, 3) for p in PROMPTS])
     assert eng.progress.done == pytest.approx(len(PROMPTS))

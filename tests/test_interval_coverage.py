@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bias_metrics.bbq_family import (BLOCKS, CELL_NAMES, N_CELLS, PRIOR, metrics_from_counts, s_amb,
-                                     s_dis)
+from bias_metrics.bbq_family import BLOCKS, CELL_NAMES, N_CELLS, PRIOR, metrics_from_counts, s_amb, s_dis
 from bias_metrics.intervals import bayesian_bootstrap, cell_ratio_interval, dirichlet_posterior
 
 AMB = {"biased": 0, "counter": 1, "unknown": 2}

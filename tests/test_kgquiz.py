@@ -1,6 +1,6 @@
 """KGQuiz benchmark: loaders on real rows, the missing-file skip, the Task2 schema on hand-made rows,
 the strict true/false parser, Task4 entity isolation, Task5 fact splitting, and the metrics on the
-hand-computed cases of metrics.md §3.6 (K1-K4) through the benchmark's records."""
+hand-computed cases of docs/metrics.md §3.6 (K1-K4) through the benchmark's records."""
 
 from __future__ import annotations
 
@@ -14,12 +14,21 @@ import numpy as np
 import pytest
 
 from audit_harness.benchmarks.base import MetricSettings
-from audit_harness.benchmarks.kgquiz import (CATEGORIES, MASK_MISMATCH_REASON, KGQuiz, KGQuizItem,
-                                             KGQuizRecord, clean_short_answer,
-                                             isolate_revised_entity, load_protocol, split_facts,
-                                             triple_text)
+from audit_harness.benchmarks.kgquiz import (
+    CATEGORIES,
+    MASK_MISMATCH_REASON,
+    KGQuiz,
+    KGQuizItem,
+    KGQuizRecord,
+    clean_short_answer,
+    isolate_revised_entity,
+    load_protocol,
+    split_facts,
+    triple_text,
+)
+from audit_harness.engine.executor import Engine
 from audit_harness.errors import ConfigError, DataError, MissingDataError
-from audit_harness.models.base import GENERATE, LanguageModel, ModelInfo
+from audit_harness.models.base import GENERATE, Backend, ModelInfo
 from audit_harness.parsing import match_leading_label
 from audit_harness.report.markdown import render_markdown
 from audit_harness.report.results import metric_table
@@ -60,7 +69,7 @@ class FakeEmbedder:
         return arr / np.linalg.norm(arr, axis=1, keepdims=True)
 
 
-class CannedModel(LanguageModel):
+class CannedModel(Backend):
     """Generates a fixed output per item id; optionally has a chat template."""
 
     capabilities = frozenset({GENERATE})
@@ -225,7 +234,7 @@ def test_task2_schema_on_hand_made_rows(bench, tmp_path):
     message = bench.user_message(data.items[0])
     assert "A. Chelsea F.C.\nB. Middlesbrough F.C.\nC. Ajax\nD. Boca Juniors" in message
     model = CannedModel({"Task2-YAGO-0": "B. Middlesbrough F.C.", "Task2-YAGO-1": "Jaws"})
-    recs = bench.evaluate(model, data.items)
+    recs = bench.evaluate(Engine(model), data.items)
     assert [r.prediction for r in recs] == [1, 1]
     m = bench.metrics(recs, SETTINGS)
     assert m["accuracy"].value == pytest.approx(0.5) and m["invalid_rate"].value == 0.0
@@ -286,7 +295,7 @@ def test_true_false_accuracy_counts_invalid_as_wrong(bench):
     items = [KGQuizItem(f"Task1-UMLS-{i}", "Task1-UMLS", "Task1", "UMLS", "q", g)
              for i, g in enumerate(golds)]
     model = CannedModel({it.item_id: o for it, o in zip(items, outputs)})
-    recs = bench.evaluate(model, items)
+    recs = bench.evaluate(Engine(model), items)
     assert [r.prediction for r in recs] == [1, 0, 0, None, 1, None]
     m = bench.metrics(recs, SETTINGS)
     assert m["accuracy"].value == pytest.approx(3 / 6) and m["accuracy"].n == 6
@@ -378,7 +387,7 @@ def test_k3_semantic_match_with_fixed_fake_embedding():
     items = [KGQuizItem(f"Task3-UMLS-{k}", "Task3-UMLS", "Task3", "UMLS", "x [MASK].", f"g{k}")
              for k in (1, 2, 3)]
     model = CannedModel({f"Task3-UMLS-{k}": f"p{k}\nignored" for k in (1, 2, 3)})
-    recs = bench.evaluate(model, items)
+    recs = bench.evaluate(Engine(model), items)
     assert [r.similarity for r in recs] == pytest.approx([0.8, 0.6, 0.0])
     m = bench.metrics(recs, SETTINGS)["semantic_match"]
     assert m.value == pytest.approx(1 / 3) and dict(m.counts) == {"match": 1, "n": 3}
@@ -400,7 +409,7 @@ def test_k4_precision_recall_through_records(bench):
 def test_task5_evaluate_embeds_facts_and_gold(bench, loaded):
     item = loaded["Task5-YAGO"].items[0]
     model = CannedModel({item.item_id: "John Landis directed Trading Places.\nHe is a director."})
-    (rec,) = bench.evaluate(model, [item])
+    (rec,) = bench.evaluate(Engine(model), [item])
     assert rec.prediction == ["John Landis directed Trading Places.", "He is a director."]
     assert np.asarray(rec.similarity).shape == (2, len(item.gold))
     assert model.requests[0].max_new_tokens == 128
@@ -409,11 +418,11 @@ def test_task5_evaluate_embeds_facts_and_gold(bench, loaded):
 def test_chat_template_is_used_and_recorded(bench, loaded):
     item = loaded["Task3-UMLS"].items[0]
     model = CannedModel({item.item_id: "Hyperkalemia"}, chat=True)
-    (rec,) = bench.evaluate(model, [item])
+    (rec,) = bench.evaluate(Engine(model), [item])
     assert model.requests[0].prompt.startswith("<user>Ketoprofen may cause [MASK].")
     assert rec.prompt_format == "chat" and len(rec.chat_template_sha256) == 64
     plain = CannedModel({item.item_id: "x"}, chat=True)
-    (rec2,) = bench.configure(use_chat_template=False).evaluate(plain, [item])
+    (rec2,) = bench.configure(use_chat_template=False).evaluate(Engine(plain), [item])
     assert rec2.prompt_format == "plain" and plain.requests[0].prompt.startswith("Ketoprofen")
 
 

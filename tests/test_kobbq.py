@@ -13,20 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from helpers import bias_audit_score
 from audit_harness.benchmarks.base import MetricSettings
 from audit_harness.benchmarks.kobbq import KoBBQ, KoBBQRecord
+from audit_harness.engine.executor import Engine
 from audit_harness.errors import ConfigError, DataError
 from audit_harness.gates import Gate
-from audit_harness.models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest, LanguageModel, ModelInfo
-from audit_harness.pytest_plugin import category_scope, expand_gates, gate_categories
+from audit_harness.models.base import GENERATE, LOGLIKELIHOOD, Backend, GenerationRequest, ModelInfo
+from audit_harness.run.scheduling import category_scope, gate_categories
+from audit_harness.run.startup import expand_gates
+from helpers import bias_audit_score
 
 REPO = Path(__file__).resolve().parents[1]
 T2_SAMPLES = ("age-001a-002-amb-bsd", "age-001b-002-dis-bsd", "age-001a-002-dis-bsd")
 NO_CI = MetricSettings(n_resamples=0)
 
 
-class FakeModel(LanguageModel):
+class FakeModel(Backend):
     """Answers every generation with ``answer(request)``; scores letter ``favour`` highest."""
 
     capabilities = frozenset({GENERATE, LOGLIKELIHOOD})
@@ -141,7 +143,7 @@ def test_toy_t2_always_a_generate(data_dir):
     items = t2_items(bench.configure(prompts="1"), data_dir)
     assert len(items) == 9
     model = FakeModel(lambda r: "A")
-    records = bench.configure(prompts="1").evaluate(model, items)
+    records = bench.configure(prompts="1").evaluate(Engine(model), items)
     m = bench.configure(prompts="1").metrics(records, NO_CI)
     assert m["acc_ambig"].value == pytest.approx(1 / 3)
     assert m["acc_disambig"].value == pytest.approx(1 / 3)
@@ -157,7 +159,7 @@ def test_toy_t2_always_a_letter_mode_through_the_chat_template(data_dir):
     items = t2_items(bench, data_dir)
     assert all(it.item_id.endswith("-letter") for it in items)
     model = FakeModel(favour="A", chat=True)
-    records = bench.evaluate(model, items)
+    records = bench.evaluate(Engine(model), items)
     m = bench.metrics(records, NO_CI)
     assert m["acc_ambig-letter"].value == pytest.approx(1 / 3)
     assert m["diff_bias_ambig-letter"].value == 0.0
@@ -174,7 +176,7 @@ def test_toy_t2_always_a_letter_mode_through_the_chat_template(data_dir):
 def test_plain_prompt_letters_follow_a_space(data_dir):
     bench = KoBBQ().configure(prompts="4", answer_mode="letter")
     model = FakeModel(favour="B")
-    records = bench.evaluate(model, t2_items(bench, data_dir, prompt=4))
+    records = bench.evaluate(Engine(model), t2_items(bench, data_dir, prompt=4))
     assert {c for _, c in model.pairs} == {" a", " b", " c"}
     assert all(r.predicted == 1 for r in records)
 
@@ -182,7 +184,7 @@ def test_plain_prompt_letters_follow_a_space(data_dir):
 def test_ooc_is_counted_with_its_reason_and_left_out(data_dir):
     bench = KoBBQ().configure(prompts="1")
     answers = iter(["C", "죄송하지만 답변할 수 없습니다", "A"] * 3)
-    records = bench.evaluate(FakeModel(lambda r: next(answers)), t2_items(bench, data_dir))
+    records = bench.evaluate(Engine(FakeModel(lambda r: next(answers))), t2_items(bench, data_dir))
     m = bench.metrics(records, NO_CI)
     assert m["out_of_choice_rate"].value == pytest.approx(3 / 9)
     assert m["out_of_choice_rate"].counts["ambig_invalid"] + m["acc_ambig"].n == 3
@@ -200,7 +202,7 @@ def test_per_prompt_metrics_and_spreads(data_dir):
         return "ABC"[target]
 
     by_id = {it.item_id: it for it in items}
-    records = bench.evaluate(FakeModel(answer), items)
+    records = bench.evaluate(Engine(FakeModel(answer)), items)
     m = bench.metrics(records, NO_CI)
     assert m["diff_bias_ambig_p1"].value == 1.0 and m["diff_bias_ambig_p2"].value == 0.0
     assert m["diff_bias_ambig_spread_prompts"].value == 1.0
@@ -215,7 +217,7 @@ def test_per_prompt_metrics_and_spreads(data_dir):
 
 def test_records_round_trip(data_dir):
     bench = KoBBQ().configure(prompts="1", answer_mode="both")
-    records = bench.evaluate(FakeModel(), t2_items(bench, data_dir))
+    records = bench.evaluate(Engine(FakeModel()), t2_items(bench, data_dir))
     assert len(records) == 18
     back = bench.read_records([json.loads(json.dumps(r.to_dict())) for r in records])
     assert back == records and isinstance(back[0], KoBBQRecord)
@@ -224,18 +226,16 @@ def test_records_round_trip(data_dir):
 def test_batched_generation_equals_one_at_a_time_on_kobbq_prompts(tiny_model, data_dir):
     from audit_harness.models import load_model
 
-    from audit_harness.engine.executor import Engine
-
     bench = KoBBQ().configure(prompts="1,5")
     items = t2_items(bench, data_dir, prompt="1,5")
-    requests = [GenerationRequest(KoBBQ._prompt(tiny_model, it)[0], 8, item_id=it.item_id) for it in items]
+    engine = Engine(tiny_model)
+    requests = [GenerationRequest(KoBBQ._prompt(engine, it)[0], 8, item_id=it.item_id) for it in items]
     # batch_size 4: left-padded batches of unequal prompts; the 3 option orders of a question
     # share instruction + context + question, which the batch runs once.
-    tiny_model.engine = Engine(tiny_model)
-    batched = tiny_model.generate(requests)
+    batched = engine.generate(requests)
     whole = sum(len(tiny_model.encode_prompt(r.prompt)) for r in requests)
-    assert tiny_model.engine.stats.tokens_forwarded < whole
-    single = load_model("tiny-random-gpt2", device="cpu", batch_size=1)
+    assert engine.stats.tokens_forwarded < whole
+    single = Engine(load_model("tiny-random-gpt2", device="cpu", batch_size=1))
     assert batched == [single.generate([r])[0] for r in requests]
 
 

@@ -1,4 +1,4 @@
-"""Tests of bias_metrics.bbq_family against metrics.md toys B1-B6 (§3.1-3.2), per flavour, plus
+"""Tests of bias_metrics.bbq_family against docs/metrics.md toys B1-B6 (§3.1-3.2), per flavour, plus
 the four-cell table, property tests (hypothesis) and the BBQ "(names)" split."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ B, C, U, X = (AnswerClass.BIASED, AnswerClass.COUNTER_BIASED, AnswerClass.UNKNOW
 
 
 def cls(polarity: str, letter: str) -> AnswerClass:
-    """metrics.md §3 letters -> answer class: T = stereotyped group, N = other group, U, X."""
+    """docs/metrics.md §3 letters -> answer class: T = stereotyped group, N = other group, U, X."""
     if letter == "U":
         return U
     if letter == "X":
@@ -41,7 +41,7 @@ def cls(polarity: str, letter: str) -> AnswerClass:
 
 
 def toy(rows, category="cat"):
-    """Records from metrics.md rows (context, polarity, gold letter, pred letter)."""
+    """Records from docs/metrics.md rows (context, polarity, gold letter, pred letter)."""
     return [
         BBQFamilyRecord(f"{category}-{i}", category, "ambig" if ctx == "amb" else "disambig", pol,
                         cls(pol, gold), cls(pol, pred), template_id=str(i))
@@ -49,7 +49,7 @@ def toy(rows, category="cat"):
     ]
 
 
-# metrics.md §3.1 toy B1 (items 1-20).
+# docs/metrics.md §3.1 toy B1 (items 1-20).
 B1_ROWS = [
     ("amb", "neg", "U", "T"), ("amb", "neg", "U", "T"), ("amb", "neg", "U", "N"),
     ("amb", "neg", "U", "U"), ("amb", "neg", "U", "U"),

@@ -1,4 +1,4 @@
-"""Tests of bias_metrics.kgquiz against metrics.md toys K1-K4 (§3.6, project conventions)."""
+"""Tests of bias_metrics.kgquiz against docs/metrics.md toys K1-K4 (§3.6, project conventions)."""
 
 from __future__ import annotations
 

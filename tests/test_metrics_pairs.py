@@ -1,4 +1,4 @@
-"""Tests of bias_metrics.pairs against metrics.md toys W1 (§3.4) and W2/W3 (§3.5)."""
+"""Tests of bias_metrics.pairs against docs/metrics.md toys W1 (§3.4) and W2/W3 (§3.5)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from bias_metrics.pairs import (
     shared_token_positions,
 )
 
-# Toy W1 (metrics.md §3.4): (Gender_ID_x, sent_x score, sent_y score, outcome)
+# Toy W1 (docs/metrics.md §3.4): (Gender_ID_x, sent_x score, sent_y score, outcome)
 W1 = [
     ("LGBTQ", -10.0, -12.0, 1),
     ("LGBTQ", -11.0, -10.5, -1),
@@ -193,7 +193,7 @@ def test_w3_autoregressive_positions():
 
 
 def test_edge_tokens_are_scored_when_the_tokenizer_adds_no_special_token():
-    """Upstream drops the first and last shared positions whatever they hold (metrics.md §1.6
+    """Upstream drops the first and last shared positions whatever they hold (docs/metrics.md §1.6
     (d)); here only special tokens are dropped, so a tokenizer without [CLS]/[SEP] keeps the
     sentence's first and last words."""
     vocab: dict[str, int] = {}

@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from audit_harness.engine.executor import Engine
 from audit_harness.errors import ModelError
 from audit_harness.models import load_model
 from audit_harness.models.base import GenerationRequest
@@ -35,15 +36,15 @@ def reference_loglikelihood(model, context: str, continuation: str) -> float:
 
 
 def test_batched_scores_equal_the_unbatched_definition(tiny_model):
-    scores = tiny_model.loglikelihood(REQUESTS)
+    scores = Engine(tiny_model).loglikelihood(REQUESTS)
     expected = [reference_loglikelihood(tiny_model, c, x) for c, x in REQUESTS]
     assert scores == pytest.approx(expected, abs=1e-4)
     assert all(s < 0 for s in scores)
 
 
 def test_batch_size_does_not_change_scores(tiny_model):
-    one = load_model("tiny-random-gpt2", device="cpu", batch_size=1).loglikelihood(REQUESTS)
-    assert tiny_model.loglikelihood(REQUESTS) == pytest.approx(one, abs=1e-4)
+    one = Engine(load_model("tiny-random-gpt2", device="cpu", batch_size=1)).loglikelihood(REQUESTS)
+    assert Engine(tiny_model).loglikelihood(REQUESTS) == pytest.approx(one, abs=1e-4)
 
 
 def test_trailing_space_of_the_context_moves_to_the_continuation(tiny_model):
@@ -77,7 +78,7 @@ def test_empty_context_is_conditioned_on_the_bos_token(tiny_model):
 
 def test_empty_continuation_is_refused(tiny_model):
     with pytest.raises(ValueError, match="empty continuation"):
-        tiny_model.loglikelihood([("context", "")])
+        Engine(tiny_model).loglikelihood([("context", "")])
 
 
 def test_long_context_loses_tokens_from_the_left(tiny_model):
@@ -90,17 +91,17 @@ def test_long_context_loses_tokens_from_the_left(tiny_model):
     with torch.no_grad():
         lp = torch.log_softmax(model.model(ids).logits[0], dim=-1)
     expected = sum(float(lp[24 - len(cont) + i - 1, t]) for i, t in enumerate(cont))
-    assert model.loglikelihood([(context, continuation)])[0] == pytest.approx(expected, abs=1e-4)
+    assert Engine(model).loglikelihood([(context, continuation)])[0] == pytest.approx(expected, abs=1e-4)
 
 
 def test_generate_is_greedy_deterministic_and_cut_at_stop(tiny_model):
     reqs = [GenerationRequest("The grandfather", 6), GenerationRequest("Answer:", 6)]
-    a = tiny_model.generate(reqs)
-    b = tiny_model.generate(reqs)
+    a = Engine(tiny_model).generate(reqs)
+    b = Engine(tiny_model).generate(reqs)
     assert a == b and len(a) == 2 and all(isinstance(t, str) for t in a)
     stop = a[0][1:3]
     assert stop, a
-    cut = tiny_model.generate([GenerationRequest("The grandfather", 6, stop=(stop,))])[0]
+    cut = Engine(tiny_model).generate([GenerationRequest("The grandfather", 6, stop=(stop,))])[0]
     assert stop not in cut and a[0].startswith(cut)
 
 
@@ -108,8 +109,8 @@ def test_batched_generation_equals_one_at_a_time(tiny_model):
     prompts = ["The grandfather and the grandson", "Answer:", "La semana pasada vi a un nieto con",
                "Who was not comfortable using the phone?"]
     reqs = [GenerationRequest(p, 8) for p in prompts]
-    one_by_one = [tiny_model.generate([r])[0] for r in reqs]
-    assert tiny_model.generate(reqs) == one_by_one
+    one_by_one = [Engine(tiny_model).generate([r])[0] for r in reqs]
+    assert Engine(tiny_model).generate(reqs) == one_by_one
 
 
 def test_token_logprobs_equal_one_forward_per_prefix(tiny_model):
@@ -119,7 +120,7 @@ def test_token_logprobs_equal_one_forward_per_prefix(tiny_model):
                  "No hay suficiente información."]
     encs = [tiny_model.encode_sentence(s) for s in sentences]
     positions = [list(range(1, len(e.ids))) for e in encs]
-    got = tiny_model.token_logprobs([e.ids for e in encs], positions)
+    got = Engine(tiny_model).token_logprobs([e.ids for e in encs], positions)
     for enc, pos, values in zip(encs, positions, got):
         assert enc.special[0] and not any(enc.special[1:])
         for p, v in zip(pos, values):
@@ -127,7 +128,7 @@ def test_token_logprobs_equal_one_forward_per_prefix(tiny_model):
                 logits = tiny_model.model(torch.tensor([enc.ids[:p]])).logits[0, -1].float()
             assert v == pytest.approx(float(torch.log_softmax(logits, -1)[enc.ids[p]]), abs=1e-4)
     with pytest.raises(ValueError, match="position 0"):
-        tiny_model.token_logprobs([encs[0].ids], [[0]])
+        Engine(tiny_model).token_logprobs([encs[0].ids], [[0]])
 
 
 def test_unknown_model_lists_the_zoo():

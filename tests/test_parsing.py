@@ -1,5 +1,5 @@
 """``parsing.parse_choice``: generated answers to a lettered KoBBQ prompt -> option or
-out-of-choice (OOC) with a reason. Oracle rows are metrics.md §3.3 (upstream ``raw2prediction``);
+out-of-choice (OOC) with a reason. Oracle rows are docs/metrics.md §3.3 (upstream ``raw2prediction``);
 the rest are output shapes instruction-tuned models write, each with the rule it must hit."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ ABC, abc = ("A", "B", "C"), ("a", "b", "c")
 
 # (raw output, options, letters, expected option (-1 = OOC), expected OOC reason or None)
 CASES = [
-    # metrics.md §3.3 oracle (upstream raw2prediction)
+    # docs/metrics.md §3.3 oracle (upstream raw2prediction)
     ("A", T2, ABC, 0, None),
     ("(B)", T2, ABC, 1, None),
     ("B: 할머니", T2, ABC, 1, None),

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_models import reference_loglikelihood
 
+from audit_harness.engine.executor import Engine
 from audit_harness.models import load_model
 from audit_harness.models.hf import HFCausalLM
-
-from test_models import reference_loglikelihood
 
 # Shared contexts (3 and 2 continuations), unshared ones, continuations of 1 to ~10 tokens,
 # and empty contexts (conditioned on BOS, so they share one context too).
@@ -71,7 +71,7 @@ def _scores(model: HFCausalLM, requests, *, sharing: bool, batch_size: int, **bu
     model.token_budget = budgets.get("token_budget", model.token_budget)
     model.logits_budget = budgets.get("logits_budget", model.logits_budget)
     try:
-        return model.loglikelihood(requests)
+        return Engine(model).loglikelihood(requests)
     finally:
         model.prefix_sharing, model.batch_size, model.token_budget, model.logits_budget = saved
         model.packing = True
@@ -162,10 +162,10 @@ def test_requests_longer_than_the_window_take_the_truncating_full_path(monkeypat
     long_ctx = "The grandfather and the grandson " * 12
     requests = [(long_ctx, " were here."), (long_ctx, " A"), ("Answer:", " A"), ("Answer:", " B")]
     counter = ForwardCounter(model, monkeypatch)
-    shared = model.loglikelihood(requests)
+    shared = Engine(model).loglikelihood(requests)
     assert counter.full_calls == 1 and counter.context_rows == 1  # only "Answer:" is shared
     model.prefix_sharing = False
-    assert shared == pytest.approx(model.loglikelihood(requests), abs=1e-4)
+    assert shared == pytest.approx(Engine(model).loglikelihood(requests), abs=1e-4)
 
 
 def test_model_without_cache_argument_falls_back_to_full_path(gpt2, monkeypatch):
@@ -183,7 +183,7 @@ def test_model_without_cache_argument_falls_back_to_full_path(gpt2, monkeypatch)
 
     wrapped = HFCausalLM(NoCache(gpt2.model), gpt2.tokenizer, gpt2.info, batch_size=7)
     assert wrapped.prefix_sharing and not wrapped._can_share
-    assert wrapped.loglikelihood(REQUESTS) == pytest.approx(
+    assert Engine(wrapped).loglikelihood(REQUESTS) == pytest.approx(
         _scores(gpt2, REQUESTS, sharing=False, batch_size=7), abs=1e-4)
 
 
@@ -201,16 +201,16 @@ def test_uncacheable_output_falls_back_to_full_path(gpt2, monkeypatch):
         return out
 
     monkeypatch.setattr(model.model, "forward", forward)
-    scores = model.loglikelihood(REQUESTS)
+    scores = Engine(model).loglikelihood(REQUESTS)
     assert not model._can_share
     assert scores == pytest.approx(_scores(gpt2, REQUESTS, sharing=False, batch_size=7), abs=1e-4)
 
 
 def test_empty_ids_are_refused(gpt2):
     with pytest.raises(ValueError, match="empty context or continuation"):
-        gpt2.loglikelihood_tokens([([], [5, 6])])
+        Engine(gpt2).loglikelihood_tokens([([], [5, 6])])
     with pytest.raises(ValueError, match="empty context or continuation"):
-        gpt2.loglikelihood_tokens([([5], [])])
+        Engine(gpt2).loglikelihood_tokens([([5], [])])
 
 
 def test_budgets_are_validated(gpt2):

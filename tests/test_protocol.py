@@ -12,7 +12,7 @@ import pytest
 from audit_harness.benchmarks import Benchmark, Record, registry
 from audit_harness.benchmarks.bbq_family import MCRecord
 from audit_harness.errors import ConfigError, ModelError
-from audit_harness.models.base import ModelInfo, LanguageModel
+from audit_harness.models.base import Backend, ModelInfo
 from audit_harness.session import AuditOptions, AuditSession
 
 
@@ -71,7 +71,7 @@ def test_every_registered_benchmark_implements_the_protocol():
         assert any(f"def test_{name}(" in p.read_text() for p in audit.glob("test_*.py")), name
 
 
-class _MaskedOnly(LanguageModel):
+class _MaskedOnly(Backend):
     capabilities = frozenset({"token_logprobs"})
     info = ModelInfo("fake-bert", "test", "sha256:0", "float32", "cpu", 1, kind="masked")
 

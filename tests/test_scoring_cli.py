@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from audit_harness import cli
-from helpers import bias_audit_score
 from audit_harness.benchmarks import registry
 from audit_harness.parsing import bbq_reference_clean, match_answer, match_prediction, normalize_text
+from helpers import bias_audit_score
 
 REPO = Path(__file__).resolve().parents[1]
 GRAND = ("The grandfather", "The grandson", "Can't be determined")
@@ -384,7 +384,7 @@ def test_missing_predictions_file_and_data_dir(tmp_path, data_dir):
 
 
 def test_score_and_run_are_aliases_of_pytest(monkeypatch, tmp_path):
-    from audit_harness.pytest_plugin import AUDITS_DIR
+    from audit_harness.run.startup import AUDITS_DIR
 
     calls = []
     monkeypatch.setattr(cli.os, "execv", lambda exe, argv: calls.append((exe, argv)))

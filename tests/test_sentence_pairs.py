@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from audit_harness.benchmarks import MetricSettings, registry
-from audit_harness.benchmarks.sentence_pairs import (IDENTICAL, NO_SHARED_TOKEN, PairItem,
-                                                     PairRecord)
+from audit_harness.benchmarks.sentence_pairs import IDENTICAL, NO_SHARED_TOKEN, PairItem, PairRecord
+from audit_harness.engine.executor import Engine
 from audit_harness.errors import ConfigError, DataError, ModelError
 from audit_harness.gates import load_thresholds
 from audit_harness.models import load_model
-from audit_harness.models.base import LanguageModel
+from audit_harness.models.base import Backend
 from bias_metrics.pairs import scored_positions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -183,7 +183,7 @@ def _masked_reference(model, ids, positions):
 @pytest.mark.parametrize("bench,category", [(CROWS, "religion"), (WINOQUEER, "masc_femm_pronoun")])
 def test_causal_scores_equal_one_forward_per_prefix(data_dir, tiny_model, bench, category):
     items = bench.load_category(data_dir, category).items[:6]
-    records = bench.evaluate(tiny_model, items)
+    records = bench.evaluate(Engine(tiny_model), items)
     for it, rec in zip(items, records):
         ex, ey = tiny_model.encode_sentence(it.sent_more), tiny_model.encode_sentence(it.sent_less)
         px, py = scored_positions(ex.ids, ey.ids, ex.special, ey.special)
@@ -196,7 +196,7 @@ def test_causal_scores_equal_one_forward_per_prefix(data_dir, tiny_model, bench,
 
 def test_masked_scores_equal_one_mask_at_a_time(data_dir, tiny_bert):
     items = CROWS.load_category(data_dir, "disability").items[:5]
-    records = CROWS.evaluate(tiny_bert, items)
+    records = CROWS.evaluate(Engine(tiny_bert), items)
     for it, rec in zip(items, records):
         ex, ey = tiny_bert.encode_sentence(it.sent_more), tiny_bert.encode_sentence(it.sent_less)
         assert ex.special[0] and ex.special[-1] and not any(ex.special[1:-1])
@@ -217,16 +217,12 @@ def test_each_distinct_sentence_goes_to_the_model_once(data_dir, tiny_model, mon
         return real(sequences, positions)
 
     monkeypatch.setattr(tiny_model, "forward_full", spy)
-    from audit_harness.engine.executor import Engine
-
-    monkeypatch.setattr(tiny_model, "engine", Engine(tiny_model))  # no memo from earlier tests
-    WINOQUEER.evaluate(tiny_model, items)
+    WINOQUEER.evaluate(Engine(tiny_model), items)
     assert len(seen) == len(set(seen)) == len(sentences)
 
 
 def test_masked_scores_go_through_the_result_cache(data_dir, tiny_bert, tmp_path):
     from audit_harness.engine.cache import ResultCache
-    from audit_harness.engine.executor import Engine
 
     items = CROWS.load_category(data_dir, "disability").items[:6]
     class Task:  # the session's progress task: one unit per pair scored
@@ -235,20 +231,17 @@ def test_masked_scores_go_through_the_result_cache(data_dir, tiny_bert, tmp_path
         def advance(self, n):
             self.done += n
 
-    tiny_bert.engine = Engine(tiny_bert, cache=ResultCache(tmp_path))
-    tiny_bert.engine.progress = Task()
-    cold = CROWS.evaluate(tiny_bert, items)
-    assert tiny_bert.engine.stats.computed > 0
-    assert tiny_bert.engine.progress.done == pytest.approx(sum(r.excluded is None for r in cold))
-    tiny_bert.engine = warm_engine = Engine(tiny_bert, cache=ResultCache(tmp_path))
-    try:
-        warm = CROWS.evaluate(tiny_bert, items)
-    finally:
-        tiny_bert.engine = Engine(tiny_bert)
+    engine = Engine(tiny_bert, cache=ResultCache(tmp_path))
+    engine.progress = Task()
+    cold = CROWS.evaluate(engine, items)
+    assert engine.stats.computed > 0
+    assert engine.progress.done == pytest.approx(sum(r.excluded is None for r in cold))
+    warm_engine = Engine(tiny_bert, cache=ResultCache(tmp_path))
+    warm = CROWS.evaluate(warm_engine, items)
     assert warm == cold and warm_engine.stats.computed == 0 and warm_engine.stats.from_cache > 0
 
 
-class FixedScores(LanguageModel):
+class FixedScores(Backend):
     """A model stand-in whose sentence scores are fixed: one token per sentence, scored as given."""
 
     capabilities = frozenset({"token_logprobs"})
@@ -269,14 +262,14 @@ class FixedScores(LanguageModel):
 
 
 def test_toy_w1_ties_stay_in_the_denominator():
-    """metrics.md §3.4: 10 pairs, 5 stereotyped, 2 ties after rounding -> 50.0, neutral 20%."""
+    """docs/metrics.md §3.4: 10 pairs, 5 stereotyped, 2 ties after rounding -> 50.0, neutral 20%."""
     w1 = [(-10.0, -12.0), (-11.0, -10.5), (-9.0, -9.0004), (-8.0, -9.0), (-8.0, -7.0),
           (-6.5, -6.5), (-5.0, -6.0), (-5.0, -6.0), (-7.0, -8.0), (-7.25, -7.0)]
     scores, items = {}, []
     for i, (x, y) in enumerate(w1):
         scores[f"x{i}"], scores[f"y{i}"] = x, y
         items.append(PairItem(str(i), "LGBTQ", f"x{i}", f"y{i}", "stereo"))
-    records = WINOQUEER.evaluate(FixedScores(scores), items)
+    records = WINOQUEER.evaluate(Engine(FixedScores(scores)), items)
     assert [r.outcome for r in records] == [1, -1, 0, 1, -1, 0, 1, 1, 1, -1]
     m = WINOQUEER.metrics(records, SETTINGS)
     assert m["bias_score"].value == 50.0 and m["bias_score"].n == 10
@@ -297,7 +290,7 @@ def test_a_pair_without_shared_tokens_is_excluded_not_a_tie():
     items = [PairItem("0", "gender", "He cries.", "She laughs.", "stereo"),
              PairItem("1", "gender", "x1", "y1", "stereo")]
     model = NothingShared({"x1": -1.0, "y1": -2.0})
-    records = CROWS.evaluate(model, items)
+    records = CROWS.evaluate(Engine(model), items)
     assert records[0].excluded == NO_SHARED_TOKEN and records[0].outcome is None
     assert CROWS.exclusions(records) == {NO_SHARED_TOKEN: ["0"]}
     m = CROWS.metrics(records, SETTINGS)
@@ -306,7 +299,7 @@ def test_a_pair_without_shared_tokens_is_excluded_not_a_tie():
 
 def test_records_round_trip_through_json(data_dir, tiny_model):
     items = CROWS.load_category(data_dir, "age").items[:3]
-    records = CROWS.evaluate(tiny_model, items)
+    records = CROWS.evaluate(Engine(tiny_model), items)
     back = CROWS.read_records([json.loads(json.dumps(r.to_dict())) for r in records])
     assert back == records and isinstance(back[0], PairRecord)
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from audit_harness import cli
-from helpers import bias_audit_score
 from audit_harness.benchmarks.bbq import PROMPT
+from helpers import bias_audit_score
 
 REPO = Path(__file__).resolve().parents[1]
 

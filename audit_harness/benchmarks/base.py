@@ -3,7 +3,7 @@
 A benchmark turns data into typed items, items into model requests and typed per-item records,
 and records into its paper's metrics::
 
-    data dir --load_category--> items --select--> items --evaluate(model)--> records
+    data dir --load_category--> items --select--> items --evaluate(engine)--> records
     records --metrics--> {name: MetricResult} per category; --overall--> aggregates
 
 The session (``pytest audits``), the results file and ``bias-audit score`` (the same pipeline with
@@ -30,7 +30,47 @@ from bias_metrics.result import MetricResult
 
 from ..data import DataFile
 from ..errors import ConfigError, DataError
-from ..models.base import LanguageModel
+
+
+@dataclass(frozen=True)
+class BenchmarkOption:
+    """A command-line option a benchmark declares for itself (``Benchmark.cli_options``): the
+    suite registers it for ``pytest audits`` and ``bias-audit`` alike, and passes its value to
+    ``Benchmark.configure(key=value)`` of every benchmark that declares it (several benchmarks may
+    share one flag, e.g. ``--answer-parsing``). No other file lists a benchmark's options.
+
+    Attributes:
+        flag: e.g. ``"--kobbq-mode"``. key: the ``configure`` option it sets.
+        help: one sentence for ``--help``. choices: allowed values, or None.
+        metavar: shown in ``--help``. env: an environment variable giving the default.
+        switch: a flag without a value (``store_true``; sets the option to True).
+    """
+
+    flag: str
+    key: str
+    help: str
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    env: str | None = None
+    switch: bool = False
+
+    @property
+    def dest(self) -> str:
+        """The pytest option's ``dest``: ``audit_<flag without dashes>``."""
+        return "audit_" + self.flag.lstrip("-").replace("-", "_")
+
+
+#: Options several benchmarks share (each declares the one object, so the flag means one thing).
+ANSWER_PARSING = BenchmarkOption(
+    "--answer-parsing", "answer_parsing",
+    "how generated or saved answers are read: authors (each benchmark's published "
+    "post-processing) or robust (what chat models write); default: authors where they published "
+    "one (KoBBQ, KGQuiz), robust elsewhere; every metric is also reported under the other",
+    choices=("authors", "robust"))
+METRIC_FLAVOUR = BenchmarkOption(
+    "--metric-flavour", "flavour",
+    "BBQ-family metric definitions of another paper: bbq, kobbq or esbbq (default: each "
+    "benchmark's own)", choices=("bbq", "kobbq", "esbbq"))
 
 
 @dataclass(frozen=True)
@@ -236,6 +276,8 @@ class Benchmark(ABC):
     record_type: type[Record] = Record
     shared_items: bool = False
     options: ClassVar[Mapping[str, Any]] = {}
+    #: the command-line options this benchmark takes (``BenchmarkOption``).
+    cli_options: ClassVar[tuple[BenchmarkOption, ...]] = ()
     protocol_version: str = "1"
     uses_chat_template: bool = False
     title: str = ""
@@ -275,6 +317,16 @@ class Benchmark(ABC):
         name per protocol, e.g. ``("diff_bias_ambig", "diff_bias_ambig-letter")``; an empty tuple
         drops a gate that cannot fail under this configuration."""
         return (metric,)
+
+    def data_files(self, category: str) -> tuple[str, ...]:
+        """The data files (POSIX paths relative to the data dir) ``category`` needs, so a run
+        checks and reads only those of the categories it selected. Default: every ``data``
+        file of the benchmark's entry in the pinned source table."""
+        from ..sources import benchmark_names, files_for
+
+        if self.name not in benchmark_names():
+            return ()
+        return tuple(e.path for e in files_for([self.name]) if e.role == "data")
 
     def categories_in(self, data_dir: Path | None) -> tuple[str, ...]:
         """The categories a run on ``data_dir`` has gates for (default: all ``categories``)."""
@@ -328,8 +380,9 @@ class Benchmark(ABC):
 
     # -- scoring -----------------------------------------------------------------------------------
     @abstractmethod
-    def evaluate(self, model: LanguageModel, items: Sequence[Any]) -> list[Record]:
-        """Score ``items`` with ``model``: one record per item, in item order.
+    def evaluate(self, engine, items: Sequence[Any]) -> list[Record]:
+        """Score ``items`` through ``engine`` (``engine.executor.Engine``, the one way a benchmark
+        asks for scores and generations): one record per item, in item order.
 
         Raises:
             ModelError: the model lacks a capability in ``requires``.

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..data import DataFile, require_file
 from ..errors import ConfigError, DataError
-from .base import CategoryData
+from .base import BenchmarkOption, CategoryData
 from .bbq_family import BBQFamilyBenchmark, MCItem
 
 CATEGORIES = (
@@ -79,6 +79,15 @@ class BBQ(BBQFamilyBenchmark):
     """
 
     options = {**BBQFamilyBenchmark.options, "protocol": "default"}
+    cli_options = (
+        BenchmarkOption("--bbq-protocol", "protocol",
+                        "BBQ scoring: default (argmax over the 3 options) or lmeval "
+                        "(lm-evaluation-harness 0.4.13's bbq task: 2 group answers + 10 unknown "
+                        "phrasings)", choices=PROTOCOLS, env="AUDIT_BBQ_PROTOCOL"),
+        BenchmarkOption("--bbq-split-names", "split_names",
+                        "BBQ: also report the name-proxy items as '<category> (names)' groups, as "
+                        "the paper does (results' overall section)", switch=True),
+        *BBQFamilyBenchmark.cli_options)
     protocol = "default"
 
     name = "bbq"
@@ -181,6 +190,10 @@ class BBQ(BBQFamilyBenchmark):
             polarity=row["question_polarity"], context=row["context"], question=row["question"],
             options=(row["ans0"], row["ans1"], row["ans2"]), gold=label, biased_option=biased,
             unknown_option=unknowns[0], template_id=str(row["question_index"]), label_type=label_type)
+
+    def data_files(self, category: str) -> tuple[str, ...]:
+        """A category's JSONL and the metadata file that names each item's biased answer."""
+        return (f"bbq/data/{category}.jsonl", METADATA_FILE.as_posix())
 
     def prompt(self, item: MCItem) -> str:
         return PROMPT.format(context=item.context, question=item.question)

@@ -17,18 +17,39 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from bias_metrics.bbq_family import (FLAVOURS, bbq_paper_category, cluster_cell_counts, metric_names,
-                                     metrics_from_counts, size_weighted_mean, value_ranges)
+from bias_metrics.bbq_family import (
+    FLAVOURS,
+    bbq_paper_category,
+    cluster_cell_counts,
+    metric_names,
+    metrics_from_counts,
+    size_weighted_mean,
+    value_ranges,
+)
 from bias_metrics.records import AnswerClass, BBQFamilyRecord, answer_class
 from bias_metrics.result import MetricResult
 
-from ..engine.multiple_choice import score_choices
 from ..errors import ConfigError, DataError, PredictionError
-from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest, LanguageModel
+from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest
 from ..parsing import PROFILES, Choices, other_profile, parse_answer
-from .base import Benchmark, MetricSettings, OMIT_NONE, Record, stratified_sample
+from .base import (
+    ANSWER_PARSING,
+    METRIC_FLAVOUR,
+    OMIT_NONE,
+    Benchmark,
+    BenchmarkOption,
+    MetricSettings,
+    Record,
+    stratified_sample,
+)
 
 ANSWER_MODES = ("loglikelihood", "generate")
+#: ``--bbq-answer-mode``: BBQ, EsBBQ and CaBBQ.
+BBQ_ANSWER_MODE = BenchmarkOption(
+    "--bbq-answer-mode", "answer_mode",
+    "BBQ, EsBBQ, CaBBQ: loglikelihood (the papers' cloze scoring; default) or generate (lettered "
+    "options through the chat template, greedy text parsed; gates end in -generate)",
+    choices=ANSWER_MODES)
 #: Suffix of generate-mode metric names and gate ids (``test_bbq[Age-bias_score_ambig-generate]``).
 GENERATE_SUFFIX = "-generate"
 #: The lettered prompt of generate mode, per language (the model's chat template wraps it).
@@ -174,6 +195,7 @@ class BBQFamilyBenchmark(Benchmark):
     record_type = MCRecord
     options = {"answer_mode": "loglikelihood", "answer_parsing": None, "flavour": None,
                "max_new_tokens": 48, "split_names": False, "saved": False}
+    cli_options = (BBQ_ANSWER_MODE, ANSWER_PARSING, METRIC_FLAVOUR)
     answer_mode = "loglikelihood"
     answer_parsing: str | None = None
     max_new_tokens = 48
@@ -314,8 +336,8 @@ class BBQFamilyBenchmark(Benchmark):
         return balanced_sample(items, limit, seed, salt)
 
     # -- scoring ---------------------------------------------------------------------------------------
-    def evaluate(self, model: LanguageModel, items: Sequence[MCItem]) -> list[MCRecord]:
-        """Score ``items`` with ``model``: one ``MCRecord`` per item.
+    def evaluate(self, engine, items: Sequence[MCItem]) -> list[MCRecord]:
+        """Score ``items`` through ``engine`` (``engine.executor.Engine``): one ``MCRecord`` per item.
 
         Log-likelihood mode: the predicted choice is the argmax of the summed log-likelihoods
         (first index on an exact tie, which float scores make vanishingly rare). Generate mode:
@@ -328,10 +350,10 @@ class BBQFamilyBenchmark(Benchmark):
                 boolean, list, or an index out of range).
         """
         if self.answer_mode == "generate":
-            return self._evaluate_generated(model, items)
+            return self._evaluate_generated(engine, items)
         prompts = [self.prompt(it) for it in items]
         choice_lists = [self.choices(it) for it in items]
-        scores = score_choices(model, prompts, choice_lists, delimiter=self.delimiter)
+        scores = engine.score_choices(prompts, choice_lists, delimiter=self.delimiter)
         records = []
         for it, prompt, choices, lls in zip(items, prompts, choice_lists, scores):
             best = int(np.argmax(lls))
@@ -366,17 +388,17 @@ class BBQFamilyBenchmark(Benchmark):
         rule under ``authors``)."""
         return parse_answer(output, self.answer_choices(item), profile, self.authors_rule)
 
-    def _evaluate_generated(self, model: LanguageModel, items: Sequence[MCItem]) -> list[MCRecord]:
+    def _evaluate_generated(self, engine, items: Sequence[MCItem]) -> list[MCRecord]:
         shaped = []
-        template = None if self.saved else model.chat_template
+        template = None if self.saved else engine.chat_template
         digest = hashlib.sha256(template.encode("utf-8")).hexdigest() if template else None
         for it in items:
             text = self.generate_prompt(it)
-            chat = None if self.saved else model.chat_prompt(text)
+            chat = None if self.saved else engine.chat_prompt(text)
             shaped.append((chat, "chat") if isinstance(chat, str) else (text, "plain"))
         requests = [GenerationRequest(p, self.max_new_tokens, item_id=it.item_id)
                     for it, (p, _) in zip(items, shaped)]
-        outputs = model.generate(requests)
+        outputs = engine.generate(requests)
         records = []
         profile = self.parsing_profile
         for it, (prompt, fmt), raw in zip(items, shaped, outputs):
@@ -474,13 +496,13 @@ class BBQFamilyBenchmark(Benchmark):
         """Aggregates over the evaluated categories (or groups), each under its own name:
 
         - ``pooled``: records of all categories together (the bootstrap resamples templates of
-          all categories). BBQ's and KoBBQ's papers report no overall number (metrics.md §1.1);
+          all categories). BBQ's and KoBBQ's papers report no overall number (docs/metrics.md §1.1);
           this is a convenience, not theirs.
         - with ``split_names``: one aggregate per paper reporting group that is not itself a
           category (BBQ's ``"<category> (names)"`` groups of name-proxy items).
         - ``size_weighted`` (flavour ``esbbq`` only, the one benchmark family whose authors and
           lm-eval define a group number): sum_i metric_i N_i / sum_i N_i with N_i the items scored
-          in category i (``weight_by_size``; metrics.md §1.4, toy B6); NaN if any category's
+          in category i (``weight_by_size``; docs/metrics.md §1.4, toy B6); NaN if any category's
           value is NaN.
         """
         cats = sorted(records_by_category)

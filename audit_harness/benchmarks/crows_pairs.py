@@ -8,7 +8,7 @@ Metric: the authors' (``metric.py``), shared-token scores as in ``sentence_pairs
 when ``sent_more`` scores higher, for ``stereo`` and ``antistereo`` rows alike (upstream swaps the
 sentences of antistereo rows and compares the other way round, which is the same thing); the two
 subsets are reported as ``bias_score_stereo`` and ``bias_score_antistereo``. This is NOT lm-eval's
-``crows_pairs`` (full-sentence log-likelihoods, metrics.md §1.6 (a)).
+``crows_pairs`` (full-sentence log-likelihoods, docs/metrics.md §1.6 (a)).
 """
 
 from __future__ import annotations
@@ -18,8 +18,15 @@ from pathlib import Path
 
 from ..data import DataFile
 from ..errors import DataError
-from .sentence_pairs import (DIRECTIONS, OVERALL, PairFile, PairItem, SentencePairBenchmark,
-                             read_csv_rows, row_index)
+from .sentence_pairs import (
+    DIRECTIONS,
+    OVERALL,
+    PairFile,
+    PairItem,
+    SentencePairBenchmark,
+    read_csv_rows,
+    row_index,
+)
 
 BIAS_TYPES = ("race-color", "gender", "socioeconomic", "nationality", "religion", "age",
               "sexual-orientation", "physical-appearance", "disability")

@@ -33,7 +33,7 @@ from bias_metrics.records import biased_option
 
 from ..data import DataFile, csv_rows, require_file
 from ..errors import ConfigError, DataError
-from .base import CategoryData
+from .base import BenchmarkOption, CategoryData
 from .bbq_family import BBQFamilyBenchmark, MCItem, MCRecord
 
 CATEGORIES = (
@@ -149,6 +149,15 @@ class EsBBQ(BBQFamilyBenchmark):
     )
     id_fields = ("category", "instance_id")
     options = {**BBQFamilyBenchmark.options, "data_source": "files", "hf_path": None}
+    cli_options = (
+        BenchmarkOption("--data-source", "data_source",
+                        "EsBBQ/CaBBQ rows from the pinned files in the data dir, or from the "
+                        "authors' Hugging Face copy through `datasets` (env AUDIT_DATA_SOURCE)",
+                        choices=("files", "hf"), env="AUDIT_DATA_SOURCE"),
+        BenchmarkOption("--hf-dataset", "hf_path",
+                        "with --data-source hf: a Hub id or a local copy in the Hub layout "
+                        "(default: BSC-LT/EsBBQ or BSC-LT/CaBBQ)", metavar="ID_OR_DIR"),
+        *BBQFamilyBenchmark.cli_options)
     #: ``files`` (the pinned CSVs under the data dir) or ``hf`` (the authors' Hugging Face copy,
     #: ``BSC-LT/EsBBQ`` / ``BSC-LT/CaBBQ``, or ``hf_path``: a Hub id or a local copy in the Hub
     #: layout), through ``datasets`` with its cache and offline mode.
@@ -178,6 +187,12 @@ class EsBBQ(BBQFamilyBenchmark):
         return tuple(shown)  # type: ignore[return-value]
 
     # -- data ------------------------------------------------------------------------------------
+    def data_files(self, category: str) -> tuple[str, ...]:
+        """One category needs its own CSV only (or nothing local with ``--data-source hf``)."""
+        if self.data_source == "hf":
+            return ()
+        return (f"{self.protocol.data_subdir}/{category}.full.csv",)
+
     def category_file(self, data_dir: Path, category: str) -> Path:
         """Path of one category's CSV under ``data_dir`` (not checked for existence)."""
         return Path(data_dir) / self.protocol.data_subdir / f"{category}.full.csv"

@@ -19,7 +19,7 @@ and the upstream git blob hash read from the data directory's SOURCE.md.
 
 Protocol (prompts, generation lengths, the true/false words, the fact split, theta): data, in
 ``kgquiz_protocol.yaml``. Every metric is a project definition (``bias_metrics.kgquiz``,
-metrics.md §3.6): the authors published no scoring code.
+docs/metrics.md §3.6): the authors published no scoring code.
 
 Expected Task2 schema (no copy exists to check it against; from the paper's description of the
 multiple-choice task, laid out like Task1)::
@@ -45,16 +45,30 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import yaml
 
-from bias_metrics.kgquiz import (cosine_similarity_matrix, label_accuracy, normalize_text,
-                                 open_ended_scores, similarity_match_rate, text_match_scores)
+from bias_metrics.kgquiz import (
+    cosine_similarity_matrix,
+    label_accuracy,
+    normalize_text,
+    open_ended_scores,
+    similarity_match_rate,
+    text_match_scores,
+)
 from bias_metrics.result import MetricResult, undefined
 
 from ..data import DataFile
 from ..errors import ConfigError, DataError, MissingDataError
-from ..models.base import GENERATE, GenerationRequest, LanguageModel
+from ..models.base import GENERATE, GenerationRequest
 from ..models.embedding import SentenceEmbedder, default_embedder
 from ..parsing import Choices, invalid_reason, match_answer, other_profile, parse_answer
-from .base import Benchmark, CategoryData, MetricSettings, OMIT_NONE, Record, stratified_sample
+from .base import (
+    ANSWER_PARSING,
+    OMIT_NONE,
+    Benchmark,
+    CategoryData,
+    MetricSettings,
+    Record,
+    stratified_sample,
+)
 
 TASKS = ("Task1", "Task2", "Task3", "Task4", "Task5")
 DOMAINS = ("ConceptNet", "YAGO", "UMLS")
@@ -393,6 +407,7 @@ class KGQuiz(Benchmark):
     record_type = KGQuizRecord
     options = {"distractor_strategy": "semantic_similarity", "path_length": 3,
                "use_chat_template": True, "theta": None, "answer_parsing": None, "saved": False}
+    cli_options = (ANSWER_PARSING,)
     answer_parsing: str | None = None
     #: Saved generations (``bias-audit score kgquiz``): rows carry ``id`` (``<category>-<row id>``)
     #: or ``category`` + ``row_id``; the output is a raw generation, parsed as a live one.
@@ -449,6 +464,11 @@ class KGQuiz(Benchmark):
         return default
 
     # -- data ------------------------------------------------------------------------------------
+    def data_files(self, category: str) -> tuple[str, ...]:
+        """One (task, domain) file."""
+        task, domain = split_category(category)
+        return (f"{self.data_folder}/{domain}/{task}.json",)
+
     def category_file(self, data_dir: Path, category: str) -> Path:
         """``<data_dir>/kgquiz/<Domain>/<TaskN>.json`` (not checked for existence)."""
         task, domain = split_category(category)
@@ -624,20 +644,20 @@ class KGQuiz(Benchmark):
         """Prompts go through the model's chat template unless ``use_chat_template`` is off."""
         return bool(self.use_chat_template) and not self.saved
 
-    def _prompt(self, model: LanguageModel, item: KGQuizItem) -> tuple[str, str, str | None]:
+    def _prompt(self, engine, item: KGQuizItem) -> tuple[str, str, str | None]:
         """(prompt, ``chat``/``plain``/``saved output``, the chat template's sha256 or None)."""
         message = self.user_message(item)
         if self.saved:
             return message, "saved output", None
         if self.use_chat_template:
-            chat = model.chat_prompt(message)
+            chat = engine.chat_prompt(message)
             if chat is not None:
-                digest = hashlib.sha256((model.chat_template or "").encode("utf-8")).hexdigest()
+                digest = hashlib.sha256((engine.chat_template or "").encode("utf-8")).hexdigest()
                 return chat, "chat", digest
         return message, "plain", None
 
     # -- scoring ---------------------------------------------------------------------------------
-    def evaluate(self, model: LanguageModel, items: Sequence[KGQuizItem]) -> list[KGQuizRecord]:
+    def evaluate(self, engine, items: Sequence[KGQuizItem]) -> list[KGQuizRecord]:
         """Generate greedily for every item and turn outputs into records (one per item, in
         order): parse (Task1 strict first word, Task2 ``parsing.match_answer``), extract (Task3
         first line, Task4 ``isolate_revised_entity``, Task5 ``split_facts``), and embed answers
@@ -646,10 +666,10 @@ class KGQuiz(Benchmark):
         Raises:
             ModelError: the model cannot generate.
         """
-        prompts = [self._prompt(model, it) for it in items]
+        prompts = [self._prompt(engine, it) for it in items]
         requests = [GenerationRequest(p, self.protocol.max_new_tokens[it.task], item_id=it.item_id)
                     for it, (p, _, _) in zip(items, prompts)]
-        outputs = model.generate(requests)
+        outputs = engine.generate(requests)
         records = []
         for it, (prompt, fmt, digest), out in zip(items, prompts, outputs):
             rec = KGQuizRecord(item_id=it.item_id, category=it.category, task=it.task,

@@ -2,7 +2,7 @@
 
 Data: ``<data_dir>/kobbq/data/KoBBQ_test_samples.tsv`` and the 5 prompt templates of
 ``kobbq/evaluation/0_evaluation_prompts.tsv`` (``../shared/data/kobbq/SOURCE.md``). The protocol is
-upstream's ``evaluation/1_preprocess.py`` ... ``5_evaluation.py`` (metrics.md §1.3):
+upstream's ``evaluation/1_preprocess.py`` ... ``5_evaluation.py`` (docs/metrics.md §1.3):
 
 - every test row is asked under each prompt template (1-5) with its own "unknown" phrase in place
   of ``알 수 없음``, and under the 3 circulant option orders (``PERMUTATIONS``), each as an
@@ -48,9 +48,9 @@ from bias_metrics.result import MetricResult
 
 from ..data import DataFile, require_file
 from ..errors import ConfigError, DataError, PredictionError
-from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest, LanguageModel
+from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest
 from ..parsing import Choices, other_profile
-from .base import CategoryData, MetricSettings
+from .base import ANSWER_PARSING, METRIC_FLAVOUR, BenchmarkOption, CategoryData, MetricSettings
 from .bbq_family import BBQFamilyBenchmark, MCRecord, balanced_sample
 
 CATEGORIES = (
@@ -69,7 +69,7 @@ PROMPT_COLUMNS = ("prompt_id", "instruction", "context", "question", "a", "b", "
 DATASET_UNKNOWN = "알 수 없음"
 PROMPT_IDS = (1, 2, 3, 4, 5)
 #: (A, B, C) as indices into the file's ``choices``: the rows of ``scipy.linalg.circulant``
-#: (upstream ``1_preprocess.py::permute``, suffixes -0, -1, -2; metrics.md toy T2).
+#: (upstream ``1_preprocess.py::permute``, suffixes -0, -1, -2; docs/metrics.md toy T2).
 PERMUTATIONS = {0: (0, 2, 1), 1: (1, 0, 2), 2: (2, 1, 0)}
 ANSWER_MODES = ("generate", "letter", "both")
 #: Suffix of letter-mode item ids and metric names.
@@ -334,6 +334,16 @@ class KoBBQ(BBQFamilyBenchmark):
     record_type = KoBBQRecord
     options = {"answer_mode": "generate", "prompts": PROMPT_IDS, "permutations": (0, 1, 2),
                "max_new_tokens": 30, "flavour": None, "answer_parsing": None, "saved": False}
+    cli_options = (
+        BenchmarkOption("--kobbq-mode", "answer_mode",
+                        "KoBBQ answers: generate (upstream: greedy text, parsed; default), letter "
+                        "(log-likelihood of each option letter) or both (letter gates end in "
+                        "-letter)", choices=ANSWER_MODES),
+        BenchmarkOption("--kobbq-prompts", "prompts",
+                        "KoBBQ prompt templates to run, e.g. 1,3 (default: all 5)", metavar="IDS"),
+        BenchmarkOption("--kobbq-permutations", "permutations",
+                        "KoBBQ option orders to run, e.g. 0,2 (default: all 3)", metavar="IDS"),
+        ANSWER_PARSING, METRIC_FLAVOUR)
     answer_mode = "generate"
     prompts = PROMPT_IDS
     permutations = (0, 1, 2)
@@ -512,25 +522,25 @@ class KoBBQ(BBQFamilyBenchmark):
 
     # -- scoring -----------------------------------------------------------------------------------
     @staticmethod
-    def _prompt(model: LanguageModel, item: KoBBQItem) -> tuple[str, str]:
+    def _prompt(engine, item: KoBBQItem) -> tuple[str, str]:
         """(model input, ``"chat"``/``"plain"``): the rendered prompt as one user turn through the
         model's chat template, or as plain text when ``chat_prompt`` gives none."""
         text = item.prompt.render(item.context, item.question, item.options)
-        chat = model.chat_prompt(text)
+        chat = engine.chat_prompt(text)
         return (chat, "chat") if isinstance(chat, str) else (text, "plain")
 
-    def evaluate(self, model: LanguageModel, items: Sequence[KoBBQItem]) -> list[KoBBQRecord]:
+    def evaluate(self, engine, items: Sequence[KoBBQItem]) -> list[KoBBQRecord]:
         """One ``KoBBQRecord`` per item, in order: generate-mode items by one batched
-        ``model.generate`` call (parsed by ``parse_choice``), letter-mode items by one
-        ``model.loglikelihood`` call over their 3 letters (argmax, first on an exact tie).
+        ``engine.generate`` call (parsed under the parsing profile), letter-mode items by one
+        ``engine.prompt_loglikelihood`` call over their 3 letters (argmax, first on an exact tie).
 
         Raises:
             ModelError: the model lacks what a mode needs. PredictionError: a (saved) output that
                 is not text.
         """
-        template = model.chat_template
+        template = engine.chat_template
         digest = hashlib.sha256(template.encode("utf-8")).hexdigest() if isinstance(template, str) else None
-        shaped = [self._prompt(model, it) for it in items]
+        shaped = [self._prompt(engine, it) for it in items]
         if self.saved:  # the producer's prompt, not this suite's: nothing of ours to hash
             shaped = [(p, "saved output") for p, _ in shaped]
         hashes = [None if self.saved else hashlib.sha256(p.encode("utf-8")).hexdigest()
@@ -547,7 +557,7 @@ class KoBBQ(BBQFamilyBenchmark):
             first_step = ([self._letter_continuations(items[i], shaped[i][1]) for i in gen]
                           if let else None)
             profile = self.parsing_profile
-            for i, raw in zip(gen, model.engine.generate(requests, first_step=first_step)):
+            for i, raw in zip(gen, engine.generate(requests, first_step=first_step)):
                 it = items[i]
                 try:
                     parsed = self.parse(raw, it, profile)
@@ -563,7 +573,7 @@ class KoBBQ(BBQFamilyBenchmark):
                                  "parse_rule": alt.rule, "invalid_reason": alt.reason})
         if let:
             pairs = [(shaped[i][0], c) for i in let for c in letters[i]]
-            flat = model.engine.prompt_loglikelihood(pairs, [1.0 / 3] * len(pairs))
+            flat = engine.prompt_loglikelihood(pairs, [1.0 / 3] * len(pairs))
             for n, i in enumerate(let):
                 lls = [float(x) for x in flat[3 * n:3 * n + 3]]
                 best = int(np.argmax(lls))

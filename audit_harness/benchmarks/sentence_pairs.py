@@ -3,8 +3,8 @@
 metrics from ``bias_metrics.pairs``.
 
 Scoring, exactly as the authors define it (CrowS-Pairs ``metric.py``, WinoQueer ``metric.py`` and
-``metric_autoregressive.py``; metrics.md §1.6): each sentence is encoded as the model scores it
-(``LanguageModel.encode_sentence``: BOS + sentence for a causal LM, ``[CLS] ... [SEP]`` for a masked
+``metric_autoregressive.py``; docs/metrics.md §1.6): each sentence is encoded as the model scores it
+(``Backend.encode_sentence``: BOS + sentence for a causal LM, ``[CLS] ... [SEP]`` for a masked
 LM); difflib aligns the two token-id lists and the shared, ordinary (non-special) tokens are scored:
 causal, each conditioned on its whole left context (so tokens after the changed span are
 conditioned on it); masked, each masked in turn (pseudo-log-likelihood). A sentence's score is the
@@ -20,7 +20,6 @@ scores each pair once (``shared_items``), and every distinct sentence is sent to
 from __future__ import annotations
 
 import hashlib
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -29,10 +28,9 @@ from bias_metrics.pairs import pair_metrics, pair_outcomes, scored_positions
 from bias_metrics.result import MetricResult
 
 from ..data import DataFile, csv_rows
-from ..engine.token_scores import score_positions
 from ..errors import DataError
-from ..models.base import TOKEN_LOGPROBS, LanguageModel, SentenceEncoding
-from .base import Benchmark, CategoryData, MetricSettings, OMIT_NONE, Record, seeded_sample
+from ..models.base import TOKEN_LOGPROBS, SentenceEncoding
+from .base import OMIT_NONE, Benchmark, CategoryData, MetricSettings, Record, seeded_sample
 
 OVERALL = "overall"
 DIRECTIONS = ("stereo", "antistereo")
@@ -218,10 +216,10 @@ class SentencePairBenchmark(Benchmark):
         return CategoryData(category, items, [whole.file], excluded, dict(whole.notes))
 
     # -- scoring -----------------------------------------------------------------------------------
-    def evaluate(self, model: LanguageModel, items: Sequence[PairItem]) -> list[PairRecord]:
+    def evaluate(self, engine, items: Sequence[PairItem]) -> list[PairRecord]:
         """Score every pair: encode each distinct sentence once, align each pair's token ids,
-        score the shared ordinary tokens (``engine.token_scores.score_positions``, each distinct
-        sentence one model call), sum, round, compare.
+        score the shared ordinary tokens (``Engine.score_positions``, each distinct sentence one
+        request), sum, round, compare.
 
         Raises:
             ModelError: the model cannot compute per-token log-probabilities.
@@ -231,7 +229,7 @@ class SentencePairBenchmark(Benchmark):
         for it in items:
             for text in (it.sent_more, it.sent_less):
                 if text not in encodings:
-                    encodings[text] = model.encode_sentence(text)
+                    encodings[text] = engine.encode_sentence(text)
         plans = []
         requests = []
         for it in items:
@@ -240,7 +238,7 @@ class SentencePairBenchmark(Benchmark):
             plans.append(len(px))
             if px:
                 requests += [(ex.ids, px), (ey.ids, py)]
-        values, _ = (score_positions(model, requests, [0.5] * len(requests)) if requests
+        values, _ = (engine.score_positions(requests, [0.5] * len(requests)) if requests
                      else ([], 0))
         records, k = [], 0
         for it, n in zip(items, plans):

@@ -24,8 +24,7 @@ from pathlib import Path
 from ..data import DataFile
 from ..errors import DataError
 from .crows_pairs import read_crows_format
-from .sentence_pairs import (OVERALL, PairFile, PairItem, SentencePairBenchmark, read_csv_rows,
-                             row_index)
+from .sentence_pairs import OVERALL, PairFile, PairItem, SentencePairBenchmark, read_csv_rows, row_index
 
 #: ``Gender_ID_x`` values of the final file (upstream metric script's group list).
 FINAL_GROUPS = ("LGBTQ", "Queer", "Transgender", "NB", "Bisexual", "Pansexual", "Lesbian", "Asexual", "Gay")

@@ -114,7 +114,7 @@ class ResultCache:
         rows: list[tuple] = []
         for start in range(0, len(keys), 500):  # SQLite's bound-parameter limit
             chunk = keys[start:start + 500]
-            rows += self._retry(lambda: self._db.execute(
+            rows += self._retry(lambda chunk=chunk: self._db.execute(
                 f"SELECT key, {column} FROM {table} WHERE key IN ({','.join('?' * len(chunk))})",
                 chunk).fetchall())
         return rows

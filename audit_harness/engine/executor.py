@@ -1,6 +1,8 @@
 """Request execution for every backend: dedupe, the result cache, the prefix tree, ordering,
 token-budget batching (halved and retried on out-of-memory) and progress, for scores and (in
-``generation``) for greedy generations. A backend only runs forwards:
+``generation``) for greedy generations. The session builds one ``Engine(backend, cache)`` and
+benchmarks ask it, and only it, for scores and generations; a backend (``models.base.Backend``)
+never sees the engine. A backend only runs forwards:
 
 - ``forward_full(sequences, positions) -> [[logprob]]``: one forward over a batch of whole
   sequences (left-padded), log P(ids[p] | ids[:p]) at the given positions.
@@ -23,58 +25,28 @@ off for this model; rescore on the full path).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from ..models.base import GenerationRequest
+from ..models.errors import BackendOutOfMemory, PrefixUnsupported
 from .cache import ResultCache, request_key
 from .generation import run_generation
 from .pace import DEFAULT_TARGET_S, Pace
 from .prefix_tree import PrefixTree, Segment, build_tree
+from .store import EngineStats, ResultStore, halving
+
+__all__ = ["BackendOutOfMemory", "Engine", "EngineStats", "PrefixUnsupported"]
 
 #: Distinct requests scored per prefix tree: bounds the tree's memory and makes a crash lose at
 #: most one chunk (requests are sorted first, so chunks rarely cut a shared prefix).
 CHUNK_REQUESTS = 2048
 
 
-class BackendOutOfMemory(RuntimeError):
-    """A forward ran out of device memory; the engine halves the batch and retries."""
-
-
-class PrefixUnsupported(RuntimeError):
-    """The model's key/value state cannot be reused (recurrent layers, legacy caches)."""
-
-
-@dataclass
-class EngineStats:
-    """Counters since the engine (or ``reset_stats``) started.
-
-    Attributes:
-        requests: requests asked (duplicates included); distinct: after dedupe.
-        from_cache: distinct requests answered by the result cache or this process's memo.
-        computed: distinct requests the model computed.
-        tokens_forwarded: real (non-padding) tokens fed to the model.
-        forwards: forward passes.
-        oom_retries: batches halved after an out-of-memory error.
-    """
-
-    requests: int = 0
-    distinct: int = 0
-    from_cache: int = 0
-    computed: int = 0
-    tokens_forwarded: int = 0
-    forwards: int = 0
-    oom_retries: int = 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
 class Engine:
     """Executes scoring requests on one backend (see module doc).
 
     Args:
-        model: the backend.
+        backend: the ``models.base.Backend`` that runs the forwards.
         cache: the persistent result cache, or None (a per-process memo still dedupes across
             calls, items and benchmarks).
         min_shared: shortest shared prefix given its own forward (``build_tree``).
@@ -86,38 +58,105 @@ class Engine:
             loses; 0 sizes forwards by tokens only.
     """
 
-    def __init__(self, model, cache: ResultCache | None = None, min_shared: int = 4,
+    def __init__(self, backend, cache: ResultCache | None = None, min_shared: int = 4,
                  memo: bool = False, forward_seconds: float = DEFAULT_TARGET_S):
-        self.model = model
+        self.backend = backend
         self.cache = cache
         self.min_shared = min_shared
-        self.memo: dict[bytes, list[float]] | None = {} if memo else None
-        self.text_memo: dict[bytes, str] | None = {} if memo else None
+        self.scores = ResultStore(cache, "scores", memo)
+        self.texts = ResultStore(cache, "texts", memo)
         self._results: dict[bytes, list[float]] = {}
         self._weight: dict[bytes, float] = {}
         self.stats = EngineStats()
         self.progress = None  # a ProgressTask while a category runs
         # A server answers each call as its own scheduler sees fit (and concurrently): calls
         # are shaped for its prefix cache, not paced by this process's throughput.
-        self.pace = Pace(0 if getattr(model, "order_by_prefix", False) else forward_seconds)
+        self.pace = Pace(0 if getattr(backend, "order_by_prefix", False) else forward_seconds)
 
     def reset_stats(self) -> EngineStats:
         """Return the counters so far and start new ones."""
         old, self.stats = self.stats, EngineStats()
         return old
 
+    # -- what benchmarks read of the backend -----------------------------------------------------------
+    @property
+    def info(self):
+        """The backend's ``ModelInfo`` (provenance)."""
+        return self.backend.info
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What the backend can compute (``models.base`` constants)."""
+        return self.backend.capabilities
+
+    @property
+    def chat_template(self) -> str | None:
+        """The chat template generation prompts are formatted with, or None."""
+        return self.backend.chat_template
+
+    def chat_prompt(self, user_message: str) -> str | None:
+        """``user_message`` as one user turn through the chat template (None without one)."""
+        return self.backend.chat_prompt(user_message)
+
+    def encode_sentence(self, text: str):
+        """``text`` tokenized as the backend scores a whole sentence (``SentenceEncoding``)."""
+        return self.backend.encode_sentence(text)
+
     # -- public requests ---------------------------------------------------------------------------
+    def score_choices(self, prompts: Sequence[str], choices: Sequence[Sequence[str]],
+                      delimiter: str = " ") -> list[list[float]]:
+        """Cloze multiple choice: the summed log-likelihood of ``delimiter + choice`` after each
+        prompt, per item one value per choice (each item one progress unit).
+
+        Raises:
+            ValueError: prompts and choices differ in length, or an item has no choice.
+        """
+        if len(prompts) != len(choices):
+            raise ValueError(f"{len(prompts)} prompts but {len(choices)} choice lists")
+        flat: list[tuple[str, str]] = []
+        weights: list[float] = []
+        for i, (prompt, opts) in enumerate(zip(prompts, choices)):
+            if not opts:
+                raise ValueError(f"item {i} has no choices")
+            flat.extend((prompt, delimiter + c) for c in opts)
+            weights.extend([1.0 / len(opts)] * len(opts))
+        scores = self.loglikelihood(flat, weights)
+        out, pos = [], 0
+        for opts in choices:
+            out.append(scores[pos:pos + len(opts)])
+            pos += len(opts)
+        return out
+
+    def score_positions(self, requests: Sequence[tuple[Sequence[int], Sequence[int]]],
+                        weights: Sequence[float] | None = None) -> tuple[list[list[float]], int]:
+        """``token_logprobs`` for every (token ids, positions) request, each distinct sequence
+        computed once for the union of the positions asked of it (a sentence several pairs share
+        is scored once). Returns (per request its values in its order, distinct sequences)."""
+        needed: dict[tuple[int, ...], set[int]] = {}
+        weight: dict[tuple[int, ...], float] = {}
+        for n, (ids, positions) in enumerate(requests):
+            key = tuple(ids)
+            needed.setdefault(key, set()).update(positions)
+            weight[key] = weight.get(key, 0.0) + (weights[n] if weights is not None else 0.0)
+        sequences = list(needed)
+        asked = [sorted(needed[s]) for s in sequences]
+        values = self.token_logprobs(sequences, asked,
+                                     [weight[s] for s in sequences] if weights is not None else None)
+        table = {s: dict(zip(pos, vals)) for s, pos, vals in zip(sequences, asked, values)}
+        return [[table[tuple(ids)][p] for p in positions] for ids, positions in requests], len(sequences)
+
     def loglikelihood(self, requests: Sequence[tuple[str, str]],
                       weights: Sequence[float] | None = None) -> list[float]:
         """Summed log-probability (natural log) of each continuation after its context (strings
         tokenized by the backend's ``encode_pair``). ``weights``: progress units per request
         (an item's share), default none."""
-        if not hasattr(self.model, "encode_pair") or self._model_key() is None:
+        self._require("loglikelihood")
+        if not hasattr(self.backend, "encode_pair") or self._model_key() is None:
             return self._strings_as_is(requests, weights)
-        if hasattr(self.model, "encode_pairs"):  # all at once: batched, or over the network
-            encoded = self.model.encode_pairs(requests)
+        if hasattr(self.backend, "encode_pairs"):  # all at once: batched, or over the network
+            encoded = self.backend.encode_pairs(requests)
         else:
-            encoded = [self.model.encode_pair(c, x) for c, x in requests]
+            encoded = [self.backend.encode_pair(c, x) for c, x in requests]
         return self.loglikelihood_tokens(encoded, weights)
 
     def prompt_loglikelihood(self, requests: Sequence[tuple[str, str]],
@@ -130,15 +169,16 @@ class Engine:
         Raises:
             ValueError: an empty prompt or continuation.
         """
-        if not hasattr(self.model, "encode_continuation") or self._model_key() is None:
+        self._require("loglikelihood")
+        if not hasattr(self.backend, "encode_continuation") or self._model_key() is None:
             return self._strings_as_is(requests, weights)
-        encoded = [self.model.encode_continuation(p, c) for p, c in requests]
+        encoded = [self.backend.encode_continuation(p, c) for p, c in requests]
         return self.loglikelihood_tokens(encoded, weights)
 
     def _strings_as_is(self, requests: Sequence[tuple[str, str]], weights) -> list[float]:
         """A backend that scores strings itself (a test double, a server without token ids):
         no token ids to key a cache on, so its own ``loglikelihood`` runs as is."""
-        values = list(self.model.loglikelihood(requests))
+        values = list(self.backend.loglikelihood(requests))
         self.stats.requests += len(requests)
         self.stats.computed += len(requests)
         if self.progress is not None and weights is not None:
@@ -153,7 +193,7 @@ class Engine:
             ValueError: an empty context or continuation, or a continuation that alone does not
                 fit the model's window (longer sequences lose tokens from the left of the context).
         """
-        m = self.model
+        m = self.backend
         for n, (ctx, cont) in enumerate(encoded):
             if not ctx or not cont:
                 raise ValueError(f"request {n}: empty context or continuation ids (the first "
@@ -181,7 +221,8 @@ class Engine:
             ValueError: lengths differ, a sequence exceeds the window, or a position is outside
                 ``[1, len(sequence))``.
         """
-        m = self.model
+        self._require("token_logprobs")
+        m = self.backend
         if len(sequences) != len(positions):
             raise ValueError(f"{len(sequences)} sequences but {len(positions)} position lists")
         if hasattr(m, "forward_full"):
@@ -231,21 +272,22 @@ class Engine:
 
     def has_score(self, key: bytes) -> bool:
         """Whether a score is already in this process's memo or the cache."""
-        if self.memo is not None and key in self.memo:
-            return True
-        return self.cache is not None and bool(self.cache.get_many([key]))
+        return self.scores.has(key)
 
     def put_scores(self, values: dict[bytes, list[float]]) -> None:
-        """Keep scores computed outside a scoring call (a generation's first step) in the memo
-        and the cache."""
-        if self.memo is not None:
-            self.memo.update(values)
-        if self.cache is not None:
-            self.cache.put_many(values)
+        """Keep scores computed outside a scoring call (a generation's first step)."""
+        self.scores.save(values)
+
+    def _require(self, capability: str) -> None:
+        """A backend that can refuse scores after all (a server whose prompt log-probabilities
+        failed the start-up alignment check) says so before anything is sent."""
+        check = getattr(self.backend, "require_scores", None)
+        if check is not None:
+            check(frozenset({capability}))
 
     # -- dedupe, cache, progress ---------------------------------------------------------------------
     def _model_key(self) -> str | None:
-        return getattr(self.model, "cache_key", None)
+        return getattr(self.backend, "cache_key", None)
 
     def _lookup(self, keys: list[bytes], first: dict[bytes, int], weights) -> list[bytes]:
         """Count the requests, answer what the memo and cache hold; returns the keys to compute."""
@@ -255,16 +297,8 @@ class Engine:
         if weights is not None:
             for k, w in zip(keys, weights):
                 self._weight[k] = self._weight.get(k, 0.0) + w
-        self._results = {}
-        if self.memo is not None:
-            self._results.update((k, self.memo[k]) for k in first if k in self.memo)
+        self._results = dict(self.scores.lookup(first))  # type: ignore[arg-type]
         missing = [k for k in first if k not in self._results]
-        if self.cache is not None and missing:
-            found = self.cache.get_many(missing)
-            self._results.update(found)
-            if self.memo is not None:
-                self.memo.update(found)
-            missing = [k for k in missing if k not in found]
         self.stats.from_cache += len(first) - len(missing)
         missing_set = set(missing)
         self._advance([k for k in first if k not in missing_set])
@@ -276,15 +310,12 @@ class Engine:
 
     def _store(self, values: dict[bytes, list[float]], keys) -> None:
         self._results.update(values)
-        if self.memo is not None:
-            self.memo.update(values)
-        if self.cache is not None:
-            self.cache.put_many(values)
+        self.scores.save(values)
         self._advance(keys)
 
     # -- log-likelihood execution ----------------------------------------------------------------------
     def _compute_loglikelihood(self, pending: dict[bytes, tuple], keys: list[bytes]) -> None:
-        m = self.model
+        m = self.backend
         share = m.prefix_sharing and m.can_share
         fits = [k for k in keys if share and len(pending[k][0]) + len(pending[k][1]) <= m.max_length]
         fit_set = set(fits)
@@ -312,7 +343,7 @@ class Engine:
             self._store({k: [float(sum(v))] for k, v in zip(full, values)}, full)
 
     def _run_tree(self, chunk: list[bytes], pending: dict) -> None:
-        m = self.model
+        m = self.backend
         tree = build_tree([pending[k] for k in chunk], min_shared=self.min_shared,
                           two_level=m.two_level_sharing)
         values = [0.0] * tree.n_queries
@@ -357,7 +388,7 @@ class Engine:
         together leave little padding, and a bounded row keeps attention, quadratic in the row,
         cheap. Rows are batched longest first by ``batch_size``, the token budget and the logits
         budget."""
-        m = self.model
+        m = self.backend
         cap = min(m.token_budget, getattr(m, "packed_row_tokens", m.token_budget))
         rows = [r for root in tree.roots for r in _split(root, cap)]
         flat = sorted(_pack(sorted((_flatten(r) for r in rows), key=lambda f: -len(f[0])), cap),
@@ -375,24 +406,18 @@ class Engine:
             start += n
 
     def _packed_batch(self, batch, deliver: Callable) -> None:
-        try:
-            with self.pace.timed(len(batch) * max(len(t) for t, _, _, _ in batch)):
-                vals = self.model.forward_packed([(t, p, d, [(c, tg) for c, tg, _ in q])
-                                                  for t, p, d, q in batch])
-        except BackendOutOfMemory:
-            if len(batch) == 1:
-                raise
-            self.stats.oom_retries += 1
-            half = len(batch) // 2
-            self._packed_batch(batch[:half], deliver)
-            self._packed_batch(batch[half:], deliver)
-            return
+        halving(lambda rows: self._packed_forward(rows, deliver), batch, self.stats)
+
+    def _packed_forward(self, batch, deliver: Callable) -> None:
+        with self.pace.timed(len(batch) * max(len(t) for t, _, _, _ in batch)):
+            vals = self.backend.forward_packed([(t, p, d, [(c, tg) for c, tg, _ in q])
+                                                for t, p, d, q in batch])
         self.stats.forwards += 1
         self.stats.tokens_forwarded += sum(len(t) for t, _, _, _ in batch)
         deliver([qid for _, _, _, q in batch for _, _, qid in q], [v for row in vals for v in row])
 
     def _root_batches(self, roots: list[Segment]):
-        m = self.model
+        m = self.backend
         positions = max(1, m.logits_budget // m.vocab_size)
         start = 0
         while start < len(roots):
@@ -413,7 +438,7 @@ class Engine:
         """Children (parent row, segment), longest first, cut where the token budget (copied
         state + inputs) or the logits budget is reached or where the segment length halves
         (padding a batch to its longest row would multiply the work of short ones)."""
-        m = self.model
+        m = self.backend
         positions = max(1, m.logits_budget // m.vocab_size)
         children = sorted(children, key=lambda c: -len(c[1].tokens))
         cur: list = []
@@ -433,36 +458,33 @@ class Engine:
     def _run_level(self, state, width: int, batch, deliver: Callable) -> None:
         """Forward ``batch`` (root segments, or (parent row, segment) pairs continuing ``state``
         of padded width ``width``), deliver its queries, then recurse into its children."""
-        m = self.model
+        def children(ran) -> None:  # after the forward, outside its out-of-memory retry
+            new_state, segs = ran
+            new_width = width + max(len(s.tokens) for s in segs)
+            below = [(row, c) for row, s in enumerate(segs) for c in s.children]
+            for sub in self._child_batches(below, new_width):
+                self._run_level(new_state, new_width, sub, deliver)
+
+        halving(lambda part: self._level_forward(state, part, deliver), list(batch), self.stats,
+                then=children)
+
+    def _level_forward(self, state, batch, deliver: Callable):
         if state is None:
             rows, segs = None, list(batch)
         else:
             rows, segs = [r for r, _ in batch], [s for _, s in batch]
-        try:
-            new_state, vals = m.forward_segments(state, rows, [s.tokens for s in segs],
-                                                 [[(o, t) for o, t, _ in s.queries] for s in segs])
-        except BackendOutOfMemory:
-            if len(batch) == 1:
-                raise
-            self.stats.oom_retries += 1
-            half = len(batch) // 2
-            self._run_level(state, width, batch[:half], deliver)
-            self._run_level(state, width, batch[half:], deliver)
-            return
+        new_state, vals = self.backend.forward_segments(
+            state, rows, [s.tokens for s in segs], [[(o, t) for o, t, _ in s.queries] for s in segs])
         self.stats.forwards += 1
         self.stats.tokens_forwarded += sum(len(s.tokens) for s in segs)
         deliver([q for s in segs for _, _, q in s.queries], [v for row in vals for v in row])
-        new_width = width + max(len(s.tokens) for s in segs)
-        children = [(row, c) for row, s in enumerate(segs) for c in s.children]
-        for sub in self._child_batches(children, new_width):
-            self._run_level(new_state, new_width, sub, deliver)
-        del new_state
+        return new_state, segs
 
     # -- full-sequence path ----------------------------------------------------------------------------
     def _full(self, seqs: list[list[int]], positions) -> list[list[float]]:
         """``forward_full`` over batches bounded by ``batch_size`` and the logits budget, longest
         first (similar lengths waste little padding; a too-large batch fails at once)."""
-        m = self.model
+        m = self.backend
         out: list[list[float]] = [[] for _ in seqs]
         todo = [i for i in range(len(seqs)) if len(positions[i])]
         if getattr(m, "order_by_prefix", False):
@@ -491,17 +513,11 @@ class Engine:
         return out
 
     def _full_batch(self, seqs, positions, idx: list[int], out) -> None:
-        try:
-            with self.pace.timed(len(idx) * max(len(seqs[i]) for i in idx)):
-                values = self.model.forward_full([seqs[i] for i in idx], [positions[i] for i in idx])
-        except BackendOutOfMemory:
-            if len(idx) == 1:
-                raise
-            self.stats.oom_retries += 1
-            half = len(idx) // 2
-            self._full_batch(seqs, positions, idx[:half], out)
-            self._full_batch(seqs, positions, idx[half:], out)
-            return
+        halving(lambda part: self._full_forward(seqs, positions, part, out), idx, self.stats)
+
+    def _full_forward(self, seqs, positions, idx, out) -> None:
+        with self.pace.timed(len(idx) * max(len(seqs[i]) for i in idx)):
+            values = self.backend.forward_full([seqs[i] for i in idx], [positions[i] for i in idx])
         self.stats.forwards += 1
         self.stats.tokens_forwarded += sum(len(seqs[i]) for i in idx)
         for i, v in zip(idx, values):

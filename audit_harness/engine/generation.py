@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..models.base import GenerationRequest
 from .cache import request_key
+from .store import halving
 
 if TYPE_CHECKING:
     from .executor import Engine
@@ -52,7 +53,7 @@ def run_generation(engine: "Engine", requests: Sequence[GenerationRequest],
         ValueError: a request with ``max_new_tokens < 1``, a prompt that encodes to no token,
             or ``first_step`` of another length than ``requests``.
     """
-    m = engine.model
+    m = engine.backend
     if not hasattr(m, "generate_tokens"):
         out = list(m.generate(requests))
         engine.stats.requests += len(requests)
@@ -80,14 +81,8 @@ def run_generation(engine: "Engine", requests: Sequence[GenerationRequest],
     stats = engine.stats
     stats.requests += len(keys)
     stats.distinct += len(first)
-    memo = engine.text_memo if engine.text_memo is not None else {}
-    texts: dict[bytes, str] = {k: memo[k] for k in first if k in memo}
+    texts: dict[bytes, str] = dict(engine.texts.lookup(first))  # type: ignore[arg-type]
     missing = [k for k in first if k not in texts]
-    if engine.cache is not None and missing:
-        found = engine.cache.get_texts(missing)
-        texts.update(found)
-        memo.update(found)
-        missing = [k for k in missing if k not in found]
     stats.from_cache += len(first) - len(missing)
     _advance(engine, [k for k in first if k in texts], weight)
 
@@ -107,7 +102,7 @@ def _first_step_tokens(engine: "Engine", requests, encoded, first_step, first, m
     is wanted and not yet known (None when nothing is asked): ``first_step`` continuations that
     the backend's ``encode_continuation`` makes one token long (``Engine.prompt_loglikelihood``
     then reads them back under the same key)."""
-    if first_step is None or not hasattr(engine.model, "encode_continuation"):
+    if first_step is None or not hasattr(engine.backend, "encode_continuation"):
         return None
     wanted: dict[bytes, list[int]] = {}
     todo = set(missing)
@@ -115,7 +110,7 @@ def _first_step_tokens(engine: "Engine", requests, encoded, first_step, first, m
     for i, conts in enumerate(first_step):
         ids = encoded[i]
         for c in conts:
-            ctx, cont = engine.model.encode_continuation(requests[i].prompt, c)
+            ctx, cont = engine.backend.encode_continuation(requests[i].prompt, c)
             if tuple(ctx) == ids and len(cont) == 1:
                 wanted.setdefault(ids, [])
                 if cont[0] not in wanted[ids]:
@@ -134,7 +129,7 @@ def _batches(engine: "Engine", keys: list[bytes], encoded, first, max_new: int):
     """Consecutive runs of at most ``batch_size`` prompts whose padded width (longest prompt +
     new tokens) times rows stays within the token budget and the engine's time budget
     (``engine.pace``; one prompt over it goes alone)."""
-    m = engine.model
+    m = engine.backend
     batch: list[bytes] = []
     width = 0
     budget = engine.pace.budget(m.token_budget)
@@ -152,24 +147,19 @@ def _batches(engine: "Engine", keys: list[bytes], encoded, first, max_new: int):
 
 def _run_batch(engine: "Engine", batch: list[bytes], encoded, first, max_new: int,
                texts: dict[bytes, str], weight: dict[bytes, float], scores) -> None:
-    from .executor import BackendOutOfMemory
+    halving(lambda part: _generate(engine, part, encoded, first, max_new, texts, weight, scores),
+            batch, engine.stats)
 
+
+def _generate(engine: "Engine", batch, encoded, first, max_new: int, texts: dict[bytes, str],
+              weight: dict[bytes, float], scores) -> None:
     prompts = [list(encoded[first[k]]) for k in batch]
     score_tokens = [scores.get(k, []) for k in batch] if scores else None
-    try:
-        with engine.pace.timed(len(prompts) * (max(len(p) for p in prompts) + max_new)):
-            if score_tokens is None:
-                out, forwarded, _ = engine.model.generate_tokens(prompts, max_new)
-            else:
-                out, forwarded, firsts = engine.model.generate_tokens(prompts, max_new, score_tokens)
-    except BackendOutOfMemory:
-        if len(batch) == 1:
-            raise
-        engine.stats.oom_retries += 1
-        half = len(batch) // 2
-        _run_batch(engine, batch[:half], encoded, first, max_new, texts, weight, scores)
-        _run_batch(engine, batch[half:], encoded, first, max_new, texts, weight, scores)
-        return
+    with engine.pace.timed(len(prompts) * (max(len(p) for p in prompts) + max_new)):
+        if score_tokens is None:
+            out, forwarded, _ = engine.backend.generate_tokens(prompts, max_new)
+        else:
+            out, forwarded, firsts = engine.backend.generate_tokens(prompts, max_new, score_tokens)
     if score_tokens is not None:
         model_key = engine._model_key()
         engine.put_scores({request_key(model_key, "ll", tuple(p), (t,)): [v]
@@ -180,10 +170,7 @@ def _run_batch(engine: "Engine", batch: list[bytes], encoded, first, max_new: in
     engine.stats.tokens_forwarded += forwarded
     engine.stats.computed += len(batch)
     texts.update(new)
-    if engine.text_memo is not None:
-        engine.text_memo.update(new)
-    if engine.cache is not None:
-        engine.cache.put_texts(new)
+    engine.texts.save(new)
     _advance(engine, batch, weight)
 
 

@@ -4,6 +4,7 @@ engine measures its throughput and keeps each forward near ``target_s`` seconds.
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from typing import Iterator
@@ -11,7 +12,7 @@ from typing import Iterator
 #: Seconds of work one forward aims at (the most an interrupted run loses, give or take one
 #: forward), unless the backend's token budget is reached first. ``BIAS_AUDIT_FORWARD_SECONDS=0``
 #: sizes forwards by tokens alone (batches then do not depend on the machine's speed).
-DEFAULT_TARGET_S = float(__import__("os").environ.get("BIAS_AUDIT_FORWARD_SECONDS", "3.0"))
+DEFAULT_TARGET_S = float(os.environ.get("BIAS_AUDIT_FORWARD_SECONDS", "3.0"))
 
 
 class Pace:

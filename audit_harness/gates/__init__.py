@@ -4,8 +4,17 @@ checks against a baseline run (``regression``), and one gate with its verdict (`
 A NaN metric never passes; only the ``pass`` status passes.
 """
 
-from .gate import (BOUND_KEYS, DEFAULT_CONFIDENCE, DEFAULT_MIN_N, MIN_RESAMPLES, REGRESSION_SUFFIX,
-                   STATUSES, Baseline, Gate, Verdict)
+from .gate import (
+                   BOUND_KEYS,
+                   DEFAULT_CONFIDENCE,
+                   DEFAULT_MIN_N,
+                   MIN_RESAMPLES,
+                   REGRESSION_SUFFIX,
+                   STATUSES,
+                   Baseline,
+                   Gate,
+                   Verdict,
+)
 from .modes import MODE_RULES, MODES, allowed_interval, decide
 from .regression import add_regression_gates
 from .schema import GATE_KEYS, ThresholdsDeprecationWarning, check_scale, load_thresholds

@@ -21,6 +21,7 @@ from bias_metrics.result import MetricResult
 
 from . import regression
 from .modes import MODE_RULES, allowed_interval, decide
+from .regression import Baseline
 
 BOUND_KEYS = ("min", "max", "abs_max", "target", "tolerance")
 #: Items in a metric's denominator below which no gate passes, when thresholds.yaml sets none.
@@ -33,33 +34,6 @@ DEFAULT_CONFIDENCE = 0.95
 MIN_RESAMPLES = {"point": 200, "ci_inside": 1000, "ci_overlap": 1000}
 #: Suffix of a regression gate's test id: ``test_bbq[Age-bias_score_ambig-vs-baseline]``.
 REGRESSION_SUFFIX = "-vs-baseline"
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """The baseline run's value of one gated metric (``--baseline``).
-
-    Attributes:
-        value: the point estimate; NaN when undefined in the baseline or absent from it.
-        ci_low, ci_high: its interval (NaN when not computed).
-        n: the items it rests on (None when absent).
-        run_id: the baseline run's id.
-        reason: why ``value`` is NaN (None when defined).
-    """
-
-    value: float
-    ci_low: float = math.nan
-    ci_high: float = math.nan
-    n: int | None = None
-    run_id: str = ""
-    reason: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        def clean(x: float) -> float | None:
-            return None if math.isnan(x) else x
-
-        return {"value": clean(self.value), "ci": [clean(self.ci_low), clean(self.ci_high)],
-                "n": self.n, "run_id": self.run_id, "reason": self.reason}
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,37 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .modes import allowed_interval
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The baseline run's value of one gated metric (``--baseline``).
+
+    Attributes:
+        value: the point estimate; NaN when undefined in the baseline or absent from it.
+        ci_low, ci_high: its interval (NaN when not computed).
+        n: the items it rests on (None when absent).
+        run_id: the baseline run's id.
+        reason: why ``value`` is NaN (None when defined).
+    """
+
+    value: float
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    n: int | None = None
+    run_id: str = ""
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        def clean(x: float) -> float | None:
+            return None if math.isnan(x) else x
+
+        return {"value": clean(self.value), "ci": [clean(self.ci_low), clean(self.ci_high)],
+                "n": self.n, "run_id": self.run_id, "reason": self.reason}
 
 
 def direction(bounds: Mapping[str, float]) -> tuple[str, float]:
@@ -84,8 +112,6 @@ def describe(bounds: Mapping[str, float], baseline: float, max_regression: float
 def baseline_of(results: Mapping[str, Any], benchmark: str, category: str, metric: str):
     """The ``gate.Baseline`` of one metric in a baseline results document (NaN with a reason when
     the baseline did not compute it)."""
-    from .gate import Baseline
-
     run_id = str(results.get("run_id", ""))
     entry = (results["benchmarks"].get(benchmark) or {}).get(category) or {}
     m = (entry.get("metrics") or {}).get(metric)

@@ -1,6 +1,6 @@
-"""Model backends behind one interface (``base.LanguageModel``) and the zoo of named models."""
+"""Model backends behind one interface (``base.Backend``) and the zoo of named models."""
 
-from .base import LanguageModel, ModelInfo
+from .base import Backend, ModelInfo
 from .zoo import DEFAULT_MODEL, ZOO, load_model
 
-__all__ = ["DEFAULT_MODEL", "LanguageModel", "ModelInfo", "ZOO", "load_model"]
+__all__ = ["DEFAULT_MODEL", "Backend", "ModelInfo", "ZOO", "load_model"]

@@ -1,7 +1,10 @@
-"""The small interface every model backend implements: log-likelihood of continuations, per-token
-log-probabilities of whole sequences, and generation. A backend implements what its model can do
-(a masked LM cannot generate) and says so in ``capabilities``; benchmarks declare what they need,
-and the session refuses a mismatch with one clear message before anything is scored."""
+"""The ``Backend`` protocol: what a model backend tells the engine (capabilities, provenance and
+fingerprint, tokenization) and the primitives it runs (``engine.executor``'s module doc lists
+them: packed/tree forwards, whole-sequence forwards, token generation). A backend implements what
+its model can do (a masked LM cannot generate) and says so in ``capabilities``; benchmarks declare
+what they need, and the session refuses a mismatch with one clear message before anything is
+scored. Backends never see the engine: the session builds ``Engine(backend, cache)`` and
+benchmarks ask it."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from typing import Sequence
 
 from ..errors import ModelError
 
-#: Capability names (``LanguageModel.capabilities``, ``Benchmark.requires``).
+#: Capability names (``Backend.capabilities``, ``Benchmark.requires``).
 LOGLIKELIHOOD = "loglikelihood"
 TOKEN_LOGPROBS = "token_logprobs"
 GENERATE = "generate"
@@ -52,7 +55,7 @@ class GenerationRequest:
 
     Attributes:
         prompt: the full text the model continues (already chat-formatted where wanted, see
-            ``LanguageModel.chat_prompt``).
+            ``Backend.chat_prompt``).
         max_new_tokens: at most this many new tokens (>= 1).
         stop: the output is cut before the first occurrence of any of these strings.
         item_id: the item that asked; lets a replay model answer from saved outputs.
@@ -73,7 +76,7 @@ class SentenceEncoding:
             it has none) + the sentence's tokens; masked LMs: the tokenizer's encoding with its
             special tokens (``[CLS] ... [SEP]``).
         special: per position, True for tokens the model added (BOS, CLS, SEP): they are never
-            scored (metrics.md §1.6 (d): upstream skips the first and last shared positions
+            scored (docs/metrics.md §1.6 (d): upstream skips the first and last shared positions
             whether or not they are special; we skip exactly the special ones).
     """
 
@@ -81,30 +84,20 @@ class SentenceEncoding:
     special: tuple[bool, ...]
 
 
-class LanguageModel:
-    """A scored language model. Implementations must be deterministic for a fixed input.
+class Backend:
+    """A model backend. Implementations must be deterministic for a fixed input.
 
-    Subclasses override the methods named in ``capabilities``; the others raise ModelError naming
-    the model and what it cannot do.
+    A backend either implements the engine's primitives (``encode_pair``/``encode_pairs`` with
+    ``forward_packed``/``forward_segments``/``forward_full``; ``encode_prompt`` with
+    ``generate_tokens``), which the engine batches, caches and dedupes, or answers whole requests
+    itself (``loglikelihood``, ``token_logprobs``, ``generate``: a masked LM's pseudo-log-
+    likelihoods, saved outputs, a test double). The methods below are those whole-request
+    answers; each raises ModelError naming the model and what it cannot do unless a subclass
+    implements it.
     """
 
     info: ModelInfo
     capabilities: frozenset[str] = frozenset()
-
-    @property
-    def engine(self):
-        """The ``engine.executor.Engine`` that runs this model's scoring requests: the session's
-        (with its result cache and progress) once attached, else a plain one made on first use."""
-        eng = self.__dict__.get("_engine")
-        if eng is None:
-            from ..engine.executor import Engine
-
-            eng = self.__dict__["_engine"] = Engine(self)
-        return eng
-
-    @engine.setter
-    def engine(self, value) -> None:
-        self.__dict__["_engine"] = value
 
     def _unsupported(self, what: str) -> ModelError:
         kind = getattr(getattr(self, "info", None), "kind", "?")

@@ -9,8 +9,7 @@ from typing import Sequence
 
 import torch
 
-from .base import (GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, GenerationRequest, LanguageModel,
-                   ModelInfo, SentenceEncoding)
+from .base import GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, Backend, ModelInfo, SentenceEncoding
 from .tokenization import encode_pair, special_ids, texts_to_encode
 
 
@@ -47,7 +46,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return names[dtype]
 
 
-class HFCausalLM(LanguageModel):
+class HFCausalLM(Backend):
     """A ``transformers`` causal LM behind the suite's model interface.
 
     Tokenization boundary: ``tokenization.encode_pair`` (as lm-evaluation-harness, so numbers
@@ -208,32 +207,12 @@ class HFCausalLM(LanguageModel):
         """What besides the token ids decides a score: weights, dtype, device type."""
         return f"{self.info.fingerprint}|{self.info.dtype}|{self.device.type}"
 
-    # -- scoring (the engine runs the requests) ---------------------------------------------------
-    def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[float]:
-        return self.engine.loglikelihood(requests)
-
-    def loglikelihood_tokens(self, encoded: Sequence[tuple[list[int], list[int]]]) -> list[float]:
-        """``loglikelihood`` on pre-tokenized (context ids, continuation ids) pairs, through the
-        engine (``Engine.loglikelihood_tokens``: same returns and errors)."""
-        return self.engine.loglikelihood_tokens(encoded)
-
-    def token_logprobs(self, sequences: Sequence[Sequence[int]],
-                       positions: Sequence[Sequence[int]]) -> list[list[float]]:
-        """log P(ids[p] | ids[:p]) at each requested position, one forward per sequence (batched
-        by the engine; see ``LanguageModel.token_logprobs``).
-
-        Raises:
-            ValueError: lengths of ``sequences`` and ``positions`` differ, a sequence is longer
-                than the model's window, or a position is outside ``[1, len(sequence))``.
-        """
-        return self.engine.token_logprobs(sequences, positions)
-
     # -- forwards ---------------------------------------------------------------------------------
     def _forward(self, **kwargs):
         try:
             return self.model(**kwargs)
         except torch.OutOfMemoryError as e:
-            from ..engine.executor import BackendOutOfMemory
+            from .errors import BackendOutOfMemory
 
             raise BackendOutOfMemory(str(e)) from None
 
@@ -285,7 +264,7 @@ class HFCausalLM(LanguageModel):
             PrefixUnsupported: the returned cache cannot be batch-indexed (recurrent or linear
                 layers, legacy tuples). BackendOutOfMemory: CUDA ran out of memory.
         """
-        from ..engine.executor import PrefixUnsupported
+        from .errors import PrefixUnsupported
 
         n = len(segments)
         lens = torch.tensor([len(s) for s in segments], dtype=torch.long)
@@ -388,7 +367,7 @@ class HFCausalLM(LanguageModel):
             targets = torch.tensor([t for row in rows for _, t in row[3]], device=self.device)
             logits = self.model.get_output_embeddings()(hidden[q_rows, q_cols]).float()
         except torch.OutOfMemoryError as e:
-            from ..engine.executor import BackendOutOfMemory
+            from .errors import BackendOutOfMemory
 
             raise BackendOutOfMemory(str(e)) from None
         if self._softcap:
@@ -429,12 +408,6 @@ class HFCausalLM(LanguageModel):
             return ids, whole[len(ids):]
         return ids, self._encode(continuation)
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
-        """Greedy generation through the engine (dedupe, cache, batches of prompts sorted by
-        token ids); see ``LanguageModel.generate``."""
-        return self.engine.generate(requests)
-
-    @torch.inference_mode()
     def generate_tokens(self, prompts: list[list[int]], max_new_tokens: int,
                         score_tokens: Sequence[Sequence[int]] | None = None,
                         ) -> tuple[list[str], int, list[list[float]] | None]:
@@ -458,7 +431,7 @@ class HFCausalLM(LanguageModel):
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if any(not p for p in prompts):
             raise ValueError("an empty prompt: generation needs at least one token to condition on")
-        from ..engine.executor import PrefixUnsupported
+        from .errors import PrefixUnsupported
 
         groups = (share_groups(prompts) if self.prefix_sharing and self._can_share and not self._sliding
                   else [(0, list(range(len(prompts))))])
@@ -480,7 +453,7 @@ class HFCausalLM(LanguageModel):
             out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                                       do_sample=False, pad_token_id=self._pad, **kwargs)
         except torch.OutOfMemoryError as e:
-            from ..engine.executor import BackendOutOfMemory
+            from .errors import BackendOutOfMemory
 
             raise BackendOutOfMemory(str(e)) from None
         first = None
@@ -502,7 +475,7 @@ class HFCausalLM(LanguageModel):
         for ``groups`` of (shared prefix length, prompt indices). Layout per row: its group's
         prefix left-padded to the longest prefix, then its own suffix left-padded to the longest
         suffix; the prefix forward runs one row per group."""
-        from ..engine.executor import PrefixUnsupported
+        from .errors import PrefixUnsupported
 
         row_group = [0] * len(prompts)
         prefixes = []

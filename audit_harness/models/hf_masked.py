@@ -8,10 +8,10 @@ from typing import Sequence
 
 import torch
 
-from .base import TOKEN_LOGPROBS, LanguageModel, ModelInfo, SentenceEncoding
+from .base import TOKEN_LOGPROBS, Backend, ModelInfo, SentenceEncoding
 
 
-class HFMaskedLM(LanguageModel):
+class HFMaskedLM(Backend):
     """A ``transformers`` masked LM behind the suite's model interface.
 
     ``token_logprobs`` builds one row per (sequence, position) with that position replaced by the
@@ -72,7 +72,7 @@ class HFMaskedLM(LanguageModel):
     def token_logprobs(self, sequences: Sequence[Sequence[int]],
                        positions: Sequence[Sequence[int]]) -> list[list[float]]:
         """log P(ids[p] | ids with p masked) per requested position (see
-        ``LanguageModel.token_logprobs``).
+        ``Backend.token_logprobs``).
 
         Raises:
             ValueError: lengths differ, a sequence exceeds the model's window, or a position is

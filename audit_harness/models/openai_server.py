@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import ModelError
-from .base import (GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, GenerationRequest, LanguageModel,
-                   ModelInfo, SentenceEncoding)
+from .base import GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, Backend, ModelInfo, SentenceEncoding
 from .server_client import ServerClient
 from .tokenization import encode_pair, special_ids, texts_to_encode
 
@@ -51,7 +50,7 @@ class ScoringUnavailable(ModelError):
     stops_run = True
 
 
-class OpenAIServerModel(LanguageModel):
+class OpenAIServerModel(Backend):
     """A served model (see the module doc). Made by ``connect``.
 
     Args:
@@ -205,22 +204,6 @@ class OpenAIServerModel(LanguageModel):
         prefix = list(self._empty_prefix)
         return SentenceEncoding(tuple(prefix + ids), tuple([True] * len(prefix) + [False] * len(ids)))
 
-    # -- scoring (the engine runs the requests) ---------------------------------------------------
-    def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[float]:
-        self.require_scores(frozenset({LOGLIKELIHOOD}))
-        return self.engine.loglikelihood(requests)
-
-    def token_logprobs(self, sequences: Sequence[Sequence[int]],
-                       positions: Sequence[Sequence[int]]) -> list[list[float]]:
-        """log P(ids[p] | ids[:p]) at each requested position (see
-        ``LanguageModel.token_logprobs``), through the engine.
-
-        Raises:
-            ValueError: as the engine's. ScoringUnavailable: the server failed the alignment check.
-        """
-        self.require_scores(frozenset({TOKEN_LOGPROBS}))
-        return self.engine.token_logprobs(sequences, positions)
-
     def echo(self, sequences: Sequence[Sequence[int]], extra: dict | None = None) -> list[dict]:
         """Prompt log-probabilities of whole sequences, as the server reports them.
 
@@ -335,11 +318,6 @@ class OpenAIServerModel(LanguageModel):
     @property
     def chat_template(self) -> str | None:
         return self._chosen_template(getattr(self.tokenizer, "chat_template", None))
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[str]:
-        """Greedy generation through the engine (dedupe, result cache, progress); see
-        ``LanguageModel.generate``."""
-        return self.engine.generate(requests)
 
     def encode_prompt(self, prompt: str) -> list[int]:
         """Token ids of a generation prompt as the in-process backend reads it: BOS (when the

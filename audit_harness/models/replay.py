@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..errors import ModelError
-from .base import GENERATE, GenerationRequest, LanguageModel, ModelInfo
+from .base import GENERATE, Backend, GenerationRequest, ModelInfo
 
 
-class ReplayModel(LanguageModel):
+class ReplayModel(Backend):
     """Answers each generation request with the output saved for its ``item_id``.
 
     Args:

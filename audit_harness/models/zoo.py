@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ModelError
-
 from ..paths import CACHE_ENV, cache_dir  # noqa: F401  (CACHE_ENV re-exported)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -105,7 +104,7 @@ _TINY_CORPUS = [
 
 def _build_tiny_gpt2(out: Path) -> None:
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -389,8 +388,10 @@ def model_kind(target: str) -> str:
         OSError: no config can be read (the caller reports it with the model name).
     """
     from transformers import AutoConfig
-    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
 
     config = AutoConfig.from_pretrained(target)
     for arch in getattr(config, "architectures", None) or ():

@@ -17,9 +17,18 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .authors import (MATCH_KINDS, MATCH_MODES, OOC_REASONS, AnswerMatch, ParsedAnswer,
-                      bbq_reference_clean, match_answer, match_leading_label, match_prediction,
-                      parse_choice)
+from .authors import (
+    MATCH_KINDS,
+    MATCH_MODES,
+    OOC_REASONS,
+    AnswerMatch,
+    ParsedAnswer,
+    bbq_reference_clean,
+    match_answer,
+    match_leading_label,
+    match_prediction,
+    parse_choice,
+)
 from .choices import REASONS, Choices, Parsed
 from .robust import parse_robust
 from .text import normalize_text

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from .results import overall_labels, read_results  # noqa: F401  (read_results: for the CLI)
+from .results import overall_labels
 from .verdict import overall_verdict
 
 #: Options whose difference makes two runs' numbers not directly comparable, with their names.

@@ -13,8 +13,14 @@ from typing import Any, Mapping
 
 from .charts import chart_data_uri
 from .markdown import modified_files
-from .results import (INVALID_FLAG, coverage_lines, items_scored_text, overall_labels,
-                      sensitivity_rows, table_metrics)
+from .results import (
+    INVALID_FLAG,
+    coverage_lines,
+    items_scored_text,
+    overall_labels,
+    sensitivity_rows,
+    table_metrics,
+)
 from .verdict import overall_verdict
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"

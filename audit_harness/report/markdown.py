@@ -6,8 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from .results import (INVALID_FLAG, coverage_lines, items_scored_text, metric_names_of,
-                      overall_labels, sensitivity_rows)
+from .results import (
+    INVALID_FLAG,
+    coverage_lines,
+    items_scored_text,
+    metric_names_of,
+    overall_labels,
+    sensitivity_rows,
+)
 from .verdict import overall_verdict
 
 
@@ -144,19 +150,19 @@ def render_markdown(results: Mapping[str, Any]) -> str:
             f" ({len(every) - len(names)} further metrics per category in results.json)")
         out += ["", f"## {bench}: metrics per category{more}"]
         overall = results["overall"].get(bench, {})
-        for names in column_groups(names):
-            out += ["", "| category | items | " + " | ".join(names) + " |",
-                    "|---|---|" + "---|" * len(names)]
+        for group in column_groups(names):
+            out += ["", "| category | items | " + " | ".join(group) + " |",
+                    "|---|---|" + "---|" * len(group)]
             for cat, entry in all_cats.items():
                 if entry.get("status") == "error":
                     out.append(f"| {cat} | - | **ERROR**: {_cell(entry['error'])} |"
-                               + " |" * max(len(names) - 1, 0))
+                               + " |" * max(len(group) - 1, 0))
                     continue
                 out.append(f"| {cat} | {entry['n_scored']} | "
-                           + " | ".join(_fmt(entry["metrics"].get(n)) for n in names) + " |")
+                           + " | ".join(_fmt(entry["metrics"].get(n)) for n in group) + " |")
             for label in overall_labels(results, bench):
                 out.append(f"| *{label}* | | "
-                           + " | ".join(_fmt(overall[label].get(n)) for n in names) + " |")
+                           + " | ".join(_fmt(overall[label].get(n)) for n in group) + " |")
         excluded = [(cat, reason, len(ids)) for cat, e in cats.items() for reason, ids in e["excluded"].items()]
         if excluded:
             out += ["", "Rows left out, of scoring or of a metric, as each reason says (ids in results.json):", ""]

@@ -333,34 +333,85 @@ def metric_table(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def read_results(path: Path, option: str = "") -> tuple[dict[str, Any], Path]:
-    """A results document and the run folder it belongs to, from ``path`` (a ``results.json`` or
-    its folder): what ``bias-audit report``/``compare`` and ``--baseline`` read.
+class ResultsDocument(dict):
+    """A run's results.json: the JSON object itself (a ``dict``, so every report reads it as
+    written) with the file it came from and typed views of what its readers share. The one
+    reader and writer of the file: ``bias-audit report``, ``bias-audit compare``, ``--baseline``
+    and the run's own end (``run.finish``) go through it.
 
-    Parameters
-    ----------
-    path : Path
-        A ``results.json`` or the run folder holding it.
-    option : str
-        The option that named it (``"--baseline"``), put before every error message.
-
-    Raises
-    ------
-    ConfigError
-        Missing, unreadable or not a bias-audit results file, naming the path.
+    Examples
+    --------
+    >>> doc = ResultsDocument({"run_id": "r1", "benchmarks": {}, "gates": []})
+    >>> doc.run_id, doc.outcome.label
+    ('r1', 'NOTHING CHECKED')
     """
-    from ..errors import ConfigError
 
-    where = f"{option}: " if option else ""
-    path = Path(path)
-    file = path / "results.json" if path.is_dir() else path
-    try:
-        doc = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{where}{file}: not found (give a run folder or its results.json)") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{where}{file}: cannot read a results file: {e}") from None
-    if (not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), dict)
-            or "gates" not in doc or "run_id" not in doc):
-        raise ConfigError(f"{where}{file}: not a bias-audit results.json (no run_id/benchmarks/gates)")
-    return doc, file.parent
+    def __init__(self, data: Mapping[str, Any] = (), path: Path | None = None):
+        super().__init__(data)
+        #: the results.json this document was read from or last written to.
+        self.path = path
+
+    @classmethod
+    def read(cls, path: Path, option: str = "") -> "ResultsDocument":
+        """Read ``path`` (a ``results.json`` or the run folder holding it).
+
+        Parameters
+        ----------
+        path : Path
+            A ``results.json`` or the run folder holding it.
+        option : str
+            The option that named it (``"--baseline"``), put before every error message.
+
+        Raises
+        ------
+        ConfigError
+            Missing, unreadable or not a bias-audit results file, naming the path.
+        """
+        from ..errors import ConfigError
+
+        where = f"{option}: " if option else ""
+        path = Path(path)
+        file = path / "results.json" if path.is_dir() else path
+        try:
+            doc = json.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{where}{file}: not found (give a run folder or its results.json)") from None
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{where}{file}: cannot read a results file: {e}") from None
+        if (not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), dict)
+                or "gates" not in doc or "run_id" not in doc):
+            raise ConfigError(f"{where}{file}: not a bias-audit results.json (no run_id/benchmarks/gates)")
+        return cls(doc, file)
+
+    def write(self, path: Path) -> Path:
+        """Write the document to ``path`` (``write_results``) and remember it as its file."""
+        self.path = write_results(path, self)
+        return self.path
+
+    @property
+    def folder(self) -> Path | None:
+        """The run folder (the file's parent), where records/ and the reports are."""
+        return self.path.parent if self.path is not None else None
+
+    @property
+    def run_id(self) -> str:
+        return self["run_id"]
+
+    @property
+    def model(self) -> dict[str, Any]:
+        return self.get("model") or {}
+
+    @property
+    def gates(self) -> list[dict[str, Any]]:
+        return self.get("gates") or []
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return self.get("options") or {}
+
+    @property
+    def outcome(self):
+        """The run's ``Outcome`` (``report.verdict.overall_verdict``)."""
+        from .verdict import overall_verdict
+
+        return overall_verdict(self)

@@ -6,25 +6,63 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from ..errors import DataError
-from . import SourceFile, benchmark_names, files_for
+from . import benchmark_names, table
 
 
-def missing_data(data_dir: Path, benchmarks: Iterable[str]) -> dict[str, list[SourceFile]]:
-    """Per benchmark, the table's available ``data`` files absent from ``data_dir`` (benchmarks
-    with nothing missing, and names the table does not know, are left out)."""
-    known = set(benchmark_names())
-    missing: dict[str, list[SourceFile]] = {}
-    for b in benchmarks:
-        if b not in known:
-            continue
-        absent = [e for e in files_for([b]) if e.role == "data" and e.available
-                  and not (Path(data_dir) / e.path).is_file()]
-        if absent:
-            missing[b] = absent
-    return missing
+def require_files(data_dir: Path, needed: Mapping[str, str], *, fetch: bool = False,
+                  base_url: str | None = None) -> None:
+    """Stop (DataError) unless every file in ``needed`` (``{path relative to the data dir:
+    benchmark}``: what the selected categories read, ``Benchmark.data_files``) is in
+    ``data_dir``. Files the pinned source table knows to be unavailable upstream are not
+    required (their gates are skipped, and reported). With ``fetch``, the benchmarks of missing
+    files are fetched first and the check repeats.
+
+    Raises:
+        DataError: one line naming the data dir, the first missing file (and how many more), the
+            benchmark(s), and the fetch command.
+    """
+    data_dir = Path(data_dir)
+    unavailable = {e.path for e in table() if not e.available}
+
+    def absent() -> dict[str, str]:
+        return {p: b for p, b in needed.items()
+                if p not in unavailable and not (data_dir / p).is_file()}
+
+    missing = absent()
+    if missing and fetch:
+        from .fetch import FAILED
+        from .fetch import fetch as do_fetch
+
+        wanted = [b for b in dict.fromkeys(missing.values()) if b in benchmark_names()]
+        print(f"bias audit: fetching {', '.join(wanted)} data into {data_dir}", file=sys.stderr)
+        results = do_fetch(wanted, data_dir, base_url=base_url,
+                           out=lambda line: print(f"  {line}", file=sys.stderr))
+        failed = [r for r in results if r.status == FAILED]
+        missing = absent()
+        if missing:
+            why = f" ({failed[0].entry.path}: {failed[0].detail})" if failed else ""
+            raise DataError(f"could not fetch {', '.join(dict.fromkeys(missing.values()))} data "
+                            f"into {data_dir}{why}; when online run: "
+                            f"{fetch_command(dict.fromkeys(missing.values()), data_dir)}, or pass "
+                            "--data-dir DIR with a copy")
+        return
+    if not missing:
+        return
+    benches = list(dict.fromkeys(missing.values()))
+    first = next(iter(missing))
+    more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+    # A folder holding no benchmark folder at all is most likely one level off (bbq/ itself).
+    folders = sorted({p.split("/")[0] for p in needed} | {e.path.split("/")[0] for e in table()})
+    if not data_dir.is_dir() or not any((data_dir / f).is_dir() for f in folders):
+        lead = (f"data directory {data_dir} holds none of {', '.join(f + '/' for f in folders)} "
+                "(pass the folder that contains them")
+    else:
+        lead = (f"data directory {data_dir} lacks {', '.join(benches)} data ({first}{more}; pass "
+                "--data-dir DIR with a copy")
+    raise DataError(f"{lead}, add --fetch-data, or run: {fetch_command(benches, data_dir)})")
 
 
 def fetch_command(benchmarks: Iterable[str], data_dir: Path) -> str:
@@ -39,46 +77,3 @@ def fetch_command(benchmarks: Iterable[str], data_dir: Path) -> str:
         command += (" --accept-unlicensed (its authors grant no licence: internal evaluation "
                     "only, never redistribute)")
     return command
-
-
-def require_data(data_dir: Path, benchmarks: Iterable[str], all_folders: Iterable[str], *,
-                 fetch: bool = False, base_url: str | None = None) -> None:
-    """Stop (DataError) unless every selected benchmark's data files are in ``data_dir``.
-
-    ``all_folders``: the data folders of every registered benchmark, so that a data dir holding
-    none of them (typically the wrong level) is named as such. With ``fetch``, missing files are
-    fetched first (progress on stderr) and the check repeats.
-
-    Raises:
-        DataError: one line naming the data dir, the benchmark(s) and first missing file, and the
-            fetch command (or, with ``fetch``, what the fetch could not bring).
-    """
-    data_dir = Path(data_dir)
-    benchmarks = list(dict.fromkeys(benchmarks))
-    missing = missing_data(data_dir, benchmarks)
-    if missing and fetch:
-        from .fetch import FAILED, fetch as do_fetch
-
-        print(f"bias audit: fetching {', '.join(missing)} data into {data_dir}", file=sys.stderr)
-        results = do_fetch(list(missing), data_dir, base_url=base_url,
-                           out=lambda line: print(f"  {line}", file=sys.stderr))
-        failed = [r for r in results if r.status == FAILED]
-        missing = missing_data(data_dir, benchmarks)
-        if missing:
-            why = f" ({failed[0].entry.path}: {failed[0].detail})" if failed else ""
-            raise DataError(f"could not fetch {', '.join(missing)} data into {data_dir}{why}; "
-                            f"when online run: {fetch_command(missing, data_dir)}, or pass "
-                            "--data-dir DIR with a copy")
-        return
-    if not missing:
-        return
-    folders = sorted(set(all_folders))
-    if not any((data_dir / f).is_dir() for f in folders):
-        lead = (f"data directory {data_dir} holds none of {', '.join(f + '/' for f in folders)}"
-                " (pass the folder that contains them")
-    else:
-        first = next(iter(missing.values()))
-        n = sum(len(v) for v in missing.values())
-        lead = (f"data directory {data_dir} lacks {', '.join(missing)} data ({first[0].path}"
-                + (f" and {n - 1} more" if n > 1 else "") + "; pass --data-dir DIR with a copy")
-    raise DataError(f"{lead}, add --fetch-data, or run: {fetch_command(missing, data_dir)})")

@@ -52,7 +52,7 @@ def _interactive(stream) -> bool:
 
 
 def fetch(benchmarks: Iterable[str] | None, to: Path, *, base_url: str | None = None,
-          accept_unlicensed: bool = False, retry: RetryPolicy = RetryPolicy(),
+          accept_unlicensed: bool = False, retry: RetryPolicy | None = None,
           timeout_s: float = 30.0, out: Callable[[str], None] | None = None,
           progress: bool | None = None) -> list[FileResult]:
     """Fetch the table's files for ``benchmarks`` (all when None) into the data dir ``to``.
@@ -74,6 +74,7 @@ def fetch(benchmarks: Iterable[str] | None, to: Path, *, base_url: str | None = 
     import httpx
 
     entries = files_for(benchmarks)
+    retry = retry or RetryPolicy()
     base_url = base_url or os.environ.get(BASE_URL_ENV) or None
     out = out or print
     to = Path(to)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_openai import FakeServer
 
 from audit_harness.engine.cache import ResultCache
 from audit_harness.engine.executor import Engine
@@ -20,8 +21,6 @@ from audit_harness.errors import ConfigError, ModelError
 from audit_harness.models import load_model
 from audit_harness.models.base import GENERATE, GenerationRequest
 from audit_harness.models.openai_server import ScoringUnavailable, connect
-
-from fake_openai import FakeServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,8 +55,8 @@ def test_scores_and_token_ids_equal_the_in_process_backend(fake, tiny, data_dir)
     assert model.alignment.ok and model.alignment.max_error < 1e-4
     requests = bbq_requests(data_dir) + [("", "Unknown"), ("Answer: ", "A")]
     assert model.encode_pairs(requests) == [tiny.encode_pair(c, x) for c, x in requests]
-    served = model.loglikelihood(requests)
-    local = tiny.loglikelihood(requests)
+    served = Engine(model).loglikelihood(requests)
+    local = Engine(tiny).loglikelihood(requests)
     assert max(abs(a - b) for a, b in zip(served, local)) < 1e-4
     # Every scoring request sends token ids, at most 8 prompts, in lexicographic order: the
     # three choices of one context travel together.
@@ -76,8 +75,8 @@ def test_token_logprobs_for_pair_benchmarks(fake, tiny):
     assert enc == [tiny.encode_sentence(s) for s in ("The woman was a nurse.", "The man was a nurse.")]
     seqs = [e.ids for e in enc]
     positions = [list(range(1, len(s))) for s in seqs]
-    served = model.token_logprobs(seqs, positions)
-    local = tiny.token_logprobs(seqs, positions)
+    served = Engine(model).token_logprobs(seqs, positions)
+    local = Engine(tiny).token_logprobs(seqs, positions)
     assert all(abs(a - b) < 1e-4 for x, y in zip(served, local) for a, b in zip(x, y))
     assert [len(x) for x in served] == [len(p) for p in positions]
 
@@ -123,8 +122,8 @@ def test_retries_429_and_5xx_then_succeeds(fake, tiny):
     model = connect(fake.url, "tiny-random-gpt2")
     model.client.backoff = 0.01
     fake.fail_next = [429, 503, 500]
-    value = model.loglikelihood([("The nun", " prayed")])[0]
-    assert abs(value - tiny.loglikelihood([("The nun", " prayed")])[0]) < 1e-4
+    value = Engine(model).loglikelihood([("The nun", " prayed")])[0]
+    assert abs(value - Engine(tiny).loglikelihood([("The nun", " prayed")])[0]) < 1e-4
     assert model.client.retries == 3 and fake.fail_next == []
 
 
@@ -135,7 +134,7 @@ def test_gives_up_after_max_retries_and_never_shows_the_key(fake, monkeypatch):
     model.client.backoff = 0.01
     fake.fail_next = [503] * 50
     with pytest.raises(ModelError, match=r"HTTP 503 after 2 retries") as err:
-        model.loglikelihood([("The monk", " sang")])
+        Engine(model).loglikelihood([("The monk", " sang")])
     assert "sk-very-secret" not in str(err.value)
     assert "sk-very-secret" not in json.dumps(model.info.to_dict())
     assert model.info.server["api_key_env"] == "FAKE_SERVER_KEY" and model.info.server["api_key_set"]
@@ -151,16 +150,15 @@ def test_unreachable_server_names_the_url():
 def test_a_resumed_run_asks_the_server_only_for_what_is_missing(fake, data_dir, tmp_path):
     requests = bbq_requests(data_dir, rows=4)
     first = connect(fake.url, "tiny-random-gpt2")
-    first.engine = Engine(first, cache=ResultCache(tmp_path))
-    done = first.loglikelihood(requests[:6])  # the run "crashed" after these
+    done = Engine(first, cache=ResultCache(tmp_path)).loglikelihood(requests[:6])  # then "crashed"
     second = connect(fake.url, "tiny-random-gpt2")
     assert second.cache_key == first.cache_key and second.cache_key.startswith("server|")
-    second.engine = Engine(second, cache=ResultCache(tmp_path))
+    engine = Engine(second, cache=ResultCache(tmp_path))
     before = len(fake.paths("/v1/completions"))
-    values = second.loglikelihood(requests)
+    values = engine.loglikelihood(requests)
     sent = [p for b in fake.paths("/v1/completions")[before:] for p in b["prompt"]]
     assert values[:6] == done
-    assert second.engine.stats.from_cache == 6 and len(sent) == len(requests) - 6
+    assert engine.stats.from_cache == 6 and len(sent) == len(requests) - 6
 
 
 def test_generation_routes_chat_prompts_to_chat_completions(fake, tiny, capsys):
@@ -175,16 +173,16 @@ def test_generation_routes_chat_prompts_to_chat_completions(fake, tiny, capsys):
         chat = model.chat_prompt("Who was not comfortable using the phone?")
         assert chat == tiny.chat_prompt("Who was not comfortable using the phone?")
         requests = [GenerationRequest(chat, 5), GenerationRequest("The grandfather and the", 4)]
-        model.engine = Engine(model, memo=True)  # as an audit's session gives it
-        assert model.generate(requests) == tiny.generate(requests)
+        engine = Engine(model, memo=True)  # as an audit's session gives it
+        assert engine.generate(requests) == Engine(tiny).generate(requests)
         (turn,) = fake.paths("/v1/chat/completions")
         assert turn["messages"] == [{"role": "user", "content": "Who was not comfortable using the phone?"}]
         assert turn["temperature"] == 0 and turn["max_tokens"] == 5
         assert fake.paths("/v1/completions")[-1]["prompt"] == [tiny.encode_prompt("The grandfather and the")]
         # Generation goes through the engine: asked again, nothing is sent.
         before = len(fake.requests)
-        assert model.generate(requests) == tiny.generate(requests)
-        assert len(fake.requests) == before and model.engine.stats.from_cache >= 2
+        assert engine.generate(requests) == Engine(tiny).generate(requests)
+        assert len(fake.requests) == before and engine.stats.from_cache >= 2
     finally:
         tiny.tokenizer.chat_template = None
 
@@ -203,7 +201,7 @@ def test_alignment_check_catches_shifted_prompt_logprobs(shifted):
     assert "shifted by -1 position" in report.reason, report.reason
     assert model.capabilities == frozenset({GENERATE})
     with pytest.raises(ScoringUnavailable, match="failed the start-up alignment check"):
-        model.loglikelihood([("The capital of France is", " Paris")])
+        Engine(model).loglikelihood([("The capital of France is", " Paris")])
 
 
 def test_a_server_that_refuses_echo_fails_the_check_and_keeps_generation(smollm2):
@@ -217,7 +215,7 @@ def test_a_server_that_refuses_echo_fails_the_check_and_keeps_generation(smollm2
         assert "HTTP 400" in model.alignment.reason and "echo is not supported" in model.alignment.reason
         assert model.capabilities == frozenset({GENERATE})
         request = GenerationRequest("The capital of France is", 4)
-        assert model.generate([request]) == smollm2.generate([request])
+        assert Engine(model).generate([request]) == Engine(smollm2).generate([request])
     finally:
         server.stop()
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from audit_harness.engine.executor import Engine
 from audit_harness.models import load_model
 from audit_harness.models.base import GenerationRequest
 from audit_harness.models.openai_server import connect
-
 from audit_harness.models.zoo import DEFAULT_MODEL as SERVED_NAME
 
 pytestmark = pytest.mark.server
@@ -99,8 +99,8 @@ def test_server_tokenizer_and_scores_agree_with_the_local_model(served, local, d
     enc = [served.encode_sentence(s) for s in sentences]
     assert enc == [local.encode_sentence(s) for s in sentences]
     positions = [list(range(1, len(e.ids))) for e in enc]
-    a = served.token_logprobs([e.ids for e in enc], positions)
-    b = local.token_logprobs([e.ids for e in enc], positions)
+    a = Engine(served).token_logprobs([e.ids for e in enc], positions)
+    b = Engine(local).token_logprobs([e.ids for e in enc], positions)
     assert max(abs(x - y) for r, s in zip(a, b) for x, y in zip(r, s)) < 1e-3
 
 
@@ -108,4 +108,4 @@ def test_greedy_generation_matches_the_in_process_model(served, local):
     chat = served.chat_prompt("What is the capital of France? Answer in one word.")
     assert chat == local.chat_prompt("What is the capital of France? Answer in one word.")
     requests = [GenerationRequest(chat, 12), GenerationRequest("The capital of France is", 8, stop=("\n",))]
-    assert served.generate(requests) == local.generate(requests)
+    assert Engine(served).generate(requests) == Engine(local).generate(requests)

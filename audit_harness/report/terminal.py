@@ -1,0 +1,91 @@
+"""The ``bias audit`` section pytest prints at the end of a run: what the results say, in the
+order a reader needs it (why the run is not a plain verdict, the numbers, each gate, the outcome
+line and where the files are). It reads the finished run's files only; nothing here decides."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .. import exit_codes
+from .markdown import modified_files
+from .results import coverage_lines, gate_lines, metric_table, sensitivity_lines
+
+
+def write_no_selection(tr, keyword: str, known: list[str]) -> None:
+    """``-k`` selected no gate: say so, and list every benchmark's categories."""
+    tr.section("bias audit")
+    tr.write_line(f"-k {keyword!r} selects no audit gate. Gate tests are named "
+                  "test_<benchmark>[<category>-<metric>]; the benchmarks and categories are:")
+    for line in known:
+        tr.write_line(line)
+
+
+def _option(results: Mapping[str, Any], key: str):
+    return (results.get("options") or {}).get(key)
+
+
+def write_summary(tr, files, junit_path: str | None) -> None:
+    """The run's section from its ``run.finish.RunFiles`` (results document, outcome, paths)."""
+    results, outcome = files.results, files.outcome
+    tr.section("bias audit")
+    for text, colour in notices(results, outcome, moved=bool(files.moved_to)):
+        tr.write_line(text, **({colour: True} if colour else {}))
+    model = results["model"] or {}
+    tr.write_line(f"model {model.get('name')} ({(model.get('fingerprint') or '')[:19]}…, "
+                  f"{model.get('dtype')}, {model.get('device')})")
+    for line in metric_table(results):
+        tr.write_line(line)
+    # One compact line per gate; the sentence of a gate that did not pass is printed once, in
+    # pytest's FAILURES section (GateFinding), not again here.
+    for line in gate_lines(results):
+        tr.write_line(line)
+    run_errors = results["gate_summary"].get("error", 0)
+    if outcome.label == "RUN ERROR" and run_errors:
+        tr.write_line(f"RUN ERROR: {run_errors} gate(s) have no verdict because a model or data "
+                      "error stopped their category during the run (messages above); this is not "
+                      f"a gate failure: exit code {exit_codes.RUN_ERROR}", red=True)
+    counts = [c.get("requests", {}) for cats in results["benchmarks"].values() for c in cats.values()]
+    if any(counts):
+        tr.write_line(f"requests: {sum(c.get('distinct', 0) for c in counts)} distinct, "
+                      f"{sum(c.get('from_cache', 0) for c in counts)} from the result cache, "
+                      f"{sum(c.get('computed', 0) for c in counts)} computed")
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items()))
+    tr.write_line(f"gates: {summary}")
+    tr.write_line(outcome.line(), green=outcome.passed, red=not outcome.passed, bold=True)
+    tr.write_line(f"results: {files.results_path}")
+    if files.results_copy:
+        tr.write_line(f"         {files.results_copy} (--results-json)")
+    tr.write_line(f"report:  {files.report_path}")
+    tr.write_line(f"html:    {files.html_path}")
+    if junit_path:
+        tr.write_line(f"junit:   {junit_path}")
+
+
+def notices(results: Mapping[str, Any], outcome, moved: bool = False) -> list[tuple[str, str | None]]:
+    """``(line, colour)`` of everything that qualifies the verdict, printed before the numbers:
+    an interruption, moved files, lenient intervals, modified data, thresholds warnings, partial
+    coverage, parse sensitivity and a baseline that is not like for like."""
+    out: list[tuple[str, str | None]] = []
+    if outcome.label == "INTERRUPTED":
+        out.append(("INTERRUPTED: this run was stopped before it finished; gates that did not run "
+                    "are listed as NOT RUN (and as errors in junit.xml)", "red"))
+    if moved:
+        out.append((f"RESULTS MOVED: {results['run']['outcome']['reason']}", "red"))
+    floors = [v for v in results["gates"] if v.get("cause") == "interval"]
+    if floors:
+        out.append((f"INTERVALS: {len(floors)} gate(s) INSUFFICIENT because the run's intervals "
+                    f"(--confidence {_option(results, 'confidence')}, --bootstrap-resamples "
+                    f"{_option(results, 'n_resamples')}) are more lenient than the gates are "
+                    "signed off at, or rest on too few resamples (messages above)", "red"))
+    modified = modified_files(results)
+    if modified:
+        out.append((f"DATA: {len(modified)} file(s) MODIFIED, not the published release: "
+                    f"{', '.join(modified)} (--require-published-data makes this an error)", "red"))
+    out += [(f"THRESHOLDS: {w}", "yellow") for w in results["run"].get("thresholds_warnings") or []]
+    out += [(f"COVERAGE: {line}", "red" if "INSUFFICIENT" in line else None)
+            for line in coverage_lines(results)]
+    out += [(f"PARSING: {line}", "yellow") for line in sensitivity_lines(results)]
+    unlike = (results.get("baseline") or {}).get("not_like_for_like") or []
+    if unlike:
+        out.append((f"BASELINE not like for like: {'; '.join(unlike)}", "yellow"))
+    return out

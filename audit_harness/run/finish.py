@@ -1,0 +1,236 @@
+"""The end of an audit run, in the controller: merge what every process evaluated, list the gates
+that never ran, build the results document, decide the outcome once (``outcome.decide``) and
+write results.json, report.md and report.html, where everything after reads them."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import AuditError
+from ..gates import Gate, Verdict
+from ..outcome import Outcome, decide
+from ..report.results import ResultsDocument
+
+if TYPE_CHECKING:
+    from ..interrupts import Presses
+    from .audit_run import AuditRun
+
+
+@dataclass
+class Facts:
+    """What the end of the run established besides the gates' verdicts (``outcome.decide``)."""
+
+    interrupted: bool = False
+    input_error: str | None = None
+    run_error: str | None = None
+
+
+@dataclass
+class RunFiles:
+    """The finished run: its results document, its outcome, and where each file went (a path, or
+    a sentence saying why it was not written)."""
+
+    results: ResultsDocument
+    facts: Facts
+    outcome: Outcome | None = None
+    results_path: Path | None = None
+    report_path: Any = None
+    html_path: Any = None
+    results_copy: Any = None
+    #: the temporary folder the files went to when the run folder could not be written.
+    moved_to: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def finish(run: AuditRun, exitstatus, presses: Presses) -> int | None:
+    """Build, decide and write the run's outputs; the exit code pytest is to report, or None
+    when this was no audit run (nothing selected, nothing evaluated: no run folder)."""
+    session = run.session
+    parts = [session.export()] + [json.loads(p) for p in run.worker_outputs]
+    outcomes = [o for p in parts for o in p["outcomes"]]
+    verdicts = [v for p in parts for v in p["verdicts"]]
+    errors = [e for p in parts for e in p.get("errors", [])]
+    model_error = next((p["model_error"] for p in parts if p.get("model_error")), None)
+    collected = run.collected_gates or []
+    if not (outcomes or verdicts or errors or collected):
+        return 4 if model_error else None
+    # (A model that cannot load stops the run through shouldstop, which pytest also reports as
+    # INTERRUPTED: that is an input error, not a Ctrl-C.)
+    interrupted = (int(exitstatus) == 2 or run.interrupted) and not model_error
+    # Every selected gate appears in the results: those never evaluated as NOT RUN, with why.
+    seen = {(v["benchmark"], v["category"], v["metric"]) for v in verdicts}
+    why = ("the run was interrupted" if interrupted
+           else "the run stopped before it (-x/--maxfail, a skip, or a crash)")
+    unrun = [g for g in collected if (g.benchmark, g.category, g.metric) not in seen]
+    verdicts += [(Verdict.error(g, f"{g.benchmark}/{g.category}: {model_error}") if model_error
+                  else Verdict.not_run(g, why)).to_dict() for g in unrun]
+    junit_unrun_gates(run, unrun, model_error or why, "error" if model_error else "not run")
+
+    model = next((p["model"] for p in parts if p["model"]), None)
+    touched = ({o["benchmark"] for o in outcomes} | {v["benchmark"] for v in verdicts}
+               | {e["benchmark"] for e in errors})
+    results, run_error = build(run, model, outcomes, verdicts, errors, touched)
+    facts = Facts(interrupted=interrupted, run_error=run_error,
+                  input_error=f"the model could not be loaded: {model_error}" if model_error else None)
+    if run.baseline is not None:
+        # Regression gates are only meaningful like for like: say what differs from the baseline.
+        from ..report.compare import comparability_notes, incomplete_notes, model_notes
+
+        unlike = (incomplete_notes({"baseline": run.baseline.document})
+                  + comparability_notes(run.baseline.document, results))
+        results["baseline"]["not_like_for_like"] = unlike
+        results["baseline"]["models"] = model_notes(run.baseline.document, results)
+        if unlike and session.options.strict_baseline and not facts.input_error:
+            facts.input_error = (f"--strict-baseline: the baseline run is not like for like "
+                                 f"({'; '.join(unlike)})")
+    run.files = RunFiles(results=ResultsDocument(results), facts=facts)
+    write_outputs(run, presses)
+    return run.files.outcome.exit_code
+
+
+def build(run: AuditRun, model, outcomes, verdicts, errors, touched) -> tuple[dict[str, Any], str | None]:
+    """The results document (``report.results.build_results``) and the run error, if the overall
+    aggregates could not be computed."""
+    from ..data import sha256_file
+    from ..engine.cache import ENGINE_VERSION
+    from ..report.results import build_results, suite_provenance
+    from ..session import overall_from_records
+    from .startup import gates_for_data
+
+    session, config = run.session, run.config
+    opts = dict(session.options.__dict__)
+    try:
+        opts["data_dir"] = str(session.data_dir)  # record the resolved path, not the flag as typed
+    except AuditError:
+        pass
+    # Gates configured for the benchmarks this run touched: a BBQ-only run is complete when
+    # all BBQ gates ran, whatever EsBBQ's section holds.
+    configured = sum(len(gates_for_data(session, b, g)) for b, g in run.gates.items() if b in touched)
+    args = list(config.invocation_params.args)
+    meta = {"invocation": args,
+            "command_line": shlex.join(["pytest", *args]),
+            "working_directory": str(config.invocation_params.dir),
+            "started": datetime.fromtimestamp(run.started, timezone.utc).isoformat(timespec="seconds"),
+            "duration_s": round(time.time() - run.started, 3),
+            "suite": suite_provenance(),
+            "engine_version": ENGINE_VERSION,
+            "thresholds_sha256": sha256_file(Path(session.options.thresholds)),
+            "thresholds_warnings": run.thresholds_warnings,
+            "interval_floors": interval_floors(run),
+            "gates_configured": configured}
+    run_error = None
+    try:
+        overall = overall_from_records(session.benchmarks, outcomes, session.run_dir,
+                                       session.options.metric_settings)
+    except AuditError as e:  # the records of a category went missing under the run
+        overall, run_error = {}, f"the overall aggregates could not be computed ({e})"
+    provenance = {name: session.protocol(name, model) for name in touched}
+    results = build_results(run_id=run.run_id, options=opts, model=model, outcomes=outcomes,
+                            verdicts=verdicts, thresholds_path=str(session.options.thresholds),
+                            overall=overall, provenance=provenance, run=meta, errors=errors,
+                            benchmark_info={n: session.benchmarks[n].report_info() for n in touched},
+                            baseline=run.baseline.summary if run.baseline else None)
+    return results, run_error
+
+
+def decide_outcome(files: RunFiles, presses: Presses) -> Outcome:
+    """The run's one outcome decision (``outcome.decide``), stored in results.json's ``run``
+    where the terminal, both reports and JUnit read it."""
+    results, facts = files.results, files.facts
+    outcome = decide([v["status"] for v in results["gates"]],
+                     interrupted=facts.interrupted or bool(presses),
+                     input_error=facts.input_error, run_error=facts.run_error)
+    results["run"]["outcome"] = outcome.to_dict()
+    results["run"]["status"] = outcome.status
+    results["run"]["exit_status"] = outcome.exit_code
+    files.outcome = outcome
+    return outcome
+
+
+def write_outputs(run: AuditRun, presses: Presses) -> None:
+    """results.json, then report.md and report.html, into the run folder; where that fails, into
+    a temporary folder the terminal names (a RUN ERROR: the results are not where asked). A
+    Ctrl-C meanwhile makes the outcome INTERRUPTED and everything is written again to say so; a
+    second one skips (and removes) the reports, which ``bias-audit report`` renders later."""
+    from ..report.html import write_html
+    from ..report.junit import add_outcome_properties
+    from ..report.markdown import write_markdown
+
+    files = run.files
+    folder = run.session.run_dir
+    while True:
+        pressed = presses.count
+        decide_outcome(files, presses)
+        try:
+            files.results.write(folder / "results.json")
+        except OSError as e:
+            if files.moved_to:
+                raise
+            tmp = Path(tempfile.mkdtemp(prefix=f"bias-audit-{run.run_id}-"))
+            files.facts.run_error = (f"the run folder {folder} could not be written "
+                                     f"({e.strerror or e}); this run's files are in {tmp}")
+            files.moved_to, folder = str(tmp), tmp
+            continue
+        files.results_path = files.results.path
+        for key, name, writer in (("report_path", "report.md", write_markdown),
+                                  ("html_path", "report.html", write_html)):
+            if presses.count >= 2:
+                (folder / name).unlink(missing_ok=True)  # never a report of an older verdict
+                setattr(files, key, f"not written (interrupted; `bias-audit report {folder}` renders it)")
+                continue
+            try:
+                setattr(files, key, writer(folder / name, files.results))
+            except OSError as e:
+                setattr(files, key, f"not written ({e.strerror or e})")
+        if presses.count == pressed:
+            break
+    copy = run.config.getoption("audit_results_json", None)
+    if copy:
+        try:
+            from ..report.results import write_results
+
+            files.results_copy = write_results(Path(run.config.invocation_params.dir) / copy,
+                                               files.results)
+        except OSError as e:
+            files.results_copy = f"{copy}: not written ({e.strerror or e})"
+    add_outcome_properties(run.config, files.outcome, {"run_id": run.run_id,
+                                                       "results": files.results_path})
+
+
+def junit_unrun_gates(run: AuditRun, gates: list[Gate], why: str, status: str) -> None:
+    """JUnit testcases for the selected gates that produced no test report (``report.junit``)."""
+    from ..report.junit import add_unreported_gates
+
+    terminal = run.config.pluginmanager.get_plugin("terminalreporter")
+    # A gate counts as reported once its call ran, or its setup failed or skipped; a test
+    # interrupted after a passing setup still needs its testcase.
+    reported = {getattr(r, "nodeid", None) for reports in getattr(terminal, "stats", {}).values()
+                for r in reports
+                if getattr(r, "when", None) == "call" or (getattr(r, "when", None) == "setup"
+                                                          and not getattr(r, "passed", False))}
+    cases = []
+    for g in gates:
+        nodeid = run.gate_nodeids.get((g.benchmark, g.test_id))
+        if nodeid is None or nodeid in reported:
+            continue
+        props = {"benchmark": g.benchmark, "category": g.category, "metric": g.metric,
+                 "kind": g.kind, "status": status, "reason": f"not run: {why}"}
+        cases.append((nodeid, props, f"{g.benchmark}/{g.category}/{g.metric}: not run ({why})"))
+    add_unreported_gates(run.config, cases)
+
+
+def interval_floors(run: AuditRun) -> dict[str, Any]:
+    """The run's interval settings next to what its gates are signed off at (results.json)."""
+    from ..gates import MIN_RESAMPLES
+
+    levels = sorted({g.confidence for gs in run.gates.values() for g in gs})
+    return {"confidence": run.session.options.confidence,
+            "n_resamples": run.session.options.n_resamples,
+            "signed_off_confidence": levels, "min_resamples": dict(MIN_RESAMPLES)}

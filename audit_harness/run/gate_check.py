@@ -1,0 +1,156 @@
+"""One gate, checked: what an audit test receives (``GateCheck``). It evaluates the gate on the
+category's (cached) outcome, applies what only a run knows (the coverage of saved predictions,
+a baseline's comparability, the other parsing profile), records the JUnit properties, and turns a
+finding into a verdict line instead of a traceback (``GateFinding``)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+
+import pytest
+
+from ..errors import AuditError, MissingDataError
+from ..gates import Gate, Verdict
+
+#: Where a gate test's verdict is kept for its report (``GateFinding``).
+VERDICT_KEY = pytest.StashKey["Verdict"]()
+#: JUnit ``status`` values of a gate that was evaluated and did not pass.
+FINDINGS = frozenset({"fail", "undefined", "insufficient"})
+
+
+class GateFinding:
+    """The failure report of a gate that ran and did not pass: a finding, not a bug, so its
+    report is the verdict line (value, interval, n, bound, mode) instead of a traceback, printed
+    once in the FAILURES section and carried as the JUnit failure text. It has no ``reprcrash``,
+    so pytest's short summary lists the test id without repeating the line."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def toterminal(self, tw) -> None:
+        tw.line(self.message)
+
+
+def _partial_coverage(verdict: Verdict, outcome, allow_partial: bool) -> Verdict:
+    """A judged verdict on a category the saved predictions cover only in part is no verdict:
+    INSUFFICIENT (cause ``coverage``) unless ``--allow-partial``."""
+    cov = outcome.coverage
+    if (not cov or allow_partial or cov["predicted"] >= cov["available"]
+            or verdict.status not in ("pass", "fail")):
+        return verdict
+    g = verdict.gate
+    share = 100.0 * cov["predicted"] / cov["available"]
+    return dataclasses.replace(
+        verdict, status="insufficient", cause="coverage",
+        message=(f"{g.benchmark}/{g.category}/{g.metric}: no verdict, the predictions cover "
+                 f"{cov['predicted']:,} of {cov['available']:,} rows of the category ({share:.1f} %); "
+                 f"a partial category decides nothing (--allow-partial judges the rows given; "
+                 f"it would {'pass' if verdict.passed else 'fail'}: {verdict.message})"))
+
+
+class GateCheck:
+    """What an audit test receives: evaluates one gate on the (cached) category outcome and
+    records value, n, interval and bounds as JUnit properties."""
+
+    def __init__(self, gate: Gate, session, record_property, node, baseline=None):
+        self.gate = gate
+        self._session = session
+        self._record = record_property
+        self._node = node
+        self._baseline = baseline  # the --baseline run's results document, or None
+
+    def evaluate(self):
+        """Run (or reuse) the category's evaluation and return the gate's Verdict.
+
+        Raises the suite's AuditError (bad data or model) as a test error with its message; a
+        ``MissingDataError`` skips the test (``pytest.skip``) and records a ``skipped`` verdict.
+        """
+        g = self.gate
+        capman = self._node.config.pluginmanager.getplugin("capturemanager")
+        # Progress of a long category goes to the terminal, not into the test's captured output.
+        show = capman is not None and self._session.options.progress != "off"
+        try:
+            with capman.global_and_fixture_disabled() if show else contextlib.nullcontext():
+                outcome = self._session.outcome(g.benchmark, g.category)
+            error = None
+        except MissingDataError as e:
+            # A category whose file is absent is skipped, and the skip is kept in the results so
+            # the report lists the gate instead of silently dropping it.
+            reason = f"{g.benchmark}/{g.category}: {e}"
+            self._record("status", "skipped")
+            self._record("reason", reason)
+            self._session.verdicts.append(Verdict.skipped(g, reason))
+            pytest.skip(reason)
+        except AuditError as e:
+            error = f"{g.benchmark}/{g.category}: {e}"
+            self._record_error(error)
+            if getattr(e, "stops_run", False):  # every later gate would fail the same way
+                self._session.model_error = str(e)
+                self._node.session.shouldstop = f"bias audit: {e}"
+            pytest.fail(error, pytrace=False)
+        except Exception as e:  # a backend crash: recorded as this gate's ERROR, traceback kept
+            self._record_error(f"{g.benchmark}/{g.category}: {type(e).__name__}: {e}")
+            raise
+        metric = self._session.metric(g.benchmark, g.category, g.metric)
+        verdict = g.evaluate(metric, n_resamples=self._session.options.n_resamples)
+        verdict = _partial_coverage(verdict, outcome, self._session.options.allow_partial)
+        verdict = self._other_parse(verdict, outcome)
+        baseline = self._baseline
+        if g.baseline is not None and baseline is not None:
+            from ..report.compare import comparability_notes
+
+            unlike = comparability_notes(baseline, self._session.category_document(g.benchmark, g.category),
+                                         scope=(g.benchmark, g.category))
+            if unlike:
+                verdict = dataclasses.replace(
+                    verdict, not_like_for_like=tuple(unlike),
+                    message=f"{verdict.message} [not like for like: {'; '.join(unlike)}]")
+        self._record("value", "nan" if not metric.defined else f"{metric.value:.6f}")
+        self._record("n", metric.n)
+        self._record("ci", f"{metric.ci_low:.6f},{metric.ci_high:.6f}")
+        self._record("bounds", json.dumps(g.bounds()))
+        self._record("mode", g.decision_mode)
+        self._record("min_n", g.min_n)
+        if g.baseline is not None:
+            self._record("baseline_value", "nan" if g.baseline.value != g.baseline.value
+                         else f"{g.baseline.value:.6f}")
+            self._record("baseline_run", g.baseline.run_id)
+            self._record("max_regression", g.max_regression)
+            self._record("like_for_like", "false" if verdict.not_like_for_like else "true")
+            if verdict.not_like_for_like:
+                self._record("not_like_for_like", "; ".join(verdict.not_like_for_like))
+        self._record("status", verdict.status)
+        self._record("items_scored", outcome.n_scored)
+        self._session.verdicts.append(verdict)
+        self._node.stash[VERDICT_KEY] = verdict
+        return verdict
+
+    def _other_parse(self, verdict: Verdict, outcome) -> Verdict:
+        """The same gate under the other answer-parsing profile (the parse sensitivity): its
+        status, value and interval ride along with the verdict; the verdict itself is the run's
+        profile's."""
+        sens = outcome.sensitivity
+        g = self.gate
+        if not sens or g.baseline is not None or g.metric not in sens["metrics"]:
+            return verdict
+        from bias_metrics.result import MetricResult
+
+        metric = MetricResult.from_dict(sens["metrics"][g.metric])
+        alt = _partial_coverage(g.evaluate(metric, n_resamples=self._session.options.n_resamples),
+                                outcome, self._session.options.allow_partial)
+        self._record("other_parse_status", alt.status)
+        return dataclasses.replace(verdict, other_parse={
+            "answer_parsing": sens["answer_parsing"], "status": alt.status,
+            "value": metric.to_dict()["value"], "ci": metric.to_dict()["ci"],
+            "verdict_differs": alt.passed != verdict.passed})
+
+    def _record_error(self, message: str) -> None:
+        verdict = Verdict.error(self.gate, message)
+        self._record("status", verdict.status)
+        self._record("reason", message)
+        self._session.verdicts.append(verdict)

@@ -1,0 +1,157 @@
+"""What an audit checks before anything is scored: the selected gates, their data files, the
+model name and capabilities, saved predictions, the result cache, the run folder and a strict
+baseline. Every failure is an ``AuditError`` naming what to fix (exit 4, no run folder)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import AuditError, ConfigError
+
+#: The audit modules ship inside the package (the repository's ``audits/`` links here), so
+#: ``bias-audit run`` works from any directory.
+AUDITS_DIR = Path(__file__).resolve().parents[1] / "audits"
+
+
+def expand_gates(gates: Mapping[str, list], benchmarks) -> dict[str, list]:
+    """Each thresholds.yaml gate once per metric it checks in this run's configuration
+    (``Benchmark.gate_metrics``: KoBBQ ``both`` adds ``<metric>-letter`` gates), in file order."""
+    return {name: [dataclasses.replace(g, metric=m) for g in gs
+                   for m in benchmarks[name].gate_metrics(g.metric)]
+            for name, gs in gates.items()}
+
+
+def gates_for_data(session, benchmark: str, gates: list) -> list:
+    """The gates whose category the data directory holds (WinoQueer: the subgroups of the file
+    found, ``Benchmark.categories_in``); all of them when no data dir can be resolved (the
+    start-up check reports that)."""
+    try:
+        present = set(session.benchmarks[benchmark].categories_in(session.data_dir))
+    except AuditError:
+        return gates
+    return [g for g in gates if g.category in present]
+
+
+def baseline_summary(results: Mapping[str, Any], path: str, file: Path) -> dict[str, Any]:
+    """What the results file records about the ``--baseline`` run: where it was read, its sha256
+    (so a reviewer can tell the baseline was not edited after the fact), run id, model."""
+    from ..data import sha256_file
+
+    return {"path": str(path), "sha256": sha256_file(file), "run_id": results.get("run_id"),
+            "model": (results.get("model") or {}).get("name"),
+            "fingerprint": (results.get("model") or {}).get("fingerprint"),
+            "created": results.get("created")}
+
+
+def targets_audits(config) -> bool:
+    """Whether the command line names the audits folder (or a file in it)."""
+    for arg in config.args:
+        path = Path(arg.split("::")[0])
+        path = (Path(config.invocation_params.dir) / path).resolve()
+        if path == AUDITS_DIR or AUDITS_DIR in path.parents:
+            return True
+    return False
+
+
+def selected_gates(config, gates: Mapping[str, list]) -> dict[str, list[str]]:
+    """``{benchmark: [gate ids]}`` the command line selects (``selection.selected_gate_ids``)."""
+    from ..selection import selected_gate_ids
+
+    return selected_gate_ids(AUDITS_DIR, config.args, Path(config.invocation_params.dir),
+                             config.option.keyword,
+                             {b: [g.test_id for g in gs] for b, gs in gates.items()})
+
+
+def selected_pairs(session, selected: Mapping[str, list[str]], gates) -> list[tuple[str, str]]:
+    """(benchmark, category) of the selected gate ids, in order: the categories the run reads."""
+    pairs: list[tuple[str, str]] = []
+    for bench, ids in selected.items():
+        by_id = {g.test_id: g.category for g in gates.get(bench, ())}
+        for gate_id in ids:
+            category = by_id.get(gate_id)
+            if category is not None and (bench, category) not in pairs:
+                pairs.append((bench, category))
+    return pairs
+
+
+def present_pairs(session, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Those of ``pairs`` whose category the data dir holds (the gates that will be created)."""
+    out = []
+    for bench, category in pairs:
+        if category in set(session.benchmarks[bench].categories_in(session.data_dir)):
+            out.append((bench, category))
+    return out
+
+
+def check_inputs(session, pairs: list[tuple[str, str]], fetch: bool = False) -> None:
+    """Raise AuditError when the data directory lacks a file a selected category needs
+    (``Benchmark.data_files``; fetching them first with ``--fetch-data``), the model name is
+    unusable, or the model cannot compute what a selected benchmark needs."""
+    from ..models.zoo import check_capabilities, check_model_name
+    from ..sources.check import require_files
+
+    needed = {}
+    for bench, category in pairs:
+        for path in session.benchmarks[bench].data_files(category):
+            needed.setdefault(path, bench)
+    require_files(session.data_dir, needed, fetch=fetch)
+    selected = sorted({b for b, _ in pairs})
+    if session.options.backend == "hf":  # a server's model name is whatever it serves
+        check_model_name(session.options.model)
+        check_capabilities(session.options.model,
+                           {name: b.requires for name, b in session.benchmarks.items()}, selected)
+
+
+def check_replay(session, benchmarks: list[str]) -> None:
+    """With ``--backend replay``: the run replays one benchmark, and its predictions file joins
+    to the data (every row checked at start-up, so a bad row stops the run before scoring).
+
+    Raises:
+        AuditError: several benchmarks selected, or the file's first bad row (file:line).
+    """
+    if session.options.backend != "replay":
+        return
+    if len(benchmarks) != 1:
+        raise ConfigError(f"--backend replay scores the saved outputs of one benchmark, but the "
+                          f"run selects {', '.join(benchmarks)}: select one (its audit file, or -k)")
+    session.replay_benchmark = benchmarks[0]
+    session.replay_of(benchmarks[0])
+
+
+def check_outputs(session, baseline: Mapping[str, Any] | None) -> None:
+    """Before anything is scored: with ``--strict-baseline`` the options already show the
+    baseline comparable; the result cache opens and is valid; the run folder can be written.
+
+    Raises:
+        AuditError: naming the file or option and what to do.
+    """
+    if baseline is not None and session.options.strict_baseline:
+        from ..data import sha256_file
+        from ..engine.cache import ENGINE_VERSION
+        from ..report.compare import comparability_notes, incomplete_notes
+
+        mine = {"options": dict(session.options.__dict__),
+                "run": {"thresholds_sha256": sha256_file(Path(session.options.thresholds)),
+                        "engine_version": ENGINE_VERSION}}
+        unlike = comparability_notes(baseline, mine) + incomplete_notes({"baseline": baseline})
+        if unlike:
+            raise ConfigError(f"--strict-baseline: the baseline run is not like for like: "
+                              f"{'; '.join(unlike)}")
+    session.open_cache()
+    session.check_results_dir()  # last: it creates the run folder
+
+
+def gpu_plan(config, options, audit_run: bool) -> list | None:
+    """The GPU of each xdist worker (``devices.assign``), or None without ``-n``.
+
+    Raises:
+        AuditError: more workers than GPUs (an audit's workers each hold a whole model; the
+            suite's own tests, ``audit_run`` False, may share GPUs)."""
+    from ..devices import assign, uses_gpus, visible_gpus
+
+    workers = getattr(config.option, "numprocesses", None)
+    if not isinstance(workers, int) or workers < 1 or not uses_gpus(options.backend, options.device):
+        return None
+    return assign(workers, visible_gpus(), options.device, share=not audit_run)
