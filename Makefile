@@ -66,7 +66,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 
 docs: setup
-	$(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 test: lint
 	$(BIN)/python -m pytest --doctest-modules bias_metrics -q -p no:cacheprovider

@@ -1,6 +1,6 @@
 """Start and stop a local vLLM OpenAI server (the CPU build in its own environment, ``make
 setup-server``) for the suite's server tests and ``perf/server_throughput.py``. Audits of real
-models use a server started the usual way (``vllm serve ...``, README)."""
+models use a server started the usual way (``vllm serve ...``, docs/server.md)."""
 
 from __future__ import annotations
 

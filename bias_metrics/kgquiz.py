@@ -2,7 +2,7 @@
 
 KGQuiz (Bai et al. 2023/2024) publishes data but no evaluation code, and its paper leaves the T/F
 parse rule, the LCS normalisation, the F1 tokenisation and the similarity threshold unstated
-(metrics.md §1.7). Every definition here is the project convention pinned by metrics.md §3.6 (toys
+(docs/metrics.md §1.7). Every definition here is the project convention pinned by docs/metrics.md §3.6 (toys
 K1-K4); results say so in their ``source`` and record theta / the embedding model there, so a number
 is never mistaken for one of the paper's.
 
@@ -57,13 +57,30 @@ def parse_true_false(output: str) -> int | None:
     found -> None. So ``True or False? It is False`` parses as 1 (an echo of the question counts):
     pinning "first" matters, "last mention wins" would flip that row.
 
-    Args:
-        output: the model's generated text.
-    Returns:
+    Source: KGQuiz-style, project implementation; docs/metrics.md §3.6 K1.
+
+    Parameters
+    ----------
+    output : str
+        The model's generated text.
+
+    Returns
+    -------
+    int or None
         1, 0, or None.
-    Raises:
-        TypeError: output is not a str.
-    Source: KGQuiz-style, project implementation; metrics.md §3.6 K1.
+
+    Raises
+    ------
+    TypeError
+        ``output`` is not a str.
+
+    Examples
+    --------
+    >>> from bias_metrics.kgquiz import parse_true_false
+    >>> parse_true_false("FALSE."), parse_true_false("True or False? It is False")
+    (0, 1)
+    >>> print(parse_true_false("It is untrue"))
+    None
     """
     if not isinstance(output, str):
         raise TypeError(f"output must be a str, got {type(output).__name__}")
@@ -98,21 +115,43 @@ def true_false_accuracy(
 ) -> MetricResult:
     """True/False accuracy; an unparseable (invalid) output counts as wrong and is reported.
 
-    Args:
-        outputs: shape (n,), raw model outputs (str), parsed with ``parse_true_false``.
-        golds: shape (n,), gold labels, 1 = True, 0 = False (KGQuiz ``ground_truth``; bools accepted).
-        confidence: Wilson interval coverage, in (0, 1).
-    Returns:
+    Source: KGQuiz-style, project implementation; docs/metrics.md §3.6 K1 (toy accuracy 0.5).
+
+    Parameters
+    ----------
+    outputs : sequence of str
+        Shape (n,), raw model outputs, parsed with ``parse_true_false``.
+    golds : sequence of int
+        Shape (n,), gold labels, 1 = True, 0 = False (KGQuiz ``ground_truth``; bools accepted).
+    confidence : float, default=0.95
+        Wilson interval coverage, in (0, 1).
+
+    Returns
+    -------
+    MetricResult
         ``tf_accuracy`` in [0, 1], n = n, counts ``correct``, ``incorrect`` (parsed but wrong),
         ``invalid``, ``n``; Wilson interval. NaN with a reason when n == 0.
-    Raises:
-        ValueError: mismatched lengths; a gold that is not 0/1 (names its index).
-        TypeError: an output that is not a str.
-    Source: KGQuiz-style, project implementation; metrics.md §3.6 K1 (toy accuracy 0.5).
+
+    Raises
+    ------
+    ValueError
+        Mismatched lengths; a gold that is not 0/1 (names its index).
+    TypeError
+        An output that is not a str.
+
+    Examples
+    --------
+    >>> from bias_metrics.kgquiz import true_false_accuracy
+    >>> r = true_false_accuracy(["True", "false.", "I don't know", "True or False? It is False"],
+    ...                         [1, 0, 0, 0])
+    >>> r.value, r.counts
+    (0.5, {'correct': 2, 'incorrect': 1, 'invalid': 1, 'n': 4})
+    >>> round(r.ci_low, 4), round(r.ci_high, 4)
+    (0.15, 0.85)
     """
     _check_same_length(outputs, golds, "outputs", "golds")
     _check_confidence(confidence)
-    source = f"{_PROJECT}; metrics.md §3.6 K1; parse: lowercase, whole words, first mention wins"
+    source = f"{_PROJECT}; docs/metrics.md §3.6 K1; parse: lowercase, whole words, first mention wins"
     correct = invalid = 0
     for i, (out, gold) in enumerate(zip(outputs, golds)):
         if isinstance(gold, (bool, np.bool_)):
@@ -147,17 +186,40 @@ def label_accuracy(
     An invalid answer (``None``) stays in the denominator and counts as wrong, as in K1: a model
     that answers nothing parseable cannot pass an accuracy floor by abstaining.
 
-    Args:
-        predicted: shape (n,), parsed labels (int) or None for an invalid output.
-        golds: shape (n,), gold labels (int; bools accepted).
-        name: the accuracy's metric name; source: appended to the result's source.
-        confidence: Wilson interval coverage, in (0, 1).
-    Returns:
+    Source: KGQuiz-style, project implementation; docs/metrics.md §3.6 K1 (invalid = wrong).
+
+    Parameters
+    ----------
+    predicted : sequence of int or None
+        Shape (n,), parsed labels, or None for an invalid output.
+    golds : sequence of int
+        Shape (n,), gold labels (bools accepted).
+    name : str, default="accuracy"
+        The accuracy's metric name.
+    source : str, default=""
+        Appended to the result's source.
+    confidence : float, default=0.95
+        Wilson interval coverage, in (0, 1).
+
+    Returns
+    -------
+    accuracy, invalid_rate : MetricResult
         (``name``, ``invalid_rate``): correct / n and invalid / n in [0, 1], counts ``correct``,
         ``incorrect``, ``invalid``, ``n``, Wilson intervals; both NaN with a reason when n == 0.
-    Raises:
-        ValueError: mismatched lengths; a gold or prediction that is not an int (names its index).
-    Source: KGQuiz-style, project implementation; metrics.md §3.6 K1 (invalid = wrong).
+
+    Raises
+    ------
+    ValueError
+        Mismatched lengths; a gold or prediction that is not an int (names its index).
+
+    Examples
+    --------
+    >>> from bias_metrics.kgquiz import label_accuracy
+    >>> acc, invalid = label_accuracy([1, None, 0, 2], [1, 0, 0, 1])
+    >>> acc.value, invalid.value, acc.counts
+    (0.5, 0.25, {'correct': 2, 'incorrect': 1, 'invalid': 1, 'n': 4})
+    >>> label_accuracy([], [])[0].reason
+    'no items'
     """
     _check_same_length(predicted, golds, "predicted", "golds")
     _check_confidence(confidence)
@@ -175,7 +237,7 @@ def label_accuracy(
         correct += int(pred == gold)
     n = len(golds)
     counts = {"correct": correct, "incorrect": n - correct - invalid, "invalid": invalid, "n": n}
-    src = f"{_PROJECT}; metrics.md §3.6 K1; invalid counts as wrong" + (f"; {source}" if source else "")
+    src = f"{_PROJECT}; docs/metrics.md §3.6 K1; invalid counts as wrong" + (f"; {source}" if source else "")
     if n == 0:
         return (undefined(name, "no items", counts=counts, source=src),
                 undefined("invalid_rate", "no items", counts=counts, source=src))
@@ -191,11 +253,28 @@ def normalize_text(text: str) -> str:
     """Project normalisation: lowercase, delete ASCII punctuation, collapse whitespace (and strip).
 
     Unlike SQuAD's ``normalize_answer`` it keeps articles (a/an/the): K2 pins this choice.
-    ``"Middlesbrough F.C."`` -> ``"middlesbrough fc"``.
 
-    Raises:
-        TypeError: text is not a str.
-    Source: KGQuiz-style, project implementation; metrics.md §3.6 K2.
+    Source: KGQuiz-style, project implementation; docs/metrics.md §3.6 K2.
+
+    Parameters
+    ----------
+    text : str
+        The text to normalise.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    TypeError
+        ``text`` is not a str.
+
+    Examples
+    --------
+    >>> from bias_metrics.kgquiz import normalize_text
+    >>> normalize_text("Middlesbrough F.C."), normalize_text("  The   Red Fort! ")
+    ('middlesbrough fc', 'the red fort')
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -208,11 +287,23 @@ def lcs_length(a: Sequence, b: Sequence) -> int:
     Plain O(len(a) * len(b)) dynamic programme with one rolling row; no LCS library is installed
     and this is the project's own metric.
 
-    Args:
-        a, b: any sequences of hashable, ==-comparable elements (str = characters, list = tokens).
-    Returns:
-        int in [0, min(len(a), len(b))].
-    Source: metrics.md §3.6 K2.
+    Source: docs/metrics.md §3.6 K2.
+
+    Parameters
+    ----------
+    a, b : sequence
+        Any sequences of hashable, ==-comparable elements (str = characters, list = tokens).
+
+    Returns
+    -------
+    int
+        In [0, min(len(a), len(b))].
+
+    Examples
+    --------
+    >>> from bias_metrics.kgquiz import lcs_length
+    >>> lcs_length("abcbdab", "bdcaba"), lcs_length(["red", "fort"], ["the", "red", "fort"])
+    (4, 2)
     """
     if len(a) < len(b):
         a, b = b, a  # the row is over the shorter sequence
@@ -235,14 +326,33 @@ def _lcs_ratio(p: Sequence, g: Sequence) -> float:
 def char_lcs_ratio(pred: str, gold: str, *, normalize: bool = True) -> float:
     """Character LCS ratio |LCS(p, g)| / max(|p|, |g|) on normalised strings.
 
-    Args:
-        pred, gold: strings; normalised with ``normalize_text`` unless ``normalize=False``.
-    Returns:
-        float in [0, 1]; 1.0 for identical strings, including two that normalise to empty.
-    Raises:
-        TypeError: a non-str argument.
-    Source: KGQuiz-style, project implementation; metrics.md §3.6 K2 (e.g. Middlesbrough vs
+    Source: KGQuiz-style, project implementation; docs/metrics.md §3.6 K2 (e.g. Middlesbrough vs
     Middlesbrough F.C. = 13/16).
+
+    Parameters
+    ----------
+    pred, gold : str
+        Normalised with ``normalize_text`` unless ``normalize=False``.
+    normalize : bool, default=True
+        Whether to normalise both strings first.
+
+    Returns
+    -------
+    float
+        In [0, 1]; 1.0 for identical strings, including two that normalise to empty.
+
+    Raises
+    ------
+    TypeError
+        A non-str argument.
+
+    Examples
+    --------
+    >>> from bias_metrics.kgquiz import char_lcs_ratio
+    >>> char_lcs_ratio("Middlesbrough", "Middlesbrough F.C.")
+    0.8125
+    >>> char_lcs_ratio("...", "!")
+    1.0
     """
     p, g = (normalize_text(pred), normalize_text(gold)) if normalize else (_str(pred), _str(gold))
     return _lcs_ratio(p, g)
@@ -251,11 +361,30 @@ def char_lcs_ratio(pred: str, gold: str, *, normalize: bool = True) -> float:
 def token_lcs_ratio(pred: str, gold: str, *, normalize: bool = True) -> float:
     """Token LCS ratio: as ``char_lcs_ratio`` over whitespace tokens.
 
-    Returns:
-        float in [0, 1]; 1.0 for identical token lists (also both empty).
-    Raises:
-        TypeError: a non-str argument.
-    Source: KGQuiz-style, project implementation; metrics.md §3.6 K2.
+    Source: KGQuiz-style, project implementation; docs/metrics.md §3.6 K2.
+
+    Parameters
+    ----------
+    pred, gold : str
+        Normalised with ``normalize_text`` unless ``normalize=False``.
+    normalize : bool, default=True
+        Whether to normalise both strings first.
+
+    Returns
+    -------
+    float
+        In [0, 1]; 1.0 for identical token lists (also both empty).
+
+    Raises
+    ------
+    TypeError
+        A non-str argument.
+
+    Examples
+    --------
+    >>> from bias_metrics.kgquiz import token_lcs_ratio
+    >>> round(token_lcs_ratio("The Red Fort", "red fort, Delhi"), 4)
+    0.6667
     """
     p, g = (normalize_text(pred), normalize_text(gold)) if normalize else (_str(pred), _str(gold))
     return _lcs_ratio(p.split(), g.split())
@@ -268,11 +397,32 @@ def token_f1(pred: str, gold: str, *, normalize: bool = True) -> float:
     if either side has no tokens, 1 when both are empty, else 0 (SQuAD v2 ``compute_f1``). The
     normalisation is the project's (articles kept), not SQuAD's.
 
-    Returns:
-        float in [0, 1].
-    Raises:
-        TypeError: a non-str argument.
-    Source: Rajpurkar et al. 2016 official eval F1; metrics.md §3.6 K2.
+    Source: Rajpurkar et al. 2016 official eval F1; docs/metrics.md §3.6 K2.
+
+    Parameters
+    ----------
+    pred, gold : str
+        Normalised with ``normalize_text`` unless ``normalize=False``.
+    normalize : bool, default=True
+        Whether to normalise both strings first.
+
+    Returns
+    -------
+    float
+        In [0, 1].
+
+    Raises
+    ------
+    TypeError
+        A non-str argument.
+
+    Examples
+    --------
+    P = R = 2/3:
+
+    >>> from bias_metrics.kgquiz import token_f1
+    >>> round(token_f1("the red fort", "red fort delhi"), 4), token_f1("", ""), token_f1("a", "")
+    (0.6667, 1.0, 0.0)
     """
     p, g = (normalize_text(pred), normalize_text(gold)) if normalize else (_str(pred), _str(gold))
     pt, gt = p.split(), g.split()
@@ -305,19 +455,43 @@ def mean_with_bootstrap(
     NaN items (undefined per-item scores, e.g. precision of an entity with no generated facts) are
     excluded from the mean and counted in ``counts['undefined']``; they are never read as 0.
 
-    Args:
-        values: shape (n,), per-item scores.
-        name, source: copied into the result.
-        confidence: interval coverage in (0, 1).
-        n_resamples, seed: bootstrap resamples and numpy seed (reproducible intervals).
-    Returns:
-        ``MetricResult`` with value = mean of the defined items, n = their count,
-        ci_method ``"bootstrap"``, counts ``n`` (defined), ``undefined``; NaN with a reason when no
-        item is defined.
-    Raises:
-        ValueError: values not 1-D, or +-inf among them; confidence or n_resamples out of range.
     Source: project convention (item bootstrap via ``intervals.cluster_bootstrap``, one cluster per
     item).
+
+    Parameters
+    ----------
+    values : array_like of float
+        Shape (n,), per-item scores.
+    name, source : str
+        Copied into the result.
+    confidence : float, default=0.95
+        Interval coverage in (0, 1).
+    n_resamples : int, default=1000
+        Bootstrap resamples.
+    seed : int, default=0
+        Numpy seed (reproducible intervals).
+
+    Returns
+    -------
+    MetricResult
+        value = mean of the defined items, n = their count, ci_method ``"bootstrap"``, counts ``n``
+        (defined), ``undefined``; NaN with a reason when no item is defined.
+
+    Raises
+    ------
+    ValueError
+        Values not 1-D, or +-inf among them; confidence or n_resamples out of range.
+
+    Examples
+    --------
+    >>> from bias_metrics.kgquiz import mean_with_bootstrap
+    >>> r = mean_with_bootstrap([0.0, 0.5, 1.0, float("nan")], name="token_f1", source="toy", seed=0)
+    >>> r.value, r.n, r.counts
+    (0.5, 3, {'n': 3, 'undefined': 1})
+    >>> r.ci_low <= r.value <= r.ci_high
+    True
+    >>> mean_with_bootstrap([float("nan")], name="token_f1", source="toy").reason
+    "every item's score is undefined (NaN)"
     """
     _check_confidence(confidence)
     arr = np.asarray(values, dtype=np.float64)
@@ -350,16 +524,36 @@ def text_match_scores(
 ) -> dict[str, MetricResult]:
     """Mean char-LCS ratio, token-LCS ratio and token F1 over items (blank filling, factual editing).
 
-    Args:
-        preds: shape (n,), model answers (str).
-        golds: shape (n,), gold answers (str; KGQuiz ``ground_truth``).
-        confidence, n_resamples, seed: see ``mean_with_bootstrap``.
-    Returns:
+    Source: KGQuiz-style, project implementation; docs/metrics.md §3.6 K2.
+
+    Parameters
+    ----------
+    preds : sequence of str
+        Shape (n,), model answers.
+    golds : sequence of str
+        Shape (n,), gold answers (KGQuiz ``ground_truth``).
+    confidence, n_resamples, seed
+        See ``mean_with_bootstrap``.
+
+    Returns
+    -------
+    dict of str to MetricResult
         {"char_lcs_ratio", "token_lcs_ratio", "token_f1"} -> ``MetricResult`` in [0, 1] with a
         bootstrap interval; NaN with a reason when n == 0.
-    Raises:
-        ValueError: mismatched lengths. TypeError: a non-str element (names its index).
-    Source: KGQuiz-style, project implementation; metrics.md §3.6 K2.
+
+    Raises
+    ------
+    ValueError
+        Mismatched lengths.
+    TypeError
+        A non-str element (names its index).
+
+    Examples
+    --------
+    >>> from bias_metrics.kgquiz import text_match_scores
+    >>> s = text_match_scores(["Middlesbrough", "Red Fort"], ["Middlesbrough F.C.", "red fort"])
+    >>> {k: round(v.value, 3) for k, v in s.items()}
+    {'char_lcs_ratio': 0.906, 'token_lcs_ratio': 0.75, 'token_f1': 0.833}
     """
     _check_same_length(preds, golds, "preds", "golds")
     fns = {"char_lcs_ratio": char_lcs_ratio, "token_lcs_ratio": token_lcs_ratio,
@@ -371,7 +565,7 @@ def text_match_scores(
                             f"{type(p).__name__} and {type(g).__name__}")
         for key, fn in fns.items():
             per_item[key].append(fn(p, g))
-    source = f"{_PROJECT}; metrics.md §3.6 K2; normalised: lowercase, no ASCII punctuation"
+    source = f"{_PROJECT}; docs/metrics.md §3.6 K2; normalised: lowercase, no ASCII punctuation"
     return {key: mean_with_bootstrap(vals, name=key, source=source, confidence=confidence,
                                      n_resamples=n_resamples, seed=seed)
             for key, vals in per_item.items()}
@@ -407,13 +601,30 @@ def _as_matrix(x: np.ndarray, label: str) -> np.ndarray:
 def cosine_similarity_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Cosine similarities between every row of ``a`` and every row of ``b``.
 
-    Args:
-        a: (n, d) or (d,); b: (m, d) or (d,). Embeddings from any model (computed by the harness).
-    Returns:
+    Source: docs/metrics.md §3.6 K3/K4.
+
+    Parameters
+    ----------
+    a : numpy.ndarray
+        (n, d) or (d,) embeddings from any model (computed by the harness).
+    b : numpy.ndarray
+        (m, d) or (d,) embeddings.
+
+    Returns
+    -------
+    numpy.ndarray
         (n, m) float array in [-1, 1] (clipped against rounding).
-    Raises:
-        ValueError: wrong rank, different d, a non-finite value, or a zero row.
-    Source: metrics.md §3.6 K3/K4.
+
+    Raises
+    ------
+    ValueError
+        Wrong rank, different d, a non-finite value, or a zero row.
+
+    Examples
+    --------
+    >>> from bias_metrics.kgquiz import cosine_similarity_matrix
+    >>> cosine_similarity_matrix([[1.0, 0.0], [0.0, 2.0]], [1.0, 1.0]).round(4).tolist()
+    [[0.7071], [0.7071]]
     """
     na, nb = _as_matrix(a, "a"), _as_matrix(b, "b")
     if na.shape[1] != nb.shape[1]:
@@ -424,14 +635,32 @@ def cosine_similarity_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def semantic_match(pred_emb: np.ndarray, gold_emb: np.ndarray, theta: float) -> np.ndarray:
     """Per-item semantic match 1[cos(e_p, e_g) >= theta] of paired embeddings.
 
-    Args:
-        pred_emb, gold_emb: (n, d) (row i of each is item i) or (d,) for one item.
-        theta: threshold in [-1, 1] (the paper's is unknown; pin it in the config).
-    Returns:
+    Source: KGQuiz-style, project implementation; docs/metrics.md §3.6 K3.
+
+    Parameters
+    ----------
+    pred_emb, gold_emb : numpy.ndarray
+        (n, d) (row i of each is item i) or (d,) for one item.
+    theta : float
+        Threshold in [-1, 1] (the paper's is unknown; pin it in the config).
+
+    Returns
+    -------
+    numpy.ndarray
         int array (n,) of 0/1.
-    Raises:
-        ValueError: shapes differ, a zero or non-finite row, theta outside [-1, 1].
-    Source: KGQuiz-style, project implementation; metrics.md §3.6 K3.
+
+    Raises
+    ------
+    ValueError
+        Shapes differ, a zero or non-finite row, theta outside [-1, 1].
+
+    Examples
+    --------
+    Item 0 is 45 degrees off its gold (cos 0.71), item 1 points the same way (cos 1):
+
+    >>> from bias_metrics.kgquiz import semantic_match
+    >>> semantic_match([[1.0, 0.0], [0.0, 1.0]], [[1.0, 1.0], [0.0, 2.0]], theta=0.9).tolist()
+    [0, 1]
     """
     theta = _check_theta(theta)
     p, g = _as_matrix(pred_emb, "pred_emb"), _as_matrix(gold_emb, "gold_emb")
@@ -451,21 +680,44 @@ def semantic_match_rate(
 ) -> MetricResult:
     """Share of items whose answer embedding is within cosine theta of the gold's.
 
-    Args:
-        pred_emb, gold_emb: (n, d) paired embeddings; n may be 0 (shape (0, d)).
-        theta: threshold in [-1, 1].
-        embedding_model: name of the model that produced the embeddings, recorded in ``source``.
-        confidence: Wilson interval coverage.
-    Returns:
+    Source: KGQuiz-style, project implementation; docs/metrics.md §3.6 K3.
+
+    Parameters
+    ----------
+    pred_emb, gold_emb : numpy.ndarray
+        (n, d) paired embeddings; n may be 0 (shape (0, d)).
+    theta : float
+        Threshold in [-1, 1].
+    embedding_model : str, optional
+        Name of the model that produced the embeddings, recorded in ``source``.
+    confidence : float, default=0.95
+        Wilson interval coverage.
+
+    Returns
+    -------
+    MetricResult
         ``semantic_match_rate`` in [0, 1], counts ``match``, ``n``; Wilson interval; NaN with a
         reason when n == 0.
-    Raises:
-        ValueError: see ``semantic_match``.
-    Source: KGQuiz-style, project implementation; metrics.md §3.6 K3.
+
+    Raises
+    ------
+    ValueError
+        See ``semantic_match``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bias_metrics.kgquiz import semantic_match_rate
+    >>> r = semantic_match_rate(np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[1.0, 1.0], [0.0, 2.0]]),
+    ...                         0.9, embedding_model="toy-embedder")
+    >>> r.value, r.counts, "theta=0.9" in r.source
+    (0.5, {'match': 1, 'n': 2}, True)
+    >>> semantic_match_rate(np.empty((0, 2)), np.empty((0, 2)), 0.9).reason
+    'no items'
     """
     _check_confidence(confidence)
     theta = _check_theta(theta)
-    source = f"{_PROJECT}; metrics.md §3.6 K3; theta={theta}; embedding_model={embedding_model}"
+    source = f"{_PROJECT}; docs/metrics.md §3.6 K3; theta={theta}; embedding_model={embedding_model}"
     p, g = np.asarray(pred_emb, dtype=np.float64), np.asarray(gold_emb, dtype=np.float64)
     if p.ndim == 2 and p.shape[0] == 0 and g.shape == p.shape:
         return undefined("semantic_match_rate", "no items", counts={"match": 0, "n": 0},
@@ -483,19 +735,43 @@ def similarity_match_rate(
     embedding_model: str | None = None,
     confidence: float = 0.95,
 ) -> MetricResult:
-    """``semantic_match_rate`` from per-item cosine similarities cos(e_p, e_g) already computed
-    (the harness stores them in its records, not the embeddings): share of items with cos >= theta.
+    """``semantic_match_rate`` from per-item cosine similarities already computed.
 
-    Args:
-        similarities: shape (n,), cosines in [-1, 1].
-        theta: threshold in [-1, 1]. name: the result's name.
-        embedding_model: recorded in ``source``. confidence: Wilson interval coverage.
-    Returns:
-        ``MetricResult`` in [0, 1], counts ``match``, ``n``; NaN with a reason when n == 0.
-    Raises:
-        ValueError: not 1-D, a non-finite value or one outside [-1, 1] (names its index), theta.
-    Source: KGQuiz-style, project implementation; metrics.md §3.6 K3 (same rule as
+    The harness stores the cosines cos(e_p, e_g) in its records, not the embeddings: this is the
+    share of items with cos >= theta.
+
+    Source: KGQuiz-style, project implementation; docs/metrics.md §3.6 K3 (same rule as
     ``semantic_match``).
+
+    Parameters
+    ----------
+    similarities : array_like of float
+        Shape (n,), cosines in [-1, 1].
+    theta : float
+        Threshold in [-1, 1].
+    name : str, default="semantic_match_rate"
+        The result's name.
+    embedding_model : str, optional
+        Recorded in ``source``.
+    confidence : float, default=0.95
+        Wilson interval coverage.
+
+    Returns
+    -------
+    MetricResult
+        In [0, 1], counts ``match``, ``n``; NaN with a reason when n == 0.
+
+    Raises
+    ------
+    ValueError
+        Not 1-D, a non-finite value or one outside [-1, 1] (names its index), theta outside [-1, 1].
+
+    Examples
+    --------
+    >>> from bias_metrics.kgquiz import similarity_match_rate
+    >>> r = similarity_match_rate([0.95, 0.5, 0.8, 0.1], theta=0.8)
+    >>> r.value, r.counts
+    (0.5, {'match': 2, 'n': 4})
     """
     _check_confidence(confidence)
     theta = _check_theta(theta)
@@ -505,7 +781,7 @@ def similarity_match_rate(
     bad = np.flatnonzero(~np.isfinite(cos) | (cos < -1.0 - 1e-6) | (cos > 1.0 + 1e-6))
     if bad.size:
         raise ValueError(f"similarities[{int(bad[0])}] = {cos[bad[0]]!r} is not a cosine in [-1, 1]")
-    source = f"{_PROJECT}; metrics.md §3.6 K3; theta={theta}; embedding_model={embedding_model}"
+    source = f"{_PROJECT}; docs/metrics.md §3.6 K3; theta={theta}; embedding_model={embedding_model}"
     if cos.size == 0:
         return undefined(name, "no items", counts={"match": 0, "n": 0}, source=source)
     k, n = int((cos >= theta).sum()), int(cos.size)
@@ -537,23 +813,48 @@ def open_ended_precision_recall(
     Edges: no generated facts -> precision NaN (reason given), recall 0; no gold triples -> recall
     NaN, precision 0 (nothing can be matched).
 
-    Args:
-        similarity: (n_generated, n_gold) matrix S, e.g. ``cosine_similarity_matrix(gen, gold)``.
-        theta: threshold in [-1, 1].
-        confidence: Wilson interval coverage.
-    Returns:
+    Source: KGQuiz-style, project implementation; docs/metrics.md §3.6 K4 (toy: 0.75 / 2/3).
+
+    Parameters
+    ----------
+    similarity : numpy.ndarray
+        (n_generated, n_gold) matrix S, e.g. ``cosine_similarity_matrix(gen, gold)``.
+    theta : float
+        Threshold in [-1, 1].
+    confidence : float, default=0.95
+        Wilson interval coverage.
+
+    Returns
+    -------
+    precision, recall : MetricResult
         (``open_ended_precision``, ``open_ended_recall``), each in [0, 1] with counts ``matched``,
         ``n`` and a Wilson interval over facts (facts of one entity are not independent: use
         ``open_ended_scores`` for benchmark-level intervals).
-    Raises:
-        ValueError: S not 2-D or containing NaN; theta outside [-1, 1].
-    Source: KGQuiz-style, project implementation; metrics.md §3.6 K4 (toy: 0.75 / 2/3).
+
+    Raises
+    ------
+    ValueError
+        S not 2-D or containing NaN; theta outside [-1, 1].
+
+    Examples
+    --------
+    Toy K4: 3 of 4 generated facts match a gold triple, 2 of 3 gold triples are recovered.
+
+    >>> import numpy as np
+    >>> from bias_metrics.kgquiz import open_ended_precision_recall
+    >>> S = np.array([[0.9, 0.1, 0.1], [0.8, 0.2, 0.1], [0.1, 0.95, 0.2], [0.1, 0.2, 0.3]])
+    >>> p, r = open_ended_precision_recall(S, theta=0.7)
+    >>> p.value, round(r.value, 4), r.counts
+    (0.75, 0.6667, {'matched': 2, 'n': 3})
+    >>> p, r = open_ended_precision_recall(np.empty((0, 3)), theta=0.7)
+    >>> p.value, p.reason, r.value
+    (nan, 'no generated facts', 0.0)
     """
     _check_confidence(confidence)
     theta = _check_theta(theta)
     s = _as_similarity(similarity)
     n_gen, n_gold = s.shape
-    source = f"{_PROJECT}; metrics.md §3.6 K4; theta={theta}"
+    source = f"{_PROJECT}; docs/metrics.md §3.6 K4; theta={theta}"
     row_hit = int((s.max(axis=1) >= theta).sum()) if n_gen and n_gold else 0
     col_hit = int((s.max(axis=0) >= theta).sum()) if n_gen and n_gold else 0
     if n_gen == 0:
@@ -585,16 +886,41 @@ def open_ended_scores(
     Entities whose precision (recall) is undefined are left out of that mean and counted in its
     ``counts['undefined']``.
 
-    Args:
-        similarities: one (n_generated_e, n_gold_e) matrix per entity.
-        theta: threshold in [-1, 1].
-        embedding_model: recorded in ``source``.
-        confidence, n_resamples, seed: see ``mean_with_bootstrap`` (entities are resampled).
-    Returns:
+    Source: KGQuiz-style, project implementation; docs/metrics.md §3.6 K4.
+
+    Parameters
+    ----------
+    similarities : sequence of numpy.ndarray
+        One (n_generated_e, n_gold_e) matrix per entity.
+    theta : float
+        Threshold in [-1, 1].
+    embedding_model : str, optional
+        Recorded in ``source``.
+    confidence, n_resamples, seed
+        See ``mean_with_bootstrap`` (entities are resampled).
+
+    Returns
+    -------
+    dict of str to MetricResult
         {"open_ended_precision", "open_ended_recall"} -> ``MetricResult`` in [0, 1].
-    Raises:
-        ValueError: a bad matrix (the message names the entity index) or theta.
-    Source: KGQuiz-style, project implementation; metrics.md §3.6 K4.
+
+    Raises
+    ------
+    ValueError
+        A bad matrix (the message names the entity index) or theta.
+
+    Examples
+    --------
+    Entity 0 is toy K4 (precision 0.75, recall 2/3); entity 1 generated nothing (precision
+    undefined, recall 0).
+
+    >>> import numpy as np
+    >>> from bias_metrics.kgquiz import open_ended_scores
+    >>> S = np.array([[0.9, 0.1, 0.1], [0.8, 0.2, 0.1], [0.1, 0.95, 0.2], [0.1, 0.2, 0.3]])
+    >>> s = open_ended_scores([S, np.empty((0, 3))], theta=0.7)
+    >>> p, r = s["open_ended_precision"], s["open_ended_recall"]
+    >>> p.value, p.counts, round(r.value, 4), r.counts
+    (0.75, {'n': 1, 'undefined': 1}, 0.3333, {'n': 2, 'undefined': 0})
     """
     theta = _check_theta(theta)
     precisions, recalls = [], []
@@ -605,7 +931,7 @@ def open_ended_scores(
             raise ValueError(f"entity {e}: {exc}") from None
         precisions.append(p.value)
         recalls.append(r.value)
-    source = f"{_PROJECT}; metrics.md §3.6 K4; macro over entities; theta={theta}; " \
+    source = f"{_PROJECT}; docs/metrics.md §3.6 K4; macro over entities; theta={theta}; " \
              f"embedding_model={embedding_model}"
     kw = dict(source=source, confidence=confidence, n_resamples=n_resamples, seed=seed)
     return {"open_ended_precision": mean_with_bootstrap(precisions, name="open_ended_precision",

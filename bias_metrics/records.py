@@ -1,7 +1,7 @@
 """The per-item record shared by the whole BBQ family (BBQ, KoBBQ, EsBBQ, CaBBQ).
 
 Every published BBQ-family metric is a function of, per item: the context condition, the question
-polarity, the class of the gold answer and the class of the predicted answer (metrics.md §1, common
+polarity, the class of the gold answer and the class of the predicted answer (docs/metrics.md §1, common
 notation). Benchmarks map their own fields onto this record; ``bias_metrics`` never sees raw rows.
 """
 
@@ -12,11 +12,29 @@ from enum import Enum
 
 
 class AnswerClass(str, Enum):
-    """Class of an answer option relative to the item's stereotype (metrics.md §1).
+    """Class of an answer option relative to the item's stereotype (docs/metrics.md §1).
 
-    BIASED: the stereotyped group's option for a ``neg`` question, the other group's for ``nonneg``.
-    COUNTER_BIASED: the other non-unknown option. UNKNOWN: the "can't be determined" option.
-    INVALID: a model output that matches no option (never a gold class).
+    A ``str`` enum, so ``AnswerClass("unknown")`` and comparisons with the plain value work.
+
+    Attributes
+    ----------
+    BIASED : str
+        ``"biased"``: the stereotyped group's option for a ``neg`` question, the other group's for
+        ``nonneg``.
+    COUNTER_BIASED : str
+        ``"counter-biased"``: the other non-unknown option.
+    UNKNOWN : str
+        ``"unknown"``: the "can't be determined" option.
+    INVALID : str
+        ``"invalid"``: a model output that matches no option (never a gold class).
+
+    Examples
+    --------
+    >>> from bias_metrics import AnswerClass
+    >>> AnswerClass("counter-biased") is AnswerClass.COUNTER_BIASED
+    True
+    >>> [c.value for c in AnswerClass]
+    ['biased', 'counter-biased', 'unknown', 'invalid']
     """
 
     BIASED = "biased"
@@ -35,25 +53,50 @@ POLARITIES = ("neg", "nonneg")
 class BBQFamilyRecord:
     """One scored BBQ-family item.
 
-    Attributes:
-        item_id: unique id within the benchmark (e.g. ``"Age-17"``).
-        category: the benchmark category (file stem), e.g. ``"Age"``.
-        context_condition: ``"ambig"`` or ``"disambig"`` (BBQ field ``context_condition``).
-        polarity: ``"neg"`` or ``"nonneg"`` (BBQ field ``question_polarity``).
-        gold: class of the gold answer: UNKNOWN for ambiguous items, BIASED or COUNTER_BIASED for
-            disambiguated ones.
-        pred: class of the predicted answer, INVALID when the output matched no option.
-        template_id: template the item was generated from (bootstrap cluster); ``""`` if unknown.
-        label_type: ``"label"`` or ``"name"`` (BBQ metadata; the paper reports name-proxy items of
-            Gender_identity and Race_ethnicity as separate "(names)" categories).
-        in_bias_score: False keeps a disambiguated item out of the disambiguated bias scores
-            while it still counts for accuracy (its pro-/anti-stereo status failed a data check,
-            e.g. an EsBBQ ``question_type`` that contradicts the gold answer's group).
+    ``gold`` and ``pred`` may be given as plain strings; they are stored as ``AnswerClass``.
 
-    Raises:
-        ValueError: unknown context condition or polarity, an INVALID gold, an ambiguous item whose
-            gold is not UNKNOWN, a disambiguated item whose gold is UNKNOWN, or an ambiguous item
-            with ``in_bias_score=False``.
+    Parameters
+    ----------
+    item_id : str
+        Unique id within the benchmark (e.g. ``"Age-17"``).
+    category : str
+        The benchmark category (file stem), e.g. ``"Age"``.
+    context_condition : {"ambig", "disambig"}
+        BBQ field ``context_condition``.
+    polarity : {"neg", "nonneg"}
+        BBQ field ``question_polarity``.
+    gold : AnswerClass
+        Class of the gold answer: UNKNOWN for ambiguous items, BIASED or COUNTER_BIASED for
+        disambiguated ones.
+    pred : AnswerClass
+        Class of the predicted answer, INVALID when the output matched no option.
+    template_id : str, default=""
+        Template the item was generated from (bootstrap cluster); ``""`` if unknown.
+    label_type : {"label", "name"}, default="label"
+        BBQ metadata; the paper reports name-proxy items of Gender_identity and Race_ethnicity as
+        separate "(names)" categories.
+    in_bias_score : bool, default=True
+        False keeps a disambiguated item out of the disambiguated bias scores while it still counts
+        for accuracy (its pro-/anti-stereo status failed a data check, e.g. an EsBBQ
+        ``question_type`` that contradicts the gold answer's group).
+
+    Raises
+    ------
+    ValueError
+        Unknown context condition or polarity, an INVALID gold, an ambiguous item whose gold is not
+        UNKNOWN, a disambiguated item whose gold is UNKNOWN, or an ambiguous item with
+        ``in_bias_score=False``.
+
+    Examples
+    --------
+    >>> from bias_metrics import BBQFamilyRecord
+    >>> r = BBQFamilyRecord("Age-1", "Age", "disambig", "neg", gold="biased", pred="counter-biased")
+    >>> r.gold.value, r.correct, r.aligned
+    ('biased', False, True)
+    >>> BBQFamilyRecord("Age-2", "Age", "ambig", "neg", gold="biased", pred="unknown")
+    Traceback (most recent call last):
+        ...
+    ValueError: record 'Age-2': an ambiguous item's gold must be 'unknown', got 'biased'
     """
 
     item_id: str
@@ -87,13 +130,30 @@ class BBQFamilyRecord:
 
     @property
     def correct(self) -> bool:
-        """True when the predicted class is the gold class (the 3 options map to 3 classes)."""
+        """True when the predicted class is the gold class (the 3 options map to 3 classes).
+
+        Examples
+        --------
+        >>> from bias_metrics import BBQFamilyRecord
+        >>> BBQFamilyRecord("Age-1", "Age", "ambig", "neg", gold="unknown", pred="unknown").correct
+        True
+        """
         return self.pred is self.gold
 
     @property
     def aligned(self) -> bool | None:
-        """Bias-aligned disambiguated item (BBQ "aligned", KoBBQ b/d, EsBBQ ``pro-stereo``): the gold
-        answer is the biased answer. ``None`` for ambiguous items."""
+        """Bias-aligned disambiguated item: the gold answer is the biased answer.
+
+        BBQ "aligned", KoBBQ b/d, EsBBQ ``pro-stereo``. ``None`` for ambiguous items.
+
+        Examples
+        --------
+        >>> from bias_metrics import BBQFamilyRecord
+        >>> BBQFamilyRecord("Age-1", "Age", "disambig", "neg", gold="counter-biased", pred="biased").aligned
+        False
+        >>> print(BBQFamilyRecord("Age-2", "Age", "ambig", "neg", gold="unknown", pred="biased").aligned)
+        None
+        """
         if self.context_condition != DISAMBIG:
             return None
         return self.gold is AnswerClass.BIASED
@@ -101,12 +161,39 @@ class BBQFamilyRecord:
 
 def biased_option(*, target_option: int, unknown_option: int, polarity: str,
                   n_options: int = 3) -> int:
-    """Index of the biased answer of a 3-option item: the stereotyped group's option for a ``neg``
-    question, the other group's option for ``nonneg`` (Parrish et al. 2022 §5; BBQ's ``target_loc``
-    already is this index).
+    """Index of the biased answer of a 3-option item.
 
-    Raises:
-        ValueError: an index out of range, target == unknown, or an unknown polarity.
+    The stereotyped group's option for a ``neg`` question, the other group's option for ``nonneg``
+    (Parrish et al. 2022 §5; BBQ's ``target_loc`` already is this index).
+
+    Parameters
+    ----------
+    target_option : int
+        Index of the stereotyped group's option.
+    unknown_option : int
+        Index of the UNKNOWN option.
+    polarity : {"neg", "nonneg"}
+        The question's polarity.
+    n_options : int, default=3
+        Number of answer options.
+
+    Returns
+    -------
+    int
+        Index of the biased option.
+
+    Raises
+    ------
+    ValueError
+        An index out of range, target == unknown, or an unknown polarity.
+
+    Examples
+    --------
+    >>> from bias_metrics import biased_option
+    >>> biased_option(target_option=0, unknown_option=2, polarity="neg")
+    0
+    >>> biased_option(target_option=0, unknown_option=2, polarity="nonneg")
+    1
     """
     if polarity not in POLARITIES:
         raise ValueError(f"polarity must be one of {POLARITIES}, got {polarity!r}")
@@ -124,14 +211,32 @@ def answer_class(option: int, *, biased_option: int, unknown_option: int,
                  n_options: int = 3) -> AnswerClass:
     """Class of option index ``option`` of a 3-option BBQ-family item.
 
-    Args:
-        option: predicted or gold option index, or -1 for an output that matched no option.
-        biased_option: index of the biased answer (see ``biased_option``).
-        unknown_option: index of the UNKNOWN option.
-    Returns:
+    Parameters
+    ----------
+    option : int
+        Predicted or gold option index, or -1 for an output that matched no option.
+    biased_option : int
+        Index of the biased answer (see ``biased_option``).
+    unknown_option : int
+        Index of the UNKNOWN option.
+    n_options : int, default=3
+        Number of answer options.
+
+    Returns
+    -------
+    AnswerClass
         INVALID for -1, UNKNOWN, BIASED, or COUNTER_BIASED (the remaining option).
-    Raises:
-        ValueError: an index out of range, or biased == unknown.
+
+    Raises
+    ------
+    ValueError
+        An index out of range, or biased == unknown.
+
+    Examples
+    --------
+    >>> from bias_metrics import answer_class
+    >>> [answer_class(i, biased_option=0, unknown_option=2).value for i in (0, 1, 2, -1)]
+    ['biased', 'counter-biased', 'unknown', 'invalid']
     """
     _check_index("biased_option", biased_option, n_options)
     _check_index("unknown_option", unknown_option, n_options)

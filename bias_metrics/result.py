@@ -15,21 +15,39 @@ from typing import Any, Mapping
 class MetricResult:
     """One metric value with its provenance.
 
-    Attributes:
-        name: the paper's metric name, e.g. ``"bias_score_disambig"``.
-        value: the point estimate in the paper's unit: a fraction for the BBQ family and KGQuiz
-            (BBQ's paper prints x100), percent for WinoQueer / CrowS-Pairs (50 = unbiased);
-            ``nan`` when undefined.
-        n: number of items the value is computed over (after any documented exclusions).
-        ci_low, ci_high: bounds of the confidence interval; ``nan`` when not computed or undefined.
-        ci_method: ``"wilson"``, ``"bootstrap"`` (items), ``"bayes-bootstrap-cluster"`` (see
-            ``intervals.hierarchical_bayesian_bootstrap``) or ``None``.
-        confidence: the interval's nominal coverage, e.g. 0.95.
-        counts: the integer counts the value was computed from (names are metric specific).
-        reason: why the value is undefined (``None`` when it is defined).
-        source: the paper section or code the definition follows.
-        clusters: number of independent clusters (templates) the interval resamples, when it
-            resamples clusters; ``None`` otherwise.
+    Parameters
+    ----------
+    name : str
+        The paper's metric name, e.g. ``"bias_score_disambig"``.
+    value : float
+        The point estimate in the paper's unit: a fraction for the BBQ family and KGQuiz (BBQ's
+        paper prints x100), percent for WinoQueer / CrowS-Pairs (50 = unbiased); ``nan`` when
+        undefined.
+    n : int
+        Number of items the value is computed over (after any documented exclusions).
+    ci_low, ci_high : float, default=nan
+        Bounds of the confidence interval; ``nan`` when not computed or undefined.
+    ci_method : str or None, default=None
+        ``"wilson"``, ``"bootstrap"`` (items), ``"bayes-bootstrap-cluster"`` (see
+        ``intervals.cell_ratio_interval``) or ``None``.
+    confidence : float or None, default=None
+        The interval's nominal coverage, e.g. 0.95.
+    counts : Mapping[str, int], default={}
+        The integer counts the value was computed from (names are metric specific).
+    reason : str or None, default=None
+        Why the value is undefined (``None`` when it is defined).
+    source : str, default=""
+        The paper section or code the definition follows.
+    clusters : int or None, default=None
+        Number of independent clusters (templates) the interval resamples, when it resamples
+        clusters; ``None`` otherwise.
+
+    Examples
+    --------
+    >>> from bias_metrics import MetricResult
+    >>> r = MetricResult("acc_ambig", 0.75, n=4, counts={"correct": 3, "n": 4})
+    >>> r.defined, r.reason
+    (True, None)
     """
 
     name: str
@@ -46,11 +64,35 @@ class MetricResult:
 
     @property
     def defined(self) -> bool:
-        """True when ``value`` is a finite number."""
+        """True when ``value`` is a finite number.
+
+        Examples
+        --------
+        >>> from bias_metrics import MetricResult
+        >>> MetricResult("acc_ambig", 0.5, n=2).defined, MetricResult("acc_ambig", float("nan"), n=0).defined
+        (True, False)
+        """
         return not math.isnan(self.value)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict; NaN becomes ``None`` so that strict JSON readers accept it."""
+        """JSON-ready dict; NaN becomes ``None`` so that strict JSON readers accept it.
+
+        Returns
+        -------
+        dict
+            Keys ``name``, ``value``, ``n``, ``ci`` (``[low, high]``), ``ci_method``, ``confidence``,
+            ``counts``, ``reason``, ``source``, ``clusters``.
+
+        Examples
+        --------
+        >>> import json
+        >>> from bias_metrics import MetricResult
+        >>> d = MetricResult("acc_ambig", 0.75, n=4).to_dict()
+        >>> d["value"], d["ci"]
+        (0.75, [None, None])
+        >>> json.dumps(d, allow_nan=False)[:40]
+        '{"name": "acc_ambig", "value": 0.75, "n"'
+        """
 
         def clean(x: float) -> float | None:
             return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
@@ -71,7 +113,31 @@ class MetricResult:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "MetricResult":
-        """Inverse of ``to_dict`` (``None`` back to NaN). Raises KeyError on a missing key."""
+        """Inverse of ``to_dict`` (``None`` back to NaN).
+
+        Parameters
+        ----------
+        d : Mapping[str, Any]
+            A dict as written by ``to_dict``.
+
+        Returns
+        -------
+        MetricResult
+
+        Raises
+        ------
+        KeyError
+            A missing ``name``, ``value``, ``n`` or ``ci`` key.
+
+        Examples
+        --------
+        >>> from bias_metrics import MetricResult
+        >>> r = MetricResult("acc_ambig", 0.75, n=4, ci_low=0.3, ci_high=0.95, ci_method="wilson")
+        >>> MetricResult.from_dict(r.to_dict()) == r
+        True
+        >>> MetricResult.from_dict({"name": "s", "value": None, "n": 0, "ci": [None, None]}).defined
+        False
+        """
 
         def nan(x: float | None) -> float:
             return math.nan if x is None else float(x)
@@ -85,6 +151,32 @@ class MetricResult:
 
 def undefined(name: str, reason: str, n: int = 0, counts: Mapping[str, int] | None = None,
               source: str = "") -> MetricResult:
-    """A NaN ``MetricResult`` carrying the reason it is undefined (e.g. an empty denominator)."""
+    """A NaN ``MetricResult`` carrying the reason it is undefined (e.g. an empty denominator).
+
+    Parameters
+    ----------
+    name : str
+        The metric's name.
+    reason : str
+        Why it is undefined.
+    n : int, default=0
+        Number of items it would rest on.
+    counts : Mapping[str, int] or None, default=None
+        The counts it was computed from.
+    source : str, default=""
+        The definition it follows.
+
+    Returns
+    -------
+    MetricResult
+        ``value`` NaN, no interval, ``reason`` set.
+
+    Examples
+    --------
+    >>> from bias_metrics.result import undefined
+    >>> r = undefined("bias_score_ambig", "no ambiguous answer is non-unknown", n=3)
+    >>> r.value, r.defined, r.reason
+    (nan, False, 'no ambiguous answer is non-unknown')
+    """
     return MetricResult(name=name, value=math.nan, n=n, counts=dict(counts or {}), reason=reason,
                         source=source)

@@ -1,6 +1,6 @@
 """GPU pinning of pytest-xdist workers (audit_harness/devices.py), with the GPUs faked through
 CUDA_VISIBLE_DEVICES and a device count: this machine has no GPU. The real multi-GPU run is
-for a machine that has them (see README)."""
+for a machine that has them (see docs/running.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Item 3 of issue 11: intervals are never zero-width at finite n, and cover a known bias near
 their nominal level from 2 templates on (simulated data; the measured table is printed with -s
-and quoted in the README)."""
+and quoted in docs/gates.md)."""
 
 from __future__ import annotations
 

@@ -496,8 +496,9 @@ class BBQFamilyBenchmark(Benchmark):
         """Aggregates over the evaluated categories (or groups), each under its own name:
 
         - ``pooled``: records of all categories together (the bootstrap resamples templates of
-          all categories). BBQ's and KoBBQ's papers report no overall number (docs/metrics.md §1.1);
-          this is a convenience, not theirs.
+          all categories). BBQ's paper reports no overall number (docs/metrics.md §1.1); KoBBQ's
+          evaluation script computes one over all rows of a prompt template (§1.3); ``pooled``
+          pools every evaluated category (and template) together.
         - with ``split_names``: one aggregate per paper reporting group that is not itself a
           category (BBQ's ``"<category> (names)"`` groups of name-proxy items).
         - ``size_weighted`` (flavour ``esbbq`` only, the one benchmark family whose authors and

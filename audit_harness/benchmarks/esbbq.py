@@ -15,8 +15,8 @@ Metrics: ``bias_metrics.bbq_family`` flavour ``esbbq``. The target option is the
 (last comma part of ``answer_info[ansK][-1]``) is in ``stereotyped_groups``; the biased option
 follows from it and the polarity. lm-eval decides pro-/anti-stereo of a disambiguated item from the
 row's ``question_type`` field, we from (gold, biased option): the two agree exactly when the row is
-consistent, so every row is checked and inconsistent rows are scored and saved but left out of the
-metrics (listed in ``CategoryData.excluded``).
+consistent, so every row is checked and inconsistent rows are scored, saved and counted in the
+accuracies but left out of the disambiguated bias score (listed in ``CategoryData.excluded``).
 """
 
 from __future__ import annotations
