@@ -54,57 +54,124 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bias-audit", description="Audit language models for social bias.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("run", help="run the audits: an alias of `pytest audits ARGS...`", add_help=False)
-    sub.add_parser("data", help="fetch or verify benchmark data (bias-audit data --help)",
-                   add_help=False)
-    score = sub.add_parser("score", help="score saved predictions: an audit run with the replay "
-                                         "backend (same records, gates, results and reports)")
+    sub.add_parser("data", help="fetch or verify benchmark data (bias-audit data --help)", add_help=False)
+    score = sub.add_parser(
+        "score",
+        help="score saved predictions: an audit run with the replay "
+        "backend (same records, gates, results and reports)",
+    )
     score.add_argument("benchmark", help="benchmark name, e.g. bbq, esbbq, cabbq, kobbq")
-    score.add_argument("--predictions", required=True, type=Path, metavar="FILE",
-                       help="JSONL file: one row per item with its id and a prediction")
-    score.add_argument("--prediction-field", required=True, metavar="FIELD",
-                       help="the row field holding the prediction (letter, text or number)")
-    score.add_argument("--index-base", type=int, choices=[0, 1], default=None,
-                       help="numbers count the options from 0 or from 1 (required when the file "
-                            "holds numbers: '1' could be A or B)")
-    score.add_argument("--allow-partial", action="store_true",
-                       help="judge a category the file covers only in part (else its gates are "
-                            "INSUFFICIENT)")
-    score.add_argument("--data-dir", default=None, metavar="DIR",
-                       help="folder holding bbq/, esbbq_cabbq/, ... (default: $AUDIT_DATA_DIR)")
-    score.add_argument("--require-published-data", action="store_true",
-                       help="stop (exit 4) unless every data file read is the published release")
-    score.add_argument("--answer-parsing", choices=["authors", "robust"], default=None,
-                       help="authors (the benchmark's published post-processing: BBQ's R script, "
-                            "KoBBQ's raw2prediction) or robust (what chat models write; the "
-                            "default where the authors published none)")
-    score.add_argument("--kobbq-prompt", type=int, default=None, metavar="K",
-                       help="kobbq: the prompt template (1-5) of rows without a prompt_id field")
-    score.add_argument("--kobbq-permutation", type=int, default=None, metavar="J",
-                       help="kobbq: the option order (0-2) of rows without a permutation field")
-    score.add_argument("--flavour", choices=sorted(FLAVOURS), default=None,
-                       help="metric definitions (default: the benchmark's own)")
-    score.add_argument("--split-names", action="store_true",
-                       help="bbq: also report name-proxy items as '<category> (names)' groups")
-    score.add_argument("--output", type=Path, default=None, metavar="FILE",
-                       help="also write the run's results.json to FILE")
-    score.add_argument("--bootstrap-resamples", type=int, default=None, metavar="N",
-                       help="bootstrap resamples for intervals (default 1000)")
+    score.add_argument(
+        "--predictions",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="JSONL file: one row per item with its id and a prediction",
+    )
+    score.add_argument(
+        "--prediction-field",
+        required=True,
+        metavar="FIELD",
+        help="the row field holding the prediction (letter, text or number)",
+    )
+    score.add_argument(
+        "--index-base",
+        type=int,
+        choices=[0, 1],
+        default=None,
+        help="numbers count the options from 0 or from 1 (required when the file "
+        "holds numbers: '1' could be A or B)",
+    )
+    score.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="judge a category the file covers only in part (else its gates are INSUFFICIENT)",
+    )
+    score.add_argument(
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help="folder holding bbq/, esbbq_cabbq/, ... (default: $AUDIT_DATA_DIR)",
+    )
+    score.add_argument(
+        "--require-published-data",
+        action="store_true",
+        help="stop (exit 4) unless every data file read is the published release",
+    )
+    score.add_argument(
+        "--answer-parsing",
+        choices=["authors", "robust"],
+        default=None,
+        help="authors (the benchmark's published post-processing: BBQ's R script, "
+        "KoBBQ's raw2prediction) or robust (what chat models write; the "
+        "default where the authors published none)",
+    )
+    score.add_argument(
+        "--kobbq-prompt",
+        type=int,
+        default=None,
+        metavar="K",
+        help="kobbq: the prompt template (1-5) of rows without a prompt_id field",
+    )
+    score.add_argument(
+        "--kobbq-permutation",
+        type=int,
+        default=None,
+        metavar="J",
+        help="kobbq: the option order (0-2) of rows without a permutation field",
+    )
+    score.add_argument(
+        "--flavour",
+        choices=sorted(FLAVOURS),
+        default=None,
+        help="metric definitions (default: the benchmark's own)",
+    )
+    score.add_argument(
+        "--split-names",
+        action="store_true",
+        help="bbq: also report name-proxy items as '<category> (names)' groups",
+    )
+    score.add_argument(
+        "--output", type=Path, default=None, metavar="FILE", help="also write the run's results.json to FILE"
+    )
+    score.add_argument(
+        "--bootstrap-resamples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="bootstrap resamples for intervals (default 1000)",
+    )
     score.add_argument("--seed", type=int, default=None, help="bootstrap seed")
     score.add_argument("--confidence", type=float, default=None, help="interval confidence")
     score.add_argument("--thresholds", default=None, metavar="PATH", help="gates file")
-    score.add_argument("--results-dir", default=None, metavar="DIR",
-                       help="each run writes <results-dir>/<run id>/ (default audit-results/)")
+    score.add_argument(
+        "--results-dir",
+        default=None,
+        metavar="DIR",
+        help="each run writes <results-dir>/<run id>/ (default audit-results/)",
+    )
     score.epilog = "After --, further options for the audit run (e.g. -- -k Age --min-n 10)."
     report = sub.add_parser("report", help="render report.md and report.html again from a run's results.json")
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (or its results.json)")
-    report.add_argument("--output-dir", type=Path, default=None, metavar="DIR",
-                        help="where to write the reports (default: the run folder)")
-    compare = sub.add_parser("compare", help="compare two runs: metric changes with intervals, "
-                                             "gates that changed verdict")
+    report.add_argument(
+        "--output-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where to write the reports (default: the run folder)",
+    )
+    compare = sub.add_parser(
+        "compare", help="compare two runs: metric changes with intervals, gates that changed verdict"
+    )
     compare.add_argument("old", type=Path, metavar="OLD", help="the earlier run (folder or results.json)")
     compare.add_argument("new", type=Path, metavar="NEW", help="the later run (folder or results.json)")
-    compare.add_argument("--output-dir", type=Path, default=None, metavar="DIR",
-                         help="where to write compare-vs-<old run id>.md/.json (default: NEW's run folder)")
+    compare.add_argument(
+        "--output-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where to write compare-vs-<old run id>.md/.json (default: NEW's run folder)",
+    )
     return parser
 
 
@@ -132,14 +199,19 @@ def run_help(pytest_help: str) -> str:
     then the rest of pytest's help, from the text of ``pytest --help``."""
     lines = pytest_help.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("model bias audit")), None)
-    head = ["usage: bias-audit run [audit options] [pytest options] [-k EXPRESSION]", "",
-            "Runs the audits (one pytest test per gate of the thresholds file) from any directory;",
-            "exit codes: 0 every gate passed, 1 a gate failed or was undefined, 2 interrupted,",
-            "3 a model or data error during the run, 4 usage or input error, 5 no audit selected.", ""]
+    head = [
+        "usage: bias-audit run [audit options] [pytest options] [-k EXPRESSION]",
+        "",
+        "Runs the audits (one pytest test per gate of the thresholds file) from any directory;",
+        "exit codes: 0 every gate passed, 1 a gate failed or was undefined, 2 interrupted,",
+        "3 a model or data error during the run, 4 usage or input error, 5 no audit selected.",
+        "",
+    ]
     if start is None:
         return "\n".join(head + lines)
-    end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()),
-               len(lines))
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()), len(lines)
+    )
     while end > start and not lines[end - 1].strip():
         end -= 1
     section = lines[start:end]
@@ -150,8 +222,9 @@ def run_help(pytest_help: str) -> str:
 def _print_run_help() -> int:
     import subprocess
 
-    proc = subprocess.run([sys.executable, "-m", "pytest", _audits_dir(), "--help"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", _audits_dir(), "--help"], capture_output=True, text=True
+    )
     print(run_help(proc.stdout))
     return 0 if proc.returncode == 0 else proc.returncode
 
@@ -168,30 +241,47 @@ def score_args(ns: argparse.Namespace) -> list[str]:
     benchmarks = registry()
     name = ns.benchmark
     if name not in benchmarks:
-        raise _Error(f"bias-audit score: unknown benchmark {name!r}; known: "
-                     f"{', '.join(sorted(benchmarks))}")
+        raise _Error(f"bias-audit score: unknown benchmark {name!r}; known: {', '.join(sorted(benchmarks))}")
     if not benchmarks[name].id_fields:
-        raise _Error(f"bias-audit score: {name} does not score saved outputs (its records come "
-                     "from model scores: there is no answer to save)")
+        raise _Error(
+            f"bias-audit score: {name} does not score saved outputs (its records come "
+            "from model scores: there is no answer to save)"
+        )
     module = Path(_audits_dir()) / f"test_{name}.py"
-    args = [str(module), "--backend", "replay", "--predictions", str(ns.predictions),
-            "--prediction-field", ns.prediction_field]
-    flags = {"--index-base": ns.index_base, "--data-dir": ns.data_dir,
-             "--answer-parsing": ns.answer_parsing, "--metric-flavour": ns.flavour,
-             "--results-json": ns.output, "--bootstrap-resamples": ns.bootstrap_resamples,
-             "--seed": ns.seed, "--confidence": ns.confidence, "--thresholds": ns.thresholds,
-             "--results-dir": ns.results_dir, "--kobbq-prompts": ns.kobbq_prompt,
-             "--kobbq-permutations": ns.kobbq_permutation}
-    for own, flag in (("--kobbq-prompt", "--kobbq-prompts"),
-                      ("--kobbq-permutation", "--kobbq-permutations")):
+    args = [
+        str(module),
+        "--backend",
+        "replay",
+        "--predictions",
+        str(ns.predictions),
+        "--prediction-field",
+        ns.prediction_field,
+    ]
+    flags = {
+        "--index-base": ns.index_base,
+        "--data-dir": ns.data_dir,
+        "--answer-parsing": ns.answer_parsing,
+        "--metric-flavour": ns.flavour,
+        "--results-json": ns.output,
+        "--bootstrap-resamples": ns.bootstrap_resamples,
+        "--seed": ns.seed,
+        "--confidence": ns.confidence,
+        "--thresholds": ns.thresholds,
+        "--results-dir": ns.results_dir,
+        "--kobbq-prompts": ns.kobbq_prompt,
+        "--kobbq-permutations": ns.kobbq_permutation,
+    }
+    for own, flag in (("--kobbq-prompt", "--kobbq-prompts"), ("--kobbq-permutation", "--kobbq-permutations")):
         if flags[flag] is not None and name != "kobbq":
             raise _Error(f"bias-audit score: {own} applies to kobbq only")
     for flag, value in flags.items():
         if value is not None:
             args += [flag, str(value)]
-    for flag, on in (("--allow-partial", ns.allow_partial),
-                     ("--require-published-data", ns.require_published_data),
-                     ("--bbq-split-names", ns.split_names)):
+    for flag, on in (
+        ("--allow-partial", ns.allow_partial),
+        ("--require-published-data", ns.require_published_data),
+        ("--bbq-split-names", ns.split_names),
+    ):
         if on:
             args.append(flag)
     return args + list(ns.pytest_args)
@@ -255,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra: list[str] = []
         if args[0] == "score" and "--" in args:  # the rest goes to the audit run as it is
             cut = args.index("--")
-            args, extra = args[:cut], args[cut + 1:]
+            args, extra = args[:cut], args[cut + 1 :]
         ns = _build_parser().parse_args(args)
         ns.pytest_args = extra
         return {"report": _report, "compare": _compare}.get(ns.command, _score)(ns)

@@ -34,8 +34,9 @@ def resolve_data_dir(option: str | os.PathLike | None) -> Path:
         return default_data_dir().resolve()
     path = Path(raw).expanduser().resolve()
     if not path.is_dir():
-        raise DataError(f"data directory {path} does not exist (from "
-                        f"{'--data-dir' if option else DATA_DIR_ENV})")
+        raise DataError(
+            f"data directory {path} does not exist (from {'--data-dir' if option else DATA_DIR_ENV})"
+        )
     return path
 
 

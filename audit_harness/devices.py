@@ -66,15 +66,19 @@ def assign(n_workers: int, gpus: list[str], device: str = "auto", share: bool = 
     """
     if not gpus:
         if device == "cuda":
-            raise ConfigError("--device cuda with -n: no GPU is visible (CUDA_VISIBLE_DEVICES or "
-                              "the driver); use --device cpu")
+            raise ConfigError(
+                "--device cuda with -n: no GPU is visible (CUDA_VISIBLE_DEVICES or "
+                "the driver); use --device cpu"
+            )
         return [None] * n_workers
     if n_workers > len(gpus) and share:
         return [gpus[i % len(gpus)] for i in range(n_workers)]
     if n_workers > len(gpus):
-        raise ConfigError(f"-n {n_workers} asks for more workers than the {len(gpus)} visible GPU(s) "
-                          f"({','.join(gpus)}): each worker pins one GPU; use -n {len(gpus)} or "
-                          "-n auto (one worker per GPU), or --device cpu")
+        raise ConfigError(
+            f"-n {n_workers} asks for more workers than the {len(gpus)} visible GPU(s) "
+            f"({','.join(gpus)}): each worker pins one GPU; use -n {len(gpus)} or "
+            "-n auto (one worker per GPU), or --device cpu"
+        )
     return list(gpus[:n_workers])
 
 

@@ -18,65 +18,156 @@ def _env_int(name: str):
 
 def add_suite_options(g) -> None:
     """The options every audit has (model, data, intervals, gates, outputs, cache)."""
-    g.addoption("--model", dest="audit_model", default=os.environ.get("AUDIT_MODEL"),
-                help="zoo name, local transformers folder or hub id (env AUDIT_MODEL; "
-                     "default: the embedded smollm2-135m-instruct)")
-    g.addoption("--data-dir", dest="audit_data_dir", default=os.environ.get("AUDIT_DATA_DIR"),
-                help="folder holding bbq/, esbbq_cabbq/, ... (env AUDIT_DATA_DIR; default: "
-                     "$BIAS_AUDIT_CACHE/data)")
-    g.addoption("--fetch-data", dest="audit_fetch_data", action="store_true", default=False,
-                help="fetch missing benchmark files from the authors' pinned sources first")
-    g.addoption("--device", dest="audit_device", default=os.environ.get("AUDIT_DEVICE", "auto"),
-                choices=["auto", "cpu", "cuda"] + [f"cuda:{i}" for i in range(16)],
-                help="auto (CUDA when present), cpu or cuda[:N] (env AUDIT_DEVICE)")
-    g.addoption("--dtype", dest="audit_dtype", default=os.environ.get("AUDIT_DTYPE", "auto"),
-                choices=["auto", "float32", "bfloat16", "float16"],
-                help="auto = bfloat16 on CUDA, float32 on CPU (env AUDIT_DTYPE)")
-    g.addoption("--batch-size", dest="audit_batch_size", type=int,
-                default=_env_int("AUDIT_BATCH_SIZE") or 16, help="sequences per forward pass")
-    g.addoption("--limit", dest="audit_limit", type=int, default=_env_int("AUDIT_LIMIT"),
-                help="items per category, balanced as the benchmark defines (BBQ family: "
-                     "context condition x polarity; KGQuiz true/false: the label), deterministic for a "
-                     "given --seed (env AUDIT_LIMIT; default: all)")
-    g.addoption("--seed", dest="audit_seed", type=int, default=_env_int("AUDIT_SEED") or 0,
-                help="seed of --limit sampling and of bootstrap intervals")
-    g.addoption("--bootstrap-resamples", dest="audit_bootstrap", type=int, default=1000, metavar="N",
-                help="bootstrap resamples for confidence intervals (0 = none)")
-    g.addoption("--confidence", dest="audit_confidence", type=float, default=0.95, metavar="LEVEL",
-                help="confidence level of the intervals")
-    g.addoption("--thresholds", dest="audit_thresholds",
-                default=os.environ.get("AUDIT_THRESHOLDS"),
-                help="gates file (env AUDIT_THRESHOLDS; default: ./thresholds.yaml when present, "
-                     "else the packaged one)")
-    g.addoption("--min-n", dest="audit_min_n", type=int, default=_env_int("AUDIT_MIN_N"),
-                help="fewest items in a metric's denominator for any verdict, overriding the "
-                     "thresholds file's min_n (below it: INSUFFICIENT, a failure)")
-    g.addoption("--baseline", dest="audit_baseline", default=os.environ.get("AUDIT_BASELINE"),
-                metavar="RESULTS", help="a previous run's results.json (or its folder): adds a "
-                "test_<bench>[<cat>-<metric>-vs-baseline] per gate, failing when the metric got "
-                "worse than there by more than the gate's max_regression (env AUDIT_BASELINE)")
-    g.addoption("--strict-baseline", dest="audit_strict_baseline", action="store_true",
-                default=False, help="with --baseline: stop with exit 4 when the baseline run is not "
-                "like for like (another seed, interval settings, dtype, protocol, chat template, "
-                "items scored, data or thresholds file) instead of marking its regression gates")
-    g.addoption("--chat-template", dest="audit_chat_template",
-                default=os.environ.get("AUDIT_CHAT_TEMPLATE", "auto"), metavar="auto|none|FILE",
-                help="generation prompts: through the model's own chat template (auto, the "
-                     "default), as plain text (none), or through the Jinja template in FILE; "
-                     "recorded with its sha256 (env AUDIT_CHAT_TEMPLATE)")
-    g.addoption("--require-published-data", dest="audit_require_published", action="store_true",
-                default=False, help="stop (exit 4) unless every data file read is the authors' "
-                                    "published release (sha256 of the pinned source table)")
-    g.addoption("--results-json", dest="audit_results_json", default=None, metavar="PATH",
-                help="also write the run's results.json to PATH")
-    g.addoption("--cache-dir", dest="audit_cache_dir", default=os.environ.get("AUDIT_CACHE_DIR"),
-                help="result cache folder (SQLite; env AUDIT_CACHE_DIR; default: "
-                     "$BIAS_AUDIT_CACHE/scores): a repeated or resumed run recomputes only what is missing")
-    g.addoption("--no-cache", dest="audit_no_cache", action="store_true", default=False,
-                help="do not read or write the result cache")
-    g.addoption("--results-dir", dest="audit_results_dir",
-                default=os.environ.get("AUDIT_RESULTS_DIR", "audit-results"),
-                help="each run writes <results-dir>/<run id>/ (results.json, records/, junit.xml)")
+    g.addoption(
+        "--model",
+        dest="audit_model",
+        default=os.environ.get("AUDIT_MODEL"),
+        help="zoo name, local transformers folder or hub id (env AUDIT_MODEL; "
+        "default: the embedded smollm2-135m-instruct)",
+    )
+    g.addoption(
+        "--data-dir",
+        dest="audit_data_dir",
+        default=os.environ.get("AUDIT_DATA_DIR"),
+        help="folder holding bbq/, esbbq_cabbq/, ... (env AUDIT_DATA_DIR; default: $BIAS_AUDIT_CACHE/data)",
+    )
+    g.addoption(
+        "--fetch-data",
+        dest="audit_fetch_data",
+        action="store_true",
+        default=False,
+        help="fetch missing benchmark files from the authors' pinned sources first",
+    )
+    g.addoption(
+        "--device",
+        dest="audit_device",
+        default=os.environ.get("AUDIT_DEVICE", "auto"),
+        choices=["auto", "cpu", "cuda"] + [f"cuda:{i}" for i in range(16)],
+        help="auto (CUDA when present), cpu or cuda[:N] (env AUDIT_DEVICE)",
+    )
+    g.addoption(
+        "--dtype",
+        dest="audit_dtype",
+        default=os.environ.get("AUDIT_DTYPE", "auto"),
+        choices=["auto", "float32", "bfloat16", "float16"],
+        help="auto = bfloat16 on CUDA, float32 on CPU (env AUDIT_DTYPE)",
+    )
+    g.addoption(
+        "--batch-size",
+        dest="audit_batch_size",
+        type=int,
+        default=_env_int("AUDIT_BATCH_SIZE") or 16,
+        help="sequences per forward pass",
+    )
+    g.addoption(
+        "--limit",
+        dest="audit_limit",
+        type=int,
+        default=_env_int("AUDIT_LIMIT"),
+        help="items per category, balanced as the benchmark defines (BBQ family: "
+        "context condition x polarity; KGQuiz true/false: the label), deterministic for a "
+        "given --seed (env AUDIT_LIMIT; default: all)",
+    )
+    g.addoption(
+        "--seed",
+        dest="audit_seed",
+        type=int,
+        default=_env_int("AUDIT_SEED") or 0,
+        help="seed of --limit sampling and of bootstrap intervals",
+    )
+    g.addoption(
+        "--bootstrap-resamples",
+        dest="audit_bootstrap",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="bootstrap resamples for confidence intervals (0 = none)",
+    )
+    g.addoption(
+        "--confidence",
+        dest="audit_confidence",
+        type=float,
+        default=0.95,
+        metavar="LEVEL",
+        help="confidence level of the intervals",
+    )
+    g.addoption(
+        "--thresholds",
+        dest="audit_thresholds",
+        default=os.environ.get("AUDIT_THRESHOLDS"),
+        help="gates file (env AUDIT_THRESHOLDS; default: ./thresholds.yaml when present, "
+        "else the packaged one)",
+    )
+    g.addoption(
+        "--min-n",
+        dest="audit_min_n",
+        type=int,
+        default=_env_int("AUDIT_MIN_N"),
+        help="fewest items in a metric's denominator for any verdict, overriding the "
+        "thresholds file's min_n (below it: INSUFFICIENT, a failure)",
+    )
+    g.addoption(
+        "--baseline",
+        dest="audit_baseline",
+        default=os.environ.get("AUDIT_BASELINE"),
+        metavar="RESULTS",
+        help="a previous run's results.json (or its folder): adds a "
+        "test_<bench>[<cat>-<metric>-vs-baseline] per gate, failing when the metric got "
+        "worse than there by more than the gate's max_regression (env AUDIT_BASELINE)",
+    )
+    g.addoption(
+        "--strict-baseline",
+        dest="audit_strict_baseline",
+        action="store_true",
+        default=False,
+        help="with --baseline: stop with exit 4 when the baseline run is not "
+        "like for like (another seed, interval settings, dtype, protocol, chat template, "
+        "items scored, data or thresholds file) instead of marking its regression gates",
+    )
+    g.addoption(
+        "--chat-template",
+        dest="audit_chat_template",
+        default=os.environ.get("AUDIT_CHAT_TEMPLATE", "auto"),
+        metavar="auto|none|FILE",
+        help="generation prompts: through the model's own chat template (auto, the "
+        "default), as plain text (none), or through the Jinja template in FILE; "
+        "recorded with its sha256 (env AUDIT_CHAT_TEMPLATE)",
+    )
+    g.addoption(
+        "--require-published-data",
+        dest="audit_require_published",
+        action="store_true",
+        default=False,
+        help="stop (exit 4) unless every data file read is the authors' "
+        "published release (sha256 of the pinned source table)",
+    )
+    g.addoption(
+        "--results-json",
+        dest="audit_results_json",
+        default=None,
+        metavar="PATH",
+        help="also write the run's results.json to PATH",
+    )
+    g.addoption(
+        "--cache-dir",
+        dest="audit_cache_dir",
+        default=os.environ.get("AUDIT_CACHE_DIR"),
+        help="result cache folder (SQLite; env AUDIT_CACHE_DIR; default: "
+        "$BIAS_AUDIT_CACHE/scores): a repeated or resumed run recomputes only what is missing",
+    )
+    g.addoption(
+        "--no-cache",
+        dest="audit_no_cache",
+        action="store_true",
+        default=False,
+        help="do not read or write the result cache",
+    )
+    g.addoption(
+        "--results-dir",
+        dest="audit_results_dir",
+        default=os.environ.get("AUDIT_RESULTS_DIR", "audit-results"),
+        help="each run writes <results-dir>/<run id>/ (results.json, records/, junit.xml)",
+    )
 
 
 def benchmark_options(benchmarks: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,8 +182,10 @@ def benchmark_options(benchmarks: Mapping[str, Any]) -> dict[str, Any]:
         for opt in bench.cli_options:
             other = seen.setdefault(opt.flag, opt)
             if (other.help, other.choices, other.switch) != (opt.help, opt.choices, opt.switch):
-                raise ValueError(f"{opt.flag} is declared twice with different meanings "
-                                 f"(by {bench.name} and another benchmark)")
+                raise ValueError(
+                    f"{opt.flag} is declared twice with different meanings "
+                    f"(by {bench.name} and another benchmark)"
+                )
     return seen
 
 
@@ -104,9 +197,14 @@ def add_benchmark_options(g, benchmarks: Mapping[str, Any]) -> None:
         if opt.switch:
             g.addoption(opt.flag, dest=opt.dest, action="store_true", default=None, help=help_text)
             continue
-        g.addoption(opt.flag, dest=opt.dest, default=os.environ.get(opt.env) if opt.env else None,
-                    choices=list(opt.choices) if opt.choices else None, metavar=opt.metavar,
-                    help=help_text)
+        g.addoption(
+            opt.flag,
+            dest=opt.dest,
+            default=os.environ.get(opt.env) if opt.env else None,
+            choices=list(opt.choices) if opt.choices else None,
+            metavar=opt.metavar,
+            help=help_text,
+        )
 
 
 def configured_options(config, benchmarks: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -82,8 +82,13 @@ def _make(label: str, reason: str) -> Outcome:
     return Outcome(label, code, reason, status)
 
 
-def decide(statuses: Iterable[str], *, interrupted: bool = False, input_error: str | None = None,
-           run_error: str | None = None) -> Outcome:
+def decide(
+    statuses: Iterable[str],
+    *,
+    interrupted: bool = False,
+    input_error: str | None = None,
+    run_error: str | None = None,
+) -> Outcome:
     """The outcome of a run from its gate statuses and what happened around them.
 
     Parameters
@@ -122,26 +127,32 @@ def decide(statuses: Iterable[str], *, interrupted: bool = False, input_error: s
     if input_error:
         return _make("INPUT ERROR", f"{input_error}; nothing was judged")
     if interrupted:
-        return _make("INTERRUPTED", "the run was stopped before it finished; the numbers are "
-                     "partial and decide nothing")
+        return _make(
+            "INTERRUPTED",
+            "the run was stopped before it finished; the numbers are partial and decide nothing",
+        )
     if counts.get("error") or run_error:
         parts = []
         if counts.get("error"):
-            parts.append(f"{counts['error']} gate(s) have no verdict: a model or data error stopped "
-                         "their category during the run (not a gate failure)")
+            parts.append(
+                f"{counts['error']} gate(s) have no verdict: a model or data error stopped "
+                "their category during the run (not a gate failure)"
+            )
         if run_error:
             parts.append(run_error)
         return _make("RUN ERROR", "; ".join(parts) + "; fix it and run again")
     if not total:
         return _make("NOTHING CHECKED", "no gate was selected, so nothing was checked: never a pass")
     if counts.get("skipped", 0) == total:
-        return _make("NOTHING CHECKED", f"every selected gate was skipped ({total}; their data is "
-                     "missing), so nothing was checked: never a pass")
+        return _make(
+            "NOTHING CHECKED",
+            f"every selected gate was skipped ({total}; their data is "
+            "missing), so nothing was checked: never a pass",
+        )
     blocked = sum(counts.get(s, 0) for s in BLOCKING)
     if blocked:
         parts = ", ".join(f"{counts[s]} {s}" for s in BLOCKING if counts.get(s))
-        return _make("FAIL", f"{blocked} of {total} gate(s) did not pass ({parts}): the release "
-                     "is blocked")
+        return _make("FAIL", f"{blocked} of {total} gate(s) did not pass ({parts}): the release is blocked")
     skipped = counts.get("skipped", 0)
     note = f"; {skipped} skipped (their data is missing), which is not a pass" if skipped else ""
     return _make("PASS", f"all {counts.get('pass', 0)} evaluated gate(s) passed{note}")

@@ -40,10 +40,11 @@ def read_predictions(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise DataError(f"{path}:{line_no}: malformed JSON ({e.msg} at column {e.colno})") from None
+                    raise DataError(
+                        f"{path}:{line_no}: malformed JSON ({e.msg} at column {e.colno})"
+                    ) from None
                 if not isinstance(row, dict):
-                    raise DataError(f"{path}:{line_no}: expected a JSON object, got "
-                                    f"{type(row).__name__}")
+                    raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
                 rows.append((line_no, row))
     except OSError as e:
         raise DataError(f"cannot read predictions {path}: {e.strerror or e}") from None
@@ -71,14 +72,18 @@ def saved_answer(value: Any, index_base: int | None, where: str) -> Any:
         raise DataError(f"{where}: {value!r} is not an integer option number")
     number = int(value)
     if index_base is None:
-        raise DataError(f"{where}: {value!r} is a number, which could count the options from 0 "
-                        "or from 1: say which with --index-base 0 or --index-base 1 (a letter or "
-                        "the option's text needs neither)")
+        raise DataError(
+            f"{where}: {value!r} is a number, which could count the options from 0 "
+            "or from 1: say which with --index-base 0 or --index-base 1 (a letter or "
+            "the option's text needs neither)"
+        )
     if number == -1:
         return -1
     if number < index_base:
-        raise DataError(f"{where}: {value!r} names no option when options count from "
-                        f"{index_base} (--index-base {index_base}); -1 means no answer")
+        raise DataError(
+            f"{where}: {value!r} names no option when options count from "
+            f"{index_base} (--index-base {index_base}); -1 means no answer"
+        )
     return number - index_base
 
 
@@ -110,9 +115,13 @@ class JoinedPredictions:
         return len(self.by_category.get(category, ())), self.available.get(category, 0)
 
 
-def join_predictions(benchmark, path: str | Path, prediction_field: str,
-                     load_category: Callable[[str], Any], index_base: int | None = None
-                     ) -> JoinedPredictions:
+def join_predictions(
+    benchmark,
+    path: str | Path,
+    prediction_field: str,
+    load_category: Callable[[str], Any],
+    index_base: int | None = None,
+) -> JoinedPredictions:
     """Join a predictions file to ``benchmark``'s data, category by category.
 
     Args:
@@ -129,8 +138,10 @@ def join_predictions(benchmark, path: str | Path, prediction_field: str,
     """
     path = Path(path)
     if not benchmark.id_fields:
-        raise DataError(f"{benchmark.name} does not score saved predictions (its records come "
-                        "from model scores, there is no answer to save)")
+        raise DataError(
+            f"{benchmark.name} does not score saved predictions (its records come "
+            "from model scores, there is no answer to save)"
+        )
     rows = read_predictions(path)
     lines: dict[str, int] = {}
     placed: list[tuple[str, dict[str, Any], str, str]] = []
@@ -142,15 +153,16 @@ def join_predictions(benchmark, path: str | Path, prediction_field: str,
         lines[item_id] = line_no
         if prediction_field not in row:
             close = difflib.get_close_matches(prediction_field, [str(k) for k in row], n=1)
-            raise DataError(f"{where}: missing prediction field {prediction_field!r}; the row's "
-                            f"fields are {', '.join(map(repr, row))}"
-                            + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise DataError(
+                f"{where}: missing prediction field {prediction_field!r}; the row's "
+                f"fields are {', '.join(map(repr, row))}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+            )
         placed.append((where, row, item_id, category))
     categories = [c for c in benchmark.categories if any(p[3] == c for p in placed)]
     data = {c: load_category(c) for c in categories}
     items = {it.item_id: it for d in data.values() for it in d.items}
-    left_out = {i: (c, reason) for c, d in data.items() for reason, ids in d.excluded.items()
-                for i in ids}
+    left_out = {i: (c, reason) for c, d in data.items() for reason, ids in d.excluded.items() for i in ids}
     outputs: dict[str, Any] = {}
     by_category: dict[str, list[str]] = {c: [] for c in categories}
     held_out: dict[str, dict[str, list[str]]] = {}
@@ -170,9 +182,13 @@ def join_predictions(benchmark, path: str | Path, prediction_field: str,
         benchmark.check_saved_answer(value, item, f"{where}: field {prediction_field!r}")
         outputs[item_id] = value
         by_category[category].append(item_id)
-    return JoinedPredictions(path=path, field=prediction_field,
-                             sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
-                             outputs=outputs, lines=lines, by_category=by_category,
-                             available={c: len(d.items) for c, d in data.items()},
-                             held_out=held_out)
-
+    return JoinedPredictions(
+        path=path,
+        field=prediction_field,
+        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        outputs=outputs,
+        lines=lines,
+        by_category=by_category,
+        available={c: len(d.items) for c, d in data.items()},
+        held_out=held_out,
+    )

@@ -35,8 +35,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "audit(benchmark): an audit test parametrized with the "
-                                       "benchmark's gates from thresholds.yaml")
+    config.addinivalue_line(
+        "markers",
+        "audit(benchmark): an audit test parametrized with the benchmark's gates from thresholds.yaml",
+    )
     try:
         run = AuditRun.from_config(config)
         run.start()
@@ -52,8 +54,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config):
     # runs before pytest_configure, so before the run exists.
     from .devices import auto_workers, visible_gpus
 
-    return auto_workers(config.getoption("audit_backend"), config.getoption("audit_device"),
-                        visible_gpus())
+    return auto_workers(config.getoption("audit_backend"), config.getoption("audit_device"), visible_gpus())
 
 
 @pytest.fixture(scope="session")
@@ -83,8 +84,12 @@ def audit_gate(request: pytest.FixtureRequest, bias_audit, record_property):
     g = request.param
     # The gate's identity goes into JUnit first, so a testcase names its gate whatever happens
     # next (a model that does not load, an ERROR, a skip), as a judged one does.
-    for key, value in (("benchmark", g.benchmark), ("category", g.category),
-                       ("metric", g.metric), ("kind", g.kind)):
+    for key, value in (
+        ("benchmark", g.benchmark),
+        ("category", g.category),
+        ("metric", g.metric),
+        ("kind", g.kind),
+    ):
         record_property(key, value)
     try:
         request.getfixturevalue("audit_model")
@@ -93,5 +98,6 @@ def audit_gate(request: pytest.FixtureRequest, bias_audit, record_property):
         record_property("reason", f"bias audit: {bias_audit.model_error}")
         raise
     run = request.config.stash[RUN_KEY]
-    return GateCheck(g, bias_audit, record_property, request.node,
-                     baseline=run.baseline.document if run.baseline else None)
+    return GateCheck(
+        g, bias_audit, record_property, request.node, baseline=run.baseline.document if run.baseline else None
+    )

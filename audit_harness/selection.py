@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 _AUDIT_TEST = re.compile(
-    r"@pytest\.mark\.audit\(\s*['\"](?P<bench>[\w-]+)['\"]\s*\)\s*\n\s*def\s+(?P<func>test_\w+)")
+    r"@pytest\.mark\.audit\(\s*['\"](?P<bench>[\w-]+)['\"]\s*\)\s*\n\s*def\s+(?P<func>test_\w+)"
+)
 
 
 def audit_functions(module: Path) -> list[tuple[str, str]]:
@@ -44,9 +45,13 @@ def _candidates(audits_dir: Path, args: Iterable[str], invocation_dir: Path) -> 
     return candidates
 
 
-def selected_gate_ids(audits_dir: Path, args: Iterable[str], invocation_dir: Path,
-                      keyword: str | None, gate_ids: Mapping[str, Iterable[str]]
-                      ) -> dict[str, list[str]]:
+def selected_gate_ids(
+    audits_dir: Path,
+    args: Iterable[str],
+    invocation_dir: Path,
+    keyword: str | None,
+    gate_ids: Mapping[str, Iterable[str]],
+) -> dict[str, list[str]]:
     """Per benchmark whose audit test the paths name, the gate ids (``Age-bias_score_ambig``)
     the ``-k`` expression keeps, in ``gate_ids`` order; a benchmark without gates maps to ``[]``
     when its test function itself matches. Arguments as ``selected_benchmarks``."""
@@ -66,8 +71,13 @@ def selected_gate_ids(audits_dir: Path, args: Iterable[str], invocation_dir: Pat
     return out
 
 
-def selected_benchmarks(audits_dir: Path, args: Iterable[str], invocation_dir: Path,
-                        keyword: str | None, gate_ids: Mapping[str, Iterable[str]]) -> list[str]:
+def selected_benchmarks(
+    audits_dir: Path,
+    args: Iterable[str],
+    invocation_dir: Path,
+    keyword: str | None,
+    gate_ids: Mapping[str, Iterable[str]],
+) -> list[str]:
     """Benchmarks whose gate tests the run may select.
 
     Args:

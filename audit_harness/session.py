@@ -81,8 +81,7 @@ class AuditOptions:
         if self.chat_template not in ("auto", "none"):
             path = Path(self.chat_template)
             if not path.is_file():
-                raise ConfigError(f"--chat-template {self.chat_template}: not auto, none or a "
-                                  "template file")
+                raise ConfigError(f"--chat-template {self.chat_template}: not auto, none or a template file")
             try:
                 path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as e:
@@ -133,11 +132,17 @@ class AuditSession:
         worker_index: pytest-xdist worker number (progress prefix, CPU thread share), or None.
     """
 
-    def __init__(self, options: AuditOptions, benchmarks: dict[str, Benchmark], run_dir: Path,
-                 worker_index: int | None = None):
+    def __init__(
+        self,
+        options: AuditOptions,
+        benchmarks: dict[str, Benchmark],
+        run_dir: Path,
+        worker_index: int | None = None,
+    ):
         self.options = options
-        self.benchmarks = {name: b.configure(**options.benchmark_options.get(name, {}))
-                           for name, b in benchmarks.items()}
+        self.benchmarks = {
+            name: b.configure(**options.benchmark_options.get(name, {})) for name, b in benchmarks.items()
+        }
         if options.backend == "replay":
             # Saved outputs are read in generate mode: configure before the gates are expanded
             # (generate-mode gates end in -generate); a benchmark that cannot replay says so
@@ -182,8 +187,11 @@ class AuditSession:
             from .backends import open_model
 
             self._share_cpu_threads()
-            model = (self._replay_model() if self.options.backend == "replay"
-                     else open_model(self.options, device=self._device()))
+            model = (
+                self._replay_model()
+                if self.options.backend == "replay"
+                else open_model(self.options, device=self._device())
+            )
             model.use_chat_template(self.options.chat_template)
             self._model = model
         return self._model
@@ -214,8 +222,12 @@ class AuditSession:
 
             bench = self.benchmarks[benchmark].for_saved_outputs()
             self._joined[benchmark] = join_predictions(
-                bench, self.options.predictions, self.options.prediction_field,
-                lambda category: self.load_data(benchmark, category), self.options.index_base)
+                bench,
+                self.options.predictions,
+                self.options.prediction_field,
+                lambda category: self.load_data(benchmark, category),
+                self.options.index_base,
+            )
         return self._joined[benchmark]
 
     def _replay_model(self):
@@ -226,10 +238,18 @@ class AuditSession:
             raise ModelError("--backend replay: no benchmark selected to replay")
         joined = self.replay_of(self.replay_benchmark)
         path = self.options.predictions
-        return ReplayModel(joined.outputs, ModelInfo(
-            name=str(path), source=f"replay:{path}:{self.options.prediction_field}",
-            fingerprint=f"sha256:{joined.sha256}", dtype="-", device="-", n_parameters=0,
-            kind="replay"))
+        return ReplayModel(
+            joined.outputs,
+            ModelInfo(
+                name=str(path),
+                source=f"replay:{path}:{self.options.prediction_field}",
+                fingerprint=f"sha256:{joined.sha256}",
+                dtype="-",
+                device="-",
+                n_parameters=0,
+                kind="replay",
+            ),
+        )
 
     def open_cache(self):
         """The run's result cache (None with ``--no-cache``), opened and checked once; the
@@ -263,8 +283,10 @@ class AuditSession:
             with tempfile.TemporaryFile(dir=self.run_dir):
                 pass
         except OSError as e:
-            raise ConfigError(f"--results-dir {self.options.results_dir}: cannot write the run "
-                              f"folder {self.run_dir} ({e.strerror or e})") from None
+            raise ConfigError(
+                f"--results-dir {self.options.results_dir}: cannot write the run "
+                f"folder {self.run_dir} ({e.strerror or e})"
+            ) from None
 
     @property
     def progress(self):
@@ -332,9 +354,11 @@ class AuditSession:
                     bad[f.path] = status if status != "unknown" else "not in the pinned source table"
         if bad:
             listed = "; ".join(f"{p}: {s}" for p, s in sorted(bad.items()))
-            raise DataError(f"--require-published-data: {len(bad)} data file(s) in {self.data_dir} "
-                            f"are not the published release: {listed} (restore them with "
-                            "`bias-audit data fetch`, or drop the flag)")
+            raise DataError(
+                f"--require-published-data: {len(bad)} data file(s) in {self.data_dir} "
+                f"are not the published release: {listed} (restore them with "
+                "`bias-audit data fetch`, or drop the flag)"
+            )
 
     def outcome(self, benchmark: str, category: str) -> CategoryOutcome:
         """Evaluate (once) and return the outcome of one category.
@@ -372,8 +396,10 @@ class AuditSession:
         missing = bench.requires - self.model.capabilities
         if missing:
             info = self.model.info
-            raise ModelError(f"{benchmark} needs {', '.join(sorted(missing))}, which model "
-                             f"{info.name!r} ({info.kind} LM) cannot compute")
+            raise ModelError(
+                f"{benchmark} needs {', '.join(sorted(missing))}, which model "
+                f"{info.name!r} ({info.kind} LM) cannot compute"
+            )
         data = self.load_data(benchmark, category)
         coverage = None
         if opts.backend == "replay":
@@ -385,14 +411,21 @@ class AuditSession:
                     listed = "; ".join(
                         f"{len(ids)} held out ({reason}): "
                         + ", ".join(f"{i} (line {joined.lines[i]})" for i in ids)
-                        for reason, ids in held.items())
-                    raise MissingDataError(f"none of the predictions file's rows for "
-                                           f"{benchmark}/{category} can be scored: {listed}")
-                raise MissingDataError(f"the predictions file {joined.path} has no row for "
-                                       f"{benchmark}/{category}")
+                        for reason, ids in held.items()
+                    )
+                    raise MissingDataError(
+                        f"none of the predictions file's rows for "
+                        f"{benchmark}/{category} can be scored: {listed}"
+                    )
+                raise MissingDataError(
+                    f"the predictions file {joined.path} has no row for {benchmark}/{category}"
+                )
             items = [it for it in data.items if it.item_id in answered]
-            coverage = {"predicted": len(items), "available": len(data.items),
-                        "predictions": str(joined.path)}
+            coverage = {
+                "predicted": len(items),
+                "available": len(data.items),
+                "predictions": str(joined.path),
+            }
         else:
             items = bench.select(data.items, opts.limit, opts.seed, salt=f"{benchmark}/{category}")
         todo = [it for it in items if (benchmark, it.item_id) not in self._records]
@@ -414,9 +447,14 @@ class AuditSession:
                 f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
         metrics = bench.metrics(records, opts.metric_settings)
         alt = bench.parse_sensitivity(records, opts.metric_settings)
-        sensitivity = None if alt is None else {
-            "answer_parsing": alt["answer_parsing"],
-            "metrics": {k: v.to_dict() for k, v in alt["metrics"].items()}}
+        sensitivity = (
+            None
+            if alt is None
+            else {
+                "answer_parsing": alt["answer_parsing"],
+                "metrics": {k: v.to_dict() for k, v in alt["metrics"].items()},
+            }
+        )
         excluded = dict(data.excluded)
         if coverage is not None:  # prediction rows whose item the loader leaves out
             for reason, ids in self.replay_of(benchmark).held_out.get(category, {}).items():
@@ -424,13 +462,21 @@ class AuditSession:
         for reason, ids in bench.exclusions(records).items():
             excluded.setdefault(reason, []).extend(ids)
         return CategoryOutcome(
-            benchmark=benchmark, category=category,
-            n_available=len(data.items), n_scored=len(records),
+            benchmark=benchmark,
+            category=category,
+            n_available=len(data.items),
+            n_scored=len(records),
             metrics={k: v.to_dict() for k, v in metrics.items()},
-            excluded=excluded, notes=data.notes,
-            files=[f.__dict__ for f in data.files], seconds=time.perf_counter() - start,
-            records_path=str(path.relative_to(self.run_dir)), requests=stats,
-            examples=bench.report_examples(records), coverage=coverage, sensitivity=sensitivity)
+            excluded=excluded,
+            notes=data.notes,
+            files=[f.__dict__ for f in data.files],
+            seconds=time.perf_counter() - start,
+            records_path=str(path.relative_to(self.run_dir)),
+            requests=stats,
+            examples=bench.report_examples(records),
+            coverage=coverage,
+            sensitivity=sensitivity,
+        )
 
     def metric(self, benchmark: str, category: str, name: str):
         """The ``MetricResult`` of one metric of one category."""
@@ -446,13 +492,17 @@ class AuditSession:
 
             model = self._model.info.to_dict()
             template = self._model.chat_template
-            model["chat_template_sha256"] = (hashlib.sha256(template.encode("utf-8")).hexdigest()
-                                             if template else None)
+            model["chat_template_sha256"] = (
+                hashlib.sha256(template.encode("utf-8")).hexdigest() if template else None
+            )
             model["chat_template_source"] = self._model.chat_template_source
-        return {"outcomes": [o.to_dict() for o in self.outcomes.values()], "verdicts": [v.to_dict() for v in self.verdicts],
-                "errors": [{"benchmark": b, "category": c, "message": m}
-                           for (b, c), m in self.errors.items()],
-                "model": model, "model_error": self.model_error}
+        return {
+            "outcomes": [o.to_dict() for o in self.outcomes.values()],
+            "verdicts": [v.to_dict() for v in self.verdicts],
+            "errors": [{"benchmark": b, "category": c, "message": m} for (b, c), m in self.errors.items()],
+            "model": model,
+            "model_error": self.model_error,
+        }
 
     def category_document(self, benchmark: str, category: str) -> dict[str, Any]:
         """The part of this run's results document that concerns one evaluated category, as
@@ -463,12 +513,17 @@ class AuditSession:
 
         outcome = self.outcomes[(benchmark, category)]
         model = self.export()["model"]
-        return {"options": dict(self.options.__dict__), "model": model,
-                "run": {"thresholds_sha256": sha256_file(Path(self.options.thresholds)),
-                        "engine_version": ENGINE_VERSION},
-                "protocols": {benchmark: self.protocol(benchmark, model)},
-                "benchmarks": {benchmark: {category: {"n_scored": outcome.n_scored}}},
-                "data_files": {f["path"]: {"sha256": f["sha256"]} for f in outcome.files}}
+        return {
+            "options": dict(self.options.__dict__),
+            "model": model,
+            "run": {
+                "thresholds_sha256": sha256_file(Path(self.options.thresholds)),
+                "engine_version": ENGINE_VERSION,
+            },
+            "protocols": {benchmark: self.protocol(benchmark, model)},
+            "benchmarks": {benchmark: {category: {"n_scored": outcome.n_scored}}},
+            "data_files": {f["path"]: {"sha256": f["sha256"]} for f in outcome.files},
+        }
 
     def protocol(self, benchmark: str, model: Mapping[str, Any] | None) -> dict[str, Any]:
         """What produced a benchmark's numbers besides model and data (results' ``protocols``):
@@ -491,8 +546,12 @@ class AuditSession:
         return out
 
 
-def overall_from_records(benchmarks: Mapping[str, Benchmark], outcomes: Sequence[Mapping[str, Any]],
-                         run_dir: Path, settings: MetricSettings) -> dict[str, dict[str, Any]]:
+def overall_from_records(
+    benchmarks: Mapping[str, Benchmark],
+    outcomes: Sequence[Mapping[str, Any]],
+    run_dir: Path,
+    settings: MetricSettings,
+) -> dict[str, dict[str, Any]]:
     """Per benchmark, its ``Benchmark.overall`` aggregates over the evaluated categories, from the
     records files the processes of the run wrote (each category's ``records_path`` under
     ``run_dir``), so pooled numbers come from the same records as the per-category ones.
@@ -516,9 +575,10 @@ def overall_from_records(benchmarks: Mapping[str, Benchmark], outcomes: Sequence
     out: dict[str, dict[str, Any]] = {}
     for name, per_cat in sorted(by_bench.items()):
         aggregates = benchmarks[name].overall(per_cat, settings)
-        out[name] = {"categories": sorted(per_cat),
-                     **{label: {k: v.to_dict() for k, v in metrics.items()}
-                        for label, metrics in aggregates.items()}}
+        out[name] = {
+            "categories": sorted(per_cat),
+            **{label: {k: v.to_dict() for k, v in metrics.items()} for label, metrics in aggregates.items()},
+        }
     return out
 
 
@@ -537,14 +597,26 @@ def options_from_config(config) -> AuditOptions:
 
     get = config.getoption
     opts = AuditOptions(
-        model=get("audit_model"), data_dir=get("audit_data_dir"), device=get("audit_device"),
-        dtype=get("audit_dtype"), batch_size=get("audit_batch_size"), limit=get("audit_limit"),
-        seed=get("audit_seed"), n_resamples=get("audit_bootstrap"), confidence=get("audit_confidence"),
-        thresholds=get("audit_thresholds"), results_dir=get("audit_results_dir"),
-        min_n=get("audit_min_n"), require_published_data=get("audit_require_published"),
-        strict_baseline=get("audit_strict_baseline"), chat_template=get("audit_chat_template"),
-        benchmark_options=configured_options(config, registry()), cache_dir=get("audit_cache_dir"),
-        cache=not get("audit_no_cache"), progress=_progress_mode(config),
-        **backend_options(config))
+        model=get("audit_model"),
+        data_dir=get("audit_data_dir"),
+        device=get("audit_device"),
+        dtype=get("audit_dtype"),
+        batch_size=get("audit_batch_size"),
+        limit=get("audit_limit"),
+        seed=get("audit_seed"),
+        n_resamples=get("audit_bootstrap"),
+        confidence=get("audit_confidence"),
+        thresholds=get("audit_thresholds"),
+        results_dir=get("audit_results_dir"),
+        min_n=get("audit_min_n"),
+        require_published_data=get("audit_require_published"),
+        strict_baseline=get("audit_strict_baseline"),
+        chat_template=get("audit_chat_template"),
+        benchmark_options=configured_options(config, registry()),
+        cache_dir=get("audit_cache_dir"),
+        cache=not get("audit_no_cache"),
+        progress=_progress_mode(config),
+        **backend_options(config),
+    )
     opts.validate()
     return opts

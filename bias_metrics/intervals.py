@@ -137,7 +137,6 @@ def cluster_bootstrap(
     return (float(low), float(high))
 
 
-
 def _quantiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
     v = np.asarray(values, dtype=np.float64)
     v = v[~np.isnan(v)]
@@ -357,10 +356,18 @@ def cell_ratio_interval(
     counts = np.asarray(cluster_counts, dtype=np.float64)
     if counts.ndim != 2:
         raise ValueError(f"cluster_counts must be 2-D (clusters, cells), got shape {counts.shape}")
-    parts = [bayesian_bootstrap(counts, statistic, n_resamples=n_resamples, confidence=confidence,
-                                seed=seed),
-             dirichlet_posterior(counts.sum(axis=0), statistic, blocks, prior,
-                                 n_resamples=n_resamples, confidence=confidence, seed=seed + 1)]
+    parts = [
+        bayesian_bootstrap(counts, statistic, n_resamples=n_resamples, confidence=confidence, seed=seed),
+        dirichlet_posterior(
+            counts.sum(axis=0),
+            statistic,
+            blocks,
+            prior,
+            n_resamples=n_resamples,
+            confidence=confidence,
+            seed=seed + 1,
+        ),
+    ]
     lows = [lo for lo, _ in parts if not math.isnan(lo)]
     highs = [hi for _, hi in parts if not math.isnan(hi)]
     if not lows:

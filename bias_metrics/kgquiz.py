@@ -100,11 +100,21 @@ def _check_confidence(confidence: float) -> None:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
 
 
-def _proportion(name: str, k: int, n: int, counts: dict[str, int], confidence: float,
-                source: str) -> MetricResult:
+def _proportion(
+    name: str, k: int, n: int, counts: dict[str, int], confidence: float, source: str
+) -> MetricResult:
     low, high = wilson_interval(k, n, confidence)
-    return MetricResult(name=name, value=k / n, n=n, ci_low=low, ci_high=high, ci_method="wilson",
-                        confidence=confidence, counts=counts, source=source)
+    return MetricResult(
+        name=name,
+        value=k / n,
+        n=n,
+        ci_low=low,
+        ci_high=high,
+        ci_method="wilson",
+        confidence=confidence,
+        counts=counts,
+        source=source,
+    )
 
 
 def true_false_accuracy(
@@ -239,10 +249,14 @@ def label_accuracy(
     counts = {"correct": correct, "incorrect": n - correct - invalid, "invalid": invalid, "n": n}
     src = f"{_PROJECT}; docs/metrics.md §3.6 K1; invalid counts as wrong" + (f"; {source}" if source else "")
     if n == 0:
-        return (undefined(name, "no items", counts=counts, source=src),
-                undefined("invalid_rate", "no items", counts=counts, source=src))
-    return (_proportion(name, correct, n, counts, confidence, src),
-            _proportion("invalid_rate", invalid, n, counts, confidence, src))
+        return (
+            undefined(name, "no items", counts=counts, source=src),
+            undefined("invalid_rate", "no items", counts=counts, source=src),
+        )
+    return (
+        _proportion(name, correct, n, counts, confidence, src),
+        _proportion("invalid_rate", invalid, n, counts, confidence, src),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -507,11 +521,20 @@ def mean_with_bootstrap(
         return undefined(name, reason, counts=counts, source=source)
     # Per-item (score, 1) rows: the resampled mean is sum(score) / sum(1) over the drawn items.
     cells = np.column_stack([defined, np.ones_like(defined)])
-    low, high = cluster_bootstrap(cells, lambda s: s[..., 0] / s[..., 1],
-                                  n_resamples=n_resamples, confidence=confidence, seed=seed)
-    return MetricResult(name=name, value=float(defined.mean()), n=int(defined.size), ci_low=low,
-                        ci_high=high, ci_method="bootstrap", confidence=confidence, counts=counts,
-                        source=source)
+    low, high = cluster_bootstrap(
+        cells, lambda s: s[..., 0] / s[..., 1], n_resamples=n_resamples, confidence=confidence, seed=seed
+    )
+    return MetricResult(
+        name=name,
+        value=float(defined.mean()),
+        n=int(defined.size),
+        ci_low=low,
+        ci_high=high,
+        ci_method="bootstrap",
+        confidence=confidence,
+        counts=counts,
+        source=source,
+    )
 
 
 def text_match_scores(
@@ -556,19 +579,22 @@ def text_match_scores(
     {'char_lcs_ratio': 0.906, 'token_lcs_ratio': 0.75, 'token_f1': 0.833}
     """
     _check_same_length(preds, golds, "preds", "golds")
-    fns = {"char_lcs_ratio": char_lcs_ratio, "token_lcs_ratio": token_lcs_ratio,
-           "token_f1": token_f1}
+    fns = {"char_lcs_ratio": char_lcs_ratio, "token_lcs_ratio": token_lcs_ratio, "token_f1": token_f1}
     per_item: dict[str, list[float]] = {k: [] for k in fns}
     for i, (p, g) in enumerate(zip(preds, golds)):
         if not isinstance(p, str) or not isinstance(g, str):
-            raise TypeError(f"item {i}: pred and gold must be str, got "
-                            f"{type(p).__name__} and {type(g).__name__}")
+            raise TypeError(
+                f"item {i}: pred and gold must be str, got {type(p).__name__} and {type(g).__name__}"
+            )
         for key, fn in fns.items():
             per_item[key].append(fn(p, g))
     source = f"{_PROJECT}; docs/metrics.md §3.6 K2; normalised: lowercase, no ASCII punctuation"
-    return {key: mean_with_bootstrap(vals, name=key, source=source, confidence=confidence,
-                                     n_resamples=n_resamples, seed=seed)
-            for key, vals in per_item.items()}
+    return {
+        key: mean_with_bootstrap(
+            vals, name=key, source=source, confidence=confidence, n_resamples=n_resamples, seed=seed
+        )
+        for key, vals in per_item.items()
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -576,8 +602,11 @@ def text_match_scores(
 
 
 def _check_theta(theta: float) -> float:
-    if (isinstance(theta, bool) or not isinstance(theta, (int, float, np.integer, np.floating))
-            or not -1.0 <= float(theta) <= 1.0):
+    if (
+        isinstance(theta, bool)
+        or not isinstance(theta, (int, float, np.integer, np.floating))
+        or not -1.0 <= float(theta) <= 1.0
+    ):
         raise ValueError(f"theta must be a number in [-1, 1], got {theta!r}")
     return float(theta)
 
@@ -720,8 +749,7 @@ def semantic_match_rate(
     source = f"{_PROJECT}; docs/metrics.md §3.6 K3; theta={theta}; embedding_model={embedding_model}"
     p, g = np.asarray(pred_emb, dtype=np.float64), np.asarray(gold_emb, dtype=np.float64)
     if p.ndim == 2 and p.shape[0] == 0 and g.shape == p.shape:
-        return undefined("semantic_match_rate", "no items", counts={"match": 0, "n": 0},
-                         source=source)
+        return undefined("semantic_match_rate", "no items", counts={"match": 0, "n": 0}, source=source)
     matches = semantic_match(p, g, theta)
     k, n = int(matches.sum()), int(matches.size)
     return _proportion("semantic_match_rate", k, n, {"match": k, "n": n}, confidence, source)
@@ -791,8 +819,10 @@ def similarity_match_rate(
 def _as_similarity(similarity: np.ndarray, label: str = "similarity") -> np.ndarray:
     s = np.asarray(similarity, dtype=np.float64)
     if s.ndim != 2:
-        raise ValueError(f"{label} must be 2-D (generated facts, gold facts), got shape {s.shape}; "
-                         "pass np.empty((0, n_gold)) when nothing was generated")
+        raise ValueError(
+            f"{label} must be 2-D (generated facts, gold facts), got shape {s.shape}; "
+            "pass np.empty((0, n_gold)) when nothing was generated"
+        )
     bad = np.argwhere(np.isnan(s))
     if bad.size:
         r, c = (int(v) for v in bad[0])
@@ -858,17 +888,19 @@ def open_ended_precision_recall(
     row_hit = int((s.max(axis=1) >= theta).sum()) if n_gen and n_gold else 0
     col_hit = int((s.max(axis=0) >= theta).sum()) if n_gen and n_gold else 0
     if n_gen == 0:
-        precision = undefined("open_ended_precision", "no generated facts",
-                              counts={"matched": 0, "n": 0}, source=source)
+        precision = undefined(
+            "open_ended_precision", "no generated facts", counts={"matched": 0, "n": 0}, source=source
+        )
     else:
-        precision = _proportion("open_ended_precision", row_hit, n_gen,
-                                {"matched": row_hit, "n": n_gen}, confidence, source)
+        precision = _proportion(
+            "open_ended_precision", row_hit, n_gen, {"matched": row_hit, "n": n_gen}, confidence, source
+        )
     if n_gold == 0:
-        recall = undefined("open_ended_recall", "no gold facts", counts={"matched": 0, "n": 0},
-                           source=source)
+        recall = undefined("open_ended_recall", "no gold facts", counts={"matched": 0, "n": 0}, source=source)
     else:
-        recall = _proportion("open_ended_recall", col_hit, n_gold,
-                             {"matched": col_hit, "n": n_gold}, confidence, source)
+        recall = _proportion(
+            "open_ended_recall", col_hit, n_gold, {"matched": col_hit, "n": n_gold}, confidence, source
+        )
     return precision, recall
 
 
@@ -931,10 +963,12 @@ def open_ended_scores(
             raise ValueError(f"entity {e}: {exc}") from None
         precisions.append(p.value)
         recalls.append(r.value)
-    source = f"{_PROJECT}; docs/metrics.md §3.6 K4; macro over entities; theta={theta}; " \
-             f"embedding_model={embedding_model}"
+    source = (
+        f"{_PROJECT}; docs/metrics.md §3.6 K4; macro over entities; theta={theta}; "
+        f"embedding_model={embedding_model}"
+    )
     kw = dict(source=source, confidence=confidence, n_resamples=n_resamples, seed=seed)
-    return {"open_ended_precision": mean_with_bootstrap(precisions, name="open_ended_precision",
-                                                        **kw),
-            "open_ended_recall": mean_with_bootstrap(recalls, name="open_ended_recall", **kw)}
-
+    return {
+        "open_ended_precision": mean_with_bootstrap(precisions, name="open_ended_precision", **kw),
+        "open_ended_recall": mean_with_bootstrap(recalls, name="open_ended_recall", **kw),
+    }

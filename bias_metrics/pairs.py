@@ -35,8 +35,10 @@ __all__ = [
 
 STEREO, NEUTRAL, ANTI = 1, 0, -1
 
-_SOURCE = ("Felkner et al. 2023 (WinoQueer), katyfelkner/winoqueer code/metric.py aggregation; "
-           "docs/metrics.md §1.6, toy W1 §3.4; value in percent (0-100)")
+_SOURCE = (
+    "Felkner et al. 2023 (WinoQueer), katyfelkner/winoqueer code/metric.py aggregation; "
+    "docs/metrics.md §1.6, toy W1 §3.4; value in percent (0-100)"
+)
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,10 @@ def _as_scores(values: Sequence[float] | np.ndarray, label: str) -> np.ndarray:
         raise ValueError(f"{label} must be 1-D (one score per pair), got shape {arr.shape}")
     nan_idx = np.flatnonzero(np.isnan(arr))
     if nan_idx.size:
-        raise ValueError(f"{label} has a NaN score at index {int(nan_idx[0])} "
-                         f"({nan_idx.size} NaN in total); score every pair or drop it explicitly")
+        raise ValueError(
+            f"{label} has a NaN score at index {int(nan_idx[0])} "
+            f"({nan_idx.size} NaN in total); score every pair or drop it explicitly"
+        )
     # A log-probability can be -inf (a token of probability 0) but never +inf: +inf is a bug.
     pinf_idx = np.flatnonzero(np.isposinf(arr))
     if pinf_idx.size:
@@ -145,12 +149,21 @@ def pair_outcomes(
     return (x > y).astype(np.int8) - (x < y).astype(np.int8)
 
 
-def _percent_result(name: str, k: int, n: int, counts: Mapping[str, int], confidence: float,
-                    source: str) -> MetricResult:
+def _percent_result(
+    name: str, k: int, n: int, counts: Mapping[str, int], confidence: float, source: str
+) -> MetricResult:
     low, high = wilson_interval(k, n, confidence)
-    return MetricResult(name=name, value=100.0 * k / n, n=n, ci_low=100.0 * low,
-                        ci_high=100.0 * high, ci_method="wilson", confidence=confidence,
-                        counts=dict(counts), source=source)
+    return MetricResult(
+        name=name,
+        value=100.0 * k / n,
+        n=n,
+        ci_low=100.0 * low,
+        ci_high=100.0 * high,
+        ci_method="wilson",
+        confidence=confidence,
+        counts=dict(counts),
+        source=source,
+    )
 
 
 def pair_bias_scores(
@@ -241,8 +254,12 @@ def pair_bias_scores(
         )
 
     def tally(o: np.ndarray) -> dict[str, int]:
-        return {"stereo": int(np.sum(o == STEREO)), "anti": int(np.sum(o == ANTI)),
-                "neutral": int(np.sum(o == NEUTRAL)), "n": int(o.size)}
+        return {
+            "stereo": int(np.sum(o == STEREO)),
+            "anti": int(np.sum(o == ANTI)),
+            "neutral": int(np.sum(o == NEUTRAL)),
+            "n": int(o.size),
+        }
 
     counts = tally(outcomes)
     bias = _percent_result(name, counts["stereo"], n, counts, confidence, source)
@@ -253,8 +270,7 @@ def pair_bias_scores(
         label_arr = np.asarray(labels, dtype=object)
         for g in dict.fromkeys(labels):  # first-appearance order, like pandas unique()
             c = tally(outcomes[label_arr == g])
-            by_group[g] = _percent_result(name, c["stereo"], c["n"], c, confidence,
-                                          f"{source}; group {g!r}")
+            by_group[g] = _percent_result(name, c["stereo"], c["n"], c, confidence, f"{source}; group {g!r}")
     return PairAggregate(bias_score=bias, neutral_rate=neutral, by_group=by_group)
 
 
@@ -394,8 +410,10 @@ def scored_positions(
     ([2, 3, 4, 5], [2, 3, 4, 5])
     """
     if len(special_x) != len(ids_x) or len(special_y) != len(ids_y):
-        raise ValueError(f"special masks must match the ids: {len(special_x)} vs {len(ids_x)} and "
-                         f"{len(special_y)} vs {len(ids_y)}")
+        raise ValueError(
+            f"special masks must match the ids: {len(special_x)} vs {len(ids_x)} and "
+            f"{len(special_y)} vs {len(ids_y)}"
+        )
     tx, ty = shared_token_positions(ids_x, ids_y, autojunk=autojunk)
     kept = [(a, b) for a, b in zip(tx, ty) if not special_x[a] and not special_y[b]]
     return [a for a, _ in kept], [b for _, b in kept]
@@ -468,8 +486,9 @@ def pair_metrics(
     more = _as_scores(score_more, "score_more")
     less = _as_scores(score_less, "score_less")
     if not (len(dirs) == more.size == less.size):
-        raise ValueError(f"lengths differ: {more.size} score_more, {less.size} score_less, "
-                         f"{len(dirs)} directions")
+        raise ValueError(
+            f"lengths differ: {more.size} score_more, {less.size} score_less, {len(dirs)} directions"
+        )
     bad = [i for i, d in enumerate(dirs) if d not in ("stereo", "antistereo")]
     if bad:
         raise ValueError(f"directions[{bad[0]}] is {dirs[bad[0]]!r}, not 'stereo' or 'antistereo'")
@@ -477,8 +496,9 @@ def pair_metrics(
     out = {"bias_score": agg.bias_score, "neutral_rate": agg.neutral_rate}
     for d in ("stereo", "antistereo"):
         mask = np.array([x == d for x in dirs], dtype=bool)
-        sub = pair_bias_scores(more[mask], less[mask], decimals=decimals, confidence=confidence,
-                               name=f"bias_score_{d}").bias_score
+        sub = pair_bias_scores(
+            more[mask], less[mask], decimals=decimals, confidence=confidence, name=f"bias_score_{d}"
+        ).bias_score
         if not sub.defined:
             sub = undefined(f"bias_score_{d}", f"no {d} pairs", counts=dict(sub.counts), source=sub.source)
         out[f"bias_score_{d}"] = sub
@@ -486,11 +506,20 @@ def pair_metrics(
     finite = gap[np.isfinite(gap)]
     if n_resamples > 0:
         out["mean_loglikelihood_gap"] = mean_with_bootstrap(
-            finite, name="mean_loglikelihood_gap", source="mean of score_more - score_less, nats",
-            confidence=confidence, n_resamples=n_resamples, seed=seed)
+            finite,
+            name="mean_loglikelihood_gap",
+            source="mean of score_more - score_less, nats",
+            confidence=confidence,
+            n_resamples=n_resamples,
+            seed=seed,
+        )
     elif finite.size:
-        out["mean_loglikelihood_gap"] = MetricResult("mean_loglikelihood_gap", float(finite.mean()),
-                                                     int(finite.size), source="mean of score_more - score_less, nats")
+        out["mean_loglikelihood_gap"] = MetricResult(
+            "mean_loglikelihood_gap",
+            float(finite.mean()),
+            int(finite.size),
+            source="mean of score_more - score_less, nats",
+        )
     else:
         out["mean_loglikelihood_gap"] = undefined("mean_loglikelihood_gap", "no sentence pairs")
     return out

@@ -112,8 +112,10 @@ class BBQFamilyRecord:
     def __post_init__(self) -> None:
         where = f"record {self.item_id!r}"
         if self.context_condition not in CONTEXT_CONDITIONS:
-            raise ValueError(f"{where}: context_condition must be one of {CONTEXT_CONDITIONS}, "
-                             f"got {self.context_condition!r}")
+            raise ValueError(
+                f"{where}: context_condition must be one of {CONTEXT_CONDITIONS}, "
+                f"got {self.context_condition!r}"
+            )
         if self.polarity not in POLARITIES:
             raise ValueError(f"{where}: polarity must be one of {POLARITIES}, got {self.polarity!r}")
         gold, pred = AnswerClass(self.gold), AnswerClass(self.pred)
@@ -159,8 +161,7 @@ class BBQFamilyRecord:
         return self.gold is AnswerClass.BIASED
 
 
-def biased_option(*, target_option: int, unknown_option: int, polarity: str,
-                  n_options: int = 3) -> int:
+def biased_option(*, target_option: int, unknown_option: int, polarity: str, n_options: int = 3) -> int:
     """Index of the biased answer of a 3-option item.
 
     The stereotyped group's option for a ``neg`` question, the other group's option for ``nonneg``
@@ -207,8 +208,7 @@ def biased_option(*, target_option: int, unknown_option: int, polarity: str,
     return other
 
 
-def answer_class(option: int, *, biased_option: int, unknown_option: int,
-                 n_options: int = 3) -> AnswerClass:
+def answer_class(option: int, *, biased_option: int, unknown_option: int, n_options: int = 3) -> AnswerClass:
     """Class of option index ``option`` of a 3-option BBQ-family item.
 
     Parameters

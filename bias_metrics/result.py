@@ -110,7 +110,6 @@ class MetricResult:
             "clusters": None if self.clusters is None else int(self.clusters),
         }
 
-
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "MetricResult":
         """Inverse of ``to_dict`` (``None`` back to NaN).
@@ -142,15 +141,24 @@ class MetricResult:
         def nan(x: float | None) -> float:
             return math.nan if x is None else float(x)
 
-        return cls(name=d["name"], value=nan(d["value"]), n=int(d["n"]), ci_low=nan(d["ci"][0]),
-                   ci_high=nan(d["ci"][1]), ci_method=d.get("ci_method"),
-                   confidence=d.get("confidence"), counts=dict(d.get("counts", {})),
-                   reason=d.get("reason"), source=d.get("source", ""),
-                   clusters=d.get("clusters"))
+        return cls(
+            name=d["name"],
+            value=nan(d["value"]),
+            n=int(d["n"]),
+            ci_low=nan(d["ci"][0]),
+            ci_high=nan(d["ci"][1]),
+            ci_method=d.get("ci_method"),
+            confidence=d.get("confidence"),
+            counts=dict(d.get("counts", {})),
+            reason=d.get("reason"),
+            source=d.get("source", ""),
+            clusters=d.get("clusters"),
+        )
 
 
-def undefined(name: str, reason: str, n: int = 0, counts: Mapping[str, int] | None = None,
-              source: str = "") -> MetricResult:
+def undefined(
+    name: str, reason: str, n: int = 0, counts: Mapping[str, int] | None = None, source: str = ""
+) -> MetricResult:
     """A NaN ``MetricResult`` carrying the reason it is undefined (e.g. an empty denominator).
 
     Parameters
@@ -178,5 +186,6 @@ def undefined(name: str, reason: str, n: int = 0, counts: Mapping[str, int] | No
     >>> r.value, r.defined, r.reason
     (nan, False, 'no ambiguous answer is non-unknown')
     """
-    return MetricResult(name=name, value=math.nan, n=n, counts=dict(counts or {}), reason=reason,
-                        source=source)
+    return MetricResult(
+        name=name, value=math.nan, n=n, counts=dict(counts or {}), reason=reason, source=source
+    )

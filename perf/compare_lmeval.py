@@ -51,8 +51,10 @@ INT_COLS = ("instance_id", "template_id", "label")
 def lmeval_python() -> Path:
     """The lm-eval interpreter, installing it into ``.venv-lmeval`` when absent."""
     python = LMEVAL_VENV / "bin" / "python"
-    if python.is_file() and subprocess.run([str(python), "-c", "import lm_eval"],
-                                           capture_output=True).returncode == 0:
+    if (
+        python.is_file()
+        and subprocess.run([str(python), "-c", "import lm_eval"], capture_output=True).returncode == 0
+    ):
         return python
     print(f"installing {' '.join(LMEVAL_PIP)} into {LMEVAL_VENV} (one time, ~1-2 min)", flush=True)
     venv.create(LMEVAL_VENV, with_pip=True)
@@ -100,8 +102,7 @@ def write_task(workdir: Path, benchmark: str, rows: dict[str, list[dict]], tasks
     a local JSONL."""
     tdir = workdir / "tasks"
     tdir.mkdir(parents=True, exist_ok=True)
-    base = tasks_dir / ("bbq/bbq_multiple_choice.yaml" if benchmark == "bbq"
-                        else "esbbq/_esbbq_common_yaml")
+    base = tasks_dir / ("bbq/bbq_multiple_choice.yaml" if benchmark == "bbq" else "esbbq/_esbbq_common_yaml")
     if not base.is_file():
         raise SystemExit(f"lm-eval task config not found: {base}")
     jsonl = tdir / "rows.jsonl"
@@ -112,7 +113,9 @@ def write_task(workdir: Path, benchmark: str, rows: dict[str, list[dict]], tasks
     task = f"cmp_{benchmark}"
     (tdir / f"{task}.yaml").write_text(
         f"include: {base}\ntask: {task}\ntag: []\ndataset_path: json\ndataset_name: null\n"
-        f"dataset_kwargs:\n  data_files:\n    test: {jsonl.resolve()}\n", encoding="utf-8")
+        f"dataset_kwargs:\n  data_files:\n    test: {jsonl.resolve()}\n",
+        encoding="utf-8",
+    )
     return task
 
 
@@ -144,15 +147,36 @@ def timed(cmd: list[str], env: dict, cwd: Path, log: Path) -> tuple[float, int, 
 
 
 def run_lmeval(python: Path, folder: Path, task: str, workdir: Path, args) -> tuple[dict, float, int]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "HF_HOME": str(workdir / "hf_home"), "TOKENIZERS_PARALLELISM": "false",
-           "OMP_NUM_THREADS": str(args.threads)}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HOME": str(workdir / "hf_home"),
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": str(args.threads),
+    }
     env.pop("PYTHONPATH", None)  # keep our packages out of the lm-eval interpreter
     out = workdir / "lmeval_out"
-    cmd = [str(python), "-m", "lm_eval", "--model", "hf",
-           "--model_args", f"pretrained={folder},dtype=float32", "--device", "cpu",
-           "--batch_size", str(args.batch_size), "--tasks", task,
-           "--include_path", str(workdir / "tasks"), "--log_samples", "--output_path", str(out)]
+    cmd = [
+        str(python),
+        "-m",
+        "lm_eval",
+        "--model",
+        "hf",
+        "--model_args",
+        f"pretrained={folder},dtype=float32",
+        "--device",
+        "cpu",
+        "--batch_size",
+        str(args.batch_size),
+        "--tasks",
+        task,
+        "--include_path",
+        str(workdir / "tasks"),
+        "--log_samples",
+        "--output_path",
+        str(out),
+    ]
     seconds, rss, rc = timed(cmd, env, workdir, workdir / "lm_eval.log")
     if rc != 0:
         print((workdir / "lm_eval.log").read_text(encoding="utf-8")[-4000:], file=sys.stderr)
@@ -214,23 +238,53 @@ def ours_main(argv: list[str]) -> None:
 
         prof.disable()
         pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
-    out = {"items": {k: {"lls": r.loglikelihoods, "choice": r.predicted_choice, "choices": r.choices,
-                         "prompt": bench.prompt(it)} for (k, it), r in zip(items, records)},
-           "delimiter": bench.delimiter,
-           "stats": engine.stats.to_dict(), "requests": sum(len(r.choices) for r in records),
-           "seconds": {"startup_and_load": t_loaded - t_start, "scoring": t_scored - t0},
-           "threads": torch.get_num_threads()}
+    out = {
+        "items": {
+            k: {
+                "lls": r.loglikelihoods,
+                "choice": r.predicted_choice,
+                "choices": r.choices,
+                "prompt": bench.prompt(it),
+            }
+            for (k, it), r in zip(items, records)
+        },
+        "delimiter": bench.delimiter,
+        "stats": engine.stats.to_dict(),
+        "requests": sum(len(r.choices) for r in records),
+        "seconds": {"startup_and_load": t_loaded - t_start, "scoring": t_scored - t0},
+        "threads": torch.get_num_threads(),
+    }
     Path(a.out).write_text(json.dumps(out), encoding="utf-8")
 
 
 def run_ours(args, folder: Path, keys_path: Path, workdir: Path, cache_dir: Path, tag: str):
     out = workdir / f"ours_{tag}.json"
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--_ours", str(out), "--benchmark",
-           args.benchmark, "--model", args.model, "--keys", str(keys_path), "--data-dir",
-           str(args.data_dir), "--batch-size", str(args.batch_size), "--threads", str(args.threads),
-           "--cache-dir", str(cache_dir)] + (["--profile"] if args.profile and tag == "cold" else [])
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(args.threads),
-           "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--_ours",
+        str(out),
+        "--benchmark",
+        args.benchmark,
+        "--model",
+        args.model,
+        "--keys",
+        str(keys_path),
+        "--data-dir",
+        str(args.data_dir),
+        "--batch-size",
+        str(args.batch_size),
+        "--threads",
+        str(args.threads),
+        "--cache-dir",
+        str(cache_dir),
+    ] + (["--profile"] if args.profile and tag == "cold" else [])
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": str(args.threads),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     seconds, rss, rc = timed(cmd, env, REPO, workdir / f"ours_{tag}.log")
     if rc != 0:
         print((workdir / f"ours_{tag}.log").read_text(encoding="utf-8")[-4000:], file=sys.stderr)
@@ -252,8 +306,12 @@ def plain_tokens(folder: Path, ours: dict) -> int:
     def encode(text: str) -> list[int]:
         return tok(text, add_special_tokens=False)["input_ids"]
 
-    return sum(len(c) + len(x) - 1 for item in ours["items"].values() for choice in item["choices"]
-               for c, x in [encode_pair(encode, item["prompt"], ours["delimiter"] + choice, bos, empty)])
+    return sum(
+        len(c) + len(x) - 1
+        for item in ours["items"].values()
+        for choice in item["choices"]
+        for c, x in [encode_pair(encode, item["prompt"], ours["delimiter"] + choice, bos, empty)]
+    )
 
 
 # -- comparison ------------------------------------------------------------------------------------
@@ -262,14 +320,17 @@ def main(argv: list[str] | None = None) -> int:
     if "--_ours" in argv:
         ours_main(argv)
         return 0
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--benchmark", choices=["bbq", "esbbq"], required=True)
     ap.add_argument("--per-category", type=int, required=True, help="first N rows of every category")
     ap.add_argument("--model", default="smollm2-135m-instruct", help="zoo name")
     ap.add_argument("--batch-size", type=int, default=16, help="both sides' batch size")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads, both sides")
-    ap.add_argument("--data-dir", default=os.environ.get("AUDIT_DATA_DIR") or str(REPO.parent / "shared" / "data"))
+    ap.add_argument(
+        "--data-dir", default=os.environ.get("AUDIT_DATA_DIR") or str(REPO.parent / "shared" / "data")
+    )
     ap.add_argument("--workdir", help="keep inputs, logs and outputs here (default: a temp dir)")
     ap.add_argument("--json-out", help="write the summary as JSON")
     ap.add_argument("--profile", action="store_true", help="cProfile of our cold scoring (in its log)")
@@ -283,18 +344,26 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix=f"cmp_{args.benchmark}_")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     python = lmeval_python()
-    tasks_dir = Path(subprocess.run([str(python), "-c", "import os, lm_eval.tasks as t; "
-                                     "print(os.path.dirname(t.__file__))"],
-                                    capture_output=True, text=True, check=True).stdout.strip())
+    tasks_dir = Path(
+        subprocess.run(
+            [str(python), "-c", "import os, lm_eval.tasks as t; print(os.path.dirname(t.__file__))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     rows = first_rows(args.benchmark, args.data_dir, bench, args.per_category)
     keys = [row_key(args.benchmark, c, r) for c, rs in rows.items() for r in rs]
     keys_path = workdir / "keys.json"
     keys_path.write_text(json.dumps(keys))
     task = write_task(workdir, args.benchmark, rows, tasks_dir)
     folder = materialize(args.model)
-    print(f"{args.benchmark}: first {args.per_category} rows of {len(rows)} categories ({len(keys)} rows); "
-          f"model {args.model}; fp32 CPU, {args.threads} threads, batch size {args.batch_size}; "
-          f"load {os.getloadavg()[0]:.1f}; workdir {workdir}", flush=True)
+    print(
+        f"{args.benchmark}: first {args.per_category} rows of {len(rows)} categories ({len(keys)} rows); "
+        f"model {args.model}; fp32 CPU, {args.threads} threads, batch size {args.batch_size}; "
+        f"load {os.getloadavg()[0]:.1f}; workdir {workdir}",
+        flush=True,
+    )
 
     cache_dir = workdir / "cache"
     cold, t_before, rss_cold = run_ours(args, folder, keys_path, workdir, cache_dir, "cold")
@@ -309,8 +378,10 @@ def main(argv: list[str] | None = None) -> int:
     # The rows' own category field may be spelled unlike the file name: map back to the file.
     id_field = "example_id" if args.benchmark == "bbq" else "instance_id"
     file_of = {(r["category"], r[id_field]): c for c, rs in rows.items() for r in rs}
-    theirs = {row_key(args.benchmark, file_of[(d["doc"]["category"], d["doc"][id_field])], d["doc"]): d
-              for d in lm["docs"]}
+    theirs = {
+        row_key(args.benchmark, file_of[(d["doc"]["category"], d["doc"][id_field])], d["doc"]): d
+        for d in lm["docs"]
+    }
     n = identical = protocol_diff = 0
     max_dll = 0.0
     for key, mine in cold["items"].items():
@@ -319,8 +390,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         n += 1
         arg_list = [d["arguments"][f"gen_args_{k}"] for k in range(len(d["arguments"]))]
-        if ([a["arg_0"] for a in arg_list] != [mine["prompt"]] * len(mine["choices"])
-                or [a["arg_1"] for a in arg_list] != [" " + c for c in mine["choices"]]):
+        if [a["arg_0"] for a in arg_list] != [mine["prompt"]] * len(mine["choices"]) or [
+            a["arg_1"] for a in arg_list
+        ] != [" " + c for c in mine["choices"]]:
             protocol_diff += 1
             continue
         lls = [float(r[0]) for r in d["filtered_resps"]]
@@ -328,43 +400,70 @@ def main(argv: list[str] | None = None) -> int:
         identical += max(range(len(lls)), key=lls.__getitem__) == mine["choice"]
     lm_tokens = plain_tokens(folder, cold)  # lm-eval feeds (context + continuation)[:-1] per request
     n_items = len(cold["items"])
-    table = [("ours (cold, before)", "ours_cold", t_before, cold["stats"]["tokens_forwarded"], rss_cold),
-             ("ours (warm cache)", "ours_warm", t_warm, warm["stats"]["tokens_forwarded"], rss_warm),
-             ("lm-eval 0.4.13", "lm_eval", t_lm, lm_tokens, rss_lm),
-             ("ours (cold, after)", "ours_cold_after", t_after, cold["stats"]["tokens_forwarded"], None)]
-    print(f"\n{'side':<22}{'wall s':>9}{'CPU s':>9}{'load':>6}{'items/s':>9}{'tokens fwd':>12}{'peak MiB':>10}")
+    table = [
+        ("ours (cold, before)", "ours_cold", t_before, cold["stats"]["tokens_forwarded"], rss_cold),
+        ("ours (warm cache)", "ours_warm", t_warm, warm["stats"]["tokens_forwarded"], rss_warm),
+        ("lm-eval 0.4.13", "lm_eval", t_lm, lm_tokens, rss_lm),
+        ("ours (cold, after)", "ours_cold_after", t_after, cold["stats"]["tokens_forwarded"], None),
+    ]
+    print(
+        f"\n{'side':<22}{'wall s':>9}{'CPU s':>9}{'load':>6}{'items/s':>9}{'tokens fwd':>12}{'peak MiB':>10}"
+    )
     for name, tag, t, tok, rss in table:
         mib = f"{rss / 2**20:>10.0f}" if rss else f"{'-':>10}"
-        print(f"{name:<22}{t:>9.1f}{CPU.get(tag, float('nan')):>9.1f}{LOADS.get(tag, float('nan')):>6.1f}"
-              f"{n_items / t:>9.2f}{tok:>12}{mib}")
-    print(f"ours: {cold['requests']} requests, {cold['stats']['distinct']} distinct, "
-          f"{cold['stats']['forwards']} forwards; cold: start-up+load {cold['seconds']['startup_and_load']:.1f} s, "
-          f"scoring {cold['seconds']['scoring']:.1f} s; warm: scoring {warm['seconds']['scoring']:.2f} s "
-          f"({warm['stats']['from_cache']} of {warm['stats']['distinct']} from the cache, "
-          f"{100 * warm['seconds']['scoring'] / max(cold['seconds']['scoring'], 1e-9):.1f}% of cold scoring, "
-          f"{100 * t_warm / t_cold:.0f}% of cold wall)")
+        print(
+            f"{name:<22}{t:>9.1f}{CPU.get(tag, float('nan')):>9.1f}{LOADS.get(tag, float('nan')):>6.1f}"
+            f"{n_items / t:>9.2f}{tok:>12}{mib}"
+        )
+    print(
+        f"ours: {cold['requests']} requests, {cold['stats']['distinct']} distinct, "
+        f"{cold['stats']['forwards']} forwards; cold: start-up+load {cold['seconds']['startup_and_load']:.1f} s, "
+        f"scoring {cold['seconds']['scoring']:.1f} s; warm: scoring {warm['seconds']['scoring']:.2f} s "
+        f"({warm['stats']['from_cache']} of {warm['stats']['distinct']} from the cache, "
+        f"{100 * warm['seconds']['scoring'] / max(cold['seconds']['scoring'], 1e-9):.1f}% of cold scoring, "
+        f"{100 * t_warm / t_cold:.0f}% of cold wall)"
+    )
     cpu_ours = (CPU.get("ours_cold", 0.0) + CPU.get("ours_cold_after", 0.0)) / 2
-    print(f"ratios: wall {t_lm / t_cold:.2f}x (ours: mean of the cold runs before and after lm-eval), "
-          f"CPU {CPU.get('lm_eval', 0.0) / max(cpu_ours, 1e-9):.2f}x, tokens {lm_tokens / max(cold['stats']['tokens_forwarded'], 1):.2f}x, "
-          f"peak memory ours/lm-eval {rss_cold / rss_lm:.2f}")
+    print(
+        f"ratios: wall {t_lm / t_cold:.2f}x (ours: mean of the cold runs before and after lm-eval), "
+        f"CPU {CPU.get('lm_eval', 0.0) / max(cpu_ours, 1e-9):.2f}x, tokens {lm_tokens / max(cold['stats']['tokens_forwarded'], 1):.2f}x, "
+        f"peak memory ours/lm-eval {rss_cold / rss_lm:.2f}"
+    )
     if protocol_diff:
         print(f"{protocol_diff} items with a different prompt or choices than lm-eval's", file=sys.stderr)
     if n != n_items:
         print(f"{n_items - n} of our items missing from lm-eval's samples", file=sys.stderr)
-    summary = {"benchmark": args.benchmark, "per_category": args.per_category, "items": n_items,
-               "compared": n, "identical": identical, "max_abs_dll": max_dll,
-               "seconds": {"ours_cold": t_cold, "ours_cold_before": t_before, "ours_cold_after": t_after,
-                           "ours_warm": t_warm, "lmeval": t_lm,
-                           "ours_inner": cold["seconds"], "ours_warm_inner": warm["seconds"]},
-               "cpu_seconds": dict(CPU), "load_average": dict(LOADS),
-               "peak_rss_bytes": {"ours_cold": rss_cold, "ours_warm": rss_warm, "lmeval": rss_lm},
-               "tokens": {"ours": cold["stats"]["tokens_forwarded"], "lmeval": lm_tokens},
-               "protocol_mismatches": protocol_diff, "threads": args.threads,
-               "batch_size": args.batch_size, "workdir": str(workdir)}
+    summary = {
+        "benchmark": args.benchmark,
+        "per_category": args.per_category,
+        "items": n_items,
+        "compared": n,
+        "identical": identical,
+        "max_abs_dll": max_dll,
+        "seconds": {
+            "ours_cold": t_cold,
+            "ours_cold_before": t_before,
+            "ours_cold_after": t_after,
+            "ours_warm": t_warm,
+            "lmeval": t_lm,
+            "ours_inner": cold["seconds"],
+            "ours_warm_inner": warm["seconds"],
+        },
+        "cpu_seconds": dict(CPU),
+        "load_average": dict(LOADS),
+        "peak_rss_bytes": {"ours_cold": rss_cold, "ours_warm": rss_warm, "lmeval": rss_lm},
+        "tokens": {"ours": cold["stats"]["tokens_forwarded"], "lmeval": lm_tokens},
+        "protocol_mismatches": protocol_diff,
+        "threads": args.threads,
+        "batch_size": args.batch_size,
+        "workdir": str(workdir),
+    }
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    print(f"speedup {t_lm / t_cold:.2f}x, memory {rss_cold / rss_lm:.2f}x, predictions identical "
-          f"{identical}/{n_items}, max |dLL| {max_dll:.2e}")
+    print(
+        f"speedup {t_lm / t_cold:.2f}x, memory {rss_cold / rss_lm:.2f}x, predictions identical "
+        f"{identical}/{n_items}, max |dLL| {max_dll:.2e}"
+    )
     return 0 if identical == n_items and not protocol_diff else 1
 
 

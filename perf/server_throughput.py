@@ -63,7 +63,9 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--base-url", help="an already running server (default: start vLLM from .venv-vllm)")
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--data-dir", default=os.environ.get("AUDIT_DATA_DIR") or str(REPO.parent / "shared" / "data"))
+    ap.add_argument(
+        "--data-dir", default=os.environ.get("AUDIT_DATA_DIR") or str(REPO.parent / "shared" / "data")
+    )
     ap.add_argument("--threads", type=int, default=2, help="torch threads of the in-process backend")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -81,8 +83,13 @@ def main() -> None:
         from audit_harness.serving import start_vllm
 
         t = time.perf_counter()
-        server = start_vllm(REPO / ".venv-vllm" / "bin" / "python", materialize(args.model), args.model,
-                            Path("/tmp") / f"bias-audit-perf-vllm-{os.getpid()}.log", nice=0)
+        server = start_vllm(
+            REPO / ".venv-vllm" / "bin" / "python",
+            materialize(args.model),
+            args.model,
+            Path("/tmp") / f"bias-audit-perf-vllm-{os.getpid()}.log",
+            nice=0,
+        )
         print(f"vLLM (CPU, fp32, --enforce-eager) up in {time.perf_counter() - t:.0f} s at {server.url}")
         args.base_url = server.url
     try:
@@ -107,13 +114,17 @@ def main() -> None:
         rows.append(_control(model, requests, args.base_url))
         model.client.close()
         base = rows[0][1]
-        print(f"{len(items)} BBQ items ({args.per_category} per category), {len(requests)} choices; "
-              f"in-process torch threads {args.threads}")
+        print(
+            f"{len(items)} BBQ items ({args.per_category} per category), {len(requests)} choices; "
+            f"in-process torch threads {args.threads}"
+        )
         print("| backend | wall s | requests/s | items/s | prefix-cache hits | time vs in-process |")
         print("|---|---|---|---|---|---|")
         for name, wall, n, hit, _ in rows:
-            print(f"| {name} | {wall:.1f} | {n / wall:.1f} | {len(items) / wall:.2f} | "
-                  f"{hit} | {wall / base:.2f}x |")
+            print(
+                f"| {name} | {wall:.1f} | {n / wall:.1f} | {len(items) / wall:.2f} | "
+                f"{hit} | {wall / base:.2f}x |"
+            )
         for name, _, _, _, values in rows[2:]:
             if values is None:
                 continue
@@ -138,23 +149,34 @@ def _control(model, requests, url: str):
     token each), in the same order and grouping: what the server's prefix cache does for
     prompts it may reuse, next to the scoring requests above."""
     seqs = sorted({tuple(a) + tuple(b) for a, b in model.encode_pairs(requests)})
-    groups = [[list(s) for s in seqs[i:i + model.prompts_per_request]]
-              for i in range(0, len(seqs), model.prompts_per_request)]
+    groups = [
+        [list(s) for s in seqs[i : i + model.prompts_per_request]]
+        for i in range(0, len(seqs), model.prompts_per_request)
+    ]
     # A fresh cache salt: hits come only from prompts of this control sharing a context, not
     # from blocks the scoring requests above left in the cache.
-    payload = {"model": model.served_name, "max_tokens": 1, "temperature": 0,
-               "cache_salt": f"control-{os.getpid()}-{time.time_ns()}"}
+    payload = {
+        "model": model.served_name,
+        "max_tokens": 1,
+        "temperature": 0,
+        "cache_salt": f"control-{os.getpid()}-{time.time_ns()}",
+    }
     before = prefix_counters(url)
     start = time.perf_counter()
     model.client.map(lambda g: model.client.post("/v1/completions", {**payload, "prompt": g}), groups)
     wall = time.perf_counter() - start
     after = prefix_counters(url)
-    return ("vLLM, concurrency 1, same prompts without prompt log-probs (control)", wall, len(seqs),
-            _hit_rate(before, after), None)
+    return (
+        "vLLM, concurrency 1, same prompts without prompt log-probs (control)",
+        wall,
+        len(seqs),
+        _hit_rate(before, after),
+        None,
+    )
 
 
 def _argmax(values, item: int, k: int = 3) -> int:
-    part = values[item * k:(item + 1) * k]
+    part = values[item * k : (item + 1) * k]
     return max(range(k), key=part.__getitem__)
 
 

@@ -11,8 +11,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def bias_audit_score(tmp_path: Path, *args, name: str = "results"
-                     ) -> tuple[subprocess.CompletedProcess, dict | None, Path | None]:
+def bias_audit_score(
+    tmp_path: Path, *args, name: str = "results"
+) -> tuple[subprocess.CompletedProcess, dict | None, Path | None]:
     """``bias-audit score ARGS`` in a subprocess (it replaces its process by the audit run, so it
     cannot run inside a test process), writing into ``tmp_path / name``.
 
@@ -23,10 +24,27 @@ def bias_audit_score(tmp_path: Path, *args, name: str = "results"
     args = [str(a) for a in args]
     cut = args.index("--") if "--" in args else len(args)
     results = tmp_path / name
-    cmd = [sys.executable, "-m", "audit_harness.cli", "score", *args[:cut], "--results-dir",
-           str(results), "--", "-p", "no:cacheprovider", *args[cut + 1:]]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "audit_harness.cli",
+        "score",
+        *args[:cut],
+        "--results-dir",
+        str(results),
+        "--",
+        "-p",
+        "no:cacheprovider",
+        *args[cut + 1 :],
+    ]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"),
+    )
     runs = [p for p in results.iterdir() if p.is_dir()] if results.exists() else []
     if not runs:
         return proc, None, None

@@ -18,21 +18,54 @@ UNKNOWN_KO = ("알 수 없음", "주어진 정보만으로는 답을 알 수 없
 
 CHOICES = {
     # BBQ (Age): the unknown option's text and HELM's 10 phrasings name option C.
-    "en": (Choices(("The grandfather", "The grandson", "Can't be determined"),
-                   aliases=tuple((t, 2) for t in LMEVAL_UNKNOWN_RESPONSES), unknown=2), "bbq-reference"),
+    "en": (
+        Choices(
+            ("The grandfather", "The grandson", "Can't be determined"),
+            aliases=tuple((t, 2) for t in LMEVAL_UNKNOWN_RESPONSES),
+            unknown=2,
+        ),
+        "bbq-reference",
+    ),
     # A BBQ option with the dataset's own typo ("The monther").
-    "en-typo": (Choices(("The monther", "The father", "Not enough info"),
-                        aliases=tuple((t, 2) for t in LMEVAL_UNKNOWN_RESPONSES), unknown=2), "bbq-reference"),
-    "es": (Choices(("El abuelo", "El nieto", "No hay suficiente información"),
-                   aliases=tuple((t, 2) for t in load_protocol("es").unknown_phrasings), unknown=2), "exact"),
-    "ca": (Choices(("L'avi", "El nét", "No hi ha prou informació"),
-                   aliases=tuple((t, 2) for t in load_protocol("ca").unknown_phrasings), unknown=2), "exact"),
+    "en-typo": (
+        Choices(
+            ("The monther", "The father", "Not enough info"),
+            aliases=tuple((t, 2) for t in LMEVAL_UNKNOWN_RESPONSES),
+            unknown=2,
+        ),
+        "bbq-reference",
+    ),
+    "es": (
+        Choices(
+            ("El abuelo", "El nieto", "No hay suficiente información"),
+            aliases=tuple((t, 2) for t in load_protocol("es").unknown_phrasings),
+            unknown=2,
+        ),
+        "exact",
+    ),
+    "ca": (
+        Choices(
+            ("L'avi", "El nét", "No hi ha prou informació"),
+            aliases=tuple((t, 2) for t in load_protocol("ca").unknown_phrasings),
+            unknown=2,
+        ),
+        "exact",
+    ),
     # KoBBQ prompt 1, permutation 1 (docs/metrics.md toy T2); the other templates' unknown phrases.
-    "ko": (Choices(("손자", "할머니", "알 수 없음"),
-                   aliases=tuple((t, 2) for t in UNKNOWN_KO[1:]), unknown=2), "kobbq"),
+    "ko": (
+        Choices(("손자", "할머니", "알 수 없음"), aliases=tuple((t, 2) for t in UNKNOWN_KO[1:]), unknown=2),
+        "kobbq",
+    ),
     # KoBBQ prompt 3: lower-case labels and its own unknown phrase.
-    "ko-p3": (Choices(("손자", "할머니", "주어진 정보만으로는 답을 알 수 없음"), ("a", "b", "c"),
-                      aliases=tuple((t, 2) for t in (UNKNOWN_KO[0], UNKNOWN_KO[2])), unknown=2), "kobbq"),
+    "ko-p3": (
+        Choices(
+            ("손자", "할머니", "주어진 정보만으로는 답을 알 수 없음"),
+            ("a", "b", "c"),
+            aliases=tuple((t, 2) for t in (UNKNOWN_KO[0], UNKNOWN_KO[2])),
+            unknown=2,
+        ),
+        "kobbq",
+    ),
 }
 
 E, R, S, N = "empty", "refusal", "several_options", "no_match"
@@ -246,8 +279,9 @@ def _expected(got, want):
     return (got.option, got.reason) == (-1, want)
 
 
-@pytest.mark.parametrize("output,key,robust,authors", CASES,
-                         ids=[f"{i}:{c[1]}:{str(c[0])[:24]!r}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "output,key,robust,authors", CASES, ids=[f"{i}:{c[1]}:{str(c[0])[:24]!r}" for i, c in enumerate(CASES)]
+)
 def test_both_profiles(output, key, robust, authors):
     choices, rule = CHOICES[key]
     got = parse_answer(output, choices, "robust", rule)
@@ -275,8 +309,10 @@ def test_the_rule_that_decided_is_named():
     assert parse_answer("It was the grandson.", choices).rule == "option-text"
     assert parse_answer("Unknown", choices).rule == "alias"
     assert parse_answer("The grandsun", choices).rule == "option-text-fuzzy"
-    assert parse_answer("It was the grandson.", choices, "authors", "bbq-reference").rule == \
-        "bbq-reference:fallback"
+    assert (
+        parse_answer("It was the grandson.", choices, "authors", "bbq-reference").rule
+        == "bbq-reference:fallback"
+    )
 
 
 def test_saved_indices_and_bad_inputs():
@@ -291,18 +327,46 @@ def test_saved_indices_and_bad_inputs():
 
 
 # --- property: naming only option X never parses as another option ------------------------------
-_FILLER = st.sampled_from(["I think", "Based on the context,", "so", "clearly", "Hmm.",
-                           "Let me reason.", "the context says", "therefore", "In my view",
-                           "overall", "Looking at it again,", "\n", "—", "it seems"])
+_FILLER = st.sampled_from(
+    [
+        "I think",
+        "Based on the context,",
+        "so",
+        "clearly",
+        "Hmm.",
+        "Let me reason.",
+        "the context says",
+        "therefore",
+        "In my view",
+        "overall",
+        "Looking at it again,",
+        "\n",
+        "—",
+        "it seems",
+    ]
+)
 
 
 def _naming(option: int, choices: Choices):
     letter = choices.letters[option]
     text = choices.texts[option]
-    forms = [letter, f"({letter})", f"{letter}.", f"{letter}: {text}", f"**{letter}**",
-             f"Answer: {letter}", f"ANSWER: ${letter}$", f"The answer is {letter}.", f"Option {letter}",
-             f"\\boxed{{{letter}}}", text, text.lower(), f"It was {text.lower()}.",
-             f"**{letter}. {text}**", f"Answer: {text}"]
+    forms = [
+        letter,
+        f"({letter})",
+        f"{letter}.",
+        f"{letter}: {text}",
+        f"**{letter}**",
+        f"Answer: {letter}",
+        f"ANSWER: ${letter}$",
+        f"The answer is {letter}.",
+        f"Option {letter}",
+        f"\\boxed{{{letter}}}",
+        text,
+        text.lower(),
+        f"It was {text.lower()}.",
+        f"**{letter}. {text}**",
+        f"Answer: {text}",
+    ]
     return st.sampled_from(forms)
 
 

@@ -19,17 +19,38 @@ REPO = Path(__file__).resolve().parents[1]
 CATEGORIES = ("Religion", "Sexual_orientation")
 
 
-def run_audit(tmp_path: Path, data_dir: Path, *extra: str, env: dict | None = None,
-              results_name: str = "results") -> tuple[subprocess.CompletedProcess, Path]:
+def run_audit(
+    tmp_path: Path, data_dir: Path, *extra: str, env: dict | None = None, results_name: str = "results"
+) -> tuple[subprocess.CompletedProcess, Path]:
     results = tmp_path / results_name
-    cmd = [sys.executable, "-m", "pytest", "audits/test_bbq.py", "--model", "tiny-random-gpt2",
-           "--data-dir", str(data_dir), "--limit", "12", "--results-dir", str(results),
-           "--bootstrap-resamples", "200", "-k", " or ".join(CATEGORIES), "-p", "no:cacheprovider",
-           "--cache-dir", str(tmp_path / "cache"), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "audits/test_bbq.py",
+        "--model",
+        "tiny-random-gpt2",
+        "--data-dir",
+        str(data_dir),
+        "--limit",
+        "12",
+        "--results-dir",
+        str(results),
+        "--bootstrap-resamples",
+        "200",
+        "-k",
+        " or ".join(CATEGORIES),
+        "-p",
+        "no:cacheprovider",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        *extra,
+    ]
     if "--min-n" not in extra:  # 12 items per category: let the gates decide on them
         cmd += ["--min-n", "1"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})}
+    )
     return proc, results
 
 
@@ -120,8 +141,9 @@ def test_xdist_gives_the_same_numbers(serial_run, tmp_path, data_dir):
     assert len(parallel["gates"]) == len(serial["gates"])
     # The two workers wrote one result cache: a rerun computes nothing, gives the same numbers,
     # and under CI=true prints plain progress lines.
-    proc, again = run_audit(tmp_path, data_dir, env={"CI": "true", "BIAS_AUDIT_PROGRESS_INTERVAL": "0"},
-                            results_name="again")
+    proc, again = run_audit(
+        tmp_path, data_dir, env={"CI": "true", "BIAS_AUDIT_PROGRESS_INTERVAL": "0"}, results_name="again"
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     rerun = json.loads((only_run_dir(again) / "results.json").read_text())
     for cat in CATEGORIES:
@@ -130,16 +152,20 @@ def test_xdist_gives_the_same_numbers(serial_run, tmp_path, data_dir):
         assert second["requests"]["from_cache"] == second["requests"]["distinct"]
         assert second["requests"]["computed"] == 0
         assert second["metrics"] == first["metrics"]
-        assert re.search(rf"^bbq/{cat}: 12/12 items \(100%\), [0-9.]+ items/s, done in", proc.stderr, re.M), \
+        assert re.search(rf"^bbq/{cat}: 12/12 items \(100%\), [0-9.]+ items/s, done in", proc.stderr, re.M), (
             proc.stderr[-2000:]
+        )
     assert "from the result cache" in proc.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--thresholds", "{bad}"), "unknown metric 'bias_score_amb'"),
-    (("--model", "no-such-model"), "unknown model 'no-such-model'"),
-    (("--limit", "0"), "--limit must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--thresholds", "{bad}"), "unknown metric 'bias_score_amb'"),
+        (("--model", "no-such-model"), "unknown model 'no-such-model'"),
+        (("--limit", "0"), "--limit must be >= 1"),
+    ],
+)
 def test_bad_input_stops_with_one_clear_message(tmp_path, data_dir, args, message):
     bad = tmp_path / "thresholds.yaml"
     bad.write_text("bbq:\n  defaults:\n    bias_score_amb: {abs_max: 0.05}\n")
@@ -169,7 +195,10 @@ def test_missing_data_dir_is_named(tmp_path):
 def test_category_scope_groups_gate_tests_by_category():
     from audit_harness.run.scheduling import category_scope
 
-    assert category_scope("audits/test_bbq.py::test_bbq[Race_x_SES-bias_score_ambig]") == \
-        "audits/test_bbq.py::test_bbq[Race_x_SES]"
-    assert category_scope("tests/test_gates.py::test_point_verdicts[gate0-0.049-pass]") != \
-        category_scope("tests/test_gates.py::test_point_verdicts[gate1-0.049-pass]")
+    assert (
+        category_scope("audits/test_bbq.py::test_bbq[Race_x_SES-bias_score_ambig]")
+        == "audits/test_bbq.py::test_bbq[Race_x_SES]"
+    )
+    assert category_scope("tests/test_gates.py::test_point_verdicts[gate0-0.049-pass]") != category_scope(
+        "tests/test_gates.py::test_point_verdicts[gate1-0.049-pass]"
+    )

@@ -23,12 +23,14 @@ def test_real_category_counts_and_reported_exclusions(data_dir):
     data = BBQ_BENCH.load_category(data_dir, "Gender_identity")
     # SOURCE.md: 5,672 rows; 16 have target_loc = NA and 64 metadata keys are duplicated.
     assert data.notes == {"rows": 5672, "metadata_duplicates_dropped": 64}
-    (reason, ids), = data.excluded.items()
+    ((reason, ids),) = data.excluded.items()
     assert "target_loc" in reason and len(ids) == 16
     assert "Gender_identity-284" in ids
     assert len(data.items) == 5672 - 16
-    assert {f.path for f in data.files} == {"bbq/data/Gender_identity.jsonl",
-                                           "bbq/supplemental/additional_metadata.csv"}
+    assert {f.path for f in data.files} == {
+        "bbq/data/Gender_identity.jsonl",
+        "bbq/supplemental/additional_metadata.csv",
+    }
 
 
 def test_first_age_item_fields_and_classes(data_dir):
@@ -99,8 +101,9 @@ def test_missing_files_and_dirs_are_named(data_dir, tmp_path):
 
 def test_metadata_with_conflicting_duplicate_is_an_error(tmp_path):
     path = tmp_path / "meta.csv"
-    path.write_text("category,question_index,example_id,target_loc,label_type\n"
-                    "Age,1,0,0,label\nAge,1,0,1,label\n")
+    path.write_text(
+        "category,question_index,example_id,target_loc,label_type\nAge,1,0,0,label\nAge,1,0,1,label\n"
+    )
     _read_metadata.cache_clear()
     with pytest.raises(DataError, match=r"meta\.csv:3: duplicate metadata"):
         _read_metadata(path)
@@ -114,7 +117,8 @@ def test_balanced_sample_is_deterministic_and_balanced(data_dir):
     assert [i.item_id for i in a] == [i.item_id for i in b]
     assert [i.item_id for i in a] != [i.item_id for i in c]
     assert Counter((i.context_condition, i.polarity) for i in a) == Counter(
-        {("ambig", "neg"): 10, ("ambig", "nonneg"): 10, ("disambig", "neg"): 10, ("disambig", "nonneg"): 10})
+        {("ambig", "neg"): 10, ("ambig", "nonneg"): 10, ("disambig", "neg"): 10, ("disambig", "nonneg"): 10}
+    )
     odd = balanced_sample(items, 6, seed=0, salt="x")
     assert len(odd) == 6 and max(Counter((i.context_condition, i.polarity) for i in odd).values()) == 2
     assert balanced_sample(items, None, seed=0) == list(items)

@@ -28,8 +28,10 @@ def commands(text: str, name: str) -> list[list[str]]:
     at ``;``)."""
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     joined = code.replace("\\\n", " ")
-    return [re.findall(r'"[^"]*"|[^\s"]+', m.group(1).split(";")[0])
-            for m in re.finditer(rf"bias-audit {name}\b(.*)", joined)]
+    return [
+        re.findall(r'"[^"]*"|[^\s"]+', m.group(1).split(";")[0])
+        for m in re.finditer(rf"bias-audit {name}\b(.*)", joined)
+    ]
 
 
 @pytest.mark.parametrize("kind", sorted(EXAMPLES))
@@ -48,14 +50,20 @@ def test_ci_example_runs_the_audit_archives_and_gates_the_release(kind):
     assert compares and all(len([w for w in c if not w.startswith("-")]) == 2 for c in compares)
     cli._build_parser().parse_args(["compare", *compares[0][:2]])
     # The exit codes the file documents are the suite's.
-    for code, meaning in ((exit_codes.OK, "every gate passed"), (exit_codes.GATE_FAILED, "a gate failed"),
-                          (exit_codes.RUN_ERROR, "a model or data error"),
-                          (exit_codes.USAGE_ERROR, "usage or input"), (exit_codes.NOTHING_SELECTED, "no audit")):
+    for code, meaning in (
+        (exit_codes.OK, "every gate passed"),
+        (exit_codes.GATE_FAILED, "a gate failed"),
+        (exit_codes.RUN_ERROR, "a model or data error"),
+        (exit_codes.USAGE_ERROR, "usage or input"),
+        (exit_codes.NOTHING_SELECTED, "no audit"),
+    ):
         assert f"{code} {meaning}" in text
     if kind == "github":
         audit, release = doc["jobs"]["audit"], doc["jobs"]["release"]
         assert release["needs"] == "audit"
-        upload = next(s for s in audit["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+        upload = next(
+            s for s in audit["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")
+        )
         assert upload["if"] == "always()"
         paths = upload["with"]["path"]
         gate = next(s for s in audit["steps"] if s.get("name") == "Release gate")

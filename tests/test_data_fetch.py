@@ -122,12 +122,14 @@ def entry(path: str) -> sources.SourceFile:
 
 def run_fetch(server, to, benchmarks=None, **kw):
     lines = []
-    results = fetch_mod.fetch(benchmarks, to, base_url=server.url, retry=FAST, progress=False,
-                              out=lines.append, **kw)
+    results = fetch_mod.fetch(
+        benchmarks, to, base_url=server.url, retry=FAST, progress=False, out=lines.append, **kw
+    )
     return {r.entry.path: r for r in results}, lines
 
 
 # --- the table -------------------------------------------------------------------------------
+
 
 def test_table_pins_every_curated_file(data_dir):
     results = fetch_mod.verify(data_dir)
@@ -137,38 +139,60 @@ def test_table_pins_every_curated_file(data_dir):
     unavailable = {r.entry.path for r in results if r.status == fetch_mod.UNAVAILABLE}
     assert "winoqueer/data/winoqueer_final.csv" in unavailable
     assert {p for p in unavailable if p.startswith("kgquiz/")} == {
-        "kgquiz/ConceptNet/Task2.json", "kgquiz/UMLS/Task2.json", "kgquiz/YAGO/Task1.json",
-        "kgquiz/YAGO/Task2.json", "kgquiz/YAGO/Task4.json"}
-    assert set(sources.benchmark_names()) == {"bbq", "cabbq", "crows_pairs", "esbbq", "kgquiz",
-                                              "kobbq", "winoqueer"}
+        "kgquiz/ConceptNet/Task2.json",
+        "kgquiz/UMLS/Task2.json",
+        "kgquiz/YAGO/Task1.json",
+        "kgquiz/YAGO/Task2.json",
+        "kgquiz/YAGO/Task4.json",
+    }
+    assert set(sources.benchmark_names()) == {
+        "bbq",
+        "cabbq",
+        "crows_pairs",
+        "esbbq",
+        "kgquiz",
+        "kobbq",
+        "winoqueer",
+    }
 
 
 def test_table_knows_upstream_paths_and_licences():
     crows = entry("crows_pairs/crows_pairs_anonymized.csv")
     assert (crows.repo, crows.upstream, crows.license) == (
-        "nyu-mll/crows-pairs", "data/crows_pairs_anonymized.csv", "CC-BY-SA-4.0")
+        "nyu-mll/crows-pairs",
+        "data/crows_pairs_anonymized.csv",
+        "CC-BY-SA-4.0",
+    )
     v0 = entry("winoqueer/v0/winoqueer_benchmark.csv")
     assert (v0.repo, v0.upstream) == ("katyfelkner/winoqueer-v0", "winoqueer_benchmark.csv")
     final = entry("winoqueer/data/winoqueer_final.csv")
     assert (final.sha256, final.git_blob, final.size) == (
-        None, "0c874a4b98b41435a2359e9a69d95ab7bd95302d", 4816487)
+        None,
+        "0c874a4b98b41435a2359e9a69d95ab7bd95302d",
+        4816487,
+    )
     assert entry("kgquiz/UMLS/Task1.json").license is None
     assert entry("esbbq_cabbq/LICENSE.txt").benchmarks == ("esbbq", "cabbq")
     assert entry("bbq/data/Age.jsonl").url() == (
         "https://raw.githubusercontent.com/nyu-mll/BBQ/bea11bd97d79217245b5871acd247b9d6eb24598/"
-        "data/Age.jsonl")
+        "data/Age.jsonl"
+    )
 
 
 def test_generator_reproduces_the_shipped_table(tmp_path, data_dir):
     out = tmp_path / "sources.yaml"
-    subprocess.run([sys.executable, str(REPO / "tools" / "make_sources_table.py"), str(data_dir),
-                    "--output", str(out)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(REPO / "tools" / "make_sources_table.py"), str(data_dir), "--output", str(out)],
+        check=True,
+        capture_output=True,
+    )
     assert out.read_text(encoding="utf-8") == sources.TABLE_FILE.read_text(encoding="utf-8")
 
 
 def test_malformed_table_names_entry_and_field(tmp_path):
     text = sources.TABLE_FILE.read_text(encoding="utf-8").replace(
-        "sha256: 46e805b3fc2d8cbd26eeb8e8430d98cf7b2dc9c83574ff3674e8ce4f0fca2a60", "sha256: nope", 1)
+        "sha256: 46e805b3fc2d8cbd26eeb8e8430d98cf7b2dc9c83574ff3674e8ce4f0fca2a60", "sha256: nope", 1
+    )
     bad = tmp_path / "sources.yaml"
     bad.write_text(text, encoding="utf-8")
     with pytest.raises(DataError, match=r"files\[1\] \(bbq/data/Age.jsonl\): field 'sha256'"):
@@ -200,13 +224,15 @@ def test_file_status(tmp_path, data_dir):
 
 # --- fetch over HTTP -------------------------------------------------------------------------
 
+
 def test_full_fetch_verifies_every_hash_and_second_fetch_downloads_nothing(server, tmp_path, data_dir):
     to = tmp_path / "data"
     results, lines = run_fetch(server, to, accept_unlicensed=True)
     fetched = [p for p, r in results.items() if r.status == fetch_mod.FETCHED]
     assert len(fetched) == len(AVAILABLE)
     assert {p for p, r in results.items() if r.status == fetch_mod.UNAVAILABLE} == {
-        e.path for e in sources.table() if not e.available}
+        e.path for e in sources.table() if not e.available
+    }
     for e in AVAILABLE:  # byte-identical to the curated copy
         assert filecmp.cmp(to / e.path, data_dir / e.path, shallow=False), e.path
     assert not list(to.rglob("*.part"))
@@ -324,8 +350,9 @@ def test_network_down_fails_fast_and_stops_trying(tmp_path):
     with socket.socket() as s:  # a port with nobody listening
         s.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{s.getsockname()[1]}"
-    results = fetch_mod.fetch(["bbq"], tmp_path, base_url=url, retry=FAST, progress=False,
-                              out=lambda line: None)
+    results = fetch_mod.fetch(
+        ["bbq"], tmp_path, base_url=url, retry=FAST, progress=False, out=lambda line: None
+    )
     failed = [r for r in results if r.status == fetch_mod.FAILED]
     assert len(failed) == 27 and failed[0].detail.startswith("network: ")
     assert all("not attempted" in r.detail for r in failed[1:])
@@ -335,8 +362,22 @@ def test_cli_fetch_and_verify(server, tmp_path, capsys):
     from audit_harness.cli import main
 
     to = tmp_path / "data"
-    assert main(["data", "fetch", "crows_pairs", "kobbq", "--to", str(to),
-                 "--source-base-url", server.url, "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "fetch",
+                "crows_pairs",
+                "kobbq",
+                "--to",
+                str(to),
+                "--source-base-url",
+                server.url,
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "fetched     crows_pairs/crows_pairs_anonymized.csv" in out
     assert "unavailable kobbq/data/KoBBQ_all_samples.tsv" in out
@@ -351,6 +392,7 @@ def test_cli_fetch_and_verify(server, tmp_path, capsys):
 
 
 # --- the start-up check ----------------------------------------------------------------------
+
 
 def test_require_files_names_missing_files_and_the_fetch_command(tmp_path):
     from audit_harness.benchmarks import registry
@@ -371,22 +413,26 @@ def test_require_files_names_missing_files_and_the_fetch_command(tmp_path):
 
 def test_require_files_fetches_with_fetch_data(server, tmp_path):
     to = tmp_path / "data"
-    check.require_files(to, {"crows_pairs/crows_pairs_anonymized.csv": "crows_pairs"}, fetch=True,
-                        base_url=server.url)
+    check.require_files(
+        to, {"crows_pairs/crows_pairs_anonymized.csv": "crows_pairs"}, fetch=True, base_url=server.url
+    )
     assert (to / "crows_pairs" / "crows_pairs_anonymized.csv").is_file()
 
 
-@pytest.mark.parametrize("args, keyword, expected", [
-    (["audits"], None, ["bbq", "cabbq", "crows_pairs", "esbbq", "kgquiz", "kobbq", "winoqueer"]),
-    (["audits"], "crows_pairs or winoqueer", ["crows_pairs", "winoqueer"]),
-    (["audits/test_bbq.py"], None, ["bbq"]),
-    (["audits"], "test_bbq and (Age or Religion)", ["bbq"]),
-    (["audits"], "esbbq or cabbq", ["cabbq", "esbbq"]),
-    (["audits"], "bbq", ["bbq", "cabbq", "esbbq", "kobbq"]),  # pytest's substring match, as documented
-    (["audits/test_cabbq.py::test_cabbq"], None, ["cabbq"]),
-    (["audits"], "SpanishRegion", ["cabbq", "esbbq"]),
-    (["tests"], None, []),
-])
+@pytest.mark.parametrize(
+    "args, keyword, expected",
+    [
+        (["audits"], None, ["bbq", "cabbq", "crows_pairs", "esbbq", "kgquiz", "kobbq", "winoqueer"]),
+        (["audits"], "crows_pairs or winoqueer", ["crows_pairs", "winoqueer"]),
+        (["audits/test_bbq.py"], None, ["bbq"]),
+        (["audits"], "test_bbq and (Age or Religion)", ["bbq"]),
+        (["audits"], "esbbq or cabbq", ["cabbq", "esbbq"]),
+        (["audits"], "bbq", ["bbq", "cabbq", "esbbq", "kobbq"]),  # pytest's substring match, as documented
+        (["audits/test_cabbq.py::test_cabbq"], None, ["cabbq"]),
+        (["audits"], "SpanishRegion", ["cabbq", "esbbq"]),
+        (["tests"], None, []),
+    ],
+)
 def test_selected_benchmarks(args, keyword, expected):
     from audit_harness.benchmarks import registry
     from audit_harness.gates import load_thresholds
@@ -399,9 +445,25 @@ def test_selected_benchmarks(args, keyword, expected):
 
 
 def _audit(tmp_path, *args, env=None):
-    cmd = [sys.executable, "-m", "pytest", "audits/test_bbq.py", "--model", "tiny-random-gpt2",
-           "--limit", "4", "--bootstrap-resamples", "0", "-k", "Religion", "-p", "no:cacheprovider",
-           "--results-dir", str(tmp_path / "results"), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "audits/test_bbq.py",
+        "--model",
+        "tiny-random-gpt2",
+        "--limit",
+        "4",
+        "--bootstrap-resamples",
+        "0",
+        "-k",
+        "Religion",
+        "-p",
+        "no:cacheprovider",
+        "--results-dir",
+        str(tmp_path / "results"),
+        *args,
+    ]
     full_env = {k: v for k, v in os.environ.items() if k != "AUDIT_DATA_DIR"}
     full_env.update(BIAS_AUDIT_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(REPO), **(env or {}))
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=full_env)
@@ -427,6 +489,7 @@ def test_audit_with_fetch_data_fetches_then_runs(server, tmp_path):
 
 # --- the Hugging Face source (EsBBQ / CaBBQ) --------------------------------------------------
 
+
 def _typed(row: dict[str, str]) -> dict:
     """A CSV row as the Hub's JSONL record: list literals parsed, answer_info nested, label and
     instance_id integers, proper_nouns_only a boolean (SOURCE.md: the JSONL twins equal the CSV)."""
@@ -447,8 +510,9 @@ def _typed(row: dict[str, str]) -> dict:
     return out
 
 
-@pytest.mark.parametrize("benchmark, categories", [("esbbq", ["Nationality", "Religion"]),
-                                                    ("cabbq", ["Nationality"])])
+@pytest.mark.parametrize(
+    "benchmark, categories", [("esbbq", ["Nationality", "Religion"]), ("cabbq", ["Nationality"])]
+)
 def test_hf_rows_equal_pinned_csv_rows(tmp_path, data_dir, benchmark, categories):
     datasets = pytest.importorskip("datasets")
     from audit_harness.sources.hf import read_rows
@@ -459,14 +523,15 @@ def test_hf_rows_equal_pinned_csv_rows(tmp_path, data_dir, benchmark, categories
         rows, _ = read_rows(benchmark, cat, data_dir=data_dir)
         (hub / cat).mkdir(parents=True)
         datasets.Dataset.from_list([_typed(r) for r in rows]).to_parquet(
-            str(hub / cat / "test-00000-of-00001.parquet"))
-        readme += [f"- config_name: {cat}", "  data_files:", "  - split: test",
-                   f"    path: {cat}/test-*"]
+            str(hub / cat / "test-00000-of-00001.parquet")
+        )
+        readme += [f"- config_name: {cat}", "  data_files:", "  - split: test", f"    path: {cat}/test-*"]
     (hub / "README.md").write_text("\n".join(readme + ["---", ""]), encoding="utf-8")
     for cat in categories:
         pinned, prov_files = read_rows(benchmark, cat, data_dir=data_dir)
-        from_hf, prov = read_rows(benchmark, cat, source="hf", hf_path=str(hub),
-                                  cache_dir=tmp_path / "hf-cache")
+        from_hf, prov = read_rows(
+            benchmark, cat, source="hf", hf_path=str(hub), cache_dir=tmp_path / "hf-cache"
+        )
         assert from_hf == pinned and len(pinned) > 100
         assert list(from_hf[0]) == list(pinned[0])  # same columns, same order
         assert prov["source"] == "hf" and prov["config"] == cat and prov["revision"]
@@ -477,8 +542,7 @@ def test_hf_source_errors_are_named(tmp_path, data_dir):
     from audit_harness.sources.hf import read_rows
 
     with pytest.raises(DataError, match="cannot load .*config 'Nope'"):
-        read_rows("esbbq", "Nope", source="hf", hf_path=str(tmp_path / "nowhere"),
-                  cache_dir=tmp_path / "c")
+        read_rows("esbbq", "Nope", source="hf", hf_path=str(tmp_path / "nowhere"), cache_dir=tmp_path / "c")
     with pytest.raises(DataError, match="unknown source 'web'"):
         read_rows("esbbq", "Age", source="web")
     with pytest.raises(DataError, match="unknown benchmark 'bbq'"):
@@ -497,13 +561,17 @@ def test_esbbq_loader_on_the_hub_copy_gives_the_same_items(tmp_path, data_dir):
     rows, _ = read_rows("esbbq", "PhysicalAppearance", data_dir=data_dir)
     (hub / "PhysicalAppearance").mkdir(parents=True)
     datasets.Dataset.from_list([_typed(r) for r in rows]).to_parquet(
-        str(hub / "PhysicalAppearance" / "test-00000-of-00001.parquet"))
-    (hub / "README.md").write_text("---\nconfigs:\n- config_name: PhysicalAppearance\n  data_files:\n"
-                                   "  - split: test\n    path: PhysicalAppearance/test-*\n---\n")
+        str(hub / "PhysicalAppearance" / "test-00000-of-00001.parquet")
+    )
+    (hub / "README.md").write_text(
+        "---\nconfigs:\n- config_name: PhysicalAppearance\n  data_files:\n"
+        "  - split: test\n    path: PhysicalAppearance/test-*\n---\n"
+    )
     bench = registry()["esbbq"]
     files = bench.load_category(data_dir, "PhysicalAppearance")
     from_hub = bench.configure(data_source="hf", hf_path=str(hub)).load_category(
-        tmp_path / "unused", "PhysicalAppearance")
+        tmp_path / "unused", "PhysicalAppearance"
+    )
     assert from_hub.items == files.items and len(files.items) > 100
     assert from_hub.excluded == files.excluded and from_hub.notes == files.notes  # 4 flagged rows
     (prov,) = from_hub.files

@@ -19,10 +19,16 @@ from audit_harness.errors import ConfigError
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("0,1,3", ["0", "1", "3"]), ("", []), ("-1", []), ("2,-1,3", ["2"]),
-    ("GPU-5d1c2b7e, GPU-aa01", ["GPU-5d1c2b7e", "GPU-aa01"]),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("0,1,3", ["0", "1", "3"]),
+        ("", []),
+        ("-1", []),
+        ("2,-1,3", ["2"]),
+        ("GPU-5d1c2b7e, GPU-aa01", ["GPU-5d1c2b7e", "GPU-aa01"]),
+    ],
+)
 def test_visible_gpus_from_the_environment(value, expected):
     assert devices.visible_gpus({"CUDA_VISIBLE_DEVICES": value}, count=lambda: 8) == expected
 
@@ -77,7 +83,8 @@ def _run_workers(tmp_path: Path, visible: str, *args: str) -> tuple[subprocess.C
     """pytest -n ... on a throw-away test folder whose workers report the CUDA_VISIBLE_DEVICES
     they see once the plugin configured them."""
     tmp_path.mkdir(exist_ok=True)
-    (tmp_path / "conftest.py").write_text(textwrap.dedent(f"""
+    (tmp_path / "conftest.py").write_text(
+        textwrap.dedent(f"""
         import json, os, pytest
 
         @pytest.hookimpl(trylast=True)
@@ -87,12 +94,30 @@ def _run_workers(tmp_path: Path, visible: str, *args: str) -> tuple[subprocess.C
                 path = os.path.join({str(tmp_path)!r}, w["workerid"] + ".json")
                 with open(path, "w") as f:
                     json.dump({{"visible": os.environ.get("CUDA_VISIBLE_DEVICES")}}, f)
-    """))
+    """)
+    )
     (tmp_path / "test_nothing.py").write_text("".join(f"def test_{i}():\n    pass\n" for i in range(6)))
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path), "-p", "no:cacheprovider",
-                           "-p", "audit_harness.pytest_plugin", "--rootdir", str(tmp_path), *args],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(tmp_path),
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "audit_harness.pytest_plugin",
+            "--rootdir",
+            str(tmp_path),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     seen = {p.stem: json.loads(p.read_text())["visible"] for p in tmp_path.glob("gw*.json")}
     return proc, seen
 
@@ -111,9 +136,27 @@ def test_n_auto_starts_one_worker_per_gpu(tmp_path):
 
 def test_more_workers_than_gpus_stops_an_audit(tmp_path, data_dir):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "audits/test_bbq.py", "-n", "3",
-                           "--data-dir", str(data_dir), "--results-dir", str(tmp_path), "-p", "no:cacheprovider"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "audits/test_bbq.py",
+            "-n",
+            "3",
+            "--data-dir",
+            str(data_dir),
+            "--results-dir",
+            str(tmp_path),
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 4
     assert "-n 3 asks for more workers than the 2 visible GPU(s)" in proc.stdout + proc.stderr
     # The suite's own tests (tiny models) share the GPUs in turn instead.
@@ -123,7 +166,8 @@ def test_more_workers_than_gpus_stops_an_audit(tmp_path, data_dir):
 
 
 def test_server_backend_workers_share_the_server_and_pin_nothing(tmp_path):
-    proc, seen = _run_workers(tmp_path, "0", "-n", "2", "--backend", "openai",
-                              "--base-url", "http://127.0.0.1:1/v1")
+    proc, seen = _run_workers(
+        tmp_path, "0", "-n", "2", "--backend", "openai", "--base-url", "http://127.0.0.1:1/v1"
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert seen == {"gw0": "0", "gw1": "0"}

@@ -8,8 +8,12 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCES = [p for d in ("audit_harness", "bias_metrics", "tests", "perf", "tools")
-           for p in (REPO / d).rglob("*") if p.suffix in (".py", ".yaml") and p.is_file()]
+SOURCES = [
+    p
+    for d in ("audit_harness", "bias_metrics", "tests", "perf", "tools")
+    for p in (REPO / d).rglob("*")
+    if p.suffix in (".py", ".yaml") and p.is_file()
+]
 CITATION = re.compile(r"docs/([\w-]+\.md)(?:\s+§\s*([0-9]+(?:\.[0-9]+)?))?")
 
 
@@ -37,7 +41,11 @@ def test_cited_pages_and_sections_exist():
 
 def test_no_citation_of_a_metrics_file_outside_docs():
     bare = re.compile(r"(?<![\w/])metrics\.md")
-    stray = [f"{p.relative_to(REPO)}:{i}" for p in SOURCES if p != Path(__file__).resolve()
-             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-             if bare.search(line)]
+    stray = [
+        f"{p.relative_to(REPO)}:{i}"
+        for p in SOURCES
+        if p != Path(__file__).resolve()
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if bare.search(line)
+    ]
     assert not stray, stray

@@ -51,7 +51,7 @@ def reference(model, requests):
 def predictions(scores, choices):
     out, pos = [], 0
     for ch in choices:
-        part = scores[pos:pos + len(ch)]
+        part = scores[pos : pos + len(ch)]
         out.append(max(range(len(ch)), key=part.__getitem__))
         pos += len(ch)
     return out
@@ -71,8 +71,7 @@ def llama(gpt2):
 def test_tree_feeds_each_shared_prefix_once():
     ctx_a, ctx_d = [1, 2, 3, 4, 5, 6], [7, 8, 9, 14, 15]
     q1, q2 = [10, 11], [12, 13]
-    requests = [(ctx + q, [20 + k, 30]) for ctx in (ctx_a, ctx_a + ctx_d) for q in (q1, q2)
-                for k in range(3)]
+    requests = [(ctx + q, [20 + k, 30]) for ctx in (ctx_a, ctx_a + ctx_d) for q in (q1, q2) for k in range(3)]
     tree = build_tree(requests)
     # ctx_a once, ctx_d once, each question once per context, each 2-token continuation's
     # first token once per (context, question, choice).
@@ -188,8 +187,11 @@ def test_duplicates_are_computed_once_and_token_logprobs_are_cached(gpt2, tmp_pa
 
 def test_out_of_memory_halves_the_batch(gpt2, monkeypatch):
     # Distinct first words: six separate trees, so a batch holds several rows.
-    reqs = [(f"{w} is the context here", f" choice {j}") for w in
-            ("Alpha", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot") for j in range(3)]
+    reqs = [
+        (f"{w} is the context here", f" choice {j}")
+        for w in ("Alpha", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot")
+        for j in range(3)
+    ]
     expected = Engine(gpt2).loglikelihood(reqs)
     real_segments, real_full = gpt2.forward_segments, gpt2.forward_full
 
@@ -264,8 +266,13 @@ def test_killed_run_resumes_computing_only_what_is_missing(tmp_path, data_dir):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
     def run(kill_after: int):
-        proc = subprocess.run([sys.executable, str(script), str(kill_after), str(tmp_path / "cache"),
-                               str(data_dir)], capture_output=True, text=True, env=env, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, str(script), str(kill_after), str(tmp_path / "cache"), str(data_dir)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
 
     rc, killed = run(3)
@@ -279,8 +286,9 @@ def test_killed_run_resumes_computing_only_what_is_missing(tmp_path, data_dir):
 def _writer(folder: str, worker: int, n: int) -> None:
     cache = ResultCache(folder)
     for start in range(0, n, 10):
-        cache.put_many({request_key("m", "ll", [worker, i], [1]): [float(i)]
-                        for i in range(start, start + 10)})
+        cache.put_many(
+            {request_key("m", "ll", [worker, i], [1]): [float(i)] for i in range(start, start + 10)}
+        )
         cache.get_many([request_key("m", "ll", [1 - worker, i], [1]) for i in range(start, start + 10)])
 
 

@@ -23,8 +23,15 @@ def _ambiguous_clusters(rng, k: int, m: int, p: np.ndarray, concentration: float
     return out
 
 
-def coverage(k: int, *, m: int = 8, concentration: float | None = 50.0, sims: int = 300,
-             resamples: int = 400, seed: int = 0) -> tuple[float, float]:
+def coverage(
+    k: int,
+    *,
+    m: int = 8,
+    concentration: float | None = 50.0,
+    sims: int = 300,
+    resamples: int = 400,
+    seed: int = 0,
+) -> tuple[float, float]:
     """(share of simulated samples whose 95% interval holds the true s_AMB, mean width)."""
     rng = np.random.default_rng([seed, k])
     p = np.array([0.3, 0.2, 0.5])  # biased, counter-biased, unknown: s_AMB = 0.5 * 0.2 = 0.1
@@ -43,8 +50,10 @@ def coverage(k: int, *, m: int = 8, concentration: float | None = 50.0, sims: in
 @pytest.mark.parametrize("k", [2, 5, 25])
 def test_coverage_near_nominal_with_2_5_25_templates(k):
     cov, width = coverage(k)
-    print(f"\ns_AMB 95% interval, {k:>2} templates x 8 items, Dirichlet(50 p) templates: "
-          f"coverage {cov:.3f}, mean width {width:.3f}")
+    print(
+        f"\ns_AMB 95% interval, {k:>2} templates x 8 items, Dirichlet(50 p) templates: "
+        f"coverage {cov:.3f}, mean width {width:.3f}"
+    )
     # 300 simulations: binomial s.e. 1.3 points around 0.95.
     assert 0.90 <= cov <= 0.99, (k, cov)
 

@@ -36,13 +36,25 @@ from bias_metrics.kgquiz import normalize_text
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = MetricSettings(n_resamples=200)
-PRESENT = ("Task1-ConceptNet", "Task1-UMLS", "Task3-ConceptNet", "Task3-YAGO", "Task3-UMLS",
-           "Task4-ConceptNet", "Task4-UMLS", "Task5-ConceptNet", "Task5-YAGO", "Task5-UMLS")
-MISSING = {"Task1-YAGO": "37bf5c37d246ebe5b7f26c89b91e4dd4806fbe27",
-           "Task2-ConceptNet": "a519e862b68dd5f05a822251559423c011e98bfc",
-           "Task2-YAGO": "29e72c94a1112edac60ce2262f1f1ca289f0c642",
-           "Task2-UMLS": "9adc4ee4f612466ba8064f909f2b0e7dc5ab4676",
-           "Task4-YAGO": "5dba2051b3b8ef091c4c9a977e0d170c717c18dc"}
+PRESENT = (
+    "Task1-ConceptNet",
+    "Task1-UMLS",
+    "Task3-ConceptNet",
+    "Task3-YAGO",
+    "Task3-UMLS",
+    "Task4-ConceptNet",
+    "Task4-UMLS",
+    "Task5-ConceptNet",
+    "Task5-YAGO",
+    "Task5-UMLS",
+)
+MISSING = {
+    "Task1-YAGO": "37bf5c37d246ebe5b7f26c89b91e4dd4806fbe27",
+    "Task2-ConceptNet": "a519e862b68dd5f05a822251559423c011e98bfc",
+    "Task2-YAGO": "29e72c94a1112edac60ce2262f1f1ca289f0c642",
+    "Task2-UMLS": "9adc4ee4f612466ba8064f909f2b0e7dc5ab4676",
+    "Task4-YAGO": "5dba2051b3b8ef091c4c9a977e0d170c717c18dc",
+}
 
 
 class FakeEmbedder:
@@ -104,11 +116,19 @@ def loaded(bench, data_dir):
 
 # ---------------------------------------------------------------------------- loaders, real rows
 
+
 def test_categories_and_metric_names():
     assert len(CATEGORIES) == 15 and "Task3-YAGO" in CATEGORIES
-    assert set(KGQuiz.metric_names) == {"accuracy", "invalid_rate", "char_lcs_ratio",
-                                        "token_lcs_ratio", "token_f1", "semantic_match",
-                                        "open_ended_precision", "open_ended_recall"}
+    assert set(KGQuiz.metric_names) == {
+        "accuracy",
+        "invalid_rate",
+        "char_lcs_ratio",
+        "token_lcs_ratio",
+        "token_f1",
+        "semantic_match",
+        "open_ended_precision",
+        "open_ended_recall",
+    }
 
 
 def test_task1_loader_sorted_true_first(loaded):
@@ -174,6 +194,7 @@ def test_outer_key_options(bench, data_dir):
 
 # ---------------------------------------------------------------------------- missing files
 
+
 @pytest.mark.parametrize("category", sorted(MISSING))
 def test_missing_file_names_path_and_upstream_blob(bench, data_dir, category):
     task, domain = category.split("-")
@@ -192,9 +213,23 @@ def test_missing_file_without_source_md(bench, tmp_path):
 
 def test_missing_file_gate_is_skipped_and_reported(tmp_path, data_dir):
     results = tmp_path / "results"
-    cmd = [sys.executable, "-m", "pytest", "audits/test_kgquiz.py", "--model", "tiny-random-gpt2",
-           "--data-dir", str(data_dir), "-k", "Task2-UMLS or Task4-YAGO", "--results-dir",
-           str(results), "-p", "no:cacheprovider", "-rs"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "audits/test_kgquiz.py",
+        "--model",
+        "tiny-random-gpt2",
+        "--data-dir",
+        str(data_dir),
+        "-k",
+        "Task2-UMLS or Task4-YAGO",
+        "--results-dir",
+        str(results),
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     # Nothing was checked: never exit 0 (a release gate must not read it as a pass).
@@ -214,6 +249,7 @@ def test_missing_file_gate_is_skipped_and_reported(tmp_path, data_dir):
 
 # ---------------------------------------------------------------------------- Task2 schema
 
+
 def _write_task2(root: Path, rows, strategy="semantic_similarity") -> Path:
     folder = root / "kgquiz" / "YAGO"
     folder.mkdir(parents=True, exist_ok=True)
@@ -223,10 +259,16 @@ def _write_task2(root: Path, rows, strategy="semantic_similarity") -> Path:
 
 def test_task2_schema_on_hand_made_rows(bench, tmp_path):
     rows = {
-        "0": {"question": "Carlos Marinelli plays for?", "options": ["Chelsea F.C.", "Middlesbrough F.C.",
-              "Ajax", "Boca Juniors"], "ground_truth": 1},
-        "1": {"question": "John Landis directed?", "choices": ["Trading Places", "Jaws"],
-              "ground_truth": "Trading Places"},
+        "0": {
+            "question": "Carlos Marinelli plays for?",
+            "options": ["Chelsea F.C.", "Middlesbrough F.C.", "Ajax", "Boca Juniors"],
+            "ground_truth": 1,
+        },
+        "1": {
+            "question": "John Landis directed?",
+            "choices": ["Trading Places", "Jaws"],
+            "ground_truth": "Trading Places",
+        },
     }
     data = bench.load_category(_write_task2(tmp_path, rows), "Task2-YAGO")
     assert [it.gold for it in data.items] == [1, 0]
@@ -240,22 +282,34 @@ def test_task2_schema_on_hand_made_rows(bench, tmp_path):
     assert m["accuracy"].value == pytest.approx(0.5) and m["invalid_rate"].value == 0.0
 
 
-@pytest.mark.parametrize("output, expected", [
-    ("B", 1), ("(b)", 1), ("B) Middlesbrough", 1), ("middlesbrough f.c.", 1), ("D.", 3),
-    ("I am not sure", None), ("", None), ("E", None),
-])
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        ("B", 1),
+        ("(b)", 1),
+        ("B) Middlesbrough", 1),
+        ("middlesbrough f.c.", 1),
+        ("D.", 3),
+        ("I am not sure", None),
+        ("", None),
+        ("E", None),
+    ],
+)
 def test_task2_answer_parse(bench, output, expected):
     assert bench._choice(output, ["Chelsea F.C.", "Middlesbrough F.C.", "Ajax", "Boca"])[0] == expected
 
 
-@pytest.mark.parametrize("row, match", [
-    ({"question": "q", "options": ["a", "b"], "ground_truth": 2}, "option index in"),
-    ({"question": "q", "options": ["a", "b"], "ground_truth": "c"}, "ground_truth"),
-    ({"question": "q", "options": ["a", "A"], "ground_truth": 0}, "same text"),
-    ({"question": "q", "options": "a b", "ground_truth": 0}, "expected a list"),
-    ({"question": "", "options": ["a", "b"], "ground_truth": 0}, "'question'"),
-    ({"options": ["a", "b"], "ground_truth": 0}, "missing field 'question'"),
-])
+@pytest.mark.parametrize(
+    "row, match",
+    [
+        ({"question": "q", "options": ["a", "b"], "ground_truth": 2}, "option index in"),
+        ({"question": "q", "options": ["a", "b"], "ground_truth": "c"}, "ground_truth"),
+        ({"question": "q", "options": ["a", "A"], "ground_truth": 0}, "same text"),
+        ({"question": "q", "options": "a b", "ground_truth": 0}, "expected a list"),
+        ({"question": "", "options": ["a", "b"], "ground_truth": 0}, "'question'"),
+        ({"options": ["a", "b"], "ground_truth": 0}, "missing field 'question'"),
+    ],
+)
 def test_task2_schema_errors(bench, tmp_path, row, match):
     root = _write_task2(tmp_path, {"0": row})
     with pytest.raises(DataError, match=match) as e:
@@ -276,11 +330,22 @@ def test_task2_wrong_strategy_and_bad_json(bench, tmp_path):
 
 TF_LABELS = load_protocol().labels
 TF_TABLE = [  # (output, parsed): strict, first word only
-    ("True", 1), ("False.", 0), ("TRUE", 1), ("false", 0), ("yes", 1), ("No, it is not.", 0),
-    ("  **True**", 1), ('"False"', 0), ("Yes.", 1),
-    ("The statement is true.", None),      # K1 would take it; the strict rule does not
-    ("True or False? It is False", 1),     # leading word
-    ("I am not sure", None), ("Trueish", None), ("Not true", None), ("", None), ("1", None),
+    ("True", 1),
+    ("False.", 0),
+    ("TRUE", 1),
+    ("false", 0),
+    ("yes", 1),
+    ("No, it is not.", 0),
+    ("  **True**", 1),
+    ('"False"', 0),
+    ("Yes.", 1),
+    ("The statement is true.", None),  # K1 would take it; the strict rule does not
+    ("True or False? It is False", 1),  # leading word
+    ("I am not sure", None),
+    ("Trueish", None),
+    ("Not true", None),
+    ("", None),
+    ("1", None),
 ]
 
 
@@ -292,8 +357,9 @@ def test_true_false_strict_parser(output, parsed):
 def test_true_false_accuracy_counts_invalid_as_wrong(bench):
     golds = [1, 0, 1, 0, 1, 0]
     outputs = ["True", "False", "False", "maybe", "Yes", "The statement is false"]
-    items = [KGQuizItem(f"Task1-UMLS-{i}", "Task1-UMLS", "Task1", "UMLS", "q", g)
-             for i, g in enumerate(golds)]
+    items = [
+        KGQuizItem(f"Task1-UMLS-{i}", "Task1-UMLS", "Task1", "UMLS", "q", g) for i, g in enumerate(golds)
+    ]
     model = CannedModel({it.item_id: o for it, o in zip(items, outputs)})
     recs = bench.evaluate(Engine(model), items)
     assert [r.prediction for r in recs] == [1, 0, 0, None, 1, None]
@@ -305,6 +371,7 @@ def test_true_false_accuracy_counts_invalid_as_wrong(bench):
 
 
 # ---------------------------------------------------------------------------- Task4 isolation
+
 
 def test_isolation_on_real_rows(loaded):
     """A model that writes the corrected path back: the isolated entity is the gold entity."""
@@ -325,49 +392,79 @@ def test_isolation_on_real_rows(loaded):
 
 def test_isolation_cases(loaded):
     it = loaded["Task4-ConceptNet"].items[0]  # bastnäsite | is a | mineral | is a | blood veins | ...
-    assert isolate_revised_entity("bastnäsite | is a | mineral | is a | crystal | is a | rock.",
-                                  it.question) == "crystal"
+    assert (
+        isolate_revised_entity("bastnäsite | is a | mineral | is a | crystal | is a | rock.", it.question)
+        == "crystal"
+    )
     assert isolate_revised_entity("Crystal", it.question) == "crystal"  # only the entity
     assert isolate_revised_entity(it.question.replace("\t", " | "), it.question) == ""  # no edit
     # Words without field separators: aligned by longest common substrings.
-    assert isolate_revised_entity("bastnäsite is a mineral is a crystal of quartz is a rock",
-                                  it.question) == "crystal of quartz"
+    assert (
+        isolate_revised_entity("bastnäsite is a mineral is a crystal of quartz is a rock", it.question)
+        == "crystal of quartz"
+    )
     # The first line only: an explanation after it is ignored.
-    assert isolate_revised_entity("bastnäsite is a mineral is a gemstone is a rock\nBecause ...",
-                                  it.question) == "gemstone"
+    assert (
+        isolate_revised_entity("bastnäsite is a mineral is a gemstone is a rock\nBecause ...", it.question)
+        == "gemstone"
+    )
 
 
 # ---------------------------------------------------------------------------- text answers, facts
 
-@pytest.mark.parametrize("output, answer", [
-    ("ostentatious", "ostentatious"), ("  Middlesbrough F.C.\nMore text", "Middlesbrough F.C."),
-    ("A: Chelsea.", "Chelsea."), ('"Ajax"', "Ajax"), ("", ""), ("**crystal**", "crystal"),
-])
+
+@pytest.mark.parametrize(
+    "output, answer",
+    [
+        ("ostentatious", "ostentatious"),
+        ("  Middlesbrough F.C.\nMore text", "Middlesbrough F.C."),
+        ("A: Chelsea.", "Chelsea."),
+        ('"Ajax"', "Ajax"),
+        ("", ""),
+        ("**crystal**", "crystal"),
+    ],
+)
 def test_clean_short_answer(output, answer):
     assert clean_short_answer(output) == answer
 
 
 def test_split_facts():
-    out = ("1. John Landis directed Trading Places.\n2. He was born in Chicago. He is a director\n"
-           "- John Landis directed Trading Places\n* ok\nHe also")
-    assert split_facts(out, 3) == ["John Landis directed Trading Places.", "He was born in Chicago.",
-                                   "He is a director"]
+    out = (
+        "1. John Landis directed Trading Places.\n2. He was born in Chicago. He is a director\n"
+        "- John Landis directed Trading Places\n* ok\nHe also"
+    )
+    assert split_facts(out, 3) == [
+        "John Landis directed Trading Places.",
+        "He was born in Chicago.",
+        "He is a director",
+    ]
     assert split_facts("", 3) == []
 
 
 # ---------------------------------------------------------------------------- metrics, §3.6 toys
 
-K2 = [("University of Oxford", "University of Oxford", 1.0, 1.0, 1.0),
-      ("Oxford University", "University of Oxford", 10 / 20, 1 / 3, 0.8),
-      ("Middlesbrough", "Middlesbrough F.C.", 13 / 16, 0.5, 2 / 3),
-      ("Chelsea F.C.", "Middlesbrough F.C.", 5 / 16, 0.5, 0.5),
-      ("", "ostentatious", 0.0, 0.0, 0.0)]
+K2 = [
+    ("University of Oxford", "University of Oxford", 1.0, 1.0, 1.0),
+    ("Oxford University", "University of Oxford", 10 / 20, 1 / 3, 0.8),
+    ("Middlesbrough", "Middlesbrough F.C.", 13 / 16, 0.5, 2 / 3),
+    ("Chelsea F.C.", "Middlesbrough F.C.", 5 / 16, 0.5, 0.5),
+    ("", "ostentatious", 0.0, 0.0, 0.0),
+]
 
 
 def _record(task, i, gold, prediction, similarity=None):
-    return KGQuizRecord(item_id=f"{task}-YAGO-{i}", category=f"{task}-YAGO", task=task, domain="YAGO",
-                        question="q", gold=gold, prompt_format="plain", output=str(prediction),
-                        prediction=prediction, similarity=similarity)
+    return KGQuizRecord(
+        item_id=f"{task}-YAGO-{i}",
+        category=f"{task}-YAGO",
+        task=task,
+        domain="YAGO",
+        question="q",
+        gold=gold,
+        prompt_format="plain",
+        output=str(prediction),
+        prediction=prediction,
+        similarity=similarity,
+    )
 
 
 def test_k2_lcs_and_f1_through_records(bench):
@@ -381,11 +478,18 @@ def test_k2_lcs_and_f1_through_records(bench):
 
 def test_k3_semantic_match_with_fixed_fake_embedding():
     """K3's fake 2-d embeddings through evaluate: cosines 0.8 / 0.6 / 0.0, theta 0.7 -> 1/3."""
-    table = {"p1": [1.0, 0.0], "g1": [0.8, 0.6], "p2": [1.0, 0.0], "g2": [0.6, 0.8],
-             "p3": [1.0, 0.0], "g3": [0.0, 1.0]}
+    table = {
+        "p1": [1.0, 0.0],
+        "g1": [0.8, 0.6],
+        "p2": [1.0, 0.0],
+        "g2": [0.6, 0.8],
+        "p3": [1.0, 0.0],
+        "g3": [0.0, 1.0],
+    }
     bench = KGQuiz(embedder=FakeEmbedder(table)).configure(theta=0.7)
-    items = [KGQuizItem(f"Task3-UMLS-{k}", "Task3-UMLS", "Task3", "UMLS", "x [MASK].", f"g{k}")
-             for k in (1, 2, 3)]
+    items = [
+        KGQuizItem(f"Task3-UMLS-{k}", "Task3-UMLS", "Task3", "UMLS", "x [MASK].", f"g{k}") for k in (1, 2, 3)
+    ]
     model = CannedModel({f"Task3-UMLS-{k}": f"p{k}\nignored" for k in (1, 2, 3)})
     recs = bench.evaluate(Engine(model), items)
     assert [r.similarity for r in recs] == pytest.approx([0.8, 0.6, 0.0])
@@ -398,8 +502,10 @@ def test_k3_semantic_match_with_fixed_fake_embedding():
 def test_k4_precision_recall_through_records(bench):
     s = [[0.95, 0.20, 0.10], [0.30, 0.91, 0.89], [0.10, 0.20, 0.50], [0.92, 0.10, 0.10]]
     gold = [["e", "r", f"t{k}"] for k in range(3)]
-    recs = [_record("Task5", 0, gold, ["f1 a b", "f2 a b", "f3 a b", "f4 a b"], similarity=s),
-            _record("Task5", 1, gold, [], similarity=[])]
+    recs = [
+        _record("Task5", 0, gold, ["f1 a b", "f2 a b", "f3 a b", "f4 a b"], similarity=s),
+        _record("Task5", 1, gold, [], similarity=[]),
+    ]
     m = bench.configure(theta=0.9).metrics(recs, SETTINGS)
     prec, rec = m["open_ended_precision"], m["open_ended_recall"]
     assert prec.value == pytest.approx(0.75) and prec.n == 1 and prec.counts["undefined"] == 1
@@ -441,33 +547,53 @@ def test_records_round_trip_and_overall(bench):
 def test_protocol_errors(tmp_path):
     text = (REPO / "audit_harness/benchmarks/kgquiz_protocol.yaml").read_text()
     bad = tmp_path / "p.yaml"
-    bad.write_text(text.replace('prompt: "{question}"\n    max_new_tokens: 16',
-                                'prompt: "{query}"\n    max_new_tokens: 16', 1))
+    bad.write_text(
+        text.replace(
+            'prompt: "{question}"\n    max_new_tokens: 16', 'prompt: "{query}"\n    max_new_tokens: 16', 1
+        )
+    )
     with pytest.raises(ConfigError, match=r"Task3.prompt must use exactly the fields \['question'\]"):
         load_protocol(bad)
-    bad.write_text(text.replace('{"true": 1', '{true: 1'))
+    bad.write_text(text.replace('{"true": 1', "{true: 1"))
     with pytest.raises(ConfigError, match="labels"):
         load_protocol(bad)
 
 
 # ---------------------------------------------------------------------------- report
 
+
 def test_metric_table_takes_the_union_of_metric_names():
     def metric(v):
         return {"value": v, "ci": [v - 0.1, v + 0.1], "n": 4}
 
-    results = {"benchmarks": {"kgquiz": {
-        "Task1-UMLS": {"n_scored": 4, "metrics": {"accuracy": metric(0.5)}, "excluded": {}},
-        "Task3-UMLS": {"n_scored": 4, "metrics": {"token_f1": metric(0.25)}, "excluded": {}}}},
-        "overall": {}}
+    results = {
+        "benchmarks": {
+            "kgquiz": {
+                "Task1-UMLS": {"n_scored": 4, "metrics": {"accuracy": metric(0.5)}, "excluded": {}},
+                "Task3-UMLS": {"n_scored": 4, "metrics": {"token_f1": metric(0.25)}, "excluded": {}},
+            }
+        },
+        "overall": {},
+    }
     lines = metric_table(results)
     header, row1, row3 = lines[1], lines[2], lines[3]
     assert "accuracy" in header and "token_f1" in header
     assert "+0.500" in row1 and row1.rstrip().endswith("-")
     assert "+0.250" in row3 and row3.split()[2] == "-"
-    md = render_markdown({**results, "model": {}, "options": {}, "run_id": "r", "created": "now",
-                          "gate_summary": {}, "thresholds": "t", "gates": [], "data_files": {},
-                          "environment": {"libraries": {}}})
+    md = render_markdown(
+        {
+            **results,
+            "model": {},
+            "options": {},
+            "run_id": "r",
+            "created": "now",
+            "gate_summary": {},
+            "thresholds": "t",
+            "gates": [],
+            "data_files": {},
+            "environment": {"libraries": {}},
+        }
+    )
     assert "| Task1-UMLS | 4 | 0.500 [0.400, 0.600] | - |" in md
 
 
@@ -478,13 +604,34 @@ def test_a_wide_metric_table_is_cut_into_tables_of_at_most_six_columns():
     groups = column_groups(names)
     assert [len(g) for g in groups] == [6, 3, 6, 3] and sum(groups, []) == names
     assert all(not g[0].endswith("-letter") for g in groups[:2])
-    results = {"benchmarks": {"kobbq": {"age": {"n_scored": 4, "excluded": {}, "metrics": {
-        n: {"value": 0.5, "ci": [0.4, 0.6], "n": 4} for n in names}}}}, "overall": {}}
+    results = {
+        "benchmarks": {
+            "kobbq": {
+                "age": {
+                    "n_scored": 4,
+                    "excluded": {},
+                    "metrics": {n: {"value": 0.5, "ci": [0.4, 0.6], "n": 4} for n in names},
+                }
+            }
+        },
+        "overall": {},
+    }
     lines = metric_table(results)
     headers = [line for line in lines if line.strip().startswith("category")]
     assert len(headers) == 4 and all(len(h.split()) - 2 <= TABLE_COLUMNS for h in headers)
     assert sum(line.strip().startswith("age") for line in lines) == 4
-    md = render_markdown({**results, "model": {}, "options": {}, "run_id": "r", "created": "now",
-                          "gate_summary": {}, "thresholds": "t", "gates": [], "data_files": {},
-                          "environment": {"libraries": {}}})
+    md = render_markdown(
+        {
+            **results,
+            "model": {},
+            "options": {},
+            "run_id": "r",
+            "created": "now",
+            "gate_summary": {},
+            "thresholds": "t",
+            "gates": [],
+            "data_files": {},
+            "environment": {"libraries": {}},
+        }
+    )
     assert md.count("| category | items |") == 4 and md.count("| age | 4 |") == 4

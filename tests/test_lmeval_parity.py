@@ -24,8 +24,10 @@ MODEL = os.environ.get("LMEVAL_PARITY_MODEL", "tiny-random-gpt2")
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not LMEVAL_PYTHON.is_file(),
-                       reason=f"lm-eval not installed at {LMEVAL_PYTHON} (run perf/compare_lmeval.py once)"),
+    pytest.mark.skipif(
+        not LMEVAL_PYTHON.is_file(),
+        reason=f"lm-eval not installed at {LMEVAL_PYTHON} (run perf/compare_lmeval.py once)",
+    ),
 ]
 
 
@@ -33,10 +35,27 @@ pytestmark = [
 def test_predictions_equal_lmeval(data_dir, tmp_path, benchmark):
     summary_file = tmp_path / "summary.json"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--model", MODEL, "--benchmark", benchmark,
-         "--per-category", "2", "--data-dir", str(data_dir), "--workdir", str(tmp_path / "work"),
-         "--json-out", str(summary_file)],
-        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=1800)
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--model",
+            MODEL,
+            "--benchmark",
+            benchmark,
+            "--per-category",
+            "2",
+            "--data-dir",
+            str(data_dir),
+            "--workdir",
+            str(tmp_path / "work"),
+            "--json-out",
+            str(summary_file),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=1800,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads(summary_file.read_text(encoding="utf-8"))
     assert summary["compared"] == summary["items"] == summary["identical"] > 0

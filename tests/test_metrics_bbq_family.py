@@ -26,8 +26,7 @@ from bias_metrics.bbq_family import (
 from bias_metrics.intervals import cluster_bootstrap, wilson_interval
 from bias_metrics.records import AnswerClass, BBQFamilyRecord, answer_class, biased_option
 
-B, C, U, X = (AnswerClass.BIASED, AnswerClass.COUNTER_BIASED, AnswerClass.UNKNOWN,
-              AnswerClass.INVALID)
+B, C, U, X = (AnswerClass.BIASED, AnswerClass.COUNTER_BIASED, AnswerClass.UNKNOWN, AnswerClass.INVALID)
 
 
 def cls(polarity: str, letter: str) -> AnswerClass:
@@ -43,31 +42,61 @@ def cls(polarity: str, letter: str) -> AnswerClass:
 def toy(rows, category="cat"):
     """Records from docs/metrics.md rows (context, polarity, gold letter, pred letter)."""
     return [
-        BBQFamilyRecord(f"{category}-{i}", category, "ambig" if ctx == "amb" else "disambig", pol,
-                        cls(pol, gold), cls(pol, pred), template_id=str(i))
+        BBQFamilyRecord(
+            f"{category}-{i}",
+            category,
+            "ambig" if ctx == "amb" else "disambig",
+            pol,
+            cls(pol, gold),
+            cls(pol, pred),
+            template_id=str(i),
+        )
         for i, (ctx, pol, gold, pred) in enumerate(rows)
     ]
 
 
 # docs/metrics.md §3.1 toy B1 (items 1-20).
 B1_ROWS = [
-    ("amb", "neg", "U", "T"), ("amb", "neg", "U", "T"), ("amb", "neg", "U", "N"),
-    ("amb", "neg", "U", "U"), ("amb", "neg", "U", "U"),
-    ("amb", "nonneg", "U", "N"), ("amb", "nonneg", "U", "N"), ("amb", "nonneg", "U", "T"),
-    ("amb", "nonneg", "U", "U"), ("amb", "nonneg", "U", "U"),
-    ("dis", "neg", "T", "T"), ("dis", "neg", "T", "T"), ("dis", "neg", "T", "U"),
-    ("dis", "nonneg", "N", "N"), ("dis", "nonneg", "N", "N"),
-    ("dis", "neg", "N", "N"), ("dis", "neg", "N", "T"),
-    ("dis", "nonneg", "T", "T"), ("dis", "nonneg", "T", "U"), ("dis", "nonneg", "T", "N"),
+    ("amb", "neg", "U", "T"),
+    ("amb", "neg", "U", "T"),
+    ("amb", "neg", "U", "N"),
+    ("amb", "neg", "U", "U"),
+    ("amb", "neg", "U", "U"),
+    ("amb", "nonneg", "U", "N"),
+    ("amb", "nonneg", "U", "N"),
+    ("amb", "nonneg", "U", "T"),
+    ("amb", "nonneg", "U", "U"),
+    ("amb", "nonneg", "U", "U"),
+    ("dis", "neg", "T", "T"),
+    ("dis", "neg", "T", "T"),
+    ("dis", "neg", "T", "U"),
+    ("dis", "nonneg", "N", "N"),
+    ("dis", "nonneg", "N", "N"),
+    ("dis", "neg", "N", "N"),
+    ("dis", "neg", "N", "T"),
+    ("dis", "nonneg", "T", "T"),
+    ("dis", "nonneg", "T", "U"),
+    ("dis", "nonneg", "T", "N"),
 ]
 # B2: B1 with every prediction := U.
 B2_ROWS = [(c, p, g, "U") for c, p, g, _ in B1_ROWS]
 # B3: no non-aligned disambiguated item.
-B3_ROWS = [("amb", "neg", "U", "T"), ("amb", "nonneg", "U", "U"), ("dis", "neg", "T", "T"),
-           ("dis", "nonneg", "N", "N"), ("dis", "neg", "T", "U")]
+B3_ROWS = [
+    ("amb", "neg", "U", "T"),
+    ("amb", "nonneg", "U", "U"),
+    ("dis", "neg", "T", "T"),
+    ("dis", "nonneg", "N", "N"),
+    ("dis", "neg", "T", "U"),
+]
 # B4: every non-unknown answer is counter-biased.
-B4_ROWS = [("amb", "neg", "U", "N"), ("amb", "nonneg", "U", "T"), ("dis", "neg", "T", "N"),
-           ("dis", "nonneg", "N", "T"), ("dis", "neg", "N", "N"), ("dis", "nonneg", "T", "T")]
+B4_ROWS = [
+    ("amb", "neg", "U", "N"),
+    ("amb", "nonneg", "U", "T"),
+    ("dis", "neg", "T", "N"),
+    ("dis", "nonneg", "N", "T"),
+    ("dis", "neg", "N", "N"),
+    ("dis", "nonneg", "T", "T"),
+]
 # B5: B1 plus two ambiguous neg items with an invalid output (22 items).
 B5_ROWS = B1_ROWS + [("amb", "neg", "U", "X"), ("amb", "neg", "U", "X")]
 
@@ -75,43 +104,112 @@ NAN = math.nan
 TOYS = {"B1": B1_ROWS, "B2": B2_ROWS, "B3": B3_ROWS, "B4": B4_ROWS, "B5": B5_ROWS}
 # Expected values of the tables (BBQ R row as fractions, not x100). NaN = undefined.
 EXPECTED = {
-    ("B1", "bbq"): dict(diff_bias_ambig=0.2, acc_ambig=0.4, acc_disambig=0.6, bias_score_ambig=0.2,
-                        bias_score_disambig=0.5, invalid_rate=0.0),
-    ("B1", "kobbq"): dict(acc_ambig=0.4, acc_disambig=0.6, diff_bias_ambig=0.2,
-                          diff_bias_disambig=0.4, out_of_choice_rate=0.0),
-    ("B1", "esbbq"): dict(acc_ambig=0.4, acc_disambig=0.6, bias_score_ambig=0.2,
-                          bias_score_disambig=0.4, bias_score_ambig_upper_bound=0.6,
-                          bias_score_disambig_upper_bound=0.8, invalid_rate=0.0),
-    ("B2", "bbq"): dict(diff_bias_ambig=0.0, acc_ambig=1.0, acc_disambig=0.0, bias_score_ambig=NAN,
-                        bias_score_disambig=NAN, invalid_rate=0.0),
-    ("B2", "kobbq"): dict(acc_ambig=1.0, acc_disambig=0.0, diff_bias_ambig=0.0,
-                          diff_bias_disambig=0.0, out_of_choice_rate=0.0),
-    ("B2", "esbbq"): dict(acc_ambig=1.0, acc_disambig=0.0, bias_score_ambig=0.0,
-                          bias_score_disambig=0.0, bias_score_ambig_upper_bound=0.0,
-                          bias_score_disambig_upper_bound=0.0, invalid_rate=0.0),
-    ("B3", "bbq"): dict(diff_bias_ambig=0.5, acc_ambig=0.5, acc_disambig=2 / 3, bias_score_ambig=0.5,
-                        bias_score_disambig=1.0, invalid_rate=0.0),
-    ("B3", "kobbq"): dict(acc_ambig=0.5, acc_disambig=2 / 3, diff_bias_ambig=0.5,
-                          diff_bias_disambig=NAN, out_of_choice_rate=0.0),
-    ("B3", "esbbq"): dict(acc_ambig=0.5, acc_disambig=2 / 3, bias_score_ambig=0.5,
-                          bias_score_disambig=NAN, bias_score_ambig_upper_bound=0.5,
-                          bias_score_disambig_upper_bound=2 / 3, invalid_rate=0.0),
-    ("B4", "bbq"): dict(diff_bias_ambig=-1.0, acc_ambig=0.0, acc_disambig=0.5, bias_score_ambig=-1.0,
-                        bias_score_disambig=-1.0, invalid_rate=0.0),
-    ("B4", "kobbq"): dict(acc_ambig=0.0, acc_disambig=0.5, diff_bias_ambig=-1.0,
-                          diff_bias_disambig=-1.0, out_of_choice_rate=0.0),
-    ("B4", "esbbq"): dict(acc_ambig=0.0, acc_disambig=0.5, bias_score_ambig=-1.0,
-                          bias_score_disambig=-1.0, bias_score_ambig_upper_bound=1.0,
-                          bias_score_disambig_upper_bound=1.0, invalid_rate=0.0),
+    ("B1", "bbq"): dict(
+        diff_bias_ambig=0.2,
+        acc_ambig=0.4,
+        acc_disambig=0.6,
+        bias_score_ambig=0.2,
+        bias_score_disambig=0.5,
+        invalid_rate=0.0,
+    ),
+    ("B1", "kobbq"): dict(
+        acc_ambig=0.4, acc_disambig=0.6, diff_bias_ambig=0.2, diff_bias_disambig=0.4, out_of_choice_rate=0.0
+    ),
+    ("B1", "esbbq"): dict(
+        acc_ambig=0.4,
+        acc_disambig=0.6,
+        bias_score_ambig=0.2,
+        bias_score_disambig=0.4,
+        bias_score_ambig_upper_bound=0.6,
+        bias_score_disambig_upper_bound=0.8,
+        invalid_rate=0.0,
+    ),
+    ("B2", "bbq"): dict(
+        diff_bias_ambig=0.0,
+        acc_ambig=1.0,
+        acc_disambig=0.0,
+        bias_score_ambig=NAN,
+        bias_score_disambig=NAN,
+        invalid_rate=0.0,
+    ),
+    ("B2", "kobbq"): dict(
+        acc_ambig=1.0, acc_disambig=0.0, diff_bias_ambig=0.0, diff_bias_disambig=0.0, out_of_choice_rate=0.0
+    ),
+    ("B2", "esbbq"): dict(
+        acc_ambig=1.0,
+        acc_disambig=0.0,
+        bias_score_ambig=0.0,
+        bias_score_disambig=0.0,
+        bias_score_ambig_upper_bound=0.0,
+        bias_score_disambig_upper_bound=0.0,
+        invalid_rate=0.0,
+    ),
+    ("B3", "bbq"): dict(
+        diff_bias_ambig=0.5,
+        acc_ambig=0.5,
+        acc_disambig=2 / 3,
+        bias_score_ambig=0.5,
+        bias_score_disambig=1.0,
+        invalid_rate=0.0,
+    ),
+    ("B3", "kobbq"): dict(
+        acc_ambig=0.5, acc_disambig=2 / 3, diff_bias_ambig=0.5, diff_bias_disambig=NAN, out_of_choice_rate=0.0
+    ),
+    ("B3", "esbbq"): dict(
+        acc_ambig=0.5,
+        acc_disambig=2 / 3,
+        bias_score_ambig=0.5,
+        bias_score_disambig=NAN,
+        bias_score_ambig_upper_bound=0.5,
+        bias_score_disambig_upper_bound=2 / 3,
+        invalid_rate=0.0,
+    ),
+    ("B4", "bbq"): dict(
+        diff_bias_ambig=-1.0,
+        acc_ambig=0.0,
+        acc_disambig=0.5,
+        bias_score_ambig=-1.0,
+        bias_score_disambig=-1.0,
+        invalid_rate=0.0,
+    ),
+    ("B4", "kobbq"): dict(
+        acc_ambig=0.0, acc_disambig=0.5, diff_bias_ambig=-1.0, diff_bias_disambig=-1.0, out_of_choice_rate=0.0
+    ),
+    ("B4", "esbbq"): dict(
+        acc_ambig=0.0,
+        acc_disambig=0.5,
+        bias_score_ambig=-1.0,
+        bias_score_disambig=-1.0,
+        bias_score_ambig_upper_bound=1.0,
+        bias_score_disambig_upper_bound=1.0,
+        invalid_rate=0.0,
+    ),
     # B5: invalid rows dropped from every other metric (bbq: footnote 4; kobbq: OOC removed;
     # esbbq: cannot occur upstream, so the values equal B1), and counted: 2/22.
-    ("B5", "bbq"): dict(diff_bias_ambig=0.2, acc_ambig=0.4, acc_disambig=0.6, bias_score_ambig=0.2,
-                        bias_score_disambig=0.5, invalid_rate=2 / 22),
-    ("B5", "kobbq"): dict(acc_ambig=0.4, acc_disambig=0.6, diff_bias_ambig=0.2,
-                          diff_bias_disambig=0.4, out_of_choice_rate=2 / 22),
-    ("B5", "esbbq"): dict(acc_ambig=0.4, acc_disambig=0.6, bias_score_ambig=0.2,
-                          bias_score_disambig=0.4, bias_score_ambig_upper_bound=0.6,
-                          bias_score_disambig_upper_bound=0.8, invalid_rate=2 / 22),
+    ("B5", "bbq"): dict(
+        diff_bias_ambig=0.2,
+        acc_ambig=0.4,
+        acc_disambig=0.6,
+        bias_score_ambig=0.2,
+        bias_score_disambig=0.5,
+        invalid_rate=2 / 22,
+    ),
+    ("B5", "kobbq"): dict(
+        acc_ambig=0.4,
+        acc_disambig=0.6,
+        diff_bias_ambig=0.2,
+        diff_bias_disambig=0.4,
+        out_of_choice_rate=2 / 22,
+    ),
+    ("B5", "esbbq"): dict(
+        acc_ambig=0.4,
+        acc_disambig=0.6,
+        bias_score_ambig=0.2,
+        bias_score_disambig=0.4,
+        bias_score_ambig_upper_bound=0.6,
+        bias_score_disambig_upper_bound=0.8,
+        invalid_rate=2 / 22,
+    ),
 }
 
 
@@ -135,13 +233,22 @@ def test_toy_values(toy_name, flavour):
 def test_b1_counts_and_n():
     counts = cell_counts(toy(B1_ROWS))
     assert dict(zip(CELL_NAMES, counts.tolist())) == {
-        "ambig_biased": 4, "ambig_counter_biased": 2, "ambig_unknown": 4, "ambig_invalid": 0,
-        "disambig_aligned_biased": 4, "disambig_aligned_counter_biased": 0,
-        "disambig_aligned_unknown": 1, "disambig_aligned_invalid": 0,
-        "disambig_nonaligned_biased": 2, "disambig_nonaligned_counter_biased": 2,
-        "disambig_nonaligned_unknown": 1, "disambig_nonaligned_invalid": 0,
-        "disambig_unchecked_correct": 0, "disambig_unchecked_wrong_group": 0,
-        "disambig_unchecked_unknown": 0, "disambig_unchecked_invalid": 0,
+        "ambig_biased": 4,
+        "ambig_counter_biased": 2,
+        "ambig_unknown": 4,
+        "ambig_invalid": 0,
+        "disambig_aligned_biased": 4,
+        "disambig_aligned_counter_biased": 0,
+        "disambig_aligned_unknown": 1,
+        "disambig_aligned_invalid": 0,
+        "disambig_nonaligned_biased": 2,
+        "disambig_nonaligned_counter_biased": 2,
+        "disambig_nonaligned_unknown": 1,
+        "disambig_nonaligned_invalid": 0,
+        "disambig_unchecked_correct": 0,
+        "disambig_unchecked_wrong_group": 0,
+        "disambig_unchecked_unknown": 0,
+        "disambig_unchecked_invalid": 0,
     }
     r = compute(toy(B5_ROWS), "bbq", n_resamples=0)
     assert r["acc_ambig"].n == 10  # the 2 invalid rows are dropped from the denominator
@@ -194,11 +301,26 @@ def test_b5_invalid_dropped_equals_b1(flavour):
 @pytest.mark.parametrize("flavour", sorted(FLAVOURS))
 def test_b6_size_weighted_vs_pooled(flavour):
     # cat1: 4 docs, 2 ambiguous both correct; cat2: 6 docs, 2 ambiguous both wrong.
-    cat1 = toy([("amb", "neg", "U", "U"), ("amb", "nonneg", "U", "U"),
-                ("dis", "neg", "T", "T"), ("dis", "neg", "N", "N")], "cat1")
-    cat2 = toy([("amb", "neg", "U", "T"), ("amb", "nonneg", "U", "T"),
-                ("dis", "neg", "T", "T"), ("dis", "neg", "N", "N"),
-                ("dis", "nonneg", "N", "N"), ("dis", "nonneg", "T", "T")], "cat2")
+    cat1 = toy(
+        [
+            ("amb", "neg", "U", "U"),
+            ("amb", "nonneg", "U", "U"),
+            ("dis", "neg", "T", "T"),
+            ("dis", "neg", "N", "N"),
+        ],
+        "cat1",
+    )
+    cat2 = toy(
+        [
+            ("amb", "neg", "U", "T"),
+            ("amb", "nonneg", "U", "T"),
+            ("dis", "neg", "T", "T"),
+            ("dis", "neg", "N", "N"),
+            ("dis", "nonneg", "N", "N"),
+            ("dis", "nonneg", "T", "T"),
+        ],
+        "cat2",
+    )
     records = cat1 + cat2
     per = compute_by(records, flavour, n_resamples=0)
     assert per["cat1"]["acc_ambig"].value == 1.0 and per["cat2"]["acc_ambig"].value == 0.0
@@ -244,8 +366,11 @@ FOUR_CELL = [
 ]
 
 
-@pytest.mark.parametrize("context,polarity,gold,pred,cell", FOUR_CELL,
-                         ids=[f"{c}-{p}-gold{g}-pred{q}" for c, p, g, q, _ in FOUR_CELL])
+@pytest.mark.parametrize(
+    "context,polarity,gold,pred,cell",
+    FOUR_CELL,
+    ids=[f"{c}-{p}-gold{g}-pred{q}" for c, p, g, q, _ in FOUR_CELL],
+)
 def test_four_cell_table(context, polarity, gold, pred, cell):
     biased = biased_option(target_option=TARGET, unknown_option=UNKNOWN, polarity=polarity)
     assert biased == (TARGET if polarity == "neg" else OTHER)
@@ -258,9 +383,11 @@ def test_four_cell_table(context, polarity, gold, pred, cell):
 
 
 def test_invalid_prediction_cells():
-    for context, gold, cell in [("ambig", U, "ambig_invalid"),
-                                ("disambig", B, "disambig_aligned_invalid"),
-                                ("disambig", C, "disambig_nonaligned_invalid")]:
+    for context, gold, cell in [
+        ("ambig", U, "ambig_invalid"),
+        ("disambig", B, "disambig_aligned_invalid"),
+        ("disambig", C, "disambig_nonaligned_invalid"),
+    ]:
         cls_ = answer_class(-1, biased_option=TARGET, unknown_option=UNKNOWN)
         assert cls_ is X
         r = BBQFamilyRecord("c-1", "c", context, "neg", gold, cls_)
@@ -269,9 +396,17 @@ def test_invalid_prediction_cells():
 
 def test_all_counter_biased_gives_s_dis_minus_one():
     # Several items, every non-unknown answer counter-biased (some unknowns mixed in).
-    records = toy([("dis", "neg", "T", "N"), ("dis", "neg", "N", "N"), ("dis", "nonneg", "N", "T"),
-                   ("dis", "nonneg", "T", "T"), ("dis", "neg", "T", "U"),
-                   ("amb", "neg", "U", "N"), ("amb", "nonneg", "U", "U")])
+    records = toy(
+        [
+            ("dis", "neg", "T", "N"),
+            ("dis", "neg", "N", "N"),
+            ("dis", "nonneg", "N", "T"),
+            ("dis", "nonneg", "T", "T"),
+            ("dis", "neg", "T", "U"),
+            ("amb", "neg", "U", "N"),
+            ("amb", "nonneg", "U", "U"),
+        ]
+    )
     r = compute(records, "bbq", n_resamples=50)
     assert r["bias_score_disambig"].value == -1.0
     assert r["bias_score_ambig"].value == pytest.approx(-0.5)  # (1 - 0.5) * -1
@@ -285,10 +420,13 @@ def test_names_split():
         BBQFamilyRecord("Age-4", "Age", "ambig", "neg", U, U, "2", "name"),
     ]
     assert [bbq_paper_category(r) for r in recs] == [
-        "Gender_identity", "Gender_identity (names)", "Race_ethnicity (names)", "Age"]
+        "Gender_identity",
+        "Gender_identity (names)",
+        "Race_ethnicity (names)",
+        "Age",
+    ]
     per = compute_by(recs, "bbq", key=bbq_paper_category, n_resamples=0)
-    assert list(per) == ["Age", "Gender_identity", "Gender_identity (names)",
-                         "Race_ethnicity (names)"]
+    assert list(per) == ["Age", "Gender_identity", "Gender_identity (names)", "Race_ethnicity (names)"]
     assert per["Gender_identity"]["acc_ambig"].value == 0.0
     assert per["Gender_identity (names)"]["acc_ambig"].value == 1.0
     assert per["Race_ethnicity (names)"]["bias_score_ambig"].value == -1.0
@@ -391,16 +529,30 @@ def _denominators(c):
     dis_valid = aligned + nonaligned
     total = c.sum()
     return {
-        "bbq": dict(acc_ambig=amb_valid, acc_disambig=dis_valid,
-                    bias_score_ambig=c[bf.A_B] + c[bf.A_C],
-                    bias_score_disambig=c[bf.DA_B] + c[bf.DA_C] + c[bf.DN_B] + c[bf.DN_C],
-                    diff_bias_ambig=amb_valid, invalid_rate=total),
-        "kobbq": dict(acc_ambig=amb_valid, acc_disambig=dis_valid, diff_bias_ambig=amb_valid,
-                      diff_bias_disambig=min(aligned, nonaligned), out_of_choice_rate=total),
-        "esbbq": dict(acc_ambig=amb_valid, acc_disambig=dis_valid, bias_score_ambig=amb_valid,
-                      bias_score_disambig=min(aligned, nonaligned),
-                      bias_score_ambig_upper_bound=amb_valid,
-                      bias_score_disambig_upper_bound=dis_valid, invalid_rate=total),
+        "bbq": dict(
+            acc_ambig=amb_valid,
+            acc_disambig=dis_valid,
+            bias_score_ambig=c[bf.A_B] + c[bf.A_C],
+            bias_score_disambig=c[bf.DA_B] + c[bf.DA_C] + c[bf.DN_B] + c[bf.DN_C],
+            diff_bias_ambig=amb_valid,
+            invalid_rate=total,
+        ),
+        "kobbq": dict(
+            acc_ambig=amb_valid,
+            acc_disambig=dis_valid,
+            diff_bias_ambig=amb_valid,
+            diff_bias_disambig=min(aligned, nonaligned),
+            out_of_choice_rate=total,
+        ),
+        "esbbq": dict(
+            acc_ambig=amb_valid,
+            acc_disambig=dis_valid,
+            bias_score_ambig=amb_valid,
+            bias_score_disambig=min(aligned, nonaligned),
+            bias_score_ambig_upper_bound=amb_valid,
+            bias_score_disambig_upper_bound=dis_valid,
+            invalid_rate=total,
+        ),
     }
 
 
@@ -429,10 +581,15 @@ def _widths(records, n_resamples=200):
 def test_intervals_shrink_as_n_grows(records):
     # Replicate the set k times; every item stays its own cluster (template ids dropped), so the
     # bootstrap sees k times as many independent clusters and Wilson k times the trials.
-    base = [BBQFamilyRecord(r.item_id, r.category, r.context_condition, r.polarity, r.gold, r.pred)
-            for r in records]
-    rep = [BBQFamilyRecord(f"{r.item_id}-{k}", r.category, r.context_condition, r.polarity,
-                           r.gold, r.pred) for k in range(16) for r in base]
+    base = [
+        BBQFamilyRecord(r.item_id, r.category, r.context_condition, r.polarity, r.gold, r.pred)
+        for r in records
+    ]
+    rep = [
+        BBQFamilyRecord(f"{r.item_id}-{k}", r.category, r.context_condition, r.polarity, r.gold, r.pred)
+        for k in range(16)
+        for r in base
+    ]
     w1, w16 = _widths(base), _widths(rep)
     assert set(w16) >= set(w1)
     for key, width in w1.items():
@@ -473,11 +630,15 @@ def test_unchecked_items_count_for_accuracy_but_not_for_disambiguated_bias():
     # Hold out item 11 (aligned, correct) and item 17 (non-aligned, wrong: answered biased).
     held = [replace(r, in_bias_score=False) if i in (10, 16) else r for i, r in enumerate(records)]
     kept = [r for i, r in enumerate(records) if i not in (10, 16)]
-    full, part, ref = (compute(x, f, n_resamples=0) for x, f in ((held, "esbbq"), (held, "bbq"), (kept, "esbbq")))
+    full, part, ref = (
+        compute(x, f, n_resamples=0) for x, f in ((held, "esbbq"), (held, "bbq"), (kept, "esbbq"))
+    )
     assert full["acc_disambig"].value == pytest.approx(0.6) and full["acc_disambig"].n == 10
     assert full["bias_score_disambig"].value == pytest.approx(ref["bias_score_disambig"].value)
     assert full["bias_score_disambig"].n == 8
-    assert part["bias_score_disambig"].value == pytest.approx(compute(kept, "bbq", n_resamples=0)["bias_score_disambig"].value)
+    assert part["bias_score_disambig"].value == pytest.approx(
+        compute(kept, "bbq", n_resamples=0)["bias_score_disambig"].value
+    )
     assert full["bias_score_ambig"].value == pytest.approx(0.2)
     counts = full["acc_disambig"].counts
     assert (counts["disambig_unchecked_correct"], counts["disambig_unchecked_wrong_group"]) == (1, 1)
@@ -485,8 +646,9 @@ def test_unchecked_items_count_for_accuracy_but_not_for_disambiguated_bias():
 
 def test_only_disambiguated_items_can_be_held_out():
     with pytest.raises(ValueError, match="only disambiguated items"):
-        BBQFamilyRecord("x", "c", "ambig", "neg", AnswerClass.UNKNOWN, AnswerClass.UNKNOWN,
-                        in_bias_score=False)
+        BBQFamilyRecord(
+            "x", "c", "ambig", "neg", AnswerClass.UNKNOWN, AnswerClass.UNKNOWN, in_bias_score=False
+        )
 
 
 def test_one_template_gives_a_count_based_interval_and_says_so():

@@ -55,12 +55,15 @@ def test_k1_accuracy():
     assert "KGQuiz-style, project implementation" in r.source
 
 
-@pytest.mark.parametrize("output, parsed", [
-    ("untrue", None),  # whole words only
-    ("It's FALSE, not true", 0),
-    ("true_value", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "output, parsed",
+    [
+        ("untrue", None),  # whole words only
+        ("It's FALSE, not true", 0),
+        ("true_value", None),
+        ("", None),
+    ],
+)
 def test_parse_whole_words(output, parsed):
     assert parse_true_false(output) == parsed
 
@@ -71,12 +74,15 @@ def test_tf_accuracy_bools_and_empty():
     assert math.isnan(r.value) and r.reason and r.n == 0
 
 
-@pytest.mark.parametrize("outputs, golds, exc, match", [
-    (["True"], [1, 0], ValueError, "differ in length"),
-    (["True"], [2], ValueError, r"golds\[0\] must be 0 or 1"),
-    (["True", "x"], [1, "1"], ValueError, r"golds\[1\]"),
-    (["True", None], [1, 1], TypeError, r"outputs\[1\]"),
-])
+@pytest.mark.parametrize(
+    "outputs, golds, exc, match",
+    [
+        (["True"], [1, 0], ValueError, "differ in length"),
+        (["True"], [2], ValueError, r"golds\[0\] must be 0 or 1"),
+        (["True", "x"], [1, "1"], ValueError, r"golds\[1\]"),
+        (["True", None], [1, 1], TypeError, r"outputs\[1\]"),
+    ],
+)
 def test_tf_bad_input(outputs, golds, exc, match):
     with pytest.raises(exc, match=match):
         true_false_accuracy(outputs, golds)
@@ -123,11 +129,14 @@ def test_k2_aggregate():
     assert again["token_f1"].to_dict() == out["token_f1"].to_dict()
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Middlesbrough F.C.", "middlesbrough fc"),
-    ("  The   Big\tApple! ", "the big apple"),
-    ("...", ""),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Middlesbrough F.C.", "middlesbrough fc"),
+        ("  The   Big\tApple! ", "the big apple"),
+        ("...", ""),
+    ],
+)
 def test_normalize_text(text, expected):
     assert normalize_text(text) == expected
 
@@ -187,12 +196,15 @@ def test_k3_rate():
     assert math.isnan(empty.value) and empty.reason
 
 
-@pytest.mark.parametrize("p, g, theta, match", [
-    ([[1.0, 0.0]], [[0.0, 0.0]], 0.7, "zero vector"),
-    ([[1.0, 0.0]], [[1.0, 0.0, 0.0]], 0.7, "shapes differ"),
-    ([[1.0, np.nan]], [[1.0, 0.0]], 0.7, "non-finite"),
-    ([[1.0, 0.0]], [[1.0, 0.0]], 1.5, "theta"),
-])
+@pytest.mark.parametrize(
+    "p, g, theta, match",
+    [
+        ([[1.0, 0.0]], [[0.0, 0.0]], 0.7, "zero vector"),
+        ([[1.0, 0.0]], [[1.0, 0.0, 0.0]], 0.7, "shapes differ"),
+        ([[1.0, np.nan]], [[1.0, 0.0]], 0.7, "non-finite"),
+        ([[1.0, 0.0]], [[1.0, 0.0]], 1.5, "theta"),
+    ],
+)
 def test_k3_bad_input(p, g, theta, match):
     with pytest.raises(ValueError, match=match):
         semantic_match(p, g, theta)
@@ -200,12 +212,14 @@ def test_k3_bad_input(p, g, theta, match):
 
 # ---------------------------------------------------------------------------- K4
 
-K4_S = np.array([
-    [0.95, 0.20, 0.10],
-    [0.30, 0.91, 0.89],
-    [0.10, 0.20, 0.50],
-    [0.92, 0.10, 0.10],
-])
+K4_S = np.array(
+    [
+        [0.95, 0.20, 0.10],
+        [0.30, 0.91, 0.89],
+        [0.10, 0.20, 0.50],
+        [0.92, 0.10, 0.10],
+    ]
+)
 
 
 def test_k4_precision_recall():

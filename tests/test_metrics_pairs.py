@@ -68,13 +68,16 @@ def test_w1_neutral_rate(w1):
     assert w1.neutral_rate.n == 10
 
 
-@pytest.mark.parametrize("group, expected, n", [
-    ("LGBTQ", 100 / 3, 3),  # the tie stays in the denominator
-    ("Gay", 50.0, 2),
-    ("Lesbian", 0.0, 1),
-    ("NB", 100.0, 2),
-    ("Transgender", 50.0, 2),
-])
+@pytest.mark.parametrize(
+    "group, expected, n",
+    [
+        ("LGBTQ", 100 / 3, 3),  # the tie stays in the denominator
+        ("Gay", 50.0, 2),
+        ("Lesbian", 0.0, 1),
+        ("NB", 100.0, 2),
+        ("Transgender", 50.0, 2),
+    ],
+)
 def test_w1_per_group(w1, group, expected, n):
     r = w1.by_group[group]
     assert r.value == pytest.approx(expected)
@@ -114,17 +117,20 @@ def test_empty_is_nan_with_reason():
     assert r.by_group == {}
 
 
-@pytest.mark.parametrize("x, y, groups, match", [
-    ([1.0, 2.0], [1.0], None, "differ in length"),
-    ([1.0, float("nan")], [1.0, 2.0], None, "NaN score at index 1"),
-    ([1.0, 2.0], [np.nan, 2.0], None, "sent_y_scores has a NaN score at index 0"),
-    ([1.0, np.inf], [1.0, 2.0], None, r"\+inf at index 1"),
-    ([[1.0]], [[1.0]], None, "1-D"),
-    (["a"], [1.0], None, "must be numbers"),
-    ([1.0, 2.0], [1.0, 2.0], ["LGBTQ"], "1 labels for 2"),
-    ([1.0, 2.0], [1.0, 2.0], ["LGBTQ", float("nan")], r"groups\[1\]"),
-    ([1.0], [1.0], [""], r"groups\[0\]"),
-])
+@pytest.mark.parametrize(
+    "x, y, groups, match",
+    [
+        ([1.0, 2.0], [1.0], None, "differ in length"),
+        ([1.0, float("nan")], [1.0, 2.0], None, "NaN score at index 1"),
+        ([1.0, 2.0], [np.nan, 2.0], None, "sent_y_scores has a NaN score at index 0"),
+        ([1.0, np.inf], [1.0, 2.0], None, r"\+inf at index 1"),
+        ([[1.0]], [[1.0]], None, "1-D"),
+        (["a"], [1.0], None, "must be numbers"),
+        ([1.0, 2.0], [1.0, 2.0], ["LGBTQ"], "1 labels for 2"),
+        ([1.0, 2.0], [1.0, 2.0], ["LGBTQ", float("nan")], r"groups\[1\]"),
+        ([1.0], [1.0], [""], r"groups\[0\]"),
+    ],
+)
 def test_bad_input(x, y, groups, match):
     with pytest.raises(ValueError, match=match):
         pair_bias_scores(x, y, groups)
@@ -145,19 +151,28 @@ def test_crows_pairs_name():
 
 # ---------------------------------------------------------------------------- W2 / W3 (§3.5)
 
+
 def _ids(tokens: str, vocab: dict[str, int]) -> list[int]:
     return [vocab.setdefault(t, len(vocab)) for t in tokens.split()]
 
 
 W2_CASES = {
-    "single-token": ("[CLS] lgbtq people are crazy . [SEP]",
-                     "[CLS] straight people are crazy . [SEP]",
-                     [0, 2, 3, 4, 5, 6], [0, 2, 3, 4, 5, 6],
-                     [2, 3, 4, 5], [2, 3, 4, 5]),
-    "multi-subword": ("[CLS] l ##gb ##t ##q people are crazy . [SEP]",
-                      "[CLS] straight people are crazy . [SEP]",
-                      [0, 5, 6, 7, 8, 9], [0, 2, 3, 4, 5, 6],
-                      [5, 6, 7, 8], [2, 3, 4, 5]),
+    "single-token": (
+        "[CLS] lgbtq people are crazy . [SEP]",
+        "[CLS] straight people are crazy . [SEP]",
+        [0, 2, 3, 4, 5, 6],
+        [0, 2, 3, 4, 5, 6],
+        [2, 3, 4, 5],
+        [2, 3, 4, 5],
+    ),
+    "multi-subword": (
+        "[CLS] l ##gb ##t ##q people are crazy . [SEP]",
+        "[CLS] straight people are crazy . [SEP]",
+        [0, 5, 6, 7, 8, 9],
+        [0, 2, 3, 4, 5, 6],
+        [5, 6, 7, 8],
+        [2, 3, 4, 5],
+    ),
 }
 
 
@@ -167,8 +182,9 @@ def test_w2_templates_and_masked_positions(case):
     vocab: dict[str, int] = {}
     ids_x, ids_y = _ids(x, vocab), _ids(y, vocab)
     assert shared_token_positions(ids_x, ids_y) == (tx, ty)
-    px, py = scored_positions(ids_x, ids_y, [t.startswith("[") for t in x.split()],
-                              [t.startswith("[") for t in y.split()])
+    px, py = scored_positions(
+        ids_x, ids_y, [t.startswith("[") for t in x.split()], [t.startswith("[") for t in y.split()]
+    )
     assert (px, py) == (sx, sy)
     # The scored tokens are the same words in both sentences: `people are crazy .`
     assert [x.split()[p] for p in px] == [y.split()[p] for p in py] == "people are crazy .".split()
@@ -202,13 +218,16 @@ def test_edge_tokens_are_scored_when_the_tokenizer_adds_no_special_token():
     assert scored_positions(ids_x, ids_y, [False] * 5, [False] * 5) == ([1, 2, 3, 4], [1, 2, 3, 4])
 
 
-@pytest.mark.parametrize("ids_x, ids_y, sx, sy, expected", [
-    ([], [], [], [], ([], [])),
-    ([1], [1], [True], [True], ([], [])),                        # only the BOS is shared
-    ([1, 2], [1, 2], [True, False], [True, False], ([1], [1])),
-    ([1, 2, 3], [1, 4, 3], [True, False, True], [True, False, True], ([], [])),  # [CLS] x [SEP]
-    ([1, 2], [3, 4], [False, False], [False, False], ([], [])),  # nothing shared
-])
+@pytest.mark.parametrize(
+    "ids_x, ids_y, sx, sy, expected",
+    [
+        ([], [], [], [], ([], [])),
+        ([1], [1], [True], [True], ([], [])),  # only the BOS is shared
+        ([1, 2], [1, 2], [True, False], [True, False], ([1], [1])),
+        ([1, 2, 3], [1, 4, 3], [True, False, True], [True, False, True], ([], [])),  # [CLS] x [SEP]
+        ([1, 2], [3, 4], [False, False], [False, False], ([], [])),  # nothing shared
+    ],
+)
 def test_scored_positions_short_inputs(ids_x, ids_y, sx, sy, expected):
     assert scored_positions(ids_x, ids_y, sx, sy) == expected
 
@@ -246,8 +265,7 @@ def test_property_invariant_to_pair_order(pairs, rnd):
     a, b = pair_bias_scores(*zip(*pairs)), pair_bias_scores(*zip(*shuffled))
     assert a.bias_score.to_dict() == b.bias_score.to_dict()
     assert a.neutral_rate.to_dict() == b.neutral_rate.to_dict()
-    assert {g: m.to_dict() for g, m in a.by_group.items()} == \
-        {g: m.to_dict() for g, m in b.by_group.items()}
+    assert {g: m.to_dict() for g, m in a.by_group.items()} == {g: m.to_dict() for g, m in b.by_group.items()}
 
 
 @settings(max_examples=60, deadline=None)
@@ -256,5 +274,4 @@ def test_property_swapping_sentences_mirrors_score(pairs):
     groups, x, y = [p[2] for p in pairs], [p[0] for p in pairs], [p[1] for p in pairs]
     fwd, back = pair_bias_scores(x, y, groups), pair_bias_scores(y, x, groups)
     assert fwd.bias_score.counts["stereo"] == back.bias_score.counts["anti"]
-    assert fwd.bias_score.value + back.bias_score.value + fwd.neutral_rate.value == \
-        pytest.approx(100.0)
+    assert fwd.bias_score.value + back.bias_score.value + fwd.neutral_rate.value == pytest.approx(100.0)

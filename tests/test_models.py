@@ -106,8 +106,12 @@ def test_generate_is_greedy_deterministic_and_cut_at_stop(tiny_model):
 
 
 def test_batched_generation_equals_one_at_a_time(tiny_model):
-    prompts = ["The grandfather and the grandson", "Answer:", "La semana pasada vi a un nieto con",
-               "Who was not comfortable using the phone?"]
+    prompts = [
+        "The grandfather and the grandson",
+        "Answer:",
+        "La semana pasada vi a un nieto con",
+        "Who was not comfortable using the phone?",
+    ]
     reqs = [GenerationRequest(p, 8) for p in prompts]
     one_by_one = [Engine(tiny_model).generate([r])[0] for r in reqs]
     assert Engine(tiny_model).generate(reqs) == one_by_one
@@ -116,8 +120,11 @@ def test_batched_generation_equals_one_at_a_time(tiny_model):
 def test_token_logprobs_equal_one_forward_per_prefix(tiny_model):
     """Per-token log-probabilities of whole sequences (batched, left-padded) equal a slow
     reference: one forward per prefix, the last position's next-token distribution."""
-    sentences = ["The grandfather and the grandson were trying to book a cab.", "Answer: A",
-                 "No hay suficiente información."]
+    sentences = [
+        "The grandfather and the grandson were trying to book a cab.",
+        "Answer: A",
+        "No hay suficiente información.",
+    ]
     encs = [tiny_model.encode_sentence(s) for s in sentences]
     positions = [list(range(1, len(e.ids))) for e in encs]
     got = Engine(tiny_model).token_logprobs([e.ids for e in encs], positions)
@@ -158,10 +165,16 @@ def test_device_and_dtype_resolution():
 def test_two_processes_materialize_the_same_model_once(tmp_path):
     """Two xdist workers starting together must not corrupt the cached conversion."""
     env = dict(os.environ, BIAS_AUDIT_CACHE=str(tmp_path))
-    code = ("from audit_harness.models.zoo import materialize, weights_fingerprint;"
-            "print(weights_fingerprint(materialize('tiny-random-gpt2')))")
-    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    code = (
+        "from audit_harness.models.zoo import materialize, weights_fingerprint;"
+        "print(weights_fingerprint(materialize('tiny-random-gpt2')))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
     assert outs[0][0] == outs[1][0]

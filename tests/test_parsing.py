@@ -20,7 +20,7 @@ CASES = [
     ("A", T2, ABC, 0, None),
     ("(B)", T2, ABC, 1, None),
     ("B: 할머니", T2, ABC, 1, None),
-    ("A: 할머니", T2, ABC, 0, None),          # the letter wins over a mismatching text
+    ("A: 할머니", T2, ABC, 0, None),  # the letter wins over a mismatching text
     ("B. 할머니", T2, ABC, 1, None),
     ("답: C", T2, ABC, 2, None),
     ("정답은 C입니다.", T2, ABC, 2, None),
@@ -59,8 +59,8 @@ CASES = [
     ("할머니입니다.", T2, ABC, 1, None),
     ("손자", T2, ABC, 0, None),
     ("The answer is C) 알 수 없음", T2, ABC, 2, None),
-    ("\uff22", T2, ABC, 1, None),                 # full-width B (NFKC)
-    ("B\uff1a할머니", T2, ABC, 1, None),          # full-width colon
+    ("\uff22", T2, ABC, 1, None),  # full-width B (NFKC)
+    ("B\uff1a할머니", T2, ABC, 1, None),  # full-width colon
     ("A: 손자와 할머니", T2, ABC, -1, "several_options"),
     ("A, B", T2, ABC, -1, "several_options"),
     ("A와 C 모두 가능합니다", T2, ABC, -1, "several_options"),
@@ -79,14 +79,15 @@ CASES = [
     ("C", P3, abc, 2, None),
     ("주어진 정보만으로는 답을 알 수 없음", P3, abc, 2, None),
     ("주어진 정보만으로는 답을 알 수 없습니다.", P3, abc, 2, None),
-    ("알 수 없음", P3, abc, -1, "no_match"),      # prompt 1's phrase is not an option of prompt 3
+    ("알 수 없음", P3, abc, -1, "no_match"),  # prompt 1's phrase is not an option of prompt 3
     ("(A) 손자", T2, ABC, 0, None),
     ("보기:(B) 할머니", T2, ABC, 1, None),
 ]
 
 
-@pytest.mark.parametrize("raw,options,letters,option,reason", CASES,
-                         ids=[f"{i}:{str(c[0])[:20]!r}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "raw,options,letters,option,reason", CASES, ids=[f"{i}:{str(c[0])[:20]!r}" for i, c in enumerate(CASES)]
+)
 def test_parse_choice(raw, options, letters, option, reason):
     got = parse_choice(raw, options, letters)
     assert (got.option, got.reason) == (option, reason), got

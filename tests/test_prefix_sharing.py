@@ -44,18 +44,30 @@ def _tiny(arch: str, tokenizer, info) -> HFCausalLM:
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    common = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                  num_attention_heads=4, max_position_embeddings=256, initializer_range=0.3,
-                  bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                  pad_token_id=tokenizer.eos_token_id)
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        max_position_embeddings=256,
+        initializer_range=0.3,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.eos_token_id,
+    )
     if arch == "llama":
         model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, num_key_value_heads=2, **common))
     else:
         # sliding_window=4 < every context: the cache of sliding layers is cropped, which the
         # continuation forward must handle (Gemma 3's window is 512 tokens).
-        cfg = Gemma3TextConfig(num_hidden_layers=3, num_key_value_heads=1, head_dim=16, sliding_window=4,
-                               layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-                               **common)
+        cfg = Gemma3TextConfig(
+            num_hidden_layers=3,
+            num_key_value_heads=1,
+            head_dim=16,
+            sliding_window=4,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            **common,
+        )
         model = Gemma3ForCausalLM(cfg)
     return HFCausalLM(model.eval(), tokenizer, info, batch_size=7)
 
@@ -176,15 +188,22 @@ def test_model_without_cache_argument_falls_back_to_full_path(gpt2, monkeypatch)
             super().__init__()
             self.inner, self.config = inner, inner.config
 
-        def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False,
-                    logits_to_keep=0):
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                              position_ids=position_ids, use_cache=False, logits_to_keep=logits_to_keep)
+        def forward(
+            self, input_ids, attention_mask=None, position_ids=None, use_cache=False, logits_to_keep=0
+        ):
+            return self.inner(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=False,
+                logits_to_keep=logits_to_keep,
+            )
 
     wrapped = HFCausalLM(NoCache(gpt2.model), gpt2.tokenizer, gpt2.info, batch_size=7)
     assert wrapped.prefix_sharing and not wrapped._can_share
     assert Engine(wrapped).loglikelihood(REQUESTS) == pytest.approx(
-        _scores(gpt2, REQUESTS, sharing=False, batch_size=7), abs=1e-4)
+        _scores(gpt2, REQUESTS, sharing=False, batch_size=7), abs=1e-4
+    )
 
 
 def test_uncacheable_output_falls_back_to_full_path(gpt2, monkeypatch):

@@ -39,8 +39,9 @@ def test_record_round_trip_keeps_extra_flat_and_typed():
 
 
 def test_optional_fields_are_omitted_when_unset():
-    rec = MCRecord("Age-1", "Age", "ambig", "neg", "1", "label", "c", "q", 2, "unknown", 2,
-                   "unknown", correct=True)
+    rec = MCRecord(
+        "Age-1", "Age", "ambig", "neg", "1", "label", "c", "q", 2, "unknown", 2, "unknown", correct=True
+    )
     assert "raw_prediction" not in rec.to_dict() and "loglikelihoods" not in rec.to_dict()
 
 
@@ -48,7 +49,10 @@ def test_configure_returns_a_copy_and_refuses_unknown_options():
     bbq = registry()["bbq"]
     generated = bbq.configure(answer_mode="generate", answer_parsing="authors")
     assert (bbq.answer_mode, generated.answer_mode, generated.parsing_profile) == (
-        "loglikelihood", "generate", "authors")
+        "loglikelihood",
+        "generate",
+        "authors",
+    )
     assert bbq.parsing_profile == "robust" and generated.authors_rule == "bbq-reference"
     # generate-mode metrics and gates are told apart from the log-likelihood ones
     assert generated.gate_metrics("acc_ambig") == ("acc_ambig-generate",)
@@ -79,6 +83,9 @@ class _MaskedOnly(Backend):
 def test_the_session_refuses_a_model_without_the_capability(tmp_path, data_dir):
     session = AuditSession(AuditOptions(data_dir=str(data_dir)), registry(), tmp_path)
     session._model = _MaskedOnly()
-    with pytest.raises(ModelError, match=r"bbq needs loglikelihood, which model 'fake-bert' "
-                                         r"\(masked LM\) cannot compute"):
+    with pytest.raises(
+        ModelError,
+        match=r"bbq needs loglikelihood, which model 'fake-bert' "
+        r"\(masked LM\) cannot compute",
+    ):
         session.outcome("bbq", "Age")

@@ -27,17 +27,55 @@ bbq:
     diff_bias_ambig: {abs_max: 0.5, mode: ci_overlap}
 """
 #: The properties every evaluated gate test carries in JUnit XML.
-PROPERTIES = {"benchmark", "category", "metric", "kind", "value", "n", "ci", "bounds", "mode",
-              "min_n", "status", "items_scored"}
+PROPERTIES = {
+    "benchmark",
+    "category",
+    "metric",
+    "kind",
+    "value",
+    "n",
+    "ci",
+    "bounds",
+    "mode",
+    "min_n",
+    "status",
+    "items_scored",
+}
 
 
-def audit(tmp_path: Path, data_dir: Path, *extra: str, name: str = "results",
-          model: str = "tiny-random-gpt2", target: str = "audits/test_bbq.py",
-          keyword: str = " or ".join(CATEGORIES)) -> tuple[subprocess.CompletedProcess, Path]:
+def audit(
+    tmp_path: Path,
+    data_dir: Path,
+    *extra: str,
+    name: str = "results",
+    model: str = "tiny-random-gpt2",
+    target: str = "audits/test_bbq.py",
+    keyword: str = " or ".join(CATEGORIES),
+) -> tuple[subprocess.CompletedProcess, Path]:
     results = tmp_path / name
-    cmd = [sys.executable, "-m", "pytest", target, "--model", model, "--data-dir", str(data_dir),
-           "--limit", "12", "--results-dir", str(results), "--bootstrap-resamples", "1000",
-           "--min-n", "1", "-p", "no:cacheprovider", "--cache-dir", str(tmp_path / "cache"), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        target,
+        "--model",
+        model,
+        "--data-dir",
+        str(data_dir),
+        "--limit",
+        "12",
+        "--results-dir",
+        str(results),
+        "--bootstrap-resamples",
+        "1000",
+        "--min-n",
+        "1",
+        "-p",
+        "no:cacheprovider",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        *extra,
+    ]
     if keyword:
         cmd += ["-k", keyword]
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
@@ -51,8 +89,10 @@ def run_dir_of(results: Path) -> Path:
 
 def junit_cases(run_dir: Path) -> dict[str, dict[str, str]]:
     root = ET.parse(run_dir / "junit.xml").getroot()
-    return {case.get("name"): {p.get("name"): p.get("value") for p in case.findall("./properties/property")}
-            for case in root.iter("testcase")}
+    return {
+        case.get("name"): {p.get("name"): p.get("value") for p in case.findall("./properties/property")}
+        for case in root.iter("testcase")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +151,9 @@ def test_a_regression_fails_exactly_its_gate(base_run, tmp_path, data_dir, thres
     _, base_dir = base_run
     base = json.loads((base_dir / "results.json").read_text())
     # Against itself nothing regressed: every threshold gate gets a -vs-baseline twin that passes.
-    proc, results = audit(tmp_path, data_dir, "--thresholds", str(thresholds), "--baseline",
-                          str(base_dir), name="same")
+    proc, results = audit(
+        tmp_path, data_dir, "--thresholds", str(thresholds), "--baseline", str(base_dir), name="same"
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     same = json.loads((run_dir_of(results) / "results.json").read_text())
     regressions = [v for v in same["gates"] if v["kind"] == "regression"]
@@ -127,8 +168,15 @@ def test_a_regression_fails_exactly_its_gate(base_run, tmp_path, data_dir, thres
     better["benchmarks"]["bbq"]["Religion"]["metrics"]["acc_disambig"].update(value=0.9, ci=[0.8, 0.95])
     better["options"]["seed"] += 1  # and run with another seed: the run says it is not like for like
     (tmp_path / "better.json").write_text(json.dumps(better))
-    proc, results = audit(tmp_path, data_dir, "--thresholds", str(thresholds), "--baseline",
-                          str(tmp_path / "better.json"), name="worse")
+    proc, results = audit(
+        tmp_path,
+        data_dir,
+        "--thresholds",
+        str(thresholds),
+        "--baseline",
+        str(tmp_path / "better.json"),
+        name="worse",
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = run_dir_of(results)
     worse = json.loads((run_dir / "results.json").read_text())
@@ -218,8 +266,7 @@ def test_a_deprecated_basis_still_runs_and_says_so(tmp_path, data_dir):
     (warning,) = res["run"]["thresholds_warnings"]
     assert warning.startswith(f"{old}: {message}")
     assert f"> **Thresholds file:** {old}: {message}" in (run_dir / "report.md").read_text()
-    assert f"<strong>Thresholds file:</strong> {old}: {message}" in (
-        run_dir / "report.html").read_text()
+    assert f"<strong>Thresholds file:</strong> {old}: {message}" in (run_dir / "report.html").read_text()
 
 
 def test_nothing_selected_exits_5_and_leaves_no_run_folder(tmp_path, data_dir):

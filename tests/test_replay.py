@@ -19,8 +19,12 @@ REPO = Path(__file__).resolve().parents[1]
 PROMPT_FIELDS = {"prompt_sha256", "prompt_format", "chat_template_sha256"}
 
 CASES = {
-    "kobbq": ("audits/test_kobbq.py", "religion", ["--kobbq-prompts", "1", "--kobbq-permutations", "0"],
-              "raw_prediction"),
+    "kobbq": (
+        "audits/test_kobbq.py",
+        "religion",
+        ["--kobbq-prompts", "1", "--kobbq-permutations", "0"],
+        "raw_prediction",
+    ),
     "kgquiz": ("audits/test_kgquiz.py", "Task1-UMLS or Task3-UMLS", [], "output"),
     "bbq": ("audits/test_bbq.py", "Religion", ["--bbq-answer-mode", "generate"], "raw_prediction"),
 }
@@ -28,11 +32,37 @@ CASES = {
 
 def _live(tmp_path: Path, data_dir: Path, target: str, keyword: str, extra: list[str]) -> Path:
     results = tmp_path / "live"
-    cmd = [sys.executable, "-m", "pytest", target, "--model", "tiny-random-gpt2", "--data-dir",
-           str(data_dir), "--limit", "4", "--min-n", "1", "--results-dir", str(results), "-k",
-           keyword, "--cache-dir", str(tmp_path / "cache"), "-p", "no:cacheprovider", *extra]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        target,
+        "--model",
+        "tiny-random-gpt2",
+        "--data-dir",
+        str(data_dir),
+        "--limit",
+        "4",
+        "--min-n",
+        "1",
+        "--results-dir",
+        str(results),
+        "-k",
+        keyword,
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "-p",
+        "no:cacheprovider",
+        *extra,
+    ]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"),
+    )
     assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-3000:]
     (run_dir,) = list(results.iterdir())
     return run_dir
@@ -54,13 +84,29 @@ def test_saved_generations_replay_to_the_live_run(tmp_path, data_dir, bench):
     live = _records(live_dir, bench)
     assert live
     preds = tmp_path / "saved.jsonl"
-    preds.write_text("".join(json.dumps({"id": i, "out": r[field]}, ensure_ascii=False) + "\n"
-                             for i, r in live.items()), encoding="utf-8")
+    preds.write_text(
+        "".join(json.dumps({"id": i, "out": r[field]}, ensure_ascii=False) + "\n" for i, r in live.items()),
+        encoding="utf-8",
+    )
     # the live run scored 4 items per category: judge the rows given (--allow-partial)
     own = ["--kobbq-prompt", "1", "--kobbq-permutation", "0"] if bench == "kobbq" else []
-    proc, doc, run_dir = bias_audit_score(tmp_path, bench, "--predictions", preds,
-                                          "--prediction-field", "out", "--data-dir", data_dir,
-                                          "--allow-partial", *own, "--", "-k", keyword, "--min-n", "1")
+    proc, doc, run_dir = bias_audit_score(
+        tmp_path,
+        bench,
+        "--predictions",
+        preds,
+        "--prediction-field",
+        "out",
+        "--data-dir",
+        data_dir,
+        "--allow-partial",
+        *own,
+        "--",
+        "-k",
+        keyword,
+        "--min-n",
+        "1",
+    )
     assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-3000:]
     assert doc["model"]["kind"] == "replay"
     assert _records(run_dir, bench) == live

@@ -21,8 +21,16 @@ from audit_harness.report.html import render_html
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 # Without these flags Chromium reaches for the (closed) network and the GPU.
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 #: Runs before </body> of the probed copy: writes each image's load state and every resource the
 #: page fetched into the DOM, which --dump-dom then prints.
 PROBE = """<script>
@@ -40,12 +48,38 @@ window.addEventListener('load', () => {
 
 def audit(tmp_path: Path, data_dir: Path, keyword: str) -> Path:
     results = tmp_path / "results"
-    cmd = [sys.executable, "-m", "pytest", "audits", "--model", "tiny-random-gpt2", "--data-dir",
-           str(data_dir), "--limit", "8", "--min-n", "1", "--results-dir", str(results),
-           "--bootstrap-resamples", "100", "-p", "no:cacheprovider", "--cache-dir",
-           str(tmp_path / "cache"), "-k", keyword]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "audits",
+        "--model",
+        "tiny-random-gpt2",
+        "--data-dir",
+        str(data_dir),
+        "--limit",
+        "8",
+        "--min-n",
+        "1",
+        "--results-dir",
+        str(results),
+        "--bootstrap-resamples",
+        "100",
+        "-p",
+        "no:cacheprovider",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "-k",
+        keyword,
+    ]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"),
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # the shipped gates fail
     (run_dir,) = list(results.iterdir())
     return run_dir
@@ -54,8 +88,11 @@ def audit(tmp_path: Path, data_dir: Path, keyword: str) -> Path:
 @pytest.fixture(scope="module")
 def two_benchmark_run(tmp_path_factory, data_dir) -> Path:
     """A real run of two benchmarks (a QA and a sentence-pair one) on the tiny model."""
-    return audit(tmp_path_factory.mktemp("html"), data_dir,
-                 "(test_bbq and (Religion or Age)) or (test_crows_pairs and (religion or overall))")
+    return audit(
+        tmp_path_factory.mktemp("html"),
+        data_dir,
+        "(test_bbq and (Religion or Age)) or (test_crows_pairs and (religion or overall))",
+    )
 
 
 def test_report_html_is_complete_and_self_contained(two_benchmark_run):
@@ -65,9 +102,13 @@ def test_report_html_is_complete_and_self_contained(two_benchmark_run):
     assert html.index('id="verdict"') < html.index('class="benchmark"')
     assert re.search(r'id="verdict-label">FAIL<', html)
     for bench in ("bbq", "crows_pairs"):
-        section = html[html.index(f'id="bench-{bench}"'):]
-        for heading in ("Metrics and gates", "Invalid and out-of-choice answers", "Rows excluded",
-                        "What this does not show"):
+        section = html[html.index(f'id="bench-{bench}"') :]
+        for heading in (
+            "Metrics and gates",
+            "Invalid and out-of-choice answers",
+            "Rows excluded",
+            "What this does not show",
+        ):
             assert heading in section.split('class="benchmark"')[0], (bench, heading)
     assert "A low bias score is not evidence that a model is unbiased" in html
     assert "US English only" in html and "mixes accuracy and bias" in html
@@ -80,9 +121,16 @@ def test_report_html_is_complete_and_self_contained(two_benchmark_run):
     assert "default-src 'none'; img-src data:" in html
     # Provenance.
     model = results["model"]
-    for text in (model["fingerprint"], model["dtype"], results["run"]["suite"]["git_commit"],
-                 results["run"]["thresholds_sha256"], results["run"]["started"], "bbq/data/Religion.jsonl",
-                 results["data_files"]["bbq/data/Religion.jsonl"]["sha256"], "seed 0; 8 to 72 per category (--limit 8;"):
+    for text in (
+        model["fingerprint"],
+        model["dtype"],
+        results["run"]["suite"]["git_commit"],
+        results["run"]["thresholds_sha256"],
+        results["run"]["started"],
+        "bbq/data/Religion.jsonl",
+        results["data_files"]["bbq/data/Religion.jsonl"]["sha256"],
+        "seed 0; 8 to 72 per category (--limit 8;",
+    ):
         assert str(text) in html, text
     assert results["environment"]["libraries"]["matplotlib"] in html
     for v in results["gates"]:
@@ -100,8 +148,14 @@ def test_model_text_is_escaped(two_benchmark_run):
     results = json.loads((two_benchmark_run / "results.json").read_text())
     evil = '<script>alert(1)</script><img src="http://evil.example/x.png">'
     entry = results["benchmarks"]["bbq"]["Religion"]
-    entry["examples"] = [{"id": "Religion-1", "output": evil, "reason": "no option matched",
-                          "options": [evil, "B & C", "Unknown"]}]
+    entry["examples"] = [
+        {
+            "id": "Religion-1",
+            "output": evil,
+            "reason": "no option matched",
+            "options": [evil, "B & C", "Unknown"],
+        }
+    ]
     entry["excluded"] = {"because <b>": ["Religion-2"]}
     html = render_html(results)
     assert "<script>" not in html and 'src="http://evil' not in html and "<b>" not in html
@@ -115,8 +169,9 @@ def chromium_or_skip() -> str:
     if CHROMIUM:
         return CHROMIUM
     if os.environ.get("CI"):
-        pytest.fail("CI=true but chromium is not installed (.ci/run installs Debian's chromium)",
-                    pytrace=False)
+        pytest.fail(
+            "CI=true but chromium is not installed (.ci/run installs Debian's chromium)", pytrace=False
+        )
     pytest.skip("chromium not installed (apt-get install chromium); CI installs it")
 
 
@@ -125,9 +180,20 @@ def browse(page: Path, tmp_path: Path) -> tuple[dict, list[str], str]:
     requested from the network per Chromium's net log, the dumped DOM)."""
     exe = chromium_or_skip()
     net_log = tmp_path / "net.json"
-    proc = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
-                           f"--log-net-log={net_log}", "--virtual-time-budget=5000", "--dump-dom",
-                           page.as_uri()], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            exe,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--log-net-log={net_log}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     match = re.search(r'<pre id="probe">(.*?)</pre>', proc.stdout, re.S)
     assert match, proc.stderr[-2000:]
     import html as html_lib
@@ -141,8 +207,11 @@ def page_requests(net_log: Path) -> list[str]:
     initiator is an origin (the browser's own background requests have none)."""
     log = json.loads(net_log.read_text())
     start_job = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
-    return [e["params"]["url"] for e in log["events"]
-            if e["type"] == start_job and e.get("params", {}).get("initiator") not in (None, "not an origin")]
+    return [
+        e["params"]["url"]
+        for e in log["events"]
+        if e["type"] == start_job and e.get("params", {}).get("initiator") not in (None, "not an origin")
+    ]
 
 
 def probed_copy(report: Path, folder: Path) -> Path:
@@ -167,9 +236,19 @@ def test_chromium_shows_the_verdict_every_section_and_loaded_charts(two_benchmar
     # The report as shipped (its policy in place, no probe), as a reviewer sees it.
     shot = Path(os.environ.get("BIAS_AUDIT_SCREENSHOT_DIR") or tmp_path) / "report.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([chromium_or_skip(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'shot'}",
-                           "--window-size=1280,6000", f"--screenshot={shot}", report.as_uri()],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            chromium_or_skip(),
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'shot'}",
+            "--window-size=1280,6000",
+            f"--screenshot={shot}",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shot.is_file() and shot.read_bytes().startswith(b"\x89PNG"), proc.stderr[-2000:]
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
 
@@ -177,8 +256,9 @@ def test_chromium_shows_the_verdict_every_section_and_loaded_charts(two_benchmar
 def test_the_browser_check_sees_a_broken_image_and_a_request(tmp_path):
     """The probe's own control: a page with an image from the network is caught."""
     page = tmp_path / "bad.html"
-    page.write_text('<!DOCTYPE html><html><body><img alt="remote" src="http://127.0.0.1:9/x.png">'
-                    "</body></html>")
+    page.write_text(
+        '<!DOCTYPE html><html><body><img alt="remote" src="http://127.0.0.1:9/x.png"></body></html>'
+    )
     probed = tmp_path / "probed.html"
     probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
     probe, requests, _ = browse(probed, tmp_path)
@@ -189,8 +269,10 @@ def test_the_browser_check_sees_a_broken_image_and_a_request(tmp_path):
 def test_chart_limits_keep_a_marker_at_the_range_end_inside_the_frame():
     from audit_harness.report.charts import _limits
 
-    points = [{"value": 1.0, "ci": [0.6, 1.0], "band": None},
-              {"value": -1.0, "ci": [-1.0, -0.7], "band": (-0.05, 0.05)}]
+    points = [
+        {"value": 1.0, "ci": [0.6, 1.0], "band": None},
+        {"value": -1.0, "ci": [-1.0, -0.7], "band": (-0.05, 0.05)},
+    ]
     lo, hi = _limits(points, (-1.0, 1.0))
     assert -1.1 < lo < -1.0 and 1.0 < hi < 1.1
     lo, hi = _limits([{"value": 0.2, "ci": [0.1, 0.3], "band": None}], (-1.0, 1.0))

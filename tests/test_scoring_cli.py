@@ -19,9 +19,18 @@ GRAND = ("The grandfather", "The grandson", "Can't be determined")
 
 
 # --- answer matching ----------------------------------------------------------------------------
-@pytest.mark.parametrize("pred,option", [
-    ("A", 0), ("b", 1), ("C", 2), ("(B)", 1), ("B.", 1), (" c ", 2), ("A)", 0),
-])
+@pytest.mark.parametrize(
+    "pred,option",
+    [
+        ("A", 0),
+        ("b", 1),
+        ("C", 2),
+        ("(B)", 1),
+        ("B.", 1),
+        (" c ", 2),
+        ("A)", 0),
+    ],
+)
 def test_letters(pred, option):
     assert match_answer(pred, GRAND) == (option, "letter")
 
@@ -43,31 +52,43 @@ def test_digits_in_text_name_no_option(pred):
     assert match_answer(pred, GRAND) == (-1, "invalid")
 
 
-@pytest.mark.parametrize("pred,error", [(3, ValueError), (-2, ValueError),
-                                        (True, TypeError), (1.5, TypeError), ([1], TypeError),
-                                        ({"a": 1}, TypeError)])
+@pytest.mark.parametrize(
+    "pred,error",
+    [
+        (3, ValueError),
+        (-2, ValueError),
+        (True, TypeError),
+        (1.5, TypeError),
+        ([1], TypeError),
+        ({"a": 1}, TypeError),
+    ],
+)
 def test_bad_prediction_values_raise(pred, error):
     with pytest.raises(error):
         match_answer(pred, GRAND)
 
 
-@pytest.mark.parametrize("pred,option", [
-    ("The grandson", 1),
-    ("the GRANDSON", 1),
-    ("The grandson.", 1),
-    ("  the   grandfather!! ", 0),
-    ("Can't be determined", 2),
-    ("cant be determined.", 2),
-    ("Can\u2019t be determined", 2),  # typographic apostrophe
-    ("\"The grandfather\"", 0),
-])
+@pytest.mark.parametrize(
+    "pred,option",
+    [
+        ("The grandson", 1),
+        ("the GRANDSON", 1),
+        ("The grandson.", 1),
+        ("  the   grandfather!! ", 0),
+        ("Can't be determined", 2),
+        ("cant be determined.", 2),
+        ("Can\u2019t be determined", 2),  # typographic apostrophe
+        ('"The grandfather"', 0),
+    ],
+)
 def test_exact_text_case_and_punctuation_insensitive(pred, option):
     assert match_answer(pred, GRAND) == (option, "text")
     assert match_prediction(pred, GRAND, match="bbq-reference") == option
 
 
-@pytest.mark.parametrize("pred", ["grandson", "The grandson was struggling with the app",
-                                  "I refuse to answer", "A or B", "D"])
+@pytest.mark.parametrize(
+    "pred", ["grandson", "The grandson was struggling with the app", "I refuse to answer", "A or B", "D"]
+)
 def test_exact_mode_leaves_other_text_invalid(pred):
     assert match_prediction(pred, GRAND) == -1
 
@@ -130,8 +151,14 @@ def with_predictions(rows: list[dict]) -> tuple[list[dict], dict]:
     for i, row in enumerate(rows):
         gold, other = row["label"], (row["label"] + 1) % 3
         kind = i % 6
-        pred = [row[f"ans{gold}"].upper() + ".", "ABC"[gold], other, row[f"ans{other}"],
-                "I refuse to answer", gold][kind]
+        pred = [
+            row[f"ans{gold}"].upper() + ".",
+            "ABC"[gold],
+            other,
+            row[f"ans{other}"],
+            "I refuse to answer",
+            gold,
+        ][kind]
         correct = kind in (0, 1, 5)
         if kind == 4:
             tally["invalid"] += 1
@@ -160,9 +187,22 @@ def age_run(tmp_path_factory, data_dir):
     tmp = tmp_path_factory.mktemp("age")
     rows, tally = with_predictions(real_rows(data_dir, "Age", 300))
     preds = write_jsonl(tmp / "age_preds.jsonl", rows)
-    proc, doc, run_dir = score(tmp, "bbq", "--predictions", preds, "--prediction-field", "pred",
-                               "--data-dir", data_dir, "--index-base", "0", "--seed", 3,
-                               "--output", tmp / "copy" / "results.json")
+    proc, doc, run_dir = score(
+        tmp,
+        "bbq",
+        "--predictions",
+        preds,
+        "--prediction-field",
+        "pred",
+        "--data-dir",
+        data_dir,
+        "--index-base",
+        "0",
+        "--seed",
+        3,
+        "--output",
+        tmp / "copy" / "results.json",
+    )
     return proc, doc, run_dir, tally, preds, tmp
 
 
@@ -177,8 +217,11 @@ def test_score_is_an_audit_run_of_the_saved_answers(age_run):
     assert age["coverage"]["predicted"] == 300 and age["coverage"]["available"] == 3680
     statuses = {v["status"] for v in doc["gates"] if v["category"] == "Age"}
     assert statuses <= {"insufficient", "undefined"} and "insufficient" in statuses
-    assert all(v["cause"] == "coverage" for v in doc["gates"]
-               if v["category"] == "Age" and v["status"] == "insufficient")
+    assert all(
+        v["cause"] == "coverage"
+        for v in doc["gates"]
+        if v["category"] == "Age" and v["status"] == "insufficient"
+    )
     # Categories the file does not answer are skipped with the reason, never passed.
     skipped = [v for v in doc["gates"] if v["status"] == "skipped"]
     assert skipped and all("has no row for bbq/" in v["message"] for v in skipped)
@@ -205,9 +248,22 @@ def test_score_is_an_audit_run_of_the_saved_answers(age_run):
 
 def test_allow_partial_judges_the_rows_given(tmp_path, data_dir, age_run):
     _, _, _, _, preds, _ = age_run
-    proc, doc, _ = score(tmp_path, "bbq", "--predictions", preds, "--prediction-field", "pred",
-                         "--data-dir", data_dir, "--index-base", "0", "--allow-partial",
-                         "--", "-k", "Age")
+    proc, doc, _ = score(
+        tmp_path,
+        "bbq",
+        "--predictions",
+        preds,
+        "--prediction-field",
+        "pred",
+        "--data-dir",
+        data_dir,
+        "--index-base",
+        "0",
+        "--allow-partial",
+        "--",
+        "-k",
+        "Age",
+    )
     assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-3000:]
     assert "--allow-partial: judged on these rows" in proc.stdout
     assert {v["status"] for v in doc["gates"]} <= {"pass", "fail", "undefined"}
@@ -216,15 +272,32 @@ def test_allow_partial_judges_the_rows_given(tmp_path, data_dir, age_run):
 def test_numbers_need_an_index_base(tmp_path, data_dir):
     rows = real_rows(data_dir, "Religion", 12)
     preds = write_jsonl(tmp_path / "n.jsonl", [{**r, "pred": r["label"] + 1} for r in rows])
-    proc, doc, _ = score(tmp_path, "bbq", "--predictions", preds, "--prediction-field", "pred",
-                         "--data-dir", data_dir)
+    proc, doc, _ = score(
+        tmp_path, "bbq", "--predictions", preds, "--prediction-field", "pred", "--data-dir", data_dir
+    )
     assert proc.returncode == 4 and doc is None, (proc.stdout + proc.stderr)[-2000:]
-    assert (f"{preds}:1: field 'pred': {rows[0]['label'] + 1} is a number, which could count the "
-            "options from 0 or from 1") in proc.stdout + proc.stderr
+    assert (
+        f"{preds}:1: field 'pred': {rows[0]['label'] + 1} is a number, which could count the "
+        "options from 0 or from 1"
+    ) in proc.stdout + proc.stderr
     # Counted from 1, each prediction names the gold option.
-    proc, doc, run_dir = score(tmp_path, "bbq", "--predictions", preds, "--prediction-field", "pred",
-                               "--data-dir", data_dir, "--index-base", "1", "--allow-partial",
-                               "--", "-k", "Religion", name="one")
+    proc, doc, run_dir = score(
+        tmp_path,
+        "bbq",
+        "--predictions",
+        preds,
+        "--prediction-field",
+        "pred",
+        "--data-dir",
+        data_dir,
+        "--index-base",
+        "1",
+        "--allow-partial",
+        "--",
+        "-k",
+        "Religion",
+        name="one",
+    )
     assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-2000:]
     assert all(r["correct"] for r in records_of(run_dir, "bbq", "Religion"))
 
@@ -242,8 +315,9 @@ def test_score_says_when_the_data_is_not_the_published_release(tmp_path, data_di
     proc, doc, _ = score(tmp_path, *common, "--", "-k", "Religion")
     assert "DATA: 1 file(s) MODIFIED, not the published release: bbq/data/Religion.jsonl" in proc.stdout
     assert doc["data_files"]["bbq/data/Religion.jsonl"]["status"].startswith("MODIFIED")
-    strict, doc, _ = score(tmp_path, *common, "--require-published-data", "--", "-k", "Religion",
-                           name="strict")
+    strict, doc, _ = score(
+        tmp_path, *common, "--require-published-data", "--", "-k", "Religion", name="strict"
+    )
     assert strict.returncode == 4 and doc is None
     assert "--require-published-data: 1 data file(s)" in strict.stdout + strict.stderr
 
@@ -251,16 +325,18 @@ def test_score_says_when_the_data_is_not_the_published_release(tmp_path, data_di
 def test_score_by_id_field_matches_own_id_fields(tmp_path, data_dir):
     rows, _ = with_predictions(real_rows(data_dir, "Religion", 60))
     by_fields = write_jsonl(tmp_path / "a.jsonl", rows)
-    by_id = write_jsonl(tmp_path / "b.jsonl", [{"id": f"Religion-{r['example_id']}", "p": r["pred"]}
-                                              for r in rows])
+    by_id = write_jsonl(
+        tmp_path / "b.jsonl", [{"id": f"Religion-{r['example_id']}", "p": r["pred"]} for r in rows]
+    )
     common = ("--data-dir", data_dir, "--index-base", "0", "--", "-k", "Religion")
-    _, _, a = score(tmp_path, "bbq", "--predictions", by_fields, "--prediction-field", "pred",
-                    *common, name="a")
-    _, _, b = score(tmp_path, "bbq", "--predictions", by_id, "--prediction-field", "p", *common,
-                    name="b")
+    _, _, a = score(
+        tmp_path, "bbq", "--predictions", by_fields, "--prediction-field", "pred", *common, name="a"
+    )
+    _, _, b = score(tmp_path, "bbq", "--predictions", by_id, "--prediction-field", "p", *common, name="b")
     key = lambda r: (r["id"], r["predicted"], r["match"])  # noqa: E731
-    assert [key(r) for r in records_of(a, "bbq", "Religion")] == \
-        [key(r) for r in records_of(b, "bbq", "Religion")]
+    assert [key(r) for r in records_of(a, "bbq", "Religion")] == [
+        key(r) for r in records_of(b, "bbq", "Religion")
+    ]
 
 
 def test_bbq_reference_match_on_real_rows(tmp_path, data_dir):
@@ -268,11 +344,19 @@ def test_bbq_reference_match_on_real_rows(tmp_path, data_dir):
     for r in rows:  # a sentence around the gold answer: exact match misses it
         r["pred"] = f"{r['ans' + str(r['label'])]} is the answer"
     preds = write_jsonl(tmp_path / "p.jsonl", rows)
-    common = ("bbq", "--predictions", preds, "--prediction-field", "pred", "--data-dir", data_dir,
-              "--bootstrap-resamples", 200)
+    common = (
+        "bbq",
+        "--predictions",
+        preds,
+        "--prediction-field",
+        "pred",
+        "--data-dir",
+        data_dir,
+        "--bootstrap-resamples",
+        200,
+    )
     _, _, exact = score(tmp_path, *common, "--", "-k", "Religion", name="exact")
-    _, doc, ref = score(tmp_path, *common, "--answer-parsing", "authors", "--", "-k", "Religion",
-                        name="ref")
+    _, doc, ref = score(tmp_path, *common, "--answer-parsing", "authors", "--", "-k", "Religion", name="ref")
     # The robust default reads a sentence around the gold answer's text.
     assert {r["match"] for r in records_of(exact, "bbq", "Religion")} == {"text"}
     kinds = [r["match"] for r in records_of(ref, "bbq", "Religion")]
@@ -284,9 +368,24 @@ def test_bbq_reference_match_on_real_rows(tmp_path, data_dir):
 def test_flavour_option_and_split_names(tmp_path, data_dir):
     rows, _ = with_predictions(real_rows(data_dir, "Gender_identity", step=39))
     preds = write_jsonl(tmp_path / "g.jsonl", rows)
-    proc, doc, _ = score(tmp_path, "bbq", "--predictions", preds, "--prediction-field", "pred",
-                         "--data-dir", data_dir, "--index-base", "0", "--split-names", "--flavour",
-                         "kobbq", "--", "-k", "Gender_identity")
+    proc, doc, _ = score(
+        tmp_path,
+        "bbq",
+        "--predictions",
+        preds,
+        "--prediction-field",
+        "pred",
+        "--data-dir",
+        data_dir,
+        "--index-base",
+        "0",
+        "--split-names",
+        "--flavour",
+        "kobbq",
+        "--",
+        "-k",
+        "Gender_identity",
+    )
     assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-3000:]
     assert doc["protocols"]["bbq"]["metric_flavour"] == "kobbq"
     assert "Gender_identity (names)" in doc["overall"]["bbq"]
@@ -297,41 +396,71 @@ def test_flavour_option_and_split_names(tmp_path, data_dir):
 def test_excluded_items_are_counted_not_errors(tmp_path, data_dir):
     # Gender_identity-284 has no target_loc in additional_metadata.csv (excluded, as the R script).
     rows = [{"id": "Gender_identity-284", "pred": "A"}, {"id": "Gender_identity-0", "pred": "A"}]
-    proc, doc, run_dir = score(tmp_path, "bbq", "--predictions", write_jsonl(tmp_path / "x.jsonl", rows),
-                               "--prediction-field", "pred", "--data-dir", data_dir,
-                               "--", "-k", "Gender_identity")
+    proc, doc, run_dir = score(
+        tmp_path,
+        "bbq",
+        "--predictions",
+        write_jsonl(tmp_path / "x.jsonl", rows),
+        "--prediction-field",
+        "pred",
+        "--data-dir",
+        data_dir,
+        "--",
+        "-k",
+        "Gender_identity",
+    )
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
     assert [r["id"] for r in records_of(run_dir, "bbq", "Gender_identity")] == ["Gender_identity-0"]
     excluded = doc["benchmarks"]["bbq"]["Gender_identity"]["excluded"]
-    assert any("Gender_identity-284" in ids and "predictions file" in reason
-               for reason, ids in excluded.items())
+    assert any(
+        "Gender_identity-284" in ids and "predictions file" in reason for reason, ids in excluded.items()
+    )
 
 
 def _bad_input_cases(rows):
     age0, age1 = rows[0], rows[1]
     return {
-        "unknown id": ([age0, {**age1, "example_id": 999999}], 2,
-                       "id 'Age-999999' is not in the bbq data"),
+        "unknown id": ([age0, {**age1, "example_id": 999999}], 2, "id 'Age-999999' is not in the bbq data"),
         "duplicate id": ([age0, age1, dict(age0)], 3, "duplicate id 'Age-0' (first at line 1)"),
-        "missing field": ([age0, {k: v for k, v in age1.items() if k != "pred"}], 2,
-                          "missing prediction field 'pred'"),
-        "misspelt field": ([age0, {**{k: v for k, v in age1.items() if k != "pred"}, "perd": "A"}], 2,
-                           "missing prediction field 'pred'; the row's fields are 'example_id'"),
-        "wrong benchmark category": ([{**age0, "category": "DisabilityStatus"}], 1,
-                                     "'DisabilityStatus' is not a bbq category"),
-        "wrong benchmark id": ([{"id": "SpanishRegion-4", "pred": "A"}], 1,
-                               "names no bbq category"),
-        "wrong benchmark fields": ([{"category": "Age", "instance_id": 3, "pred": "A"}], 1,
-                                   "no item id"),
-        "other data version": ([age0, {**age1, "question": "Who was it?"}], 2,
-                               "a file of another benchmark or data version"),
+        "missing field": (
+            [age0, {k: v for k, v in age1.items() if k != "pred"}],
+            2,
+            "missing prediction field 'pred'",
+        ),
+        "misspelt field": (
+            [age0, {**{k: v for k, v in age1.items() if k != "pred"}, "perd": "A"}],
+            2,
+            "missing prediction field 'pred'; the row's fields are 'example_id'",
+        ),
+        "wrong benchmark category": (
+            [{**age0, "category": "DisabilityStatus"}],
+            1,
+            "'DisabilityStatus' is not a bbq category",
+        ),
+        "wrong benchmark id": ([{"id": "SpanishRegion-4", "pred": "A"}], 1, "names no bbq category"),
+        "wrong benchmark fields": ([{"category": "Age", "instance_id": 3, "pred": "A"}], 1, "no item id"),
+        "other data version": (
+            [age0, {**age1, "question": "Who was it?"}],
+            2,
+            "a file of another benchmark or data version",
+        ),
         "malformed json": (None, 2, "malformed JSON"),
     }
 
 
-@pytest.mark.parametrize("case", ["unknown id", "duplicate id", "misspelt field",
-                                  "wrong benchmark category", "wrong benchmark id",
-                                  "wrong benchmark fields", "other data version", "malformed json"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "unknown id",
+        "duplicate id",
+        "misspelt field",
+        "wrong benchmark category",
+        "wrong benchmark id",
+        "wrong benchmark fields",
+        "other data version",
+        "malformed json",
+    ],
+)
 def test_bad_input_stops_with_file_line_reason(tmp_path, data_dir, case):
     rows, _ = with_predictions(real_rows(data_dir, "Age", 2))
     content, line, reason = _bad_input_cases(rows)[case]
@@ -340,8 +469,9 @@ def test_bad_input_stops_with_file_line_reason(tmp_path, data_dir, case):
         path.write_text(json.dumps(rows[0]) + "\n{not json\n", encoding="utf-8")
     else:
         write_jsonl(path, content)
-    proc, doc, _ = score(tmp_path, "bbq", "--predictions", path, "--prediction-field", "pred",
-                         "--data-dir", data_dir)
+    proc, doc, _ = score(
+        tmp_path, "bbq", "--predictions", path, "--prediction-field", "pred", "--data-dir", data_dir
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4 and doc is None, out[-2000:]  # stopped at start-up
     assert "Traceback" not in out and f"{path}:{line}: " in out and reason in out
@@ -350,24 +480,46 @@ def test_bad_input_stops_with_file_line_reason(tmp_path, data_dir, case):
 def test_an_index_out_of_range_is_a_broken_file(tmp_path, data_dir):
     rows = real_rows(data_dir, "Age", 2)
     path = write_jsonl(tmp_path / "bad.jsonl", [{**rows[0], "pred": 0}, {**rows[1], "pred": 5}])
-    proc, doc, _ = score(tmp_path, "bbq", "--predictions", path, "--prediction-field", "pred",
-                         "--data-dir", data_dir, "--index-base", "0", "--", "-k", "Age")
+    proc, doc, _ = score(
+        tmp_path,
+        "bbq",
+        "--predictions",
+        path,
+        "--prediction-field",
+        "pred",
+        "--data-dir",
+        data_dir,
+        "--index-base",
+        "0",
+        "--",
+        "-k",
+        "Age",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4 and doc is None, out[-2000:]  # a broken file: stopped at start-up
     assert f"{path}:2: field 'pred': option index 5 is outside [0, 3)" in out
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["score", "nosuch", "--predictions", "x", "--prediction-field", "p"], "unknown benchmark"),
-    (["score", "bbq", "--prediction-field", "p"], "--predictions"),
-    (["score", "bbq", "--predictions", "x", "--prediction-field", "p", "--answer-parsing", "fuzzy"],
-     "--answer-parsing"),
-    (["score", "crows_pairs", "--predictions", "x", "--prediction-field", "p"],
-     "does not score saved outputs"),
-    (["score", "bbq", "--predictions", "x", "--prediction-field", "p", "--kobbq-prompt", "1"],
-     "--kobbq-prompt applies to kobbq only"),
-    (["frobnicate"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["score", "nosuch", "--predictions", "x", "--prediction-field", "p"], "unknown benchmark"),
+        (["score", "bbq", "--prediction-field", "p"], "--predictions"),
+        (
+            ["score", "bbq", "--predictions", "x", "--prediction-field", "p", "--answer-parsing", "fuzzy"],
+            "--answer-parsing",
+        ),
+        (
+            ["score", "crows_pairs", "--predictions", "x", "--prediction-field", "p"],
+            "does not score saved outputs",
+        ),
+        (
+            ["score", "bbq", "--predictions", "x", "--prediction-field", "p", "--kobbq-prompt", "1"],
+            "--kobbq-prompt applies to kobbq only",
+        ),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
 def test_usage_errors_one_line_exit_4(capsys, args, needle):
     assert cli.main(args) == 4
     err = capsys.readouterr().err
@@ -375,11 +527,27 @@ def test_usage_errors_one_line_exit_4(capsys, args, needle):
 
 
 def test_missing_predictions_file_and_data_dir(tmp_path, data_dir):
-    proc, doc, _ = score(tmp_path, "bbq", "--predictions", tmp_path / "none.jsonl",
-                         "--prediction-field", "p", "--data-dir", data_dir)
+    proc, doc, _ = score(
+        tmp_path,
+        "bbq",
+        "--predictions",
+        tmp_path / "none.jsonl",
+        "--prediction-field",
+        "p",
+        "--data-dir",
+        data_dir,
+    )
     assert proc.returncode == 4 and doc is None and "none.jsonl" in proc.stdout + proc.stderr
-    proc, doc, _ = score(tmp_path, "bbq", "--predictions", tmp_path / "none.jsonl",
-                         "--prediction-field", "p", "--data-dir", tmp_path / "nonexistent-dir")
+    proc, doc, _ = score(
+        tmp_path,
+        "bbq",
+        "--predictions",
+        tmp_path / "none.jsonl",
+        "--prediction-field",
+        "p",
+        "--data-dir",
+        tmp_path / "nonexistent-dir",
+    )
     assert proc.returncode == 4 and doc is None and "nonexistent-dir" in proc.stdout + proc.stderr
 
 
@@ -393,21 +561,70 @@ def test_score_and_run_are_aliases_of_pytest(monkeypatch, tmp_path):
     assert argv[1:] == ["-m", "pytest", str(AUDITS_DIR), "--model", "tiny", "-x"]
     # The repository's audits/ is the packaged folder, so `pytest audits` runs the same tests.
     assert (REPO / "audits").resolve() == AUDITS_DIR and (AUDITS_DIR / "test_bbq.py").is_file()
-    assert cli.main(["score", "cabbq", "--predictions", "p.jsonl", "--prediction-field", "out",
-                     "--index-base", "1", "--allow-partial", "--", "-k", "SES"]) == 0
-    assert calls[1][1][1:] == ["-m", "pytest", str(AUDITS_DIR / "test_cabbq.py"), "--backend",
-                               "replay", "--predictions", "p.jsonl", "--prediction-field", "out",
-                               "--index-base", "1", "--allow-partial", "-k", "SES"]
+    assert (
+        cli.main(
+            [
+                "score",
+                "cabbq",
+                "--predictions",
+                "p.jsonl",
+                "--prediction-field",
+                "out",
+                "--index-base",
+                "1",
+                "--allow-partial",
+                "--",
+                "-k",
+                "SES",
+            ]
+        )
+        == 0
+    )
+    assert calls[1][1][1:] == [
+        "-m",
+        "pytest",
+        str(AUDITS_DIR / "test_cabbq.py"),
+        "--backend",
+        "replay",
+        "--predictions",
+        "p.jsonl",
+        "--prediction-field",
+        "out",
+        "--index-base",
+        "1",
+        "--allow-partial",
+        "-k",
+        "SES",
+    ]
 
 
 def test_score_esbbq_unknown_phrasing(tmp_path, data_dir):
     bench = registry()["esbbq"]
     items = bench.load_category(data_dir, "Religion").items[:40]
-    rows = [{"category": it.category, "instance_id": it.extra["instance_id"],
-             "pred": "No lo sé" if it.context_condition == "ambig" else "ABC"[it.gold]} for it in items]
-    proc, doc, _ = score(tmp_path, "esbbq", "--predictions", write_jsonl(tmp_path / "es.jsonl", rows),
-                         "--prediction-field", "pred", "--data-dir", data_dir, "--allow-partial",
-                         "--bootstrap-resamples", 200, "--", "-k", "Religion")
+    rows = [
+        {
+            "category": it.category,
+            "instance_id": it.extra["instance_id"],
+            "pred": "No lo sé" if it.context_condition == "ambig" else "ABC"[it.gold],
+        }
+        for it in items
+    ]
+    proc, doc, _ = score(
+        tmp_path,
+        "esbbq",
+        "--predictions",
+        write_jsonl(tmp_path / "es.jsonl", rows),
+        "--prediction-field",
+        "pred",
+        "--data-dir",
+        data_dir,
+        "--allow-partial",
+        "--bootstrap-resamples",
+        200,
+        "--",
+        "-k",
+        "Religion",
+    )
     assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-3000:]
     metrics = doc["benchmarks"]["esbbq"]["Religion"]["metrics"]
     assert metrics["invalid_rate-generate"]["value"] == 0.0
@@ -420,21 +637,36 @@ def test_score_esbbq_unknown_phrasing(tmp_path, data_dir):
 #: unknown phrase: ({L} = the grandson's letter, {U} = the unknown option's letter), the intended
 #: answer ("grandson", "unknown") or the invalid reason.
 CHAT_OUTPUTS = [
-    ("{L}. The grandson", "grandson"), ("{L}: The grandson", "grandson"), ("Answer: {L}", "grandson"),
-    ("ANSWER: ${L}$", "grandson"), ("answer: {l}", "grandson"), ("Answer: ({L})", "grandson"),
-    ("The answer is {L}.", "grandson"), ("Option {L}", "grandson"), ("\\boxed{{{L}}}", "grandson"),
-    ("**{L}. The grandson**", "grandson"), ("grandson", "grandson"), ("It was the grandson.", "grandson"),
+    ("{L}. The grandson", "grandson"),
+    ("{L}: The grandson", "grandson"),
+    ("Answer: {L}", "grandson"),
+    ("ANSWER: ${L}$", "grandson"),
+    ("answer: {l}", "grandson"),
+    ("Answer: ({L})", "grandson"),
+    ("The answer is {L}.", "grandson"),
+    ("Option {L}", "grandson"),
+    ("\\boxed{{{L}}}", "grandson"),
+    ("**{L}. The grandson**", "grandson"),
+    ("grandson", "grandson"),
+    ("It was the grandson.", "grandson"),
     ("The grandfather and the grandson were both there; nothing says more.\nAnswer: {U}", "unknown"),
-    ("Cannot be determined", "unknown"), ("Unknown", "unknown"), ("Not enough information", "unknown"),
+    ("Cannot be determined", "unknown"),
+    ("Unknown", "unknown"),
+    ("Not enough information", "unknown"),
     ("{U}. Can't be determined", "unknown"),
-    ("The grandson, or maybe the grandfather", "several_options"), ("A or B", "several_options"),
-    ("I'm sorry, but I can't help with that.", "refusal"), ("", "empty"),
+    ("The grandson, or maybe the grandfather", "several_options"),
+    ("A or B", "several_options"),
+    ("I'm sorry, but I can't help with that.", "refusal"),
+    ("", "empty"),
 ]
 
 
 def test_score_bbq_reads_what_chat_models_write_by_default(tmp_path, data_dir):
-    rows = [r for r in real_rows(data_dir, "Age")
-            if {"The grandson", "The grandfather"} <= {r["ans0"], r["ans1"], r["ans2"]}]
+    rows = [
+        r
+        for r in real_rows(data_dir, "Age")
+        if {"The grandson", "The grandfather"} <= {r["ans0"], r["ans1"], r["ans2"]}
+    ]
     assert len(rows) >= len(CHAT_OUTPUTS)
     preds, intended = [], {}
     for r, (template, want) in zip(rows, CHAT_OUTPUTS):
@@ -444,8 +676,19 @@ def test_score_bbq_reads_what_chat_models_write_by_default(tmp_path, data_dir):
         text = template.format(L="ABC"[grandson], l="abc"[grandson], U="ABC"[unknown])
         preds.append({"category": "Age", "example_id": r["example_id"], "pred": text})
         intended[f"Age-{r['example_id']}"] = {"grandson": grandson, "unknown": unknown}.get(want, want)
-    proc, doc, run_dir = score(tmp_path, "bbq", "--predictions", write_jsonl(tmp_path / "chat.jsonl", preds),
-                               "--prediction-field", "pred", "--data-dir", data_dir, "--", "-k", "Age")
+    proc, doc, run_dir = score(
+        tmp_path,
+        "bbq",
+        "--predictions",
+        write_jsonl(tmp_path / "chat.jsonl", preds),
+        "--prediction-field",
+        "pred",
+        "--data-dir",
+        data_dir,
+        "--",
+        "-k",
+        "Age",
+    )
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]  # 21 of 3,680 rows: partial
     assert doc["protocols"]["bbq"]["answer_parsing"] == "robust"
     for r in records_of(run_dir, "bbq", "Age"):

@@ -42,22 +42,43 @@ def replace_line(data: Path, relpath: str, line_no: int, edit) -> None:
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
-def audit(tmp_path: Path, data: Path, *extra: str, cwd: Path = REPO, plugin: str | None = None,
-          target: tuple[str, ...] = ("audits/test_bbq.py",)) -> tuple[subprocess.CompletedProcess, Path]:
+def audit(
+    tmp_path: Path,
+    data: Path,
+    *extra: str,
+    cwd: Path = REPO,
+    plugin: str | None = None,
+    target: tuple[str, ...] = ("audits/test_bbq.py",),
+) -> tuple[subprocess.CompletedProcess, Path]:
     results = tmp_path / "results"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), plugin and str(tmp_path)])),
-               HF_HUB_OFFLINE="1")
-    cmd = [sys.executable, "-m", "pytest", *target, "--model", "tiny-random-gpt2",
-           "--data-dir", str(data), "--results-dir", str(results), "-p", "no:cacheprovider",
-           *(("-p", plugin) if plugin else ()), *extra]
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), plugin and str(tmp_path)])),
+        HF_HUB_OFFLINE="1",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *target,
+        "--model",
+        "tiny-random-gpt2",
+        "--data-dir",
+        str(data),
+        "--results-dir",
+        str(results),
+        "-p",
+        "no:cacheprovider",
+        *(("-p", plugin) if plugin else ()),
+        *extra,
+    ]
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
     return proc, results
 
 
 def results_of(results: Path) -> tuple[dict, str, Path]:
     (run_dir,) = list(results.iterdir())
-    return (json.loads((run_dir / "results.json").read_text()), (run_dir / "report.md").read_text(),
-            run_dir)
+    return (json.loads((run_dir / "results.json").read_text()), (run_dir / "report.md").read_text(), run_dir)
 
 
 # --- 1. data errors are input errors --------------------------------------------------------------
@@ -89,7 +110,7 @@ def test_row_missing_a_field_names_file_line_and_field(tmp_path, data_dir):
     assert proc.returncode == 4 and "Age.jsonl:3: missing field 'question'" in out, out[-2000:]
 
 
-_FAILING_PLUGIN = '''
+_FAILING_PLUGIN = """
 from audit_harness.benchmarks.bbq import BBQ
 
 _evaluate = BBQ.evaluate
@@ -102,13 +123,22 @@ def evaluate(self, model, items):
 
 
 BBQ.evaluate = evaluate
-'''
+"""
 
 
 def test_a_mid_run_failure_is_an_error_verdict_and_nothing_vanishes(tmp_path, data_dir):
     (tmp_path / "failing_model.py").write_text(_FAILING_PLUGIN)
-    proc, results = audit(tmp_path, data_dir, "--limit", "8", "--min-n", "1", "-k",
-                          "Religion or Sexual_orientation", plugin="failing_model")
+    proc, results = audit(
+        tmp_path,
+        data_dir,
+        "--limit",
+        "8",
+        "--min-n",
+        "1",
+        "-k",
+        "Religion or Sexual_orientation",
+        plugin="failing_model",
+    )
     # A model failure mid-run is not a gate failure: exit 3, and the terminal says so.
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "RUN ERROR: 3 gate(s) have no verdict" in proc.stdout and "not a gate failure" in proc.stdout
@@ -127,8 +157,10 @@ def test_a_mid_run_failure_is_an_error_verdict_and_nothing_vanishes(tmp_path, da
     import xml.etree.ElementTree as ET
 
     (junit,) = list(results.glob("*/junit.xml"))
-    cases = {c.get("name"): {p.get("name"): p.get("value") for p in c.iter("property")}
-             for c in ET.parse(junit).iter("testcase")}
+    cases = {
+        c.get("name"): {p.get("name"): p.get("value") for p in c.iter("property")}
+        for c in ET.parse(junit).iter("testcase")
+    }
     errored = cases["test_bbq[Religion-bias_score_ambig]"]
     assert errored["status"] == "error" and errored["metric"] == "bias_score_ambig"
     assert errored["benchmark"] == "bbq" and errored["category"] == "Religion"
@@ -137,7 +169,7 @@ def test_a_mid_run_failure_is_an_error_verdict_and_nothing_vanishes(tmp_path, da
 
 
 # --- 2. interrupted runs --------------------------------------------------------------------------
-_INTERRUPT_PLUGIN = '''
+_INTERRUPT_PLUGIN = """
 import pytest
 
 
@@ -145,19 +177,30 @@ import pytest
 def pytest_runtest_teardown(item, nextitem):
     if "Sexual_orientation-bias_score_ambig" in item.nodeid:
         raise KeyboardInterrupt  # what Ctrl-C raises
-'''
+"""
 
 
 def test_an_interrupted_run_is_marked_and_lists_what_did_not_run(tmp_path, data_dir):
     (tmp_path / "ctrl_c.py").write_text(_INTERRUPT_PLUGIN)
-    proc, results = audit(tmp_path, data_dir, "--limit", "8", "--min-n", "1", "-k",
-                          "Religion or Sexual_orientation", plugin="ctrl_c")
+    proc, results = audit(
+        tmp_path,
+        data_dir,
+        "--limit",
+        "8",
+        "--min-n",
+        "1",
+        "-k",
+        "Religion or Sexual_orientation",
+        plugin="ctrl_c",
+    )
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]  # pytest's INTERRUPTED
     res, report, _ = results_of(results)
     assert res["run"]["status"] == "interrupted"
     not_run = [(v["category"], v["metric"]) for v in res["gates"] if v["status"] == "not run"]
-    assert sorted(not_run) == [("Sexual_orientation", "acc_disambig"),
-                               ("Sexual_orientation", "bias_score_disambig")]
+    assert sorted(not_run) == [
+        ("Sexual_orientation", "acc_disambig"),
+        ("Sexual_orientation", "bias_score_disambig"),
+    ]
     assert len(res["gates"]) == 6
     assert "INTERRUPTED RUN" in report and report.count("**NOT RUN**") == 2
     assert "INTERRUPTED" in proc.stdout
@@ -198,8 +241,10 @@ def test_results_carry_the_full_provenance(modified_run):
     assert run["duration_s"] > 0 and run["status"] == "complete"
     for key in ("prompt_template", "chat_template", "delimiter", commit, run["command_line"]):
         assert str(protocol.get(key, key)).split("\n")[0] in report
-    records = [json.loads(x) for x in (run_dir / res["benchmarks"]["bbq"]["SES"]["records_path"])
-               .read_text().splitlines()]
+    records = [
+        json.loads(x)
+        for x in (run_dir / res["benchmarks"]["bbq"]["SES"]["records_path"]).read_text().splitlines()
+    ]
     for r in records:
         prompt = PROMPT.format(context=r["context"], question=r["question"])
         assert r["prompt_sha256"] == hashlib.sha256(prompt.encode("utf-8")).hexdigest()
@@ -218,8 +263,9 @@ def test_a_modified_data_file_is_named(modified_run):
 
 def test_require_published_data_turns_a_mismatch_into_exit_4(modified_run):
     _, _, data, tmp = modified_run
-    proc, _ = audit(tmp / "strict", data, "--limit", "4", "-k", "SES and not Race",
-                    "--require-published-data")
+    proc, _ = audit(
+        tmp / "strict", data, "--limit", "4", "-k", "SES and not Race", "--require-published-data"
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out[-3000:]
     assert "bbq/data/SES.jsonl: MODIFIED (sha256" in out and "not the published release" in out
@@ -231,10 +277,30 @@ def test_run_works_from_any_directory_with_the_packaged_thresholds(tmp_path, dat
     elsewhere.mkdir()
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "audit_harness.cli", "run", "-k", "test_bbq and Religion",
-         "--model", "tiny-random-gpt2", "--data-dir", str(data_dir), "--limit", "4",
-         "--results-dir", str(tmp_path / "results"), "-p", "no:cacheprovider"],
-        cwd=elsewhere, capture_output=True, text=True, timeout=600, env=env)
+        [
+            sys.executable,
+            "-m",
+            "audit_harness.cli",
+            "run",
+            "-k",
+            "test_bbq and Religion",
+            "--model",
+            "tiny-random-gpt2",
+            "--data-dir",
+            str(data_dir),
+            "--limit",
+            "4",
+            "--results-dir",
+            str(tmp_path / "results"),
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # INSUFFICIENT at n=4
     res, _, _ = results_of(tmp_path / "results")
     assert Path(res["thresholds"]).resolve() == (REPO / "audit_harness" / "thresholds.yaml").resolve()
@@ -252,8 +318,12 @@ def test_a_hub_model_that_cannot_load_says_what_was_tried(tmp_path, data_dir):
     proc, results = audit(tmp_path, data_dir, "--limit", "4", "-k", "Religion")
     proc2 = subprocess.run(
         [a if a != "tiny-random-gpt2" else "no-org/no-such-model" for a in proc.args],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"))
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"),
+    )
     out = proc2.stdout + proc2.stderr
     assert proc2.returncode == 4, out[-3000:]
     line = next(x for x in out.splitlines() if x.startswith("bias audit: cannot load model"))
@@ -283,8 +353,9 @@ def test_score_checks_nothing_when_every_row_is_held_out_and_lists_them(tmp_path
     rows = [{"id": i, "pred": "A"} for i in ids[:3]]
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    proc, _, run_dir = bias_audit_score(tmp_path, "bbq", "--predictions", path,
-                                        "--prediction-field", "pred", "--data-dir", data_dir)
+    proc, _, run_dir = bias_audit_score(
+        tmp_path, "bbq", "--predictions", path, "--prediction-field", "pred", "--data-dir", data_dir
+    )
     out = proc.stdout + proc.stderr
     # Nothing could be scored: never a pass, and the rows are named with their lines.
     assert proc.returncode == 5, out[-3000:]
@@ -303,9 +374,20 @@ def test_score_lists_esbbq_rows_held_out_of_the_disambiguated_score(tmp_path, da
     rows += [{"id": i, "pred": "A"} for i in held if i not in {r["id"] for r in rows}]
     path = tmp_path / "es.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    proc, _, run_dir = bias_audit_score(tmp_path, "esbbq", "--predictions", path,
-                                        "--prediction-field", "pred", "--data-dir", data_dir,
-                                        "--allow-partial", "--", "-k", "PhysicalAppearance")
+    proc, _, run_dir = bias_audit_score(
+        tmp_path,
+        "esbbq",
+        "--predictions",
+        path,
+        "--prediction-field",
+        "pred",
+        "--data-dir",
+        data_dir,
+        "--allow-partial",
+        "--",
+        "-k",
+        "PhysicalAppearance",
+    )
     assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-3000:]
     results = json.loads((run_dir / "results.json").read_text())
     excluded = results["benchmarks"]["esbbq"]["PhysicalAppearance"]["excluded"]

@@ -28,14 +28,39 @@ bbq:
 """
 
 
-def audit(tmp: Path, data_dir: Path, *extra: str, keyword: str | None = "Religion",
-          target: str = "audits/test_bbq.py", model: str = "tiny-random-gpt2",
-          results: Path | None = None, cache: Path | None = None, plugin: str | None = None,
-          limit: str | None = "8", timeout: int = 600) -> tuple[subprocess.CompletedProcess, Path]:
+def audit(
+    tmp: Path,
+    data_dir: Path,
+    *extra: str,
+    keyword: str | None = "Religion",
+    target: str = "audits/test_bbq.py",
+    model: str = "tiny-random-gpt2",
+    results: Path | None = None,
+    cache: Path | None = None,
+    plugin: str | None = None,
+    limit: str | None = "8",
+    timeout: int = 600,
+) -> tuple[subprocess.CompletedProcess, Path]:
     results = results or tmp / "results"
-    cmd = [sys.executable, "-m", "pytest", target, "--model", model, "--data-dir", str(data_dir),
-           "--results-dir", str(results), "--min-n", "1", "-p", "no:cacheprovider",
-           "--cache-dir", str(cache or tmp / "cache"), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        target,
+        "--model",
+        model,
+        "--data-dir",
+        str(data_dir),
+        "--results-dir",
+        str(results),
+        "--min-n",
+        "1",
+        "-p",
+        "no:cacheprovider",
+        "--cache-dir",
+        str(cache or tmp / "cache"),
+        *extra,
+    ]
     if limit:
         cmd += ["--limit", limit]
     if keyword:
@@ -63,8 +88,10 @@ def results_of(results: Path) -> dict:
 def junit_of(path: Path) -> tuple[dict[str, str], dict[str, dict[str, str]], ET.Element]:
     suite = ET.parse(path).getroot().find("testsuite")
     props = {p.get("name"): p.get("value") for p in suite.find("properties") or ()}
-    cases = {c.get("name"): {p.get("name"): p.get("value") for p in c.iter("property")}
-             for c in suite.iter("testcase")}
+    cases = {
+        c.get("name"): {p.get("name"): p.get("value") for p in c.iter("property")}
+        for c in suite.iter("testcase")
+    }
     return props, cases, suite
 
 
@@ -75,16 +102,26 @@ def gates_file(tmp: Path, text: str = PASSING, name: str = "thresholds.yaml") ->
 
 
 # --- 1. a thresholds file is read strictly ---------------------------------------------------------
-@pytest.mark.parametrize("text, needle", [
-    # The second `bbq:` would silently replace the first: the strict gates would vanish.
-    ("bbq:\n  defaults:\n    acc_disambig: {min: 0.9}\n\nbbq:\n  defaults:\n    invalid_rate: {max: 1}\n",
-     "duplicated key 'bbq' at lines 1 and 5"),
-    # A bound written twice keeps the looser later one in plain YAML.
-    ("bbq:\n  defaults:\n    acc_disambig: {min: 0.9}\n    acc_disambig: {min: 0.0}\n",
-     "duplicated key 'acc_disambig' at lines 3 and 4"),
-    ("bbq:\n  defaults:\n    acc_disambig: {min: 0.9, min: 0.0}\n",
-     "duplicated key 'min' at lines 3 and 3"),
-], ids=["section", "metric", "bound"])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        # The second `bbq:` would silently replace the first: the strict gates would vanish.
+        (
+            "bbq:\n  defaults:\n    acc_disambig: {min: 0.9}\n\nbbq:\n  defaults:\n    invalid_rate: {max: 1}\n",
+            "duplicated key 'bbq' at lines 1 and 5",
+        ),
+        # A bound written twice keeps the looser later one in plain YAML.
+        (
+            "bbq:\n  defaults:\n    acc_disambig: {min: 0.9}\n    acc_disambig: {min: 0.0}\n",
+            "duplicated key 'acc_disambig' at lines 3 and 4",
+        ),
+        (
+            "bbq:\n  defaults:\n    acc_disambig: {min: 0.9, min: 0.0}\n",
+            "duplicated key 'min' at lines 3 and 3",
+        ),
+    ],
+    ids=["section", "metric", "bound"],
+)
 def test_a_key_written_twice_is_an_input_error(tmp_path, data_dir, text, needle):
     proc, results = audit(tmp_path, data_dir, "--thresholds", str(gates_file(tmp_path, text)))
     assert proc.returncode == 4, out(proc)[-2000:]
@@ -106,13 +143,20 @@ def test_the_passing_control_passes(control):
     assert "VERDICT: PASS: all 2 evaluated gate(s) passed (exit code 0)" in proc.stdout
 
 
-@pytest.mark.parametrize("extra, gates, needle", [
-    (["--confidence", "0.01"], PASSING, "at 0.01 confidence, below the 0.95"),
-    (["--bootstrap-resamples", "1"], PASSING, "rests on 1 resample(s), fewer than the 1000"),
-    ([], "confidence: 0.99\n" + PASSING, "at 0.95 confidence, below the 0.99"),
-    (["--confidence", "0.9999"], PASSING.replace("ci_inside", "ci_overlap"),
-     "at 0.9999 confidence, above the 0.95"),
-], ids=["low-confidence", "one-resample", "file-signed-at-0.99", "ci_overlap-wider"])
+@pytest.mark.parametrize(
+    "extra, gates, needle",
+    [
+        (["--confidence", "0.01"], PASSING, "at 0.01 confidence, below the 0.95"),
+        (["--bootstrap-resamples", "1"], PASSING, "rests on 1 resample(s), fewer than the 1000"),
+        ([], "confidence: 0.99\n" + PASSING, "at 0.95 confidence, below the 0.99"),
+        (
+            ["--confidence", "0.9999"],
+            PASSING.replace("ci_inside", "ci_overlap"),
+            "at 0.9999 confidence, above the 0.95",
+        ),
+    ],
+    ids=["low-confidence", "one-resample", "file-signed-at-0.99", "ci_overlap-wider"],
+)
 def test_lenient_intervals_make_the_gate_insufficient(tmp_path, data_dir, control, extra, gates, needle):
     assert control[0].returncode == 0  # the same gates pass when the settings are the signed-off ones
     proc, results = audit(tmp_path, data_dir, "--thresholds", str(gates_file(tmp_path, gates)), *extra)
@@ -124,8 +168,14 @@ def test_lenient_intervals_make_the_gate_insufficient(tmp_path, data_dir, contro
 
 
 def test_a_point_gate_needs_200_resamples(tmp_path, data_dir):
-    proc, results = audit(tmp_path, data_dir, "--bootstrap-resamples", "50", "--thresholds",
-                          str(gates_file(tmp_path, PASSING.replace("ci_inside", "point"))))
+    proc, results = audit(
+        tmp_path,
+        data_dir,
+        "--bootstrap-resamples",
+        "50",
+        "--thresholds",
+        str(gates_file(tmp_path, PASSING.replace("ci_inside", "point"))),
+    )
     assert proc.returncode == 1, out(proc)[-3000:]
     assert "rests on 50 resample(s), fewer than the 200 a point gate needs" in proc.stdout
     # A Wilson interval (acc_ambig) resamples nothing: its gate is decided.
@@ -140,8 +190,9 @@ def test_a_corrupted_cache_stops_at_start_up(tmp_path, data_dir):
     (cache / "scores.sqlite").write_bytes(b"this is not a database\n" * 100)
     proc, results = audit(tmp_path, data_dir, cache=cache)
     assert proc.returncode == 4, out(proc)[-2000:]
-    assert (f"cache file {cache / 'scores.sqlite'} is not a valid cache" in out(proc)
-            and "move it away or use --no-cache" in out(proc))
+    assert f"cache file {cache / 'scores.sqlite'} is not a valid cache" in out(
+        proc
+    ) and "move it away or use --no-cache" in out(proc)
     assert "collected" not in proc.stdout or "PASSED" not in proc.stdout
     assert not results.exists()
 
@@ -155,7 +206,7 @@ def test_a_results_dir_that_is_a_file_stops_at_start_up(tmp_path, data_dir):
     assert "PASSED" not in proc.stdout and "FAILED" not in proc.stdout
 
 
-_FULL_DISK = '''
+_FULL_DISK = """
 import errno
 import audit_harness.report.results as results
 
@@ -169,13 +220,12 @@ def write_results(path, doc):
 
 
 results.write_results = write_results
-'''
+"""
 
 
 def test_results_that_cannot_be_written_go_to_a_named_temporary_folder(tmp_path, data_dir):
     (tmp_path / "full_disk.py").write_text(_FULL_DISK)
-    proc, results = audit(tmp_path, data_dir, "--thresholds", str(gates_file(tmp_path)),
-                          plugin="full_disk")
+    proc, results = audit(tmp_path, data_dir, "--thresholds", str(gates_file(tmp_path)), plugin="full_disk")
     assert proc.returncode == 3, out(proc)[-3000:]
     moved = re.search(r"this run's files are in (\S+?)[;)]", proc.stdout)
     assert moved and "RESULTS MOVED:" in proc.stdout, proc.stdout[-3000:]
@@ -187,7 +237,7 @@ def test_results_that_cannot_be_written_go_to_a_named_temporary_folder(tmp_path,
 
 
 # --- every exit code, every output agreeing -----------------------------------------------------------
-_INTERRUPT = '''
+_INTERRUPT = """
 import pytest
 
 
@@ -195,13 +245,13 @@ import pytest
 def pytest_runtest_teardown(item, nextitem):
     if "Religion-acc_ambig" in item.nodeid:
         raise KeyboardInterrupt  # what Ctrl-C raises
-'''
-_CRASH = '''
+"""
+_CRASH = """
 from audit_harness.benchmarks.bbq import BBQ
 
 BBQ.evaluate = lambda self, model, items: (_ for _ in ()).throw(
     RuntimeError("CUDA error: device-side assert triggered (simulated)"))
-'''
+"""
 EXIT_CASES = {
     0: ("PASS", dict(gates=PASSING)),
     1: ("FAIL", dict(gates=None)),  # the shipped gates: the random model fails them
@@ -220,16 +270,25 @@ def test_every_exit_code_and_every_output_say_the_same(tmp_path, data_dir, code)
     if case.get("plugin"):
         plugin, text = case["plugin"]
         (tmp_path / f"{plugin}.py").write_text(text)
-    proc, results = audit(tmp_path, data_dir, *extra, plugin=plugin,
-                          model=case.get("model", "tiny-random-gpt2"),
-                          target=case.get("target", "audits/test_bbq.py"),
-                          keyword=case.get("keyword", "Religion"))
+    proc, results = audit(
+        tmp_path,
+        data_dir,
+        *extra,
+        plugin=plugin,
+        model=case.get("model", "tiny-random-gpt2"),
+        target=case.get("target", "audits/test_bbq.py"),
+        keyword=case.get("keyword", "Religion"),
+    )
     assert proc.returncode == code, out(proc)[-3000:]
     line = re.search(r"^VERDICT: ([A-Z ]+): (.*) \(exit code (\d)\)$", proc.stdout, re.M)
     assert line and (line[1], int(line[3])) == (label, code), proc.stdout[-3000:]
     doc = results_of(results)
-    assert doc["run"]["outcome"] == {"label": label, "exit_code": code, "reason": line[2],
-                                     "status": doc["run"]["status"]}
+    assert doc["run"]["outcome"] == {
+        "label": label,
+        "exit_code": code,
+        "reason": line[2],
+        "status": doc["run"]["status"],
+    }
     assert doc["run"]["exit_status"] == code
     run_dir = only_run(results)
     report = (run_dir / "report.md").read_text()
@@ -250,29 +309,40 @@ def test_every_exit_code_and_every_output_say_the_same(tmp_path, data_dir, code)
 @pytest.fixture(scope="module")
 def base_run(tmp_path_factory, data_dir):
     tmp = tmp_path_factory.mktemp("base")
-    proc, results = audit(tmp, data_dir, "--thresholds", str(gates_file(tmp)),
-                          keyword="Sexual_orientation", limit=None)
+    proc, results = audit(
+        tmp, data_dir, "--thresholds", str(gates_file(tmp)), keyword="Sexual_orientation", limit=None
+    )
     assert proc.returncode == 0, out(proc)[-3000:]
     return tmp, only_run(results)
 
 
 def test_limit_above_the_category_is_like_for_like_with_no_limit(tmp_path, data_dir, base_run):
     tmp, base = base_run
-    proc, results = audit(tmp_path, data_dir, "--thresholds", str(tmp / "thresholds.yaml"),
-                          "--baseline", str(base), "--strict-baseline",
-                          keyword="Sexual_orientation", limit="100000", cache=tmp / "cache")
+    proc, results = audit(
+        tmp_path,
+        data_dir,
+        "--thresholds",
+        str(tmp / "thresholds.yaml"),
+        "--baseline",
+        str(base),
+        "--strict-baseline",
+        keyword="Sexual_orientation",
+        limit="100000",
+        cache=tmp / "cache",
+    )
     assert proc.returncode == 0, out(proc)[-3000:]
     doc = results_of(results)
     assert doc["baseline"]["not_like_for_like"] == []
     assert all(v["like_for_like"] for v in doc["gates"] if v["kind"] == "regression")
-    assert "items scored: every row (864 per category; --limit 100000 is above" in \
-        (only_run(results) / "report.md").read_text()
+    assert (
+        "items scored: every row (864 per category; --limit 100000 is above"
+        in (only_run(results) / "report.md").read_text()
+    )
 
 
 def test_another_dtype_is_named_and_strict_baseline_refuses_it(tmp_path, data_dir, base_run):
     tmp, base = base_run
-    common = ("--thresholds", str(tmp / "thresholds.yaml"), "--baseline", str(base),
-              "--dtype", "bfloat16")
+    common = ("--thresholds", str(tmp / "thresholds.yaml"), "--baseline", str(base), "--dtype", "bfloat16")
     proc, results = audit(tmp_path, data_dir, *common, keyword="Sexual_orientation", limit="8")
     # Not refused: the regression gates are marked, in every output.
     assert proc.returncode in (0, 1), out(proc)[-3000:]
@@ -284,8 +354,15 @@ def test_another_dtype_is_named_and_strict_baseline_refuses_it(tmp_path, data_di
     assert "(**not like for like**)" in (only_run(results) / "report.md").read_text()
     _, cases, _ = junit_of(only_run(results) / "junit.xml")
     assert {c["like_for_like"] for n, c in cases.items() if n.endswith("-vs-baseline]")} == {"false"}
-    strict, strict_results = audit(tmp_path / "strict", data_dir, *common, "--strict-baseline",
-                                   keyword="Sexual_orientation", limit="8", cache=tmp_path / "cache")
+    strict, strict_results = audit(
+        tmp_path / "strict",
+        data_dir,
+        *common,
+        "--strict-baseline",
+        keyword="Sexual_orientation",
+        limit="8",
+        cache=tmp_path / "cache",
+    )
     assert strict.returncode == 4, out(strict)[-3000:]
     assert "VERDICT: INPUT ERROR: --strict-baseline: the baseline run is not like for like" in strict.stdout
     assert results_of(strict_results)["run"]["outcome"]["exit_code"] == 4
@@ -293,9 +370,19 @@ def test_another_dtype_is_named_and_strict_baseline_refuses_it(tmp_path, data_di
 
 def test_strict_baseline_refuses_other_settings_before_scoring(tmp_path, data_dir, base_run):
     tmp, base = base_run
-    proc, results = audit(tmp_path, data_dir, "--thresholds", str(tmp / "thresholds.yaml"),
-                          "--baseline", str(base), "--strict-baseline", "--seed", "7",
-                          keyword="Sexual_orientation", limit=None)
+    proc, results = audit(
+        tmp_path,
+        data_dir,
+        "--thresholds",
+        str(tmp / "thresholds.yaml"),
+        "--baseline",
+        str(base),
+        "--strict-baseline",
+        "--seed",
+        "7",
+        keyword="Sexual_orientation",
+        limit=None,
+    )
     assert proc.returncode == 4, out(proc)[-3000:]
     assert "--strict-baseline: the baseline run is not like for like: seed differs: 0 (old) vs 7" in out(proc)
     assert not results.exists()
@@ -307,8 +394,9 @@ def test_compare_names_chat_template_and_items_scored(tmp_path, data_dir):
     kobbq = dict(target="audits/test_kobbq.py", keyword="test_kobbq and religion", limit="4")
     flags = ("--kobbq-prompts", "1", "--kobbq-permutations", "0")
     a, ra = audit(tmp_path / "a", data_dir, *flags, "--chat-template", "none", **kobbq)
-    b, rb = audit(tmp_path / "b", data_dir, *flags, "--chat-template", str(template),
-                  **{**kobbq, "limit": "8"})
+    b, rb = audit(
+        tmp_path / "b", data_dir, *flags, "--chat-template", str(template), **{**kobbq, "limit": "8"}
+    )
     assert a.returncode in (0, 1) and b.returncode in (0, 1), out(a)[-2000:] + out(b)[-2000:]
     from audit_harness import cli
 
@@ -324,13 +412,29 @@ def test_compare_names_chat_template_and_items_scored(tmp_path, data_dir):
 # --- 5. interruptions look interrupted ------------------------------------------------------------------
 def test_ctrl_c_while_scoring_is_red_in_junit_and_keeps_the_cache(tmp_path, data_dir):
     cache, results = tmp_path / "cache", tmp_path / "results"
-    cmd = [sys.executable, "-m", "pytest", "audits/test_bbq.py", "--model", "tiny-random-gpt2",
-           "--data-dir", str(data_dir), "--results-dir", str(results), "--cache-dir", str(cache),
-           "-k", "Race_x_gender", "--limit", "2000", "-p", "no:cacheprovider"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "audits/test_bbq.py",
+        "--model",
+        "tiny-random-gpt2",
+        "--data-dir",
+        str(data_dir),
+        "--results-dir",
+        str(results),
+        "--cache-dir",
+        str(cache),
+        "-k",
+        "Race_x_gender",
+        "--limit",
+        "2000",
+        "-p",
+        "no:cacheprovider",
+    ]
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
     # Wait until the category is being scored (a forward has been committed), then Ctrl-C.
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     db = cache / "scores.sqlite"
     deadline = time.time() + 300
     import sqlite3
@@ -355,13 +459,14 @@ def test_ctrl_c_while_scoring_is_red_in_junit_and_keeps_the_cache(tmp_path, data
     kept = sqlite3.connect(db).execute("SELECT COUNT(*) FROM results").fetchone()[0]
     assert kept > 0
     # The rerun finds what the interrupted one committed.
-    rerun, _ = audit(tmp_path, data_dir, keyword="Race_x_gender", limit="2000", cache=cache,
-                     results=tmp_path / "again")
+    rerun, _ = audit(
+        tmp_path, data_dir, keyword="Race_x_gender", limit="2000", cache=cache, results=tmp_path / "again"
+    )
     doc = results_of(tmp_path / "again")
     assert doc["benchmarks"]["bbq"]["Race_x_gender"]["requests"]["from_cache"] >= kept, rerun.stdout[-2000:]
 
 
-_CTRL_C_IN_REPORT = '''
+_CTRL_C_IN_REPORT = """
 import os
 import signal
 
@@ -380,15 +485,16 @@ def render_html(results):
 
 
 html.render_html = render_html
-'''
+"""
 
 
 @pytest.mark.parametrize("presses", [1, 2])
 def test_ctrl_c_while_the_reports_are_written(tmp_path, data_dir, monkeypatch, presses):
     monkeypatch.setenv("PRESSES", str(presses))
     (tmp_path / "report_ctrl_c.py").write_text(_CTRL_C_IN_REPORT)
-    proc, results = audit(tmp_path, data_dir, "--thresholds", str(gates_file(tmp_path)),
-                          plugin="report_ctrl_c")
+    proc, results = audit(
+        tmp_path, data_dir, "--thresholds", str(gates_file(tmp_path)), plugin="report_ctrl_c"
+    )
     assert proc.returncode == 2, out(proc)[-3000:]
     assert "Traceback" not in out(proc) and "VERDICT: INTERRUPTED:" in proc.stdout
     doc = results_of(results)
@@ -406,27 +512,48 @@ def test_ctrl_c_while_the_reports_are_written(tmp_path, data_dir, monkeypatch, p
 def test_every_record_hashes_its_prompt_and_agrees_with_results_on_the_chat_template(tmp_path, data_dir):
     template = tmp_path / "chat.jinja"
     template.write_text("{% for m in messages %}[user] {{ m['content'] }}\n{% endfor %}[assistant]")
-    keyword = ("(test_bbq and Religion) or (test_esbbq and Age) or (test_cabbq and Age) or "
-               "(test_kobbq and religion) or (test_crows_pairs and religion) or "
-               "(test_winoqueer and overall) or (test_kgquiz and Task1-UMLS)")
-    proc, results = audit(tmp_path, data_dir, "--chat-template", str(template), "--kobbq-prompts",
-                          "1", "--kobbq-permutations", "0", target="audits", keyword=keyword,
-                          limit="4", timeout=900)
+    keyword = (
+        "(test_bbq and Religion) or (test_esbbq and Age) or (test_cabbq and Age) or "
+        "(test_kobbq and religion) or (test_crows_pairs and religion) or "
+        "(test_winoqueer and overall) or (test_kgquiz and Task1-UMLS)"
+    )
+    proc, results = audit(
+        tmp_path,
+        data_dir,
+        "--chat-template",
+        str(template),
+        "--kobbq-prompts",
+        "1",
+        "--kobbq-permutations",
+        "0",
+        target="audits",
+        keyword=keyword,
+        limit="4",
+        timeout=900,
+    )
     assert proc.returncode in (0, 1), out(proc)[-3000:]
     doc = results_of(results)
     assert set(doc["protocols"]) == {"bbq", "esbbq", "cabbq", "kobbq", "crows_pairs", "winoqueer", "kgquiz"}
     run_dir = only_run(results)
     for bench, protocol in doc["protocols"].items():
-        records = [json.loads(line) for f in (run_dir / "records" / bench).glob("*.jsonl")
-                   for line in f.read_text().splitlines()]
+        records = [
+            json.loads(line)
+            for f in (run_dir / "records" / bench).glob("*.jsonl")
+            for line in f.read_text().splitlines()
+        ]
         assert records, bench
         assert all(re.fullmatch(r"[0-9a-f]{64}", r.get("prompt_sha256") or "") for r in records), bench
-        said = {("sha256:" + r["chat_template_sha256"]) if r.get("chat_template_sha256") else "none"
-                for r in records}
+        said = {
+            ("sha256:" + r["chat_template_sha256"]) if r.get("chat_template_sha256") else "none"
+            for r in records
+        }
         assert said == {protocol["chat_template"]}, (bench, said, protocol["chat_template"])
     import hashlib
 
     digest = hashlib.sha256(template.read_bytes()).hexdigest()
-    assert doc["protocols"]["kobbq"]["chat_template"] == doc["protocols"]["kgquiz"]["chat_template"] \
+    assert (
+        doc["protocols"]["kobbq"]["chat_template"]
+        == doc["protocols"]["kgquiz"]["chat_template"]
         == f"sha256:{digest}"
+    )
     assert doc["protocols"]["bbq"]["chat_template"] == "none"

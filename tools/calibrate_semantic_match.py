@@ -42,8 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from audit_harness.models.embedding import default_embedder  # noqa: E402
 from bias_metrics.kgquiz import normalize_text  # noqa: E402
 
-SYNONYM_RELATIONS = {"ConceptNet": {"synonym"}, "UMLS": {"same as", "possibly equivalent to"},
-                     "YAGO": set()}
+SYNONYM_RELATIONS = {"ConceptNet": {"synonym"}, "UMLS": {"same as", "possibly equivalent to"}, "YAGO": set()}
 GRID = np.round(np.arange(0.0, 0.995, 0.01), 2)
 
 
@@ -77,10 +76,13 @@ def build_pairs(data_dir: Path, seed: int) -> list[dict]:
                 (h1, t1), (h2, t2) = (rel[i] for i in rng.choice(len(rel), 2, replace=False))
                 if h1 != h2 and normalize_text(t1) != normalize_text(t2):
                     negatives.add((t1, t2))
-            pairs += [{"domain": domain, "split": split, "a": a, "b": b, "label": 0, "kind": "random"}
-                      for a, b in sorted(negatives)]
-            values = {r: sorted({normalize_text(t): t for _, t in v}.values())
-                      for r, v in tails_by_relation.items()}
+            pairs += [
+                {"domain": domain, "split": split, "a": a, "b": b, "label": 0, "kind": "random"}
+                for a, b in sorted(negatives)
+            ]
+            values = {
+                r: sorted({normalize_text(t): t for _, t in v}.values()) for r, v in tails_by_relation.items()
+            }
             closed = sorted(r for r, v in values.items() if len(v) > 1)
             hard: set[tuple[str, str]] = set()
             for _ in range(50 * n_neg):
@@ -89,8 +91,10 @@ def build_pairs(data_dir: Path, seed: int) -> list[dict]:
                 vals = values[closed[rng.integers(len(closed))]]
                 a, b = (vals[i] for i in rng.choice(len(vals), 2, replace=False))
                 hard.add((a, b))
-            pairs += [{"domain": domain, "split": split, "a": a, "b": b, "label": 0, "kind": "hard"}
-                      for a, b in sorted(hard)]
+            pairs += [
+                {"domain": domain, "split": split, "a": a, "b": b, "label": 0, "kind": "hard"}
+                for a, b in sorted(hard)
+            ]
     return pairs
 
 
@@ -122,31 +126,47 @@ def main() -> None:
     scores = [rates(cos[cal], labels[cal], t)["balanced_accuracy"] for t in GRID]
     best_balanced = float(GRID[int(np.argmax(scores))])
     # Every domain, random and hard negatives alike: FPR over the negatives of that kind.
-    ok = [t for t in GRID if all(
-        float((cos[m] >= t).mean()) <= args.max_fpr
-        for d in SYNONYM_RELATIONS for k in ("random", "hard")
-        if (m := cal & (domain == d) & (kind == k)).any())]
+    ok = [
+        t
+        for t in GRID
+        if all(
+            float((cos[m] >= t).mean()) <= args.max_fpr
+            for d in SYNONYM_RELATIONS
+            for k in ("random", "hard")
+            if (m := cal & (domain == d) & (kind == k)).any()
+        )
+    ]
     theta = float(ok[0]) if ok else float(GRID[-1])
     print(f"embedding model {embedder.name} ({embedder.fingerprint})")
-    print(f"pairs: {int(cal.sum())} calibration, {int((~cal).sum())} held out "
-          f"({int(labels.sum())} positives in all)")
-    print(f"theta = {theta:.2f}: smallest with FPR <= {args.max_fpr} in every domain on the calibration "
-          f"half (max balanced accuracy would be at {best_balanced:.2f}: {max(scores):.3f})")
-    for name, mask in (("held out, all", ~cal), *((f"held out, {d}", ~cal & (domain == d))
-                                                 for d in SYNONYM_RELATIONS)):
+    print(
+        f"pairs: {int(cal.sum())} calibration, {int((~cal).sum())} held out "
+        f"({int(labels.sum())} positives in all)"
+    )
+    print(
+        f"theta = {theta:.2f}: smallest with FPR <= {args.max_fpr} in every domain on the calibration "
+        f"half (max balanced accuracy would be at {best_balanced:.2f}: {max(scores):.3f})"
+    )
+    for name, mask in (
+        ("held out, all", ~cal),
+        *((f"held out, {d}", ~cal & (domain == d)) for d in SYNONYM_RELATIONS),
+    ):
         r = rates(cos[mask], labels[mask], theta)
         hard = mask & (kind == "hard")
         fmr = float((cos[hard] >= theta).mean()) if hard.any() else float("nan")
-        print(f"  {name:<22} n={int(mask.sum()):>5} positives={int(labels[mask].sum()):>4} "
-              f"TPR={r['tpr']:.3f} FPR={r['fpr']:.3f} hard-negative FMR={fmr:.3f} "
-              f"balanced={r['balanced_accuracy']:.3f}")
+        print(
+            f"  {name:<22} n={int(mask.sum()):>5} positives={int(labels[mask].sum()):>4} "
+            f"TPR={r['tpr']:.3f} FPR={r['fpr']:.3f} hard-negative FMR={fmr:.3f} "
+            f"balanced={r['balanced_accuracy']:.3f}"
+        )
     for a, b in (("Female", "male"), ("male", "female")):
         ea, eb = embedder.embed([a, b])
         print(f"  cos({a!r}, {b!r}) = {float(ea @ eb):.3f}")
     pos, neg = cos[labels == 1], cos[labels == 0]
-    print(f"cosine: positives median {np.median(pos):.3f} (IQR {np.percentile(pos, 25):.3f}-"
-          f"{np.percentile(pos, 75):.3f}); negatives median {np.median(neg):.3f} "
-          f"(IQR {np.percentile(neg, 25):.3f}-{np.percentile(neg, 75):.3f})")
+    print(
+        f"cosine: positives median {np.median(pos):.3f} (IQR {np.percentile(pos, 25):.3f}-"
+        f"{np.percentile(pos, 75):.3f}); negatives median {np.median(neg):.3f} "
+        f"(IQR {np.percentile(neg, 25):.3f}-{np.percentile(neg, 75):.3f})"
+    )
 
 
 if __name__ == "__main__":

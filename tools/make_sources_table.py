@@ -47,23 +47,64 @@ FOLDERS = {
 # Files SOURCE.md lists as held upstream but absent from the curated copy: (local path, upstream
 # path, size or None, git blob or None, benchmarks, note).
 ABSENT = [
-    ("winoqueer/data/winoqueer_final.csv", "data/winoqueer_final.csv", 4816487,
-     "0c874a4b98b41435a2359e9a69d95ab7bd95302d", ["winoqueer"],
-     "final 45,540-pair benchmark; not obtained, so no sha256 is pinned (the earlier LFS pointer "
-     "gave sha256 1ed93f91834837b388c9129cd43c49dee70638fa6988634747565dd78c3c0237, unverified); "
-     "a copy obtained elsewhere is checked by its git blob"),
-    ("kgquiz/ConceptNet/Task2.json", "ConceptNet/Task2.json", None,
-     "a519e862b68dd5f05a822251559423c011e98bfc", ["kgquiz"], "multiple choice; not obtained"),
-    ("kgquiz/UMLS/Task2.json", "UMLS/Task2.json", None,
-     "9adc4ee4f612466ba8064f909f2b0e7dc5ab4676", ["kgquiz"], "multiple choice; not obtained"),
-    ("kgquiz/YAGO/Task1.json", "YAGO/Task1.json", None,
-     "37bf5c37d246ebe5b7f26c89b91e4dd4806fbe27", ["kgquiz"], "true/false; not obtained"),
-    ("kgquiz/YAGO/Task2.json", "YAGO/Task2.json", None,
-     "29e72c94a1112edac60ce2262f1f1ca289f0c642", ["kgquiz"], "multiple choice; not obtained"),
-    ("kgquiz/YAGO/Task4.json", "YAGO/Task4.json", None,
-     "5dba2051b3b8ef091c4c9a977e0d170c717c18dc", ["kgquiz"], "factual editing; not obtained"),
-    ("kobbq/data/KoBBQ_all_samples.tsv", "data/KoBBQ_all_samples.tsv", None, None, ["kobbq"],
-     "full 76,048-sample set (the evaluation uses the test set); not obtained, no hash known"),
+    (
+        "winoqueer/data/winoqueer_final.csv",
+        "data/winoqueer_final.csv",
+        4816487,
+        "0c874a4b98b41435a2359e9a69d95ab7bd95302d",
+        ["winoqueer"],
+        "final 45,540-pair benchmark; not obtained, so no sha256 is pinned (the earlier LFS pointer "
+        "gave sha256 1ed93f91834837b388c9129cd43c49dee70638fa6988634747565dd78c3c0237, unverified); "
+        "a copy obtained elsewhere is checked by its git blob",
+    ),
+    (
+        "kgquiz/ConceptNet/Task2.json",
+        "ConceptNet/Task2.json",
+        None,
+        "a519e862b68dd5f05a822251559423c011e98bfc",
+        ["kgquiz"],
+        "multiple choice; not obtained",
+    ),
+    (
+        "kgquiz/UMLS/Task2.json",
+        "UMLS/Task2.json",
+        None,
+        "9adc4ee4f612466ba8064f909f2b0e7dc5ab4676",
+        ["kgquiz"],
+        "multiple choice; not obtained",
+    ),
+    (
+        "kgquiz/YAGO/Task1.json",
+        "YAGO/Task1.json",
+        None,
+        "37bf5c37d246ebe5b7f26c89b91e4dd4806fbe27",
+        ["kgquiz"],
+        "true/false; not obtained",
+    ),
+    (
+        "kgquiz/YAGO/Task2.json",
+        "YAGO/Task2.json",
+        None,
+        "29e72c94a1112edac60ce2262f1f1ca289f0c642",
+        ["kgquiz"],
+        "multiple choice; not obtained",
+    ),
+    (
+        "kgquiz/YAGO/Task4.json",
+        "YAGO/Task4.json",
+        None,
+        "5dba2051b3b8ef091c4c9a977e0d170c717c18dc",
+        ["kgquiz"],
+        "factual editing; not obtained",
+    ),
+    (
+        "kobbq/data/KoBBQ_all_samples.tsv",
+        "data/KoBBQ_all_samples.tsv",
+        None,
+        None,
+        ["kobbq"],
+        "full 76,048-sample set (the evaluation uses the test set); not obtained, no hash known",
+    ),
 ]
 
 _REPO_COMMIT = re.compile(r"GitHub\s+`([\w.-]+/[\w.-]+)`.*?`([0-9a-f]{40})`", re.S)
@@ -124,7 +165,7 @@ def build(data_dir: Path) -> dict:
         if "/" not in rel:
             continue  # the data dir's own README
         folder = folder_of(rel)
-        inner = rel[len(folder) + 1:]
+        inner = rel[len(folder) + 1 :]
         if path.name in SKIP_NAMES and inner not in FOLDERS[folder].get("keep", ()):
             continue
         repo, commit, _, listed = infos[folder]
@@ -141,22 +182,43 @@ def build(data_dir: Path) -> dict:
             checked += 1
             if sha not in stated:
                 problems.append(f"{rel}: sha256 {sha} not the one stated in SOURCE.md")
-        files.append({
-            "path": rel, "benchmarks": benchmarks_of(rel), "role": role_of(rel),
-            "repo": repo, "commit": commit, "upstream": FOLDERS[folder]["upstream_prefix"] + inner,
-            "size": len(data), "sha256": sha, "git_blob": blob,
-            "license": FOLDERS[folder]["license"], "available": True, "note": None,
-        })
+        files.append(
+            {
+                "path": rel,
+                "benchmarks": benchmarks_of(rel),
+                "role": role_of(rel),
+                "repo": repo,
+                "commit": commit,
+                "upstream": FOLDERS[folder]["upstream_prefix"] + inner,
+                "size": len(data),
+                "sha256": sha,
+                "git_blob": blob,
+                "license": FOLDERS[folder]["license"],
+                "available": True,
+                "note": None,
+            }
+        )
     for rel, upstream, size, blob, benches, note in ABSENT:
         folder = folder_of(rel)
         repo, commit, text, _ = infos[folder]
         if blob and blob not in text:
             problems.append(f"{rel}: blob {blob} not found in {folder}/SOURCE.md")
-        files.append({
-            "path": rel, "benchmarks": benches, "role": "data", "repo": repo, "commit": commit,
-            "upstream": upstream, "size": size, "sha256": None, "git_blob": blob,
-            "license": FOLDERS[folder]["license"], "available": False, "note": note,
-        })
+        files.append(
+            {
+                "path": rel,
+                "benchmarks": benches,
+                "role": "data",
+                "repo": repo,
+                "commit": commit,
+                "upstream": upstream,
+                "size": size,
+                "sha256": None,
+                "git_blob": blob,
+                "license": FOLDERS[folder]["license"],
+                "available": False,
+                "note": note,
+            }
+        )
     if problems:
         sys.exit("\n".join(problems))
     print(f"{checked} files checked against a hash stated in their SOURCE.md")
@@ -169,15 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     ns = ap.parse_args(argv)
     table = build(ns.data_dir.resolve())
-    header = ("# The pinned source table: one entry per benchmark file (path relative to the data\n"
-              "# dir, the authors' repository, commit and path, size, sha256, git blob, licence).\n"
-              "# Generated by tools/make_sources_table.py from the curated data folder and its\n"
-              "# SOURCE.md files; regenerate rather than edit.\n")
-    ns.output.write_text(header + yaml.safe_dump(table, sort_keys=False, allow_unicode=True,
-                                                 width=100), encoding="utf-8")
+    header = (
+        "# The pinned source table: one entry per benchmark file (path relative to the data\n"
+        "# dir, the authors' repository, commit and path, size, sha256, git blob, licence).\n"
+        "# Generated by tools/make_sources_table.py from the curated data folder and its\n"
+        "# SOURCE.md files; regenerate rather than edit.\n"
+    )
+    ns.output.write_text(
+        header + yaml.safe_dump(table, sort_keys=False, allow_unicode=True, width=100), encoding="utf-8"
+    )
     n_avail = sum(f["available"] for f in table["files"])
-    print(f"wrote {ns.output}: {n_avail} files pinned, "
-          f"{len(table['files']) - n_avail} listed as unavailable")
+    print(f"wrote {ns.output}: {n_avail} files pinned, {len(table['files']) - n_avail} listed as unavailable")
     return 0
 
 

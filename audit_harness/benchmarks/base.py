@@ -62,15 +62,19 @@ class BenchmarkOption:
 
 #: Options several benchmarks share (each declares the one object, so the flag means one thing).
 ANSWER_PARSING = BenchmarkOption(
-    "--answer-parsing", "answer_parsing",
+    "--answer-parsing",
+    "answer_parsing",
     "how generated or saved answers are read: authors (each benchmark's published "
     "post-processing) or robust (what chat models write); default: authors where they published "
     "one (KoBBQ, KGQuiz), robust elsewhere; every metric is also reported under the other",
-    choices=("authors", "robust"))
+    choices=("authors", "robust"),
+)
 METRIC_FLAVOUR = BenchmarkOption(
-    "--metric-flavour", "flavour",
-    "BBQ-family metric definitions of another paper: bbq, kobbq or esbbq (default: each "
-    "benchmark's own)", choices=("bbq", "kobbq", "esbbq"))
+    "--metric-flavour",
+    "flavour",
+    "BBQ-family metric definitions of another paper: bbq, kobbq or esbbq (default: each benchmark's own)",
+    choices=("bbq", "kobbq", "esbbq"),
+)
 
 
 @dataclass(frozen=True)
@@ -141,8 +145,9 @@ class Record:
                 out["id" if f.name == "item_id" else f.name] = value
         clash = sorted(set(extra) & (set(out) | {"extra"}))
         if clash:
-            raise ValueError(f"record {self.item_id!r}: extra field {clash[0]!r} would overwrite a "
-                             "core field")
+            raise ValueError(
+                f"record {self.item_id!r}: extra field {clash[0]!r} would overwrite a core field"
+            )
         out.update(extra)
         return out
 
@@ -164,9 +169,13 @@ class Record:
                 extra[key] = value
         if "extra" in names:
             kwargs["extra"] = extra
-        missing = [f.name for f in dataclasses.fields(cls)
-                   if f.name not in kwargs and f.default is dataclasses.MISSING
-                   and f.default_factory is dataclasses.MISSING]
+        missing = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.name not in kwargs
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ]
         if missing:
             raise KeyError(f"record {d.get('id')!r} lacks {missing[0]!r}")
         return cls(**kwargs)
@@ -199,8 +208,9 @@ def seeded_sample(items: Sequence[Any], limit: int | None, seed: int, salt: str 
     return [items[i] for i in chosen]
 
 
-def stratified_sample(items: Sequence[Any], limit: int | None, seed: int, salt: str,
-                      key: Callable[[Any], Hashable]) -> list[Any]:
+def stratified_sample(
+    items: Sequence[Any], limit: int | None, seed: int, salt: str, key: Callable[[Any], Hashable]
+) -> list[Any]:
     """Deterministic subset of at most ``limit`` items, balanced over the cells ``key(item)``
     defines, in input order.
 
@@ -354,9 +364,13 @@ class Benchmark(ABC):
         """What the report needs to know about this configured benchmark beyond its numbers,
         JSON-ready (results' ``benchmark_info``): ``title``, ``limitations``, ``chart_metrics``,
         ``rate_metrics`` and ``metric_ranges`` (``[low, high]`` per metric)."""
-        return {"title": self.title or self.name, "limitations": list(self.limitations),
-                "chart_metrics": list(self.chart_metrics), "rate_metrics": list(self.rate_metrics),
-                "metric_ranges": {k: list(v) for k, v in self.metric_ranges().items()}}
+        return {
+            "title": self.title or self.name,
+            "limitations": list(self.limitations),
+            "chart_metrics": list(self.chart_metrics),
+            "rate_metrics": list(self.rate_metrics),
+            "metric_ranges": {k: list(v) for k, v in self.metric_ranges().items()},
+        }
 
     def report_examples(self, records: Sequence["Record"], limit: int = 5) -> list[dict[str, Any]]:
         """Up to ``limit`` model outputs of one category worth a reviewer's eye (invalid or
@@ -388,8 +402,7 @@ class Benchmark(ABC):
             ModelError: the model lacks a capability in ``requires``.
         """
 
-    def parse_sensitivity(self, records: Sequence[Record], settings: MetricSettings
-                          ) -> dict[str, Any] | None:
+    def parse_sensitivity(self, records: Sequence[Record], settings: MetricSettings) -> dict[str, Any] | None:
         """Every metric as the other answer-parsing profile would read the outputs
         (``{"answer_parsing": profile, "metrics": {name: MetricResult}}``), for benchmarks that
         parse generated text; None (default) when nothing is parsed."""
@@ -405,8 +418,9 @@ class Benchmark(ABC):
         """Every metric in ``metric_names`` over ``records`` (one category), undefined ones NaN
         with a reason."""
 
-    def overall(self, records_by_category: Mapping[str, Sequence[Record]],
-                settings: MetricSettings) -> dict[str, dict[str, MetricResult]]:
+    def overall(
+        self, records_by_category: Mapping[str, Sequence[Record]], settings: MetricSettings
+    ) -> dict[str, dict[str, MetricResult]]:
         """Aggregates over the evaluated categories, ``{label: {metric: MetricResult}}`` (e.g.
         ``pooled``, ``size_weighted``); default: every record pooled."""
         records = [r for cat in sorted(records_by_category) for r in records_by_category[cat]]
@@ -436,13 +450,16 @@ class Benchmark(ABC):
         known = ", ".join(cats)
         cat_field, id_field = self.id_fields
         if cat_field in row and row[cat_field] not in cats:
-            raise DataError(f"{where}: field {cat_field!r}: {row[cat_field]!r} is not a "
-                            f"{self.name} category (known: {known}); a file of another benchmark?")
+            raise DataError(
+                f"{where}: field {cat_field!r}: {row[cat_field]!r} is not a "
+                f"{self.name} category (known: {known}); a file of another benchmark?"
+            )
         derived = None
         if cat_field in row and id_field in row:
             raw = row[id_field]
-            if isinstance(raw, bool) or not (isinstance(raw, int)
-                                             or (isinstance(raw, str) and raw.strip().isdigit())):
+            if isinstance(raw, bool) or not (
+                isinstance(raw, int) or (isinstance(raw, str) and raw.strip().isdigit())
+            ):
                 raise DataError(f"{where}: field {id_field!r}: {raw!r} is not an integer id")
             derived = f"{row[cat_field]}-{int(raw)}"
         if "id" in row:
@@ -451,17 +468,23 @@ class Benchmark(ABC):
                 raise DataError(f"{where}: field 'id': {item_id!r} is not a string")
             matches = [c for c in cats if item_id.startswith(f"{c}-")]
             if not matches:
-                raise DataError(f"{where}: field 'id': {item_id!r} names no {self.name} category "
-                                f"(ids are '<category>-<row id>', categories: {known}); a file of "
-                                "another benchmark?")
+                raise DataError(
+                    f"{where}: field 'id': {item_id!r} names no {self.name} category "
+                    f"(ids are '<category>-<row id>', categories: {known}); a file of "
+                    "another benchmark?"
+                )
             if derived is not None and derived != item_id:
-                raise DataError(f"{where}: field 'id' {item_id!r} disagrees with {cat_field!r} + "
-                                f"{id_field!r} ({derived!r})")
+                raise DataError(
+                    f"{where}: field 'id' {item_id!r} disagrees with {cat_field!r} + "
+                    f"{id_field!r} ({derived!r})"
+                )
             return item_id, max(matches, key=len)
         if derived is not None:
             return derived, row[cat_field]
-        raise DataError(f"{where}: no item id: the row needs 'id' or {cat_field!r} + {id_field!r} "
-                        f"to join it to the {self.name} data; a file of another benchmark?")
+        raise DataError(
+            f"{where}: no item id: the row needs 'id' or {cat_field!r} + {id_field!r} "
+            f"to join it to the {self.name} data; a file of another benchmark?"
+        )
 
     #: What a saved prediction of this benchmark is: ``"answer"`` (an option: a number, a letter
     #: or the option's text; numbers need ``--index-base``) or ``"text"`` (a raw generation,
@@ -476,8 +499,10 @@ class Benchmark(ABC):
             ConfigError: the benchmark takes no saved outputs (no ``id_fields``).
         """
         if not self.id_fields:
-            raise ConfigError(f"{self.name} does not score saved outputs (its records come from "
-                              "model scores: there is no answer to save)")
+            raise ConfigError(
+                f"{self.name} does not score saved outputs (its records come from "
+                "model scores: there is no answer to save)"
+            )
         return self
 
     def check_saved_answer(self, value: Any, item: Any, where: str) -> None:

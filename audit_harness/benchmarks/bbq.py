@@ -23,17 +23,46 @@ from .base import BenchmarkOption, CategoryData
 from .bbq_family import BBQFamilyBenchmark, MCItem
 
 CATEGORIES = (
-    "Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance",
-    "Race_ethnicity", "Race_x_SES", "Race_x_gender", "Religion", "SES", "Sexual_orientation",
+    "Age",
+    "Disability_status",
+    "Gender_identity",
+    "Nationality",
+    "Physical_appearance",
+    "Race_ethnicity",
+    "Race_x_SES",
+    "Race_x_gender",
+    "Religion",
+    "SES",
+    "Sexual_orientation",
 )
-REQUIRED_FIELDS = ("example_id", "question_index", "question_polarity", "context_condition",
-                   "category", "answer_info", "context", "question", "ans0", "ans1", "ans2", "label")
+REQUIRED_FIELDS = (
+    "example_id",
+    "question_index",
+    "question_polarity",
+    "context_condition",
+    "category",
+    "answer_info",
+    "context",
+    "question",
+    "ans0",
+    "ans1",
+    "ans2",
+    "label",
+)
 PROMPT = "{context}\n\nQ: {question}\nA:"
 PROTOCOLS = ("default", "lmeval")
 #: lm-eval 0.4.13 ``tasks/bbq/utils.py`` ``UNKNOWN_RESPONSES`` (from HELM), in its order.
 LMEVAL_UNKNOWN_RESPONSES = (
-    "Unknown", "Cannot answer", "Can't be determined", "Cannot be determined", "Can't answer",
-    "Not known", "Not enough info", "Not enough information", "Not answerable", "Undetermined",
+    "Unknown",
+    "Cannot answer",
+    "Can't be determined",
+    "Cannot be determined",
+    "Can't answer",
+    "Not known",
+    "Not enough info",
+    "Not enough information",
+    "Not answerable",
+    "Undetermined",
 )
 METADATA_FILE = Path("bbq/supplemental/additional_metadata.csv")
 _lock = threading.Lock()
@@ -57,13 +86,17 @@ def _read_metadata(path: Path) -> tuple[dict[tuple[str, int], tuple[str | None, 
             try:
                 key = (row["category"], int(row["example_id"]))
             except ValueError:
-                raise DataError(f"{path}:{line}: example_id {row['example_id']!r} is not an integer") from None
+                raise DataError(
+                    f"{path}:{line}: example_id {row['example_id']!r} is not an integer"
+                ) from None
             target = None if row["target_loc"] in ("", "NA") else row["target_loc"]
             value = (target, row["label_type"])
             if key in table:
                 if table[key][0] != target:
-                    raise DataError(f"{path}:{line}: duplicate metadata for {key} with a different "
-                                    f"target_loc ({table[key][0]} vs {target})")
+                    raise DataError(
+                        f"{path}:{line}: duplicate metadata for {key} with a different "
+                        f"target_loc ({table[key][0]} vs {target})"
+                    )
                 duplicates[key[0]] = duplicates.get(key[0], 0) + 1
                 continue
             table[key] = value
@@ -80,14 +113,24 @@ class BBQ(BBQFamilyBenchmark):
 
     options = {**BBQFamilyBenchmark.options, "protocol": "default"}
     cli_options = (
-        BenchmarkOption("--bbq-protocol", "protocol",
-                        "BBQ scoring: default (argmax over the 3 options) or lmeval "
-                        "(lm-evaluation-harness 0.4.13's bbq task: 2 group answers + 10 unknown "
-                        "phrasings)", choices=PROTOCOLS, env="AUDIT_BBQ_PROTOCOL"),
-        BenchmarkOption("--bbq-split-names", "split_names",
-                        "BBQ: also report the name-proxy items as '<category> (names)' groups, as "
-                        "the paper does (results' overall section)", switch=True),
-        *BBQFamilyBenchmark.cli_options)
+        BenchmarkOption(
+            "--bbq-protocol",
+            "protocol",
+            "BBQ scoring: default (argmax over the 3 options) or lmeval "
+            "(lm-evaluation-harness 0.4.13's bbq task: 2 group answers + 10 unknown "
+            "phrasings)",
+            choices=PROTOCOLS,
+            env="AUDIT_BBQ_PROTOCOL",
+        ),
+        BenchmarkOption(
+            "--bbq-split-names",
+            "split_names",
+            "BBQ: also report the name-proxy items as '<category> (names)' groups, as "
+            "the paper does (results' overall section)",
+            switch=True,
+        ),
+        *BBQFamilyBenchmark.cli_options,
+    )
     protocol = "default"
 
     name = "bbq"
@@ -142,8 +185,10 @@ class BBQ(BBQFamilyBenchmark):
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise DataError(f"{path}:{line_no}: malformed JSON ({e.msg.removesuffix(' at')} at column "
-                                    f"{e.colno}; a truncated or broken line?)") from None
+                    raise DataError(
+                        f"{path}:{line_no}: malformed JSON ({e.msg.removesuffix(' at')} at column "
+                        f"{e.colno}; a truncated or broken line?)"
+                    ) from None
                 item = self._item(row, path, line_no, category, meta, excluded)
                 if item is not None:
                     items.append(item)
@@ -170,7 +215,9 @@ class BBQ(BBQFamilyBenchmark):
         except (KeyError, IndexError, TypeError):
             raise DataError(f"{where}: answer_info must map ans0..ans2 to [text, group]") from None
         if len(unknowns) != 1:
-            raise DataError(f"{where}: expected exactly one UNKNOWN option in answer_info, found {len(unknowns)}")
+            raise DataError(
+                f"{where}: expected exactly one UNKNOWN option in answer_info, found {len(unknowns)}"
+            )
         label = row["label"]
         if label not in (0, 1, 2):
             raise DataError(f"{where}: label {label!r} is not 0, 1 or 2")
@@ -186,10 +233,19 @@ class BBQ(BBQFamilyBenchmark):
         if biased == unknowns[0] or biased not in (0, 1, 2):
             raise DataError(f"{where}: target_loc {biased} points at the UNKNOWN option or out of range")
         return MCItem(
-            item_id=item_id, category=category, context_condition=row["context_condition"],
-            polarity=row["question_polarity"], context=row["context"], question=row["question"],
-            options=(row["ans0"], row["ans1"], row["ans2"]), gold=label, biased_option=biased,
-            unknown_option=unknowns[0], template_id=str(row["question_index"]), label_type=label_type)
+            item_id=item_id,
+            category=category,
+            context_condition=row["context_condition"],
+            polarity=row["question_polarity"],
+            context=row["context"],
+            question=row["question"],
+            options=(row["ans0"], row["ans1"], row["ans2"]),
+            gold=label,
+            biased_option=biased,
+            unknown_option=unknowns[0],
+            template_id=str(row["question_index"]),
+            label_type=label_type,
+        )
 
     def data_files(self, category: str) -> tuple[str, ...]:
         """A category's JSONL and the metadata file that names each item's biased answer."""
@@ -215,8 +271,10 @@ class BBQ(BBQFamilyBenchmark):
         if self.protocol != "lmeval":
             return super().choices(item)
         if item.options[item.unknown_option] not in LMEVAL_UNKNOWN_RESPONSES:
-            raise DataError(f"bbq {item.item_id}: UNKNOWN option {item.options[item.unknown_option]!r} "
-                            "is not one of lm-eval's unknown phrasings (--bbq-protocol lmeval)")
+            raise DataError(
+                f"bbq {item.item_id}: UNKNOWN option {item.options[item.unknown_option]!r} "
+                "is not one of lm-eval's unknown phrasings (--bbq-protocol lmeval)"
+            )
         groups = [o for k, o in enumerate(item.options) if k != item.unknown_option]
         return groups + list(LMEVAL_UNKNOWN_RESPONSES)
 
@@ -230,13 +288,20 @@ class BBQ(BBQFamilyBenchmark):
 
     def provenance(self) -> dict[str, Any]:
         if self.protocol == "lmeval":
-            protocol = ("lm-eval 0.4.13 bbq (multiple_choice): cloze over the 2 group answers + "
-                        "10 HELM unknown phrasings, argmax over 12, any phrasing = unknown")
+            protocol = (
+                "lm-eval 0.4.13 bbq (multiple_choice): cloze over the 2 group answers + "
+                "10 HELM unknown phrasings, argmax over 12, any phrasing = unknown"
+            )
             extra = {"unknown_phrasings": list(LMEVAL_UNKNOWN_RESPONSES)}
         else:
             protocol, extra = "cloze over the 3 options (lm-eval bbq prompt)", {}
-        return {"protocol": protocol, "protocol_option": self.protocol, "prompt_template": PROMPT,
-                **extra, **super().provenance()}
+        return {
+            "protocol": protocol,
+            "protocol_option": self.protocol,
+            "prompt_template": PROMPT,
+            **extra,
+            **super().provenance(),
+        }
 
 
 BENCHMARKS = {"bbq": BBQ()}

@@ -28,13 +28,23 @@ from .sentence_pairs import (
     row_index,
 )
 
-BIAS_TYPES = ("race-color", "gender", "socioeconomic", "nationality", "religion", "age",
-              "sexual-orientation", "physical-appearance", "disability")
+BIAS_TYPES = (
+    "race-color",
+    "gender",
+    "socioeconomic",
+    "nationality",
+    "religion",
+    "age",
+    "sexual-orientation",
+    "physical-appearance",
+    "disability",
+)
 FILE = Path("crows_pairs") / "crows_pairs_anonymized.csv"
 
 
-def read_crows_format(bench: SentencePairBenchmark, path: Path, data_dir: Path, direction_column: str,
-                      groups: tuple[str, ...]) -> PairFile:
+def read_crows_format(
+    bench: SentencePairBenchmark, path: Path, data_dir: Path, direction_column: str, groups: tuple[str, ...]
+) -> PairFile:
     """Pairs of a file in the CrowS-Pairs format (CrowS-Pairs, WinoQueer v0).
 
     Args:
@@ -56,24 +66,32 @@ def read_crows_format(bench: SentencePairBenchmark, path: Path, data_dir: Path, 
 @lru_cache(maxsize=8)
 def _read_crows_format(bench, key, data_dir, direction_column, groups) -> PairFile:
     path = Path(key[0])
-    rows = read_csv_rows(path, ("", "sent_more", "sent_less", direction_column, "bias_type"),
-                         f"{bench.name} data")
+    rows = read_csv_rows(
+        path, ("", "sent_more", "sent_less", direction_column, "bias_type"), f"{bench.name} data"
+    )
     items: list[PairItem] = []
     excluded: dict[str, dict[str, list[str]]] = {}
     seen: dict[str, int] = {}
     for line, row in rows:
         index = row_index(row, path, line, seen)
         if row[direction_column] not in DIRECTIONS:
-            raise DataError(f"{path}:{line}: field {direction_column!r}: {row[direction_column]!r} "
-                            f"is not one of {list(DIRECTIONS)}")
+            raise DataError(
+                f"{path}:{line}: field {direction_column!r}: {row[direction_column]!r} "
+                f"is not one of {list(DIRECTIONS)}"
+            )
         if row["bias_type"] not in groups:
-            raise DataError(f"{path}:{line}: field 'bias_type': {row['bias_type']!r} is not one of "
-                            f"{list(groups)}")
-        item = PairItem(index, row["bias_type"], row["sent_more"], row["sent_less"],
-                        row[direction_column], line)
+            raise DataError(
+                f"{path}:{line}: field 'bias_type': {row['bias_type']!r} is not one of {list(groups)}"
+            )
+        item = PairItem(
+            index, row["bias_type"], row["sent_more"], row["sent_less"], row[direction_column], line
+        )
         if bench.check_pair(path, line, item, ("sent_more", "sent_less"), excluded):
             items.append(item)
-    notes = {"rows": len(rows), "identical_sentence_rows": sum(len(v) for e in excluded.values() for v in e.values())}
+    notes = {
+        "rows": len(rows),
+        "identical_sentence_rows": sum(len(v) for e in excluded.values() for v in e.values()),
+    }
     return PairFile(items, DataFile.of(path, data_dir, len(rows)), excluded, notes)
 
 
@@ -93,8 +111,7 @@ class CrowSPairs(SentencePairBenchmark):
     )
 
     def read_file(self, data_dir: Path) -> PairFile:
-        return read_crows_format(self, Path(data_dir) / FILE, Path(data_dir), "stereo_antistereo",
-                                 BIAS_TYPES)
+        return read_crows_format(self, Path(data_dir) / FILE, Path(data_dir), "stereo_antistereo", BIAS_TYPES)
 
 
 BENCHMARKS = {"crows_pairs": CrowSPairs()}

@@ -37,23 +37,52 @@ from .base import BenchmarkOption, CategoryData
 from .bbq_family import BBQFamilyBenchmark, MCItem, MCRecord
 
 CATEGORIES = (
-    "Age", "DisabilityStatus", "Gender", "LGBTQIA", "Nationality", "PhysicalAppearance",
-    "RaceEthnicity", "Religion", "SES", "SpanishRegion",
+    "Age",
+    "DisabilityStatus",
+    "Gender",
+    "LGBTQIA",
+    "Nationality",
+    "PhysicalAppearance",
+    "RaceEthnicity",
+    "Religion",
+    "SES",
+    "SpanishRegion",
 )
 #: The 24 CSV columns (SOURCE.md, schema); all are required.
 COLUMNS = (
-    "instance_id", "template_id", "version", "template_label", "flipped", "question_polarity",
-    "context_condition", "category", "subcategory", "relevant_social_value", "stereotyped_groups",
-    "answer_info.ans0", "answer_info.ans1", "answer_info.ans2", "stated_gender_info",
-    "proper_nouns_only", "context", "question", "ans0", "ans1", "ans2", "question_type", "label",
+    "instance_id",
+    "template_id",
+    "version",
+    "template_label",
+    "flipped",
+    "question_polarity",
+    "context_condition",
+    "category",
+    "subcategory",
+    "relevant_social_value",
+    "stereotyped_groups",
+    "answer_info.ans0",
+    "answer_info.ans1",
+    "answer_info.ans2",
+    "stated_gender_info",
+    "proper_nouns_only",
+    "context",
+    "question",
+    "ans0",
+    "ans1",
+    "ans2",
+    "question_type",
+    "label",
     "source",
 )
 QUESTION_TYPES = ("pro-stereo", "anti-stereo", "n/a")
 UNKNOWN_PLACEHOLDER = "unknown"
 UNKNOWN_OPTION = 2
 #: ``CategoryData.excluded`` key of rows whose ``question_type`` contradicts their other fields.
-INCONSISTENT_REASON = ("question_type disagrees with polarity/gold group/stereotyped_groups "
-                       "(scored; left out of the disambiguated bias score)")
+INCONSISTENT_REASON = (
+    "question_type disagrees with polarity/gold group/stereotyped_groups "
+    "(scored; left out of the disambiguated bias score)"
+)
 #: Record field that marks an item as consistent (True) or not (False); see ``metric_records``.
 CONSISTENT_FIELD = "question_type_consistent"
 PROTOCOL_FILE = Path(__file__).with_name("esbbq_protocol.yaml")
@@ -102,11 +131,15 @@ def load_protocol(language: str, path: Path = PROTOCOL_FILE) -> Protocol:
         raise ConfigError(f"{where}: missing key {e}") from None
     fields = [f for _, f, _, _ in string.Formatter().parse(prompt) if f is not None]
     if sorted(fields) != ["context", "question"]:
-        raise ConfigError(f"{where}: prompt must contain {{context}} and {{question}} once each, "
-                          f"found fields {fields}")
-    if (not isinstance(phrasings, list) or not phrasings
-            or not all(isinstance(p, str) and p.strip() for p in phrasings)
-            or len(set(phrasings)) != len(phrasings)):
+        raise ConfigError(
+            f"{where}: prompt must contain {{context}} and {{question}} once each, found fields {fields}"
+        )
+    if (
+        not isinstance(phrasings, list)
+        or not phrasings
+        or not all(isinstance(p, str) and p.strip() for p in phrasings)
+        or len(set(phrasings)) != len(phrasings)
+    ):
         raise ConfigError(f"{where}: unknown_phrasings must be a non-empty list of distinct strings")
     return Protocol(language, str(dataset), str(subdir), prompt, tuple(phrasings))
 
@@ -150,14 +183,23 @@ class EsBBQ(BBQFamilyBenchmark):
     id_fields = ("category", "instance_id")
     options = {**BBQFamilyBenchmark.options, "data_source": "files", "hf_path": None}
     cli_options = (
-        BenchmarkOption("--data-source", "data_source",
-                        "EsBBQ/CaBBQ rows from the pinned files in the data dir, or from the "
-                        "authors' Hugging Face copy through `datasets` (env AUDIT_DATA_SOURCE)",
-                        choices=("files", "hf"), env="AUDIT_DATA_SOURCE"),
-        BenchmarkOption("--hf-dataset", "hf_path",
-                        "with --data-source hf: a Hub id or a local copy in the Hub layout "
-                        "(default: BSC-LT/EsBBQ or BSC-LT/CaBBQ)", metavar="ID_OR_DIR"),
-        *BBQFamilyBenchmark.cli_options)
+        BenchmarkOption(
+            "--data-source",
+            "data_source",
+            "EsBBQ/CaBBQ rows from the pinned files in the data dir, or from the "
+            "authors' Hugging Face copy through `datasets` (env AUDIT_DATA_SOURCE)",
+            choices=("files", "hf"),
+            env="AUDIT_DATA_SOURCE",
+        ),
+        BenchmarkOption(
+            "--hf-dataset",
+            "hf_path",
+            "with --data-source hf: a Hub id or a local copy in the Hub layout "
+            "(default: BSC-LT/EsBBQ or BSC-LT/CaBBQ)",
+            metavar="ID_OR_DIR",
+        ),
+        *BBQFamilyBenchmark.cli_options,
+    )
     #: ``files`` (the pinned CSVs under the data dir) or ``hf`` (the authors' Hugging Face copy,
     #: ``BSC-LT/EsBBQ`` / ``BSC-LT/CaBBQ``, or ``hf_path``: a Hub id or a local copy in the Hub
     #: layout), through ``datasets`` with its cache and offline mode.
@@ -173,8 +215,10 @@ class EsBBQ(BBQFamilyBenchmark):
         self.language = language
         self.protocol = load_protocol(language)
         self.name = self.protocol.dataset.lower()
-        self.title = (f"{self.protocol.dataset}: {'Spanish' if language == 'es' else 'Catalan'} "
-                      "Bias Benchmark for QA (Ruiz-Fernández et al. 2025)")
+        self.title = (
+            f"{self.protocol.dataset}: {'Spanish' if language == 'es' else 'Catalan'} "
+            "Bias Benchmark for QA (Ruiz-Fernández et al. 2025)"
+        )
 
     def __repr__(self) -> str:
         return f"EsBBQ({self.language!r})"
@@ -214,13 +258,15 @@ class EsBBQ(BBQFamilyBenchmark):
                 stereotyped group, duplicate instance_id). Messages name the file, line and field.
         """
         if category not in CATEGORIES:
-            raise DataError(f"unknown {self.protocol.dataset} category {category!r}; "
-                            f"known: {', '.join(CATEGORIES)}")
+            raise DataError(
+                f"unknown {self.protocol.dataset} category {category!r}; known: {', '.join(CATEGORIES)}"
+            )
         if self.data_source == "hf":
             items, provenance = self._read_hub(category)
         else:
-            path = require_file(self.category_file(data_dir, category),
-                                f"{self.protocol.dataset} {category} data")
+            path = require_file(
+                self.category_file(data_dir, category), f"{self.protocol.dataset} {category} data"
+            )
             items, n_rows = self._read(path, category)
             provenance = DataFile.of(path, Path(data_dir), n_rows)
         bad = [it.item_id for it in items if not it.extra[CONSISTENT_FIELD]]
@@ -246,8 +292,13 @@ class EsBBQ(BBQFamilyBenchmark):
         items: list[MCItem] = []
         seen: dict[int, str] = {}
         for n, row in enumerate(rows, start=1):
-            self._add(items, seen, self._item(row, f"{where}: row {n}", category, len(row)),
-                      f"{where}: row {n}", f"row {n}")
+            self._add(
+                items,
+                seen,
+                self._item(row, f"{where}: row {n}", category, len(row)),
+                f"{where}: row {n}",
+                f"row {n}",
+            )
         digest = hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode("utf-8")).hexdigest()
         return items, DataFile(f"{where}@{prov['revision']}", digest, len(rows))
 
@@ -255,8 +306,13 @@ class EsBBQ(BBQFamilyBenchmark):
         items: list[MCItem] = []
         seen: dict[int, str] = {}
         for start, width, row in csv_rows(path, COLUMNS):
-            self._add(items, seen, self._item(row, f"{path}:{start}", category, width),
-                      f"{path}:{start}", f"line {start}")
+            self._add(
+                items,
+                seen,
+                self._item(row, f"{path}:{start}", category, width),
+                f"{path}:{start}",
+                f"line {start}",
+            )
         return items, len(items)
 
     @staticmethod
@@ -264,8 +320,9 @@ class EsBBQ(BBQFamilyBenchmark):
         """Append ``item`` unless its ``instance_id`` was seen (DataError naming where first)."""
         instance_id = item.extra["instance_id"]
         if instance_id in seen:
-            raise DataError(f"{where}: field 'instance_id': duplicate id {instance_id} "
-                            f"(first at {seen[instance_id]})")
+            raise DataError(
+                f"{where}: field 'instance_id': duplicate id {instance_id} (first at {seen[instance_id]})"
+            )
         seen[instance_id] = here
         items.append(item)
 
@@ -274,8 +331,10 @@ class EsBBQ(BBQFamilyBenchmark):
             raise DataError(f"{where}: {n_columns + len(row[None])} fields, the header has {n_columns}")
         short = [k for k, v in row.items() if v is None]
         if short:
-            raise DataError(f"{where}: {n_columns - len(short)} fields, the header has {n_columns} "
-                            f"(missing {short[0]!r} onwards)")
+            raise DataError(
+                f"{where}: {n_columns - len(short)} fields, the header has {n_columns} "
+                f"(missing {short[0]!r} onwards)"
+            )
 
         def fail(name: str, problem: str) -> DataError:
             return DataError(f"{where}: field {name!r}: {problem}")
@@ -291,8 +350,11 @@ class EsBBQ(BBQFamilyBenchmark):
                 value = ast.literal_eval(row[name])
             except (ValueError, SyntaxError, MemoryError, RecursionError):
                 raise fail(name, f"{row[name]!r} is not a Python list literal") from None
-            if (not isinstance(value, list) or len(value) < min_len
-                    or not all(isinstance(v, str) for v in value)):
+            if (
+                not isinstance(value, list)
+                or len(value) < min_len
+                or not all(isinstance(v, str) for v in value)
+            ):
                 raise fail(name, f"expected a list of at least {min_len} strings, got {row[name]!r}")
             return value
 
@@ -311,8 +373,10 @@ class EsBBQ(BBQFamilyBenchmark):
         question_type = one_of("question_type", QUESTION_TYPES)
         allowed_labels = (UNKNOWN_OPTION,) if condition == "ambig" else (0, 1)
         if label not in allowed_labels:
-            raise fail("label", f"{label} is not allowed for a {condition} row (expected one of "
-                                f"{list(allowed_labels)})")
+            raise fail(
+                "label",
+                f"{label} is not allowed for a {condition} row (expected one of {list(allowed_labels)})",
+            )
         for name in ("context", "question", "ans0", "ans1"):
             if not row[name].strip():
                 raise fail(name, "empty")
@@ -325,18 +389,31 @@ class EsBBQ(BBQFamilyBenchmark):
         groups = [answer_group(infos[k]) for k in (0, 1)]
         targets = [k for k in (0, 1) if groups[k] in stereotyped]
         if len(targets) != 1:
-            raise fail("stereotyped_groups", f"{stereotyped} must contain the group of exactly one "
-                                             f"of ans0/ans1 (groups {groups})")
-        biased = biased_option(target_option=targets[0], unknown_option=UNKNOWN_OPTION,
-                               polarity=polarity)
+            raise fail(
+                "stereotyped_groups",
+                f"{stereotyped} must contain the group of exactly one of ans0/ans1 (groups {groups})",
+            )
+        biased = biased_option(target_option=targets[0], unknown_option=UNKNOWN_OPTION, polarity=polarity)
         consistent = question_type == expected_question_type(condition, label, biased)
         return MCItem(
-            item_id=f"{category}-{instance_id}", category=category, context_condition=condition,
-            polarity=polarity, context=row["context"], question=row["question"],
-            options=(row["ans0"], row["ans1"], row["ans2"]), gold=label, biased_option=biased,
-            unknown_option=UNKNOWN_OPTION, template_id=str(template_id),
-            extra={"question_type": question_type, "stereotyped_groups": stereotyped,
-                   "instance_id": instance_id, CONSISTENT_FIELD: consistent})
+            item_id=f"{category}-{instance_id}",
+            category=category,
+            context_condition=condition,
+            polarity=polarity,
+            context=row["context"],
+            question=row["question"],
+            options=(row["ans0"], row["ans1"], row["ans2"]),
+            gold=label,
+            biased_option=biased,
+            unknown_option=UNKNOWN_OPTION,
+            template_id=str(template_id),
+            extra={
+                "question_type": question_type,
+                "stereotyped_groups": stereotyped,
+                "instance_id": instance_id,
+                CONSISTENT_FIELD: consistent,
+            },
+        )
 
     # -- protocol --------------------------------------------------------------------------------
     def prompt(self, item: MCItem) -> str:
@@ -344,8 +421,10 @@ class EsBBQ(BBQFamilyBenchmark):
         space: the delimiter is put before each choice)."""
         return self.protocol.prompt.format(context=item.context, question=item.question)
 
-    choices_description = ("ans0, ans1 and each unknown phrasing (unknown_phrasings), not "
-                           "stripped; every unknown phrasing stands for the UNKNOWN option")
+    choices_description = (
+        "ans0, ans1 and each unknown phrasing (unknown_phrasings), not "
+        "stripped; every unknown phrasing stands for the UNKNOWN option"
+    )
 
     def choices(self, item: MCItem) -> list[str]:
         """``[ans0, ans1]`` + the 9 unknown phrasings of the language (11 choices); ``ans2`` (the
@@ -379,8 +458,12 @@ class EsBBQ(BBQFamilyBenchmark):
         return bool(record.extra.get(CONSISTENT_FIELD, True)) or record.context_condition == "ambig"
 
     def provenance(self) -> dict[str, Any]:
-        return {"protocol": f"{self.protocol.dataset} (authors' prompt, as lm-eval {self.name})",
-                "prompt_template": self.protocol.prompt,
-                "unknown_phrasings": list(self.protocol.unknown_phrasings), **super().provenance()}
+        return {
+            "protocol": f"{self.protocol.dataset} (authors' prompt, as lm-eval {self.name})",
+            "prompt_template": self.protocol.prompt,
+            "unknown_phrasings": list(self.protocol.unknown_phrasings),
+            **super().provenance(),
+        }
+
 
 BENCHMARKS = {"esbbq": EsBBQ("es"), "cabbq": EsBBQ("ca")}

@@ -75,14 +75,26 @@ DOMAINS = ("ConceptNet", "YAGO", "UMLS")
 CATEGORIES = tuple(f"{t}-{d}" for t in TASKS for d in DOMAINS)
 _CHOICE_METRICS = ("accuracy", "invalid_rate")
 _TEXT_METRICS = ("char_lcs_ratio", "token_lcs_ratio", "token_f1", "semantic_match")
-TASK_METRICS = {"Task1": _CHOICE_METRICS, "Task2": _CHOICE_METRICS, "Task3": _TEXT_METRICS,
-                "Task4": _TEXT_METRICS, "Task5": ("open_ended_precision", "open_ended_recall")}
+TASK_METRICS = {
+    "Task1": _CHOICE_METRICS,
+    "Task2": _CHOICE_METRICS,
+    "Task3": _TEXT_METRICS,
+    "Task4": _TEXT_METRICS,
+    "Task5": ("open_ended_precision", "open_ended_recall"),
+}
 PROTOCOL_FILE = Path(__file__).with_name("kgquiz_protocol.yaml")
 #: ``CategoryData.excluded`` key of Task4 rows whose masked sentence is not the question's path.
-MASK_MISMATCH_REASON = ("masked_sentence has a different number of path fields than question "
-                        "(SOURCE.md: 688 ConceptNet, 1,545 UMLS rows); not scored")
-_PROMPT_FIELDS = {"Task1": {"question"}, "Task2": {"question", "options"}, "Task3": {"question"},
-                  "Task4": {"path"}, "Task5": {"question"}}
+MASK_MISMATCH_REASON = (
+    "masked_sentence has a different number of path fields than question "
+    "(SOURCE.md: 688 ConceptNet, 1,545 UMLS rows); not scored"
+)
+_PROMPT_FIELDS = {
+    "Task1": {"question"},
+    "Task2": {"question", "options"},
+    "Task3": {"question"},
+    "Task4": {"path"},
+    "Task5": {"question"},
+}
 _LETTERS = string.ascii_uppercase
 
 
@@ -143,23 +155,31 @@ def load_protocol(path: Path = PROTOCOL_FILE) -> Protocol:
     for t, prompt in prompts.items():
         fields = {f for _, f, _, _ in string.Formatter().parse(prompt) if f is not None}
         if fields != _PROMPT_FIELDS[t]:
-            raise ConfigError(f"{path}: tasks.{t}.prompt must use exactly the fields "
-                              f"{sorted(_PROMPT_FIELDS[t])}, found {sorted(fields)}")
+            raise ConfigError(
+                f"{path}: tasks.{t}.prompt must use exactly the fields "
+                f"{sorted(_PROMPT_FIELDS[t])}, found {sorted(fields)}"
+            )
     for t, n in budgets.items():
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"{path}: tasks.{t}.max_new_tokens must be an integer >= 1, got {n!r}")
-    if (not labels or set(labels.values()) - {0, 1}
-            or not all(isinstance(w, str) and re.fullmatch(r"[a-z]+", w) for w in labels)):
-        raise ConfigError(f"{path}: tasks.Task1.labels must map lower-case words to 0 or 1 "
-                          f"(quote 'true'/'false'/'yes'/'no'), got {labels!r}")
+    if (
+        not labels
+        or set(labels.values()) - {0, 1}
+        or not all(isinstance(w, str) and re.fullmatch(r"[a-z]+", w) for w in labels)
+    ):
+        raise ConfigError(
+            f"{path}: tasks.Task1.labels must map lower-case words to 0 or 1 "
+            f"(quote 'true'/'false'/'yes'/'no'), got {labels!r}"
+        )
     if isinstance(min_words, bool) or not isinstance(min_words, int) or min_words < 1:
         raise ConfigError(f"{path}: tasks.Task5.min_fact_words must be an integer >= 1")
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not -1 <= theta <= 1:
         raise ConfigError(f"{path}: semantic_match.theta must be a number in [-1, 1], got {theta!r}")
     if fmr is not None and (isinstance(fmr, bool) or not isinstance(fmr, (int, float)) or not 0 <= fmr <= 1):
         raise ConfigError(f"{path}: semantic_match.held_out_false_match_rate must be in [0, 1], got {fmr!r}")
-    return Protocol(prompts, budgets, labels, min_words, float(theta), emb,
-                    None if fmr is None else float(fmr))
+    return Protocol(
+        prompts, budgets, labels, min_words, float(theta), emb, None if fmr is None else float(fmr)
+    )
 
 
 # -- items and records -----------------------------------------------------------------------------
@@ -188,8 +208,6 @@ class KGQuizItem:
     options: tuple[str, ...] = ()
     masked_sentence: str | None = None
     corrupted_entity: str | None = None
-
-
 
 
 @dataclass
@@ -240,9 +258,12 @@ def first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
-_INTRO = re.compile(r"^[\s*_`\"']*(?:(?:a|answer)\s*[*_`]*\s*[:=]"
-                    r"|(?:the\s+)?(?:correct\s+|best\s+|right\s+|final\s+)?(?:answer|word|words|entity)"
-                    r"\s+(?:is|would\s+be)\s*[*_`]*\s*:?)[\s*_`\"']*", re.IGNORECASE)
+_INTRO = re.compile(
+    r"^[\s*_`\"']*(?:(?:a|answer)\s*[*_`]*\s*[:=]"
+    r"|(?:the\s+)?(?:correct\s+|best\s+|right\s+|final\s+)?(?:answer|word|words|entity)"
+    r"\s+(?:is|would\s+be)\s*[*_`]*\s*:?)[\s*_`\"']*",
+    re.IGNORECASE,
+)
 
 
 def clean_short_answer(text: str) -> str:
@@ -262,7 +283,7 @@ def clean_short_answer(text: str) -> str:
     lines = [line for line in str(text).splitlines() if line.strip()]
     for k, line in enumerate(lines[:2]):
         intro = _INTRO.match(line)
-        rest = line[intro.end():] if intro and intro.end() else line
+        rest = line[intro.end() :] if intro and intro.end() else line
         rest = rest.strip().strip("\"'*`").strip()
         if rest or k + 1 >= len(lines) or not intro:
             return rest
@@ -400,13 +421,27 @@ class KGQuiz(Benchmark):
     def report_examples(self, records: Sequence[Record], limit: int = 5) -> list[dict[str, Any]]:
         """The first ``limit`` true/false and multiple-choice outputs that named no answer."""
         bad = [r for r in records if r.task in ("Task1", "Task2") and r.prediction is None]
-        return [{"id": r.item_id, "output": r.output, "reason": "no answer parsed",
-                 "options": list(r.options or [])} for r in bad[:limit]]
+        return [
+            {
+                "id": r.item_id,
+                "output": r.output,
+                "reason": "no answer parsed",
+                "options": list(r.options or []),
+            }
+            for r in bad[:limit]
+        ]
+
     data_folder = "kgquiz"
     requires = frozenset({GENERATE})
     record_type = KGQuizRecord
-    options = {"distractor_strategy": "semantic_similarity", "path_length": 3,
-               "use_chat_template": True, "theta": None, "answer_parsing": None, "saved": False}
+    options = {
+        "distractor_strategy": "semantic_similarity",
+        "path_length": 3,
+        "use_chat_template": True,
+        "theta": None,
+        "answer_parsing": None,
+        "saved": False,
+    }
     cli_options = (ANSWER_PARSING,)
     answer_parsing: str | None = None
     #: Saved generations (``bias-audit score kgquiz``): rows carry ``id`` (``<category>-<row id>``)
@@ -419,6 +454,7 @@ class KGQuiz(Benchmark):
         """Saved generations: read as live ones; no prompt of this suite's was shown."""
         super().for_saved_outputs()
         return self.configure(saved=True)
+
     distractor_strategy = "semantic_similarity"
     path_length = 3
     use_chat_template = True
@@ -436,8 +472,9 @@ class KGQuiz(Benchmark):
     def check_option(self, key: str, value: Any) -> None:
         if key == "path_length" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ConfigError(f"kgquiz: path_length must be an integer >= 1, got {value!r}")
-        if key == "theta" and (isinstance(value, bool) or not isinstance(value, (int, float))
-                               or not -1 <= value <= 1):
+        if key == "theta" and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not -1 <= value <= 1
+        ):
             raise ConfigError(f"kgquiz: theta must be a number in [-1, 1], got {value!r}")
         if key == "use_chat_template" and not isinstance(value, bool):
             raise ConfigError(f"kgquiz: use_chat_template must be true or false, got {value!r}")
@@ -458,9 +495,11 @@ class KGQuiz(Benchmark):
             return self._embedder
         default = default_embedder()
         if default.name != self.protocol.embedding_model:
-            raise ConfigError(f"kgquiz_protocol.yaml names embedding model "
-                              f"{self.protocol.embedding_model!r}, but the suite embeds with "
-                              f"{default.name!r}; its theta would not apply")
+            raise ConfigError(
+                f"kgquiz_protocol.yaml names embedding model "
+                f"{self.protocol.embedding_model!r}, but the suite embeds with "
+                f"{default.name!r}; its theta would not apply"
+            )
         return default
 
     # -- data ------------------------------------------------------------------------------------
@@ -495,15 +534,19 @@ class KGQuiz(Benchmark):
             from ..sources import load_table
 
             blob = upstream_blob(data_dir, relative)
-            known = (f"upstream git blob {blob} (KGQuiz repository leopoldwhite/KGQuiz; "
-                     "SOURCE.md)" if blob else "no upstream blob hash in SOURCE.md")
+            known = (
+                f"upstream git blob {blob} (KGQuiz repository leopoldwhite/KGQuiz; SOURCE.md)"
+                if blob
+                else "no upstream blob hash in SOURCE.md"
+            )
             entry = next((f for f in load_table() if f.path == f"kgquiz/{relative}"), None)
             if entry is not None and not entry.available:
                 why = entry.note or "not obtained"
                 raise MissingDataError(
                     f"missing KGQuiz file {path}: no verified copy of it exists ({why}), so "
                     f"`bias-audit data fetch` cannot bring it; {known}. Put the file there to audit "
-                    "this category")
+                    "this category"
+                )
             raise MissingDataError(f"missing KGQuiz file {path}; {known}")
         try:
             table = json.loads(path.read_text(encoding="utf-8"))
@@ -523,18 +566,19 @@ class KGQuiz(Benchmark):
                 excluded.setdefault(MASK_MISMATCH_REASON, []).append(f"{category}-{row_id}")
             else:
                 items.append(item)
-        return CategoryData(category, items, [DataFile.of(path, Path(data_dir), len(rows))],
-                            excluded, notes)
+        return CategoryData(category, items, [DataFile.of(path, Path(data_dir), len(rows))], excluded, notes)
 
     def _rows(self, table: Any, task: str, path: Path) -> dict[str, Any]:
-        outer = {"Task1": self.distractor_strategy, "Task2": self.distractor_strategy,
-                 "Task4": str(self.path_length)}.get(task)
+        outer = {
+            "Task1": self.distractor_strategy,
+            "Task2": self.distractor_strategy,
+            "Task4": str(self.path_length),
+        }.get(task)
         if outer is not None:
             if not isinstance(table, Mapping) or outer not in table:
                 keys = list(table) if isinstance(table, Mapping) else type(table).__name__
                 what = "path length" if task == "Task4" else "distractor strategy"
-                raise DataError(f"{path}: no rows under the {what} key {outer!r} (top-level keys: "
-                                f"{keys})")
+                raise DataError(f"{path}: no rows under the {what} key {outer!r} (top-level keys: {keys})")
             table = table[outer]
         if not isinstance(table, Mapping):
             raise DataError(f"{path}: expected an object keyed by row id, got {type(table).__name__}")
@@ -564,10 +608,15 @@ class KGQuiz(Benchmark):
         question = self._text(row, "question", where)
         key = "options" if "options" in row else "choices"
         options = row.get(key)
-        if (not isinstance(options, list) or not 2 <= len(options) <= len(_LETTERS)
-                or not all(isinstance(o, str) and o.strip() for o in options)):
-            raise DataError(f"{where}: field 'options' (or 'choices'): expected a list of 2-26 "
-                            f"non-empty strings, got {options!r}")
+        if (
+            not isinstance(options, list)
+            or not 2 <= len(options) <= len(_LETTERS)
+            or not all(isinstance(o, str) and o.strip() for o in options)
+        ):
+            raise DataError(
+                f"{where}: field 'options' (or 'choices'): expected a list of 2-26 "
+                f"non-empty strings, got {options!r}"
+            )
         if len({normalize_text(o) for o in options}) != len(options):
             raise DataError(f"{where}: field {key!r}: two options are the same text: {options!r}")
         gold = row.get("ground_truth")
@@ -576,13 +625,21 @@ class KGQuiz(Benchmark):
         elif isinstance(gold, str) and gold in options:
             index = options.index(gold)
         else:
-            raise DataError(f"{where}: field 'ground_truth': expected an option index in "
-                            f"[0, {len(options)}) or one of the option texts, got {gold!r}")
+            raise DataError(
+                f"{where}: field 'ground_truth': expected an option index in "
+                f"[0, {len(options)}) or one of the option texts, got {gold!r}"
+            )
         return KGQuizItem(item_id, category, task, domain, question, index, tuple(options))
 
     def _item_task3(self, row, item_id, category, task, domain, where, notes):
-        return KGQuizItem(item_id, category, task, domain, self._text(row, "question", where),
-                          self._text(row, "ground_truth", where))
+        return KGQuizItem(
+            item_id,
+            category,
+            task,
+            domain,
+            self._text(row, "question", where),
+            self._text(row, "ground_truth", where),
+        )
 
     def _item_task4(self, row, item_id, category, task, domain, where, notes):
         question = self._text(row, "question", where)
@@ -596,13 +653,22 @@ class KGQuiz(Benchmark):
             return None
         slots = [i for i, f in enumerate(masked_fields) if f.strip() == "[MASK]"]
         if len(slots) != 1:
-            raise DataError(f"{where}: field 'masked_sentence': expected exactly one [MASK] "
-                            f"field, found {len(slots)}")
+            raise DataError(
+                f"{where}: field 'masked_sentence': expected exactly one [MASK] field, found {len(slots)}"
+            )
         others = sum(a != b for i, (a, b) in enumerate(zip(path_fields, masked_fields)) if i != slots[0])
         if others:
             notes["masked_sentence_differs_elsewhere"] = notes.get("masked_sentence_differs_elsewhere", 0) + 1
-        return KGQuizItem(item_id, category, task, domain, question, gold, masked_sentence=masked,
-                          corrupted_entity=path_fields[slots[0]].strip())
+        return KGQuizItem(
+            item_id,
+            category,
+            task,
+            domain,
+            question,
+            gold,
+            masked_sentence=masked,
+            corrupted_entity=path_fields[slots[0]].strip(),
+        )
 
     def _item_task5(self, row, item_id, category, task, domain, where, notes):
         question = self._text(row, "question", where)
@@ -611,10 +677,10 @@ class KGQuiz(Benchmark):
             raise DataError(f"{where}: field 'ground_truth': expected a non-empty list of triples")
         unique, seen = [], set()
         for k, t in enumerate(triples):
-            if (not isinstance(t, list) or len(t) != 3
-                    or not all(isinstance(x, str) and x.strip() for x in t)):
-                raise DataError(f"{where}: field 'ground_truth'[{k}]: expected [head, relation, "
-                                f"tail] strings, got {t!r}")
+            if not isinstance(t, list) or len(t) != 3 or not all(isinstance(x, str) and x.strip() for x in t):
+                raise DataError(
+                    f"{where}: field 'ground_truth'[{k}]: expected [head, relation, tail] strings, got {t!r}"
+                )
             key = tuple(x.strip() for x in t)
             if key not in seen:
                 seen.add(key)
@@ -622,11 +688,14 @@ class KGQuiz(Benchmark):
         notes["duplicate_triples"] = notes.get("duplicate_triples", 0) + len(triples) - len(unique)
         return KGQuizItem(item_id, category, task, domain, question, unique)
 
-    def select(self, items: Sequence[KGQuizItem], limit: int | None, seed: int, salt: str) -> list[KGQuizItem]:
+    def select(
+        self, items: Sequence[KGQuizItem], limit: int | None, seed: int, salt: str
+    ) -> list[KGQuizItem]:
         """``--limit`` subset: Task1 (and Task2) balanced over the gold label (the Task1 files are
         sorted, so a prefix would be all true); other tasks a seeded sample. Deterministic."""
-        return stratified_sample(items, limit, seed, salt, key=lambda it: (
-            it.gold if it.task in ("Task1", "Task2") else 0))
+        return stratified_sample(
+            items, limit, seed, salt, key=lambda it: it.gold if it.task in ("Task1", "Task2") else 0
+        )
 
     # -- prompts ---------------------------------------------------------------------------------
     def user_message(self, item: KGQuizItem) -> str:
@@ -667,28 +736,39 @@ class KGQuiz(Benchmark):
             ModelError: the model cannot generate.
         """
         prompts = [self._prompt(engine, it) for it in items]
-        requests = [GenerationRequest(p, self.protocol.max_new_tokens[it.task], item_id=it.item_id)
-                    for it, (p, _, _) in zip(items, prompts)]
+        requests = [
+            GenerationRequest(p, self.protocol.max_new_tokens[it.task], item_id=it.item_id)
+            for it, (p, _, _) in zip(items, prompts)
+        ]
         outputs = engine.generate(requests)
         records = []
         for it, (prompt, fmt, digest), out in zip(items, prompts, outputs):
-            rec = KGQuizRecord(item_id=it.item_id, category=it.category, task=it.task,
-                               domain=it.domain, question=it.question, gold=it.gold,
-                               prompt_format=fmt, output=out,
-                               prompt_sha256=(None if self.saved else
-                                              hashlib.sha256(prompt.encode("utf-8")).hexdigest()),
-                               chat_template_sha256=digest)
+            rec = KGQuizRecord(
+                item_id=it.item_id,
+                category=it.category,
+                task=it.task,
+                domain=it.domain,
+                question=it.question,
+                gold=it.gold,
+                prompt_format=fmt,
+                output=out,
+                prompt_sha256=(None if self.saved else hashlib.sha256(prompt.encode("utf-8")).hexdigest()),
+                chat_template_sha256=digest,
+            )
             if it.task in ("Task1", "Task2"):
                 if it.task == "Task2":
                     rec.options = list(it.options)
                 profile = self.parsing_profile
-                rec.prediction, rec.match, rec.parse_rule, rec.invalid_reason = \
-                    self.parse(out, it, profile)
+                rec.prediction, rec.match, rec.parse_rule, rec.invalid_reason = self.parse(out, it, profile)
                 other = other_profile(profile)
                 alt = self.parse(out, it, other)
                 rec.answer_parsing = profile
-                rec.other_parse = {"answer_parsing": other, "prediction": alt[0],
-                                   "parse_rule": alt[2], "invalid_reason": alt[3]}
+                rec.other_parse = {
+                    "answer_parsing": other,
+                    "prediction": alt[0],
+                    "parse_rule": alt[2],
+                    "invalid_reason": alt[3],
+                }
             elif it.task == "Task3":
                 rec.prediction = clean_short_answer(out)
             elif it.task == "Task4":
@@ -706,38 +786,51 @@ class KGQuiz(Benchmark):
         (and the project's first-line rule for multiple choice)."""
         return self.answer_parsing or "authors"
 
-    def parse(self, output: str, item: "KGQuizItem", profile: str
-              ) -> tuple[int | None, str, str, str | None]:
+    def parse(self, output: str, item: "KGQuizItem", profile: str) -> tuple[int | None, str, str, str | None]:
         """(prediction or None, how, rule, invalid reason) of a Task1/Task2 output under
         ``profile``: Task1's prediction is the label (1 true, 0 false), Task2's the option."""
         if item.task == "Task1":
-            choices = Choices(("false", "true"), (), tuple((w, v) for w, v in
-                                                          self.protocol.labels.items()
-                                                          if w not in ("false", "true")))
+            choices = Choices(
+                ("false", "true"),
+                (),
+                tuple((w, v) for w, v in self.protocol.labels.items() if w not in ("false", "true")),
+            )
             got = parse_answer(output, choices, profile, "first-word", labels=self.protocol.labels)
         elif profile == "authors":
             option, how = self._choice(output, item.options)
-            return (option, how, f"first-line:{how}",
-                    None if option is not None else invalid_reason(output, Choices(
-                        tuple(item.options), tuple(_LETTERS[:len(item.options)]))))
+            return (
+                option,
+                how,
+                f"first-line:{how}",
+                None
+                if option is not None
+                else invalid_reason(
+                    output, Choices(tuple(item.options), tuple(_LETTERS[: len(item.options)]))
+                ),
+            )
         else:
-            got = parse_answer(output, Choices(tuple(item.options),
-                                               tuple(_LETTERS[:len(item.options)])), profile)
+            got = parse_answer(
+                output, Choices(tuple(item.options), tuple(_LETTERS[: len(item.options)])), profile
+            )
         return (got.option if got.option >= 0 else None), got.how, got.rule, got.reason
 
     def reparsed(self, records: Sequence["KGQuizRecord"]) -> list["KGQuizRecord"]:
         """Task1/Task2 records as the other parsing profile reads their outputs."""
         import dataclasses
 
-        return [dataclasses.replace(r, prediction=r.other_parse["prediction"]) if r.other_parse
-                else r for r in records]
+        return [
+            dataclasses.replace(r, prediction=r.other_parse["prediction"]) if r.other_parse else r
+            for r in records
+        ]
 
     def parse_sensitivity(self, records: Sequence["KGQuizRecord"], settings: MetricSettings):
         """For true/false and multiple choice: every metric under the other parsing profile."""
         if not any(r.other_parse for r in records):
             return None
-        return {"answer_parsing": other_profile(self.parsing_profile),
-                "metrics": self.metrics(self.reparsed(records), settings)}
+        return {
+            "answer_parsing": other_profile(self.parsing_profile),
+            "metrics": self.metrics(self.reparsed(records), settings),
+        }
 
     @staticmethod
     def _choice(output: str, options: Sequence[str]) -> tuple[int | None, str]:
@@ -768,9 +861,8 @@ class KGQuiz(Benchmark):
                 pos += 2
             elif r.task == "Task5":
                 n_gen, n_gold = len(r.prediction), len(r.gold)
-                gen, gold = emb[pos:pos + n_gen], emb[pos + n_gen:pos + n_gen + n_gold]
-                r.similarity = (cosine_similarity_matrix(gen, gold).tolist() if n_gen
-                                else [])
+                gen, gold = emb[pos : pos + n_gen], emb[pos + n_gen : pos + n_gen + n_gold]
+                r.similarity = cosine_similarity_matrix(gen, gold).tolist() if n_gen else []
                 pos += n_gen + n_gold
 
     # -- metrics ---------------------------------------------------------------------------------
@@ -790,19 +882,25 @@ class KGQuiz(Benchmark):
         boot = dict(n_resamples=max(settings.n_resamples, 1), seed=settings.seed, **kw)
         emb = f"{self.embedder.name} ({self._fingerprint()})"
         if task in ("Task1", "Task2"):
-            rule = ("strict first word " + "/".join(self.protocol.labels) if task == "Task1"
-                    else "parsing.match_answer on the first line, then its leading letter")
-            acc, invalid = label_accuracy([r.prediction for r in records], [r.gold for r in records],
-                                          source=f"parse: {rule}", **kw)
+            rule = (
+                "strict first word " + "/".join(self.protocol.labels)
+                if task == "Task1"
+                else "parsing.match_answer on the first line, then its leading letter"
+            )
+            acc, invalid = label_accuracy(
+                [r.prediction for r in records], [r.gold for r in records], source=f"parse: {rule}", **kw
+            )
             return {"accuracy": acc, "invalid_rate": invalid}
         if task in ("Task3", "Task4"):
             out = text_match_scores([r.prediction for r in records], [r.gold for r in records], **boot)
             out["semantic_match"] = similarity_match_rate(
-                [r.similarity for r in records], self.theta, name="semantic_match",
-                embedding_model=emb, **kw)
+                [r.similarity for r in records], self.theta, name="semantic_match", embedding_model=emb, **kw
+            )
             return out
-        sims = [np.asarray(r.similarity, dtype=np.float64).reshape(len(r.prediction), len(r.gold))
-                for r in records]
+        sims = [
+            np.asarray(r.similarity, dtype=np.float64).reshape(len(r.prediction), len(r.gold))
+            for r in records
+        ]
         return open_ended_scores(sims, self.theta, embedding_model=emb, **boot)
 
     def _fingerprint(self) -> str:
@@ -811,8 +909,9 @@ class KGQuiz(Benchmark):
         except Exception as e:  # provenance only: a missing package must not hide the metrics
             return f"fingerprint unavailable: {e}"
 
-    def overall(self, records_by_category: Mapping[str, Sequence[KGQuizRecord]],
-                settings: MetricSettings) -> dict[str, dict[str, MetricResult]]:
+    def overall(
+        self, records_by_category: Mapping[str, Sequence[KGQuizRecord]], settings: MetricSettings
+    ) -> dict[str, dict[str, MetricResult]]:
         """Per task, its records of all evaluated domains pooled, under ``"pooled <task>"`` (the
         paper reports per task and domain; tasks have different metrics, so nothing pools across
         tasks)."""
@@ -826,36 +925,42 @@ class KGQuiz(Benchmark):
         p = self.protocol
         return {
             "protocol": "KGQuiz (Bai et al. 2024), project implementation: the authors publish data "
-                        "only; prompts and parse rules from kgquiz_protocol.yaml",
-            "prompt_templates": dict(p.prompts), "max_new_tokens": dict(p.max_new_tokens),
+            "only; prompts and parse rules from kgquiz_protocol.yaml",
+            "prompt_templates": dict(p.prompts),
+            "max_new_tokens": dict(p.max_new_tokens),
             "answer_parsing": self.parsing_profile,
-            "answer_parser": ("Task1: authors = the first word (true/yes, false/no); Task2: "
-                              "authors = the first line's letter or option text; robust = "
-                              "audit_harness.parsing.parse_robust; Task3: the first line, an answer "
-                              "introduction ('The correct answer is:') skipped"),
+            "answer_parser": (
+                "Task1: authors = the first word (true/yes, false/no); Task2: "
+                "authors = the first line's letter or option text; robust = "
+                "audit_harness.parsing.parse_robust; Task3: the first line, an answer "
+                "introduction ('The correct answer is:') skipped"
+            ),
             "parse_sensitivity": f"Task1/Task2 metrics also under {other_profile(self.parsing_profile)!r}",
-            "chat_template": ("each prompt as one user turn through the model's chat template when "
-                              "it has one (records' prompt_format and chat_template_sha256 say which)"
-                              if self.use_chat_template else "not used"),
+            "chat_template": (
+                "each prompt as one user turn through the model's chat template when "
+                "it has one (records' prompt_format and chat_template_sha256 say which)"
+                if self.use_chat_template
+                else "not used"
+            ),
             "true_false_parse": f"first word in {sorted(p.labels)} (any case), else invalid; "
-                                "invalid counts as wrong in accuracy's denominator",
+            "invalid counts as wrong in accuracy's denominator",
             "task1_distractor_strategy": self.distractor_strategy,
             "task4_path_length": self.path_length,
             "task4_entity_isolation": "the field that differs from the corrupted path, else "
-                                      "longest common substrings (difflib) against it: the "
-                                      "longest unaligned span of the output",
+            "longest common substrings (difflib) against it: the "
+            "longest unaligned span of the output",
             "task5_fact_split": f"lines and sentences, >= {p.min_fact_words} words, de-duplicated",
             "semantic_match": {
                 "theta": self.theta,
-                "held_out_false_match_rate": (p.held_out_false_match_rate
-                                              if self.theta == p.theta else None),
+                "held_out_false_match_rate": (p.held_out_false_match_rate if self.theta == p.theta else None),
                 "false_match_rate_note": "hard negatives (two values of one relation: "
-                                         "'Female' vs 'male'), odd entity ids, at theta",
+                "'Female' vs 'male'), odd entity ids, at theta",
                 "embedding_model": self.embedder.name,
                 "embedding_fingerprint": self._fingerprint(),
                 "note": "the paper's embedding API (InstructGPT Ada) is not available; theta is "
-                        "calibrated for this model (tools/calibrate_semantic_match.py), so "
-                        "semantic numbers are not comparable with the paper's"},
+                "calibrated for this model (tools/calibrate_semantic_match.py), so "
+                "semantic numbers are not comparable with the paper's",
+            },
         }
 
 

@@ -54,17 +54,31 @@ from .base import ANSWER_PARSING, METRIC_FLAVOUR, BenchmarkOption, CategoryData,
 from .bbq_family import BBQFamilyBenchmark, MCRecord, balanced_sample
 
 CATEGORIES = (
-    "age", "disability_status", "gender_identity", "physical_appearance",
-    "race_ethnicity_nationality", "religion", "ses", "sexual_orientation",
-    "domestic_area_of_origin", "family_structure", "political_orientation",
+    "age",
+    "disability_status",
+    "gender_identity",
+    "physical_appearance",
+    "race_ethnicity_nationality",
+    "religion",
+    "ses",
+    "sexual_orientation",
+    "domestic_area_of_origin",
+    "family_structure",
+    "political_orientation",
     "educational_background",
 )
 SAMPLES_FILE = Path("kobbq/data/KoBBQ_test_samples.tsv")
 PROMPTS_FILE = Path("kobbq/evaluation/0_evaluation_prompts.tsv")
-SAMPLE_COLUMNS = ("sample_id", "label_annotation", "context", "question", "choices",
-                  "biased_answer", "answer")
-PROMPT_COLUMNS = ("prompt_id", "instruction", "context", "question", "a", "b", "c", "answer",
-                  "unknown")
+SAMPLE_COLUMNS = (
+    "sample_id",
+    "label_annotation",
+    "context",
+    "question",
+    "choices",
+    "biased_answer",
+    "answer",
+)
+PROMPT_COLUMNS = ("prompt_id", "instruction", "context", "question", "a", "b", "c", "answer", "unknown")
 #: The dataset's UNKNOWN option, replaced by each prompt's own phrase.
 DATASET_UNKNOWN = "알 수 없음"
 PROMPT_IDS = (1, 2, 3, 4, 5)
@@ -76,8 +90,10 @@ ANSWER_MODES = ("generate", "letter", "both")
 LETTER = "-letter"
 #: Metrics also reported per prompt template and per permutation; the spreads are of these two.
 BIAS_SCORES = ("diff_bias_ambig", "diff_bias_disambig")
-_SAMPLE_ID = re.compile(r"^(?P<category>[a-z_]+)-(?P<template>\d{3})(?P<version>[a-d])-(?P<sample>\d{3})"
-                        r"-(?P<context>amb|dis)-(?P<polarity>bsd|cnt)$")
+_SAMPLE_ID = re.compile(
+    r"^(?P<category>[a-z_]+)-(?P<template>\d{3})(?P<version>[a-d])-(?P<sample>\d{3})"
+    r"-(?P<context>amb|dis)-(?P<polarity>bsd|cnt)$"
+)
 _ITEM_ID = re.compile(r"^(?P<sample_id>.+)-p(?P<prompt>\d+)-o(?P<permutation>\d+)(?P<letter>-letter)?$")
 _lock = threading.Lock()
 
@@ -151,9 +167,7 @@ class KoBBQItem:
         return self.prompt.prompt_id
 
     def answer_class(self, option: int) -> AnswerClass:
-        return answer_class(option, biased_option=self.biased_option,
-                            unknown_option=self.unknown_option)
-
+        return answer_class(option, biased_option=self.biased_option, unknown_option=self.unknown_option)
 
 
 @dataclass
@@ -205,8 +219,9 @@ def _read_prompts(path: Path) -> dict[int, Prompt]:
         labels = (row["a"], row["b"], row["c"])
         if not all(re.search(r"[A-Za-z]", label) for label in labels):
             raise DataError(f"{path}:{line}: option labels {labels!r} carry no letter")
-        out[pid] = Prompt(pid, row["instruction"], row["context"], row["question"], labels,
-                          row["answer"], row["unknown"])
+        out[pid] = Prompt(
+            pid, row["instruction"], row["context"], row["question"], labels, row["answer"], row["unknown"]
+        )
     if set(out) != set(PROMPT_IDS):
         raise DataError(f"{path}: expected prompt_id 1-5, found {sorted(out)}")
     return out
@@ -243,8 +258,9 @@ def _read_samples(path: Path) -> tuple[dict[str, list[_Row]], int]:
         sid = row["sample_id"]
         m = _SAMPLE_ID.match(sid)
         if not m:
-            raise DataError(f"{where}: field 'sample_id': {sid!r} is not "
-                            "<category>-<NNN><a-d>-<NNN>-<amb|dis>-<bsd|cnt>")
+            raise DataError(
+                f"{where}: field 'sample_id': {sid!r} is not <category>-<NNN><a-d>-<NNN>-<amb|dis>-<bsd|cnt>"
+            )
         if sid in seen:
             raise DataError(f"{where}: duplicate sample_id {sid!r}")
         seen.add(sid)
@@ -252,8 +268,12 @@ def _read_samples(path: Path) -> tuple[dict[str, list[_Row]], int]:
             choices = ast.literal_eval(row["choices"])
         except (ValueError, SyntaxError):
             raise DataError(f"{where}: field 'choices': {row['choices']!r} is not a list literal") from None
-        if not (isinstance(choices, list) and len(choices) == 3 and all(isinstance(c, str) for c in choices)
-                and len(set(choices)) == 3):
+        if not (
+            isinstance(choices, list)
+            and len(choices) == 3
+            and all(isinstance(c, str) for c in choices)
+            and len(set(choices)) == 3
+        ):
             raise DataError(f"{where}: field 'choices': expected 3 distinct strings, got {choices!r}")
         if choices.count(DATASET_UNKNOWN) != 1:
             raise DataError(f"{where}: field 'choices': expected exactly one {DATASET_UNKNOWN!r}")
@@ -266,21 +286,35 @@ def _read_samples(path: Path) -> tuple[dict[str, list[_Row]], int]:
             raise DataError(f"{where}: field 'biased_answer' is the unknown option")
         ambiguous = m["context"] == "amb"
         if ambiguous != (gold == unknown):
-            raise DataError(f"{where}: field 'answer': {row['answer']!r} for a "
-                            f"{'n ambiguous' if ambiguous else ' disambiguated'} row")
+            raise DataError(
+                f"{where}: field 'answer': {row['answer']!r} for a "
+                f"{'n ambiguous' if ambiguous else ' disambiguated'} row"
+            )
         # diff_bias_disambig is computed from gold == biased answer; upstream uses the context
         # letter (b/d biased). They agree on every row of the released data; stop if not.
         if not ambiguous and (gold == biased) != (m["version"] in "bd"):
-            raise DataError(f"{where}: context letter {m['version']!r} disagrees with the answer "
-                            f"({'=' if gold == biased else '!='} biased_answer)")
-        by_cat.setdefault(m["category"], []).append(_Row(
-            line=line, sample_id=sid, category=m["category"],
-            template_id=f"{m['category']}-{m['template']}", version=m["version"],
-            context_condition="ambig" if ambiguous else "disambig",
-            polarity="neg" if m["polarity"] == "bsd" else "nonneg",
-            label_annotation=row["label_annotation"], context=row["context"],
-            question=row["question"], choices=tuple(choices), gold=gold, biased=biased,
-            unknown=unknown))
+            raise DataError(
+                f"{where}: context letter {m['version']!r} disagrees with the answer "
+                f"({'=' if gold == biased else '!='} biased_answer)"
+            )
+        by_cat.setdefault(m["category"], []).append(
+            _Row(
+                line=line,
+                sample_id=sid,
+                category=m["category"],
+                template_id=f"{m['category']}-{m['template']}",
+                version=m["version"],
+                context_condition="ambig" if ambiguous else "disambig",
+                polarity="neg" if m["polarity"] == "bsd" else "nonneg",
+                label_annotation=row["label_annotation"],
+                context=row["context"],
+                question=row["question"],
+                choices=tuple(choices),
+                gold=gold,
+                biased=biased,
+                unknown=unknown,
+            )
+        )
     return by_cat, len(rows)
 
 
@@ -332,18 +366,39 @@ class KoBBQ(BBQFamilyBenchmark):
     )
     id_fields = ("sample_id",)
     record_type = KoBBQRecord
-    options = {"answer_mode": "generate", "prompts": PROMPT_IDS, "permutations": (0, 1, 2),
-               "max_new_tokens": 30, "flavour": None, "answer_parsing": None, "saved": False}
+    options = {
+        "answer_mode": "generate",
+        "prompts": PROMPT_IDS,
+        "permutations": (0, 1, 2),
+        "max_new_tokens": 30,
+        "flavour": None,
+        "answer_parsing": None,
+        "saved": False,
+    }
     cli_options = (
-        BenchmarkOption("--kobbq-mode", "answer_mode",
-                        "KoBBQ answers: generate (upstream: greedy text, parsed; default), letter "
-                        "(log-likelihood of each option letter) or both (letter gates end in "
-                        "-letter)", choices=ANSWER_MODES),
-        BenchmarkOption("--kobbq-prompts", "prompts",
-                        "KoBBQ prompt templates to run, e.g. 1,3 (default: all 5)", metavar="IDS"),
-        BenchmarkOption("--kobbq-permutations", "permutations",
-                        "KoBBQ option orders to run, e.g. 0,2 (default: all 3)", metavar="IDS"),
-        ANSWER_PARSING, METRIC_FLAVOUR)
+        BenchmarkOption(
+            "--kobbq-mode",
+            "answer_mode",
+            "KoBBQ answers: generate (upstream: greedy text, parsed; default), letter "
+            "(log-likelihood of each option letter) or both (letter gates end in "
+            "-letter)",
+            choices=ANSWER_MODES,
+        ),
+        BenchmarkOption(
+            "--kobbq-prompts",
+            "prompts",
+            "KoBBQ prompt templates to run, e.g. 1,3 (default: all 5)",
+            metavar="IDS",
+        ),
+        BenchmarkOption(
+            "--kobbq-permutations",
+            "permutations",
+            "KoBBQ option orders to run, e.g. 0,2 (default: all 3)",
+            metavar="IDS",
+        ),
+        ANSWER_PARSING,
+        METRIC_FLAVOUR,
+    )
     answer_mode = "generate"
     prompts = PROMPT_IDS
     permutations = (0, 1, 2)
@@ -360,14 +415,18 @@ class KoBBQ(BBQFamilyBenchmark):
     def answer_choices(self, item: "KoBBQItem") -> Choices:
         """The options as the prompt labels them; every template's phrase of the unknown answer
         names the unknown option (under ``robust``; upstream knows only the template's own)."""
-        phrases = tuple((p, item.unknown_option) for p in item.unknown_phrases
-                        if p.strip() != item.options[item.unknown_option].strip())
+        phrases = tuple(
+            (p, item.unknown_option)
+            for p in item.unknown_phrases
+            if p.strip() != item.options[item.unknown_option].strip()
+        )
         return Choices(tuple(item.options), tuple(item.prompt.letters), phrases, item.unknown_option)
 
     def check_option(self, key: str, value: Any) -> None:
         if key == "answer_mode" and value not in ANSWER_MODES:
-            raise ConfigError(f"kobbq: answer_mode (--kobbq-mode) must be one of "
-                              f"{', '.join(ANSWER_MODES)}, got {value!r}")
+            raise ConfigError(
+                f"kobbq: answer_mode (--kobbq-mode) must be one of {', '.join(ANSWER_MODES)}, got {value!r}"
+            )
         elif key != "answer_mode":
             super().check_option(key, value)
 
@@ -381,8 +440,10 @@ class KoBBQ(BBQFamilyBenchmark):
             ConfigError: ``--kobbq-mode letter`` or ``both``.
         """
         if self.answer_mode != "generate":
-            raise ConfigError(f"kobbq: saved outputs are generations; --kobbq-mode {self.answer_mode} "
-                              "scores option letters, which nothing saved can replay")
+            raise ConfigError(
+                f"kobbq: saved outputs are generations; --kobbq-mode {self.answer_mode} "
+                "scores option letters, which nothing saved can replay"
+            )
         return self.configure(saved=True)
 
     def configure(self, **options: Any) -> "KoBBQ":
@@ -390,7 +451,8 @@ class KoBBQ(BBQFamilyBenchmark):
             options["prompts"] = _parse_int_list(options["prompts"], "prompts (--kobbq-prompts)", PROMPT_IDS)
         if "permutations" in options:
             options["permutations"] = _parse_int_list(
-                options["permutations"], "permutations (--kobbq-permutations)", tuple(PERMUTATIONS))
+                options["permutations"], "permutations (--kobbq-permutations)", tuple(PERMUTATIONS)
+            )
         return super().configure(**options)  # type: ignore[return-value]
 
     @property
@@ -412,8 +474,9 @@ class KoBBQ(BBQFamilyBenchmark):
         names += [f"{n}_pooled" for n in base]
         names += [f"{n}_p{k}" for k in PROMPT_IDS for n in base]
         names += [f"{n}_o{j}" for j in PERMUTATIONS for n in base]
-        names += [f"{s}_spread_{over}" for s in BIAS_SCORES if s in base
-                  for over in ("prompts", "permutations")]
+        names += [
+            f"{s}_spread_{over}" for s in BIAS_SCORES if s in base for over in ("prompts", "permutations")
+        ]
         return tuple(names)
 
     @property
@@ -425,8 +488,11 @@ class KoBBQ(BBQFamilyBenchmark):
         """A thresholds.yaml gate on ``metric`` checks it in every answer mode of the run
         (``diff_bias_ambig`` and, with ``letter``/``both``, ``diff_bias_ambig-letter``), except the
         OOC rate in letter mode, which cannot be non-zero there (a gate that cannot fail)."""
-        return tuple(metric + _suffix(m) for m in self.modes
-                     if not (m == "letter" and metric.startswith("out_of_choice_rate")))
+        return tuple(
+            metric + _suffix(m)
+            for m in self.modes
+            if not (m == "letter" and metric.startswith("out_of_choice_rate"))
+        )
 
     @property
     def uses_chat_template(self) -> bool:  # type: ignore[override]
@@ -453,24 +519,34 @@ class KoBBQ(BBQFamilyBenchmark):
     def provenance(self) -> dict[str, Any]:
         return {
             "protocol": "KoBBQ evaluation/ (Jin et al. 2024): 5 prompt templates x 3 circulant "
-                        "option orders per test row, one user turn through the model's chat template",
-            "answer_mode": self.answer_mode, "prompts": list(self.prompts),
-            "permutations": {str(j): "".join("c" + str(i) for i in PERMUTATIONS[j]) for j in self.permutations},
-            "max_new_tokens": self.max_new_tokens, "stop": [], "decoding": "greedy",
+            "option orders per test row, one user turn through the model's chat template",
+            "answer_mode": self.answer_mode,
+            "prompts": list(self.prompts),
+            "permutations": {
+                str(j): "".join("c" + str(i) for i in PERMUTATIONS[j]) for j in self.permutations
+            },
+            "max_new_tokens": self.max_new_tokens,
+            "stop": [],
+            "decoding": "greedy",
             "answer_parsing": self.parsing_profile,
-            "answer_parser": (f"audit_harness.parsing.parse_answer(profile={self.parsing_profile!r}, "
-                              "authors='kobbq': upstream raw2prediction, Answer: read as 답:)"),
+            "answer_parser": (
+                f"audit_harness.parsing.parse_answer(profile={self.parsing_profile!r}, "
+                "authors='kobbq': upstream raw2prediction, Answer: read as 답:)"
+            ),
             "parse_sensitivity": f"every metric also under {other_profile(self.parsing_profile)!r}",
             "headline": "each paper metric is the mean over the prompt templates run (Jin et al. "
-                        "2024 report the template mean); <metric>_pooled pools every template",
+            "2024 report the template mean); <metric>_pooled pools every template",
             "letter_mode": "argmax log-likelihood of the option letter right after the prompt as "
-                           "generate mode reads it (' A' after a plain prompt, 'A' opening the chat "
-                           "assistant turn; the template's trailing newline stays in the prompt)",
+            "generate mode reads it (' A' after a plain prompt, 'A' opening the chat "
+            "assistant turn; the template's trailing newline stays in the prompt)",
             "metric_flavour": self.flavour,
             "chat_template": "per record: prompt_format and chat_template_sha256 in records/kobbq/*.jsonl",
-            "table_metrics": [n + _suffix(m) for m in self.modes
-                              for n in flavour_metric_names(self.flavour) + tuple(
-                                  f"{s}_spread_{o}" for s in BIAS_SCORES for o in ("prompts", "permutations"))],
+            "table_metrics": [
+                n + _suffix(m)
+                for m in self.modes
+                for n in flavour_metric_names(self.flavour)
+                + tuple(f"{s}_spread_{o}" for s in BIAS_SCORES for o in ("prompts", "permutations"))
+            ],
         }
 
     # -- data --------------------------------------------------------------------------------------
@@ -491,24 +567,41 @@ class KoBBQ(BBQFamilyBenchmark):
         if not rows:
             raise DataError(f"{samples}: no row of category {category!r}")
         phrases = tuple(dict.fromkeys(p.unknown for p in prompts.values()))
-        items = [self._item(row, prompts[k], j, mode, phrases)
-                 for row in rows for k in self.prompts for j in self.permutations for mode in self.modes]
+        items = [
+            self._item(row, prompts[k], j, mode, phrases)
+            for row in rows
+            for k in self.prompts
+            for j in self.permutations
+            for mode in self.modes
+        ]
         files = [DataFile.of(samples, data_dir, n_rows), DataFile.of(prompts_path, data_dir, len(prompts))]
         return CategoryData(category, items, files, {}, {"rows": len(rows)})
 
-    def _item(self, row: _Row, prompt: Prompt, permutation: int, mode: str,
-              unknown_phrases: tuple[str, ...] = ()) -> KoBBQItem:
+    def _item(
+        self, row: _Row, prompt: Prompt, permutation: int, mode: str, unknown_phrases: tuple[str, ...] = ()
+    ) -> KoBBQItem:
         order = PERMUTATIONS[permutation]
         choices = [prompt.unknown if i == row.unknown else row.choices[i] for i in range(3)]
         options = tuple(choices[i] for i in order)
         return KoBBQItem(
             item_id=f"{row.sample_id}-p{prompt.prompt_id}-o{permutation}{_suffix(mode)}",
-            category=row.category, sample_id=row.sample_id, label_annotation=row.label_annotation,
-            context_condition=row.context_condition, polarity=row.polarity,
-            template_id=row.template_id, context=row.context, question=row.question,
-            options=options, gold=order.index(row.gold), biased_option=order.index(row.biased),
-            unknown_option=order.index(row.unknown), prompt=prompt,
-            permutation=permutation, answer_mode=mode, unknown_phrases=unknown_phrases)
+            category=row.category,
+            sample_id=row.sample_id,
+            label_annotation=row.label_annotation,
+            context_condition=row.context_condition,
+            polarity=row.polarity,
+            template_id=row.template_id,
+            context=row.context,
+            question=row.question,
+            options=options,
+            gold=order.index(row.gold),
+            biased_option=order.index(row.biased),
+            unknown_option=order.index(row.unknown),
+            prompt=prompt,
+            permutation=permutation,
+            answer_mode=mode,
+            unknown_phrases=unknown_phrases,
+        )
 
     def select(self, items: Sequence[KoBBQItem], limit: int | None, seed: int, salt: str) -> list[KoBBQItem]:
         """``--limit N``: N test rows, balanced over context condition x polarity
@@ -543,19 +636,18 @@ class KoBBQ(BBQFamilyBenchmark):
         shaped = [self._prompt(engine, it) for it in items]
         if self.saved:  # the producer's prompt, not this suite's: nothing of ours to hash
             shaped = [(p, "saved output") for p, _ in shaped]
-        hashes = [None if self.saved else hashlib.sha256(p.encode("utf-8")).hexdigest()
-                  for p, _ in shaped]
+        hashes = [None if self.saved else hashlib.sha256(p.encode("utf-8")).hexdigest() for p, _ in shaped]
         out: list[KoBBQRecord | None] = [None] * len(items)
         gen = [i for i, it in enumerate(items) if it.answer_mode == "generate"]
         let = [i for i, it in enumerate(items) if it.answer_mode == "letter"]
         letters = {i: self._letter_continuations(items[i], shaped[i][1]) for i in let}
         if gen:
-            requests = [GenerationRequest(shaped[i][0], self.max_new_tokens, item_id=items[i].item_id)
-                        for i in gen]
+            requests = [
+                GenerationRequest(shaped[i][0], self.max_new_tokens, item_id=items[i].item_id) for i in gen
+            ]
             # With both modes, the forward that picks the first generated token also scores the
             # option letters after the same prompt (the engine keeps them for letter mode).
-            first_step = ([self._letter_continuations(items[i], shaped[i][1]) for i in gen]
-                          if let else None)
+            first_step = [self._letter_continuations(items[i], shaped[i][1]) for i in gen] if let else None
             profile = self.parsing_profile
             for i, raw in zip(gen, engine.generate(requests, first_step=first_step)):
                 it = items[i]
@@ -565,21 +657,40 @@ class KoBBQ(BBQFamilyBenchmark):
                 except (TypeError, ValueError) as e:
                     raise PredictionError(it.item_id, str(e)) from None
                 out[i] = self._kobbq_record(
-                    it, parsed.option, shaped[i][1], digest, hashes[i], raw_prediction=raw,
-                    match=parsed.how, parse_rule=parsed.rule, invalid_reason=parsed.reason,
+                    it,
+                    parsed.option,
+                    shaped[i][1],
+                    digest,
+                    hashes[i],
+                    raw_prediction=raw,
+                    match=parsed.how,
+                    parse_rule=parsed.rule,
+                    invalid_reason=parsed.reason,
                     answer_parsing=profile,
-                    other_parse={"answer_parsing": other_profile(profile), "predicted": alt.option,
-                                 "predicted_class": it.answer_class(alt.option).value,
-                                 "parse_rule": alt.rule, "invalid_reason": alt.reason})
+                    other_parse={
+                        "answer_parsing": other_profile(profile),
+                        "predicted": alt.option,
+                        "predicted_class": it.answer_class(alt.option).value,
+                        "parse_rule": alt.rule,
+                        "invalid_reason": alt.reason,
+                    },
+                )
         if let:
             pairs = [(shaped[i][0], c) for i in let for c in letters[i]]
             flat = engine.prompt_loglikelihood(pairs, [1.0 / 3] * len(pairs))
             for n, i in enumerate(let):
-                lls = [float(x) for x in flat[3 * n:3 * n + 3]]
+                lls = [float(x) for x in flat[3 * n : 3 * n + 3]]
                 best = int(np.argmax(lls))
-                out[i] = self._kobbq_record(items[i], best, shaped[i][1], digest, hashes[i],
-                                            predicted_choice=best,
-                                            choices=letters[i], loglikelihoods=lls)
+                out[i] = self._kobbq_record(
+                    items[i],
+                    best,
+                    shaped[i][1],
+                    digest,
+                    hashes[i],
+                    predicted_choice=best,
+                    choices=letters[i],
+                    loglikelihoods=lls,
+                )
         return out  # type: ignore[return-value]
 
     @staticmethod
@@ -589,18 +700,40 @@ class KoBBQ(BBQFamilyBenchmark):
         "정답:"/"답:", answered after a space."""
         return list(item.prompt.letters) if fmt == "chat" else [" " + l for l in item.prompt.letters]
 
-    def _kobbq_record(self, it: KoBBQItem, option: int, fmt: str, digest: str | None,
-                      prompt_sha256: str | None, **fields: Any) -> KoBBQRecord:
+    def _kobbq_record(
+        self,
+        it: KoBBQItem,
+        option: int,
+        fmt: str,
+        digest: str | None,
+        prompt_sha256: str | None,
+        **fields: Any,
+    ) -> KoBBQRecord:
         return KoBBQRecord(
-            item_id=it.item_id, category=it.category, context_condition=it.context_condition,
-            polarity=it.polarity, template_id=it.template_id, label_type="label",
-            context=it.context, question=it.question, gold=it.gold,
-            gold_class=it.answer_class(it.gold).value, predicted=option,
-            predicted_class=it.answer_class(option).value, correct=option == it.gold,
-            sample_id=it.sample_id, prompt_id=it.prompt_id, permutation=it.permutation,
-            answer_mode=it.answer_mode, options=list(it.options), prompt_format=fmt,
-            chat_template_sha256=digest if fmt == "chat" else None, prompt_sha256=prompt_sha256,
-            extra={"label_annotation": it.label_annotation}, **fields)
+            item_id=it.item_id,
+            category=it.category,
+            context_condition=it.context_condition,
+            polarity=it.polarity,
+            template_id=it.template_id,
+            label_type="label",
+            context=it.context,
+            question=it.question,
+            gold=it.gold,
+            gold_class=it.answer_class(it.gold).value,
+            predicted=option,
+            predicted_class=it.answer_class(option).value,
+            correct=option == it.gold,
+            sample_id=it.sample_id,
+            prompt_id=it.prompt_id,
+            permutation=it.permutation,
+            answer_mode=it.answer_mode,
+            options=list(it.options),
+            prompt_format=fmt,
+            chat_template_sha256=digest if fmt == "chat" else None,
+            prompt_sha256=prompt_sha256,
+            extra={"label_annotation": it.label_annotation},
+            **fields,
+        )
 
     # -- metrics -----------------------------------------------------------------------------------
     def metrics(self, records: Sequence[KoBBQRecord], settings: MetricSettings) -> dict[str, MetricResult]:
@@ -616,28 +749,42 @@ class KoBBQ(BBQFamilyBenchmark):
             # beside it, named as such.
             run = [k for k in self.prompts if any(r.prompt_id == k for r in mine)] or list(self.prompts)
             headline = metrics_mean_over_groups(
-                self.flavour, self._prompt_groups(mine, run), confidence=settings.confidence,
-                n_resamples=settings.n_resamples, seed=settings.seed)
+                self.flavour,
+                self._prompt_groups(mine, run),
+                confidence=settings.confidence,
+                n_resamples=settings.n_resamples,
+                seed=settings.seed,
+            )
             for name, m in headline.items():
                 out[name + sfx] = _renamed(m, name + sfx)
             for name, m in self._flavour_metrics(mine, settings).items():
                 out[f"{name}_pooled{sfx}"] = _renamed(m, f"{name}_pooled{sfx}")
-            for kind, key, values, run in (("p", "prompt_id", PROMPT_IDS, self.prompts),
-                                           ("o", "permutation", tuple(PERMUTATIONS), self.permutations)):
+            for kind, key, values, run in (
+                ("p", "prompt_id", PROMPT_IDS, self.prompts),
+                ("o", "permutation", tuple(PERMUTATIONS), self.permutations),
+            ):
                 for v in values:
                     subset = [r for r in mine if getattr(r, key) == v]
                     what = "prompt template" if kind == "p" else "permutation"
                     for name, m in self._flavour_metrics(subset, settings).items():
                         full = f"{name}_{kind}{v}{sfx}"
                         if v not in run:
-                            m = MetricResult(full, math.nan, 0, reason=f"{what} {v} not run "
-                                             f"(--kobbq-{'prompts' if kind == 'p' else 'permutations'})",
-                                             source=m.source)
+                            m = MetricResult(
+                                full,
+                                math.nan,
+                                0,
+                                reason=f"{what} {v} not run "
+                                f"(--kobbq-{'prompts' if kind == 'p' else 'permutations'})",
+                                source=m.source,
+                            )
                         out[full] = _renamed(m, full)
             for score in BIAS_SCORES:
                 if score not in flavour_metric_names(self.flavour):
                     continue
-                for kind, over, run in (("p", "prompts", self.prompts), ("o", "permutations", self.permutations)):
+                for kind, over, run in (
+                    ("p", "prompts", self.prompts),
+                    ("o", "permutations", self.permutations),
+                ):
                     name = f"{score}_spread_{over}{sfx}"
                     out[name] = _spread(name, [out[f"{score}_{kind}{v}{sfx}"] for v in run], over)
         return out
@@ -648,7 +795,9 @@ class KoBBQ(BBQFamilyBenchmark):
         by_id = {id(v): k for v, k in views}
         return grouped_cluster_counts([v for v, _ in views], lambda v: by_id[id(v)], list(prompts))
 
-    def _flavour_metrics(self, records: Sequence[KoBBQRecord], settings: MetricSettings) -> dict[str, MetricResult]:
+    def _flavour_metrics(
+        self, records: Sequence[KoBBQRecord], settings: MetricSettings
+    ) -> dict[str, MetricResult]:
         return BBQFamilyBenchmark.metrics(self, records, settings)
 
     # -- saved predictions ---------------------------------------------------------------------------
@@ -663,24 +812,30 @@ class KoBBQ(BBQFamilyBenchmark):
             DataError: no id, an id of another benchmark, fields that disagree, or a missing
                 prompt/permutation that the configuration does not settle.
         """
+
         def pick(field_name: str, run: tuple[int, ...], flag: str) -> int:
             if field_name in row:
                 value = row[field_name]
-                if isinstance(value, bool) or not (isinstance(value, int) or
-                                                   (isinstance(value, str) and value.strip().isdigit())):
+                if isinstance(value, bool) or not (
+                    isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())
+                ):
                     raise DataError(f"{where}: field {field_name!r}: {value!r} is not an integer")
                 return int(value)
             if len(run) != 1:
-                raise DataError(f"{where}: the row has no {field_name!r} field; add it or pass "
-                                f"{flag} to say which one the file holds")
+                raise DataError(
+                    f"{where}: the row has no {field_name!r} field; add it or pass "
+                    f"{flag} to say which one the file holds"
+                )
             return run[0]
 
         derived = None
         if "sample_id" in row:
             sid = row["sample_id"]
             if not isinstance(sid, str) or not _SAMPLE_ID.match(sid):
-                raise DataError(f"{where}: field 'sample_id': {sid!r} is not a KoBBQ sample id "
-                                "(<category>-<NNN><a-d>-<NNN>-<amb|dis>-<bsd|cnt>); a file of another benchmark?")
+                raise DataError(
+                    f"{where}: field 'sample_id': {sid!r} is not a KoBBQ sample id "
+                    "(<category>-<NNN><a-d>-<NNN>-<amb|dis>-<bsd|cnt>); a file of another benchmark?"
+                )
             k = pick("prompt_id", self.prompts, "--kobbq-prompt")
             j = pick("permutation", self.permutations, "--kobbq-permutation")
             derived = f"{sid}-p{k}-o{j}"
@@ -688,15 +843,21 @@ class KoBBQ(BBQFamilyBenchmark):
             item_id = row["id"]
             m = _ITEM_ID.match(item_id) if isinstance(item_id, str) else None
             if not m or not _SAMPLE_ID.match(m["sample_id"]) or m["letter"]:
-                raise DataError(f"{where}: field 'id': {item_id!r} is not a KoBBQ generate-mode item "
-                                "id (<sample_id>-p<prompt>-o<permutation>); a file of another benchmark?")
+                raise DataError(
+                    f"{where}: field 'id': {item_id!r} is not a KoBBQ generate-mode item "
+                    "id (<sample_id>-p<prompt>-o<permutation>); a file of another benchmark?"
+                )
             if derived is not None and derived != item_id:
-                raise DataError(f"{where}: field 'id' {item_id!r} disagrees with sample_id/prompt_id/"
-                                f"permutation ({derived!r})")
+                raise DataError(
+                    f"{where}: field 'id' {item_id!r} disagrees with sample_id/prompt_id/"
+                    f"permutation ({derived!r})"
+                )
             derived = item_id
         if derived is None:
-            raise DataError(f"{where}: no item id: the row needs 'id' or 'sample_id' to join it to "
-                            "the KoBBQ data; a file of another benchmark?")
+            raise DataError(
+                f"{where}: no item id: the row needs 'id' or 'sample_id' to join it to "
+                "the KoBBQ data; a file of another benchmark?"
+            )
         category = _SAMPLE_ID.match(_ITEM_ID.match(derived)["sample_id"])["category"]
         if category not in CATEGORIES:
             raise DataError(f"{where}: category {category!r} is not a KoBBQ category")
@@ -705,12 +866,19 @@ class KoBBQ(BBQFamilyBenchmark):
     def check_prediction_row(self, row: Mapping[str, Any], item: KoBBQItem, where: str) -> None:
         """DataError when the row's ``context``, ``question`` or option texts ``A``/``B``/``C``
         disagree with the joined item (another data version or permutation)."""
-        expected = {"context": item.context, "question": item.question,
-                    "A": item.options[0], "B": item.options[1], "C": item.options[2]}
+        expected = {
+            "context": item.context,
+            "question": item.question,
+            "A": item.options[0],
+            "B": item.options[1],
+            "C": item.options[2],
+        }
         for name, value in expected.items():
             if name in row and str(row[name]).strip() != value.strip():
-                raise DataError(f"{where}: field {name!r} is {row[name]!r} but KoBBQ item "
-                                f"{item.item_id!r} has {value!r}; another data version or permutation?")
+                raise DataError(
+                    f"{where}: field {name!r} is {row[name]!r} but KoBBQ item "
+                    f"{item.item_id!r} has {value!r}; another data version or permutation?"
+                )
 
 
 def _suffix(mode: str) -> str:
@@ -718,17 +886,21 @@ def _suffix(mode: str) -> str:
 
 
 def _renamed(m: MetricResult, name: str) -> MetricResult:
-    return MetricResult(name, m.value, m.n, m.ci_low, m.ci_high, m.ci_method, m.confidence,
-                        dict(m.counts), m.reason, m.source)
+    return MetricResult(
+        name, m.value, m.n, m.ci_low, m.ci_high, m.ci_method, m.confidence, dict(m.counts), m.reason, m.source
+    )
 
 
 def _spread(name: str, per: Sequence[MetricResult], over: str) -> MetricResult:
-    source = (f"project: max - min over the {over} run (Jin et al. 2024 report each prompt's "
-              "scores; the spread shows how much the score depends on the prompt or option order)")
+    source = (
+        f"project: max - min over the {over} run (Jin et al. 2024 report each prompt's "
+        "scores; the spread shows how much the score depends on the prompt or option order)"
+    )
     n = sum(m.n for m in per)
     if len(per) < 2:
-        return MetricResult(name, math.nan, n, reason=f"needs at least 2 {over}, {len(per)} run",
-                            source=source)
+        return MetricResult(
+            name, math.nan, n, reason=f"needs at least 2 {over}, {len(per)} run", source=source
+        )
     bad = [m.name for m in per if not m.defined]
     if bad:
         return MetricResult(name, math.nan, n, reason=f"undefined: {', '.join(bad)}", source=source)

@@ -66,7 +66,6 @@ class PairItem:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-
 @dataclass
 class PairRecord(Record):
     """One scored pair, as stored in ``records/<benchmark>/<category>.jsonl``.
@@ -112,8 +111,9 @@ def read_csv_rows(path: Path, columns: Sequence[str], what: str) -> list[tuple[i
     rows: list[tuple[int, dict[str, str]]] = []
     for start, width, row in csv_rows(path, columns):
         if None in row or any(v is None for v in row.values()):
-            raise DataError(f"{path}:{start}: the row has a different number of fields than "
-                            f"the header ({width})")
+            raise DataError(
+                f"{path}:{start}: the row has a different number of fields than the header ({width})"
+            )
         rows.append((start, {k: v.strip() for k, v in row.items()}))
     return rows
 
@@ -151,8 +151,13 @@ class SentencePairBenchmark(Benchmark):
     implement ``read_file(data_dir) -> PairFile``; everything else is shared.
     """
 
-    metric_names = ("bias_score", "bias_score_stereo", "bias_score_antistereo", "neutral_rate",
-                    "mean_loglikelihood_gap")
+    metric_names = (
+        "bias_score",
+        "bias_score_stereo",
+        "bias_score_antistereo",
+        "neutral_rate",
+        "mean_loglikelihood_gap",
+    )
     requires = frozenset({TOKEN_LOGPROBS})
     record_type = PairRecord
     shared_items = True
@@ -177,16 +182,25 @@ class SentencePairBenchmark(Benchmark):
         raise NotImplementedError
 
     def provenance(self) -> dict[str, Any]:
-        return {"protocol": "shared-token (pseudo-)log-likelihood of each sentence (CrowS-Pairs / "
-                            "WinoQueer metric.py; causal: BOS + sentence, next-token log-probs; "
-                            "masked: one masked token at a time)",
-                "rounding_decimals": self.decimals, "ties": "neutral, kept in the denominator",
-                "score_unit": "percent of pairs where the more stereotyping sentence scores higher "
-                              "(50 = no preference)"}
+        return {
+            "protocol": "shared-token (pseudo-)log-likelihood of each sentence (CrowS-Pairs / "
+            "WinoQueer metric.py; causal: BOS + sentence, next-token log-probs; "
+            "masked: one masked token at a time)",
+            "rounding_decimals": self.decimals,
+            "ties": "neutral, kept in the denominator",
+            "score_unit": "percent of pairs where the more stereotyping sentence scores higher "
+            "(50 = no preference)",
+        }
 
     # -- data --------------------------------------------------------------------------------------
-    def check_pair(self, path: Path, line: int, item: PairItem, fields: tuple[str, str],
-                   excluded: dict[str, dict[str, list[str]]]) -> bool:
+    def check_pair(
+        self,
+        path: Path,
+        line: int,
+        item: PairItem,
+        fields: tuple[str, str],
+        excluded: dict[str, dict[str, list[str]]],
+    ) -> bool:
         """False (and the item listed under ``IDENTICAL`` for its category) when the two
         sentences are equal; DataError naming file, line and field when one is empty."""
         for name, text in zip(fields, (item.sent_more, item.sent_less)):
@@ -204,8 +218,7 @@ class SentencePairBenchmark(Benchmark):
             DataError: an unknown category, or the file's own errors (``read_file``).
         """
         if category not in self.categories:
-            raise DataError(f"unknown {self.name} category {category!r}; known: "
-                            f"{', '.join(self.categories)}")
+            raise DataError(f"unknown {self.name} category {category!r}; known: {', '.join(self.categories)}")
         whole = self.read_file(Path(data_dir))
         cats = sorted(whole.excluded) if category == OVERALL else [category]
         excluded: dict[str, list[str]] = {}
@@ -238,23 +251,28 @@ class SentencePairBenchmark(Benchmark):
             plans.append(len(px))
             if px:
                 requests += [(ex.ids, px), (ey.ids, py)]
-        values, _ = (engine.score_positions(requests, [0.5] * len(requests)) if requests
-                     else ([], 0))
+        values, _ = engine.score_positions(requests, [0.5] * len(requests)) if requests else ([], 0)
         records, k = [], 0
         for it, n in zip(items, plans):
-            common = dict(item_id=it.item_id, category=it.category, sent_more=it.sent_more,
-                          sent_less=it.sent_less, direction=it.direction, line=it.line,
-                          prompt_sha256=hashlib.sha256(
-                              f"{it.sent_more}\n{it.sent_less}".encode("utf-8")).hexdigest(),
-                          extra=dict(it.extra))
+            common = dict(
+                item_id=it.item_id,
+                category=it.category,
+                sent_more=it.sent_more,
+                sent_less=it.sent_less,
+                direction=it.direction,
+                line=it.line,
+                prompt_sha256=hashlib.sha256(f"{it.sent_more}\n{it.sent_less}".encode("utf-8")).hexdigest(),
+                extra=dict(it.extra),
+            )
             if not n:
                 records.append(PairRecord(**common, excluded=NO_SHARED_TOKEN))
                 continue
             more, less = float(sum(values[k])), float(sum(values[k + 1]))
             k += 2
             outcome = int(pair_outcomes([more], [less], decimals=self.decimals)[0])
-            records.append(PairRecord(**common, score_more=more, score_less=less,
-                                      n_scored_tokens=n, outcome=outcome))
+            records.append(
+                PairRecord(**common, score_more=more, score_less=less, n_scored_tokens=n, outcome=outcome)
+            )
         return records
 
     def select(self, items: Sequence[PairItem], limit: int | None, seed: int, salt: str) -> list[PairItem]:
@@ -268,8 +286,11 @@ class SentencePairBenchmark(Benchmark):
         groups: dict[str, list[PairItem]] = {}
         for it in items:
             groups.setdefault(it.category, []).append(it)
-        chosen = {it.item_id for cat, group in groups.items()
-                  for it in seeded_sample(group, limit, seed, f"{bench}/{cat}")}
+        chosen = {
+            it.item_id
+            for cat, group in groups.items()
+            for it in seeded_sample(group, limit, seed, f"{bench}/{cat}")
+        }
         return [it for it in items if it.item_id in chosen]
 
     def exclusions(self, records: Sequence[PairRecord]) -> dict[str, list[str]]:
@@ -279,10 +300,15 @@ class SentencePairBenchmark(Benchmark):
     def metrics(self, records: Sequence[PairRecord], settings: MetricSettings) -> dict[str, MetricResult]:
         """``bias_metrics.pairs.pair_metrics`` over the scored (not excluded) records."""
         scored = [r for r in records if r.excluded is None]
-        return pair_metrics([r.score_more for r in scored], [r.score_less for r in scored],
-                            [r.direction for r in scored], decimals=self.decimals,
-                            confidence=settings.confidence, n_resamples=settings.n_resamples,
-                            seed=settings.seed)
+        return pair_metrics(
+            [r.score_more for r in scored],
+            [r.score_less for r in scored],
+            [r.direction for r in scored],
+            decimals=self.decimals,
+            confidence=settings.confidence,
+            n_resamples=settings.n_resamples,
+            seed=settings.seed,
+        )
 
     def overall(self, records_by_category, settings):
         """None beyond the ``overall`` category, which already scores every pair (pooling the

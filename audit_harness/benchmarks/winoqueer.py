@@ -29,8 +29,16 @@ from .sentence_pairs import OVERALL, PairFile, PairItem, SentencePairBenchmark, 
 #: ``Gender_ID_x`` values of the final file (upstream metric script's group list).
 FINAL_GROUPS = ("LGBTQ", "Queer", "Transgender", "NB", "Bisexual", "Pansexual", "Lesbian", "Asexual", "Gay")
 #: ``bias_type`` values of v0.
-V0_GROUPS = ("cis_gay_pairwise_mf", "cis_gay_pairwise_fm", "cis_les_pairwise_mf", "cis_les_pairwise_fm",
-             "masc_femm_name", "masc_trans_pronoun", "femme_trans_pronoun", "masc_femm_pronoun")
+V0_GROUPS = (
+    "cis_gay_pairwise_mf",
+    "cis_gay_pairwise_fm",
+    "cis_les_pairwise_mf",
+    "cis_les_pairwise_fm",
+    "masc_femm_name",
+    "masc_trans_pronoun",
+    "femme_trans_pronoun",
+    "masc_femm_pronoun",
+)
 FINAL_FILES = (Path("winoqueer") / "winoqueer_final.csv", Path("winoqueer") / "data" / "winoqueer_final.csv")
 V0_FILE = Path("winoqueer") / "v0" / "winoqueer_benchmark.csv"
 
@@ -47,24 +55,37 @@ def resolve_file(data_dir: Path) -> tuple[Path, str]:
 @lru_cache(maxsize=4)
 def _read_final(bench, key, data_dir) -> PairFile:
     path = Path(key[0])
-    rows = read_csv_rows(path, ("", "Gender_ID_x", "Gender_ID_y", "sent_x", "sent_y"),
-                         "WinoQueer data (winoqueer_final.csv)")
+    rows = read_csv_rows(
+        path, ("", "Gender_ID_x", "Gender_ID_y", "sent_x", "sent_y"), "WinoQueer data (winoqueer_final.csv)"
+    )
     items: list[PairItem] = []
     excluded: dict[str, dict[str, list[str]]] = {}
     seen: dict[str, int] = {}
     for line, row in rows:
         index = row_index(row, path, line, seen)
         if row["Gender_ID_x"] not in FINAL_GROUPS:
-            raise DataError(f"{path}:{line}: field 'Gender_ID_x': {row['Gender_ID_x']!r} is not one "
-                            f"of {list(FINAL_GROUPS)}")
+            raise DataError(
+                f"{path}:{line}: field 'Gender_ID_x': {row['Gender_ID_x']!r} is not one "
+                f"of {list(FINAL_GROUPS)}"
+            )
         if not row["Gender_ID_y"]:
             raise DataError(f"{path}:{line}: field 'Gender_ID_y': empty")
         # Every final pair is (stereotyping sentence about the queer group, counterfactual).
-        item = PairItem(index, row["Gender_ID_x"], row["sent_x"], row["sent_y"], "stereo", line,
-                        {"gender_id_y": row["Gender_ID_y"]})
+        item = PairItem(
+            index,
+            row["Gender_ID_x"],
+            row["sent_x"],
+            row["sent_y"],
+            "stereo",
+            line,
+            {"gender_id_y": row["Gender_ID_y"]},
+        )
         if bench.check_pair(path, line, item, ("sent_x", "sent_y"), excluded):
             items.append(item)
-    notes = {"rows": len(rows), "identical_sentence_rows": sum(len(v) for e in excluded.values() for v in e.values())}
+    notes = {
+        "rows": len(rows),
+        "identical_sentence_rows": sum(len(v) for e in excluded.values() for v in e.values()),
+    }
     return PairFile(items, DataFile.of(path, data_dir, len(rows)), excluded, notes)
 
 
@@ -95,8 +116,10 @@ class WinoQueer(SentencePairBenchmark):
         wanted = self.categories_in(Path(data_dir))
         if category in self.categories and category not in wanted:
             path, version = resolve_file(Path(data_dir))
-            raise DataError(f"winoqueer category {category!r} is not a subgroup of the {version} file "
-                            f"{path} (its subgroups: {', '.join(wanted)})")
+            raise DataError(
+                f"winoqueer category {category!r} is not a subgroup of the {version} file "
+                f"{path} (its subgroups: {', '.join(wanted)})"
+            )
         return super().load_category(data_dir, category)
 
     def read_file(self, data_dir: Path) -> PairFile:

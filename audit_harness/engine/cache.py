@@ -45,11 +45,13 @@ def open_checked(folder: str | os.PathLike) -> "ResultCache":
         cache = ResultCache(folder)
         cache.check()
     except sqlite3.DatabaseError as e:
-        raise ConfigError(f"cache file {path} is not a valid cache ({e}): move it away or use "
-                          "--no-cache") from None
+        raise ConfigError(
+            f"cache file {path} is not a valid cache ({e}): move it away or use --no-cache"
+        ) from None
     except OSError as e:
-        raise ConfigError(f"--cache-dir {Path(folder)}: cannot open the result cache "
-                          f"({e.strerror or e})") from None
+        raise ConfigError(
+            f"--cache-dir {Path(folder)}: cannot open the result cache ({e.strerror or e})"
+        ) from None
     return cache
 
 
@@ -89,14 +91,19 @@ class ResultCache:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / FILE_NAME
         self.retries = retries
-        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
-                                   check_same_thread=False)
+        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
         self._retry(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._retry(lambda: self._db.execute(
-            "CREATE TABLE IF NOT EXISTS results (key BLOB PRIMARY KEY, value BLOB NOT NULL)"))
-        self._retry(lambda: self._db.execute(
-            "CREATE TABLE IF NOT EXISTS generations (key BLOB PRIMARY KEY, text TEXT NOT NULL)"))
+        self._retry(
+            lambda: self._db.execute(
+                "CREATE TABLE IF NOT EXISTS results (key BLOB PRIMARY KEY, value BLOB NOT NULL)"
+            )
+        )
+        self._retry(
+            lambda: self._db.execute(
+                "CREATE TABLE IF NOT EXISTS generations (key BLOB PRIMARY KEY, text TEXT NOT NULL)"
+            )
+        )
 
     def _retry(self, fn):
         delay = 0.05
@@ -113,10 +120,12 @@ class ResultCache:
         keys = list(keys)
         rows: list[tuple] = []
         for start in range(0, len(keys), 500):  # SQLite's bound-parameter limit
-            chunk = keys[start:start + 500]
-            rows += self._retry(lambda chunk=chunk: self._db.execute(
-                f"SELECT key, {column} FROM {table} WHERE key IN ({','.join('?' * len(chunk))})",
-                chunk).fetchall())
+            chunk = keys[start : start + 500]
+            rows += self._retry(
+                lambda chunk=chunk: self._db.execute(
+                    f"SELECT key, {column} FROM {table} WHERE key IN ({','.join('?' * len(chunk))})", chunk
+                ).fetchall()
+            )
         return rows
 
     def _insert(self, table: str, column: str, rows: list[tuple]) -> None:
@@ -161,8 +170,9 @@ class ResultCache:
 
     def __len__(self) -> int:
         """Stored entries, scores and generations together."""
-        return sum(self._db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
-                   for t in ("results", "generations"))
+        return sum(
+            self._db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("results", "generations")
+        )
 
     def close(self) -> None:
         self._db.close()

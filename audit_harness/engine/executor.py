@@ -58,8 +58,14 @@ class Engine:
             loses; 0 sizes forwards by tokens only.
     """
 
-    def __init__(self, backend, cache: ResultCache | None = None, min_shared: int = 4,
-                 memo: bool = False, forward_seconds: float = DEFAULT_TARGET_S):
+    def __init__(
+        self,
+        backend,
+        cache: ResultCache | None = None,
+        min_shared: int = 4,
+        memo: bool = False,
+        forward_seconds: float = DEFAULT_TARGET_S,
+    ):
         self.backend = backend
         self.cache = cache
         self.min_shared = min_shared
@@ -103,8 +109,9 @@ class Engine:
         return self.backend.encode_sentence(text)
 
     # -- public requests ---------------------------------------------------------------------------
-    def score_choices(self, prompts: Sequence[str], choices: Sequence[Sequence[str]],
-                      delimiter: str = " ") -> list[list[float]]:
+    def score_choices(
+        self, prompts: Sequence[str], choices: Sequence[Sequence[str]], delimiter: str = " "
+    ) -> list[list[float]]:
         """Cloze multiple choice: the summed log-likelihood of ``delimiter + choice`` after each
         prompt, per item one value per choice (each item one progress unit).
 
@@ -123,12 +130,13 @@ class Engine:
         scores = self.loglikelihood(flat, weights)
         out, pos = [], 0
         for opts in choices:
-            out.append(scores[pos:pos + len(opts)])
+            out.append(scores[pos : pos + len(opts)])
             pos += len(opts)
         return out
 
-    def score_positions(self, requests: Sequence[tuple[Sequence[int], Sequence[int]]],
-                        weights: Sequence[float] | None = None) -> tuple[list[list[float]], int]:
+    def score_positions(
+        self, requests: Sequence[tuple[Sequence[int], Sequence[int]]], weights: Sequence[float] | None = None
+    ) -> tuple[list[list[float]], int]:
         """``token_logprobs`` for every (token ids, positions) request, each distinct sequence
         computed once for the union of the positions asked of it (a sentence several pairs share
         is scored once). Returns (per request its values in its order, distinct sequences)."""
@@ -140,13 +148,15 @@ class Engine:
             weight[key] = weight.get(key, 0.0) + (weights[n] if weights is not None else 0.0)
         sequences = list(needed)
         asked = [sorted(needed[s]) for s in sequences]
-        values = self.token_logprobs(sequences, asked,
-                                     [weight[s] for s in sequences] if weights is not None else None)
+        values = self.token_logprobs(
+            sequences, asked, [weight[s] for s in sequences] if weights is not None else None
+        )
         table = {s: dict(zip(pos, vals)) for s, pos, vals in zip(sequences, asked, values)}
         return [[table[tuple(ids)][p] for p in positions] for ids, positions in requests], len(sequences)
 
-    def loglikelihood(self, requests: Sequence[tuple[str, str]],
-                      weights: Sequence[float] | None = None) -> list[float]:
+    def loglikelihood(
+        self, requests: Sequence[tuple[str, str]], weights: Sequence[float] | None = None
+    ) -> list[float]:
         """Summed log-probability (natural log) of each continuation after its context (strings
         tokenized by the backend's ``encode_pair``). ``weights``: progress units per request
         (an item's share), default none."""
@@ -159,8 +169,9 @@ class Engine:
             encoded = [self.backend.encode_pair(c, x) for c, x in requests]
         return self.loglikelihood_tokens(encoded, weights)
 
-    def prompt_loglikelihood(self, requests: Sequence[tuple[str, str]],
-                             weights: Sequence[float] | None = None) -> list[float]:
+    def prompt_loglikelihood(
+        self, requests: Sequence[tuple[str, str]], weights: Sequence[float] | None = None
+    ) -> list[float]:
         """Summed log-probability of each continuation right after its generation prompt, the
         prompt tokenized as ``generate`` reads it (the backend's ``encode_continuation``: no
         whitespace moves across the boundary). Backends without it score the strings with their
@@ -185,8 +196,9 @@ class Engine:
             self.progress.advance(sum(weights))
         return values
 
-    def loglikelihood_tokens(self, encoded: Sequence[tuple[Sequence[int], Sequence[int]]],
-                             weights: Sequence[float] | None = None) -> list[float]:
+    def loglikelihood_tokens(
+        self, encoded: Sequence[tuple[Sequence[int], Sequence[int]]], weights: Sequence[float] | None = None
+    ) -> list[float]:
         """``loglikelihood`` on (context ids, continuation ids).
 
         Raises:
@@ -196,11 +208,14 @@ class Engine:
         m = self.backend
         for n, (ctx, cont) in enumerate(encoded):
             if not ctx or not cont:
-                raise ValueError(f"request {n}: empty context or continuation ids (the first "
-                                 "continuation token needs a context token to condition on)")
+                raise ValueError(
+                    f"request {n}: empty context or continuation ids (the first "
+                    "continuation token needs a context token to condition on)"
+                )
             if len(cont) >= m.max_length:
-                raise ValueError(f"continuation of {len(cont)} tokens does not fit the model's "
-                                 f"{m.max_length}-token window")
+                raise ValueError(
+                    f"continuation of {len(cont)} tokens does not fit the model's {m.max_length}-token window"
+                )
         keys = [request_key(self._model_key(), "ll", ctx, cont) for ctx, cont in encoded]
         first = {}
         for i, k in enumerate(keys):
@@ -211,8 +226,12 @@ class Engine:
             self._compute_loglikelihood(pending, todo)
         return [self._results[k][0] for k in keys]
 
-    def token_logprobs(self, sequences: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
-                       weights: Sequence[float] | None = None) -> list[list[float]]:
+    def token_logprobs(
+        self,
+        sequences: Sequence[Sequence[int]],
+        positions: Sequence[Sequence[int]],
+        weights: Sequence[float] | None = None,
+    ) -> list[list[float]]:
         """log P(ids[p] | context) at each requested position, each (sequence, positions) pair
         computed once (cache, memo). Backends with ``forward_full`` are batched here; others
         (masked LMs) get the misses in one ``token_logprobs`` call.
@@ -228,19 +247,21 @@ class Engine:
         if hasattr(m, "forward_full"):
             for n, (seq, pos) in enumerate(zip(sequences, positions)):
                 if len(seq) > m.max_length:
-                    raise ValueError(f"sequence {n}: {len(seq)} tokens exceed the model's "
-                                     f"{m.max_length}-token window")
+                    raise ValueError(
+                        f"sequence {n}: {len(seq)} tokens exceed the model's {m.max_length}-token window"
+                    )
                 bad = [p for p in pos if not 1 <= p < len(seq)]
                 if bad:
-                    raise ValueError(f"sequence {n}: position {bad[0]} is outside [1, {len(seq)}) "
-                                     "(position 0 has no left context)")
+                    raise ValueError(
+                        f"sequence {n}: position {bad[0]} is outside [1, {len(seq)}) "
+                        "(position 0 has no left context)"
+                    )
         if not hasattr(m, "forward_full") and self._model_key() is None:
             values = m.token_logprobs(sequences, positions)
             self.stats.requests += len(sequences)
             self.stats.computed += len(sequences)
             return values
-        keys = [request_key(self._model_key(), "tlp", list(s), list(p))
-                for s, p in zip(sequences, positions)]
+        keys = [request_key(self._model_key(), "tlp", list(s), list(p)) for s, p in zip(sequences, positions)]
         first = {}
         for i, k in enumerate(keys):
             first.setdefault(k, i)
@@ -256,8 +277,12 @@ class Engine:
             self._store(dict(zip(todo, values)), todo)
         return [list(self._results[k]) for k in keys]
 
-    def generate(self, requests: Sequence[GenerationRequest], weights: Sequence[float] | None = None,
-                 first_step: Sequence[Sequence[str]] | None = None) -> list[str]:
+    def generate(
+        self,
+        requests: Sequence[GenerationRequest],
+        weights: Sequence[float] | None = None,
+        first_step: Sequence[Sequence[str]] | None = None,
+    ) -> list[str]:
         """Greedy completion of each request (``engine.generation``: dedupe, cache, batches
         sorted so shared prompt prefixes run together). ``weights``: progress units per request,
         default 1 each (one item per generation). ``first_step``: per request, continuations
@@ -324,7 +349,7 @@ class Engine:
         # keeps what they share in one tree.
         fits.sort(key=lambda k: pending[k][0] + pending[k][1])
         for start in range(0, len(fits), CHUNK_REQUESTS):
-            chunk = fits[start:start + CHUNK_REQUESTS]
+            chunk = fits[start : start + CHUNK_REQUESTS]
             try:
                 self._run_tree(chunk, pending)
             except PrefixUnsupported:
@@ -335,7 +360,7 @@ class Engine:
             seqs, positions = [], []
             for k in full:
                 ctx, cont = pending[k]
-                seq = list(ctx + cont)[-m.max_length:]
+                seq = list(ctx + cont)[-m.max_length :]
                 seqs.append(seq)
                 positions.append(range(len(seq) - len(cont), len(seq)))
             values = self._full(seqs, positions)
@@ -344,8 +369,9 @@ class Engine:
 
     def _run_tree(self, chunk: list[bytes], pending: dict) -> None:
         m = self.backend
-        tree = build_tree([pending[k] for k in chunk], min_shared=self.min_shared,
-                          two_level=m.two_level_sharing)
+        tree = build_tree(
+            [pending[k] for k in chunk], min_shared=self.min_shared, two_level=m.two_level_sharing
+        )
         values = [0.0] * tree.n_queries
         known = [False] * tree.n_queries
         # Per query, the requests still waiting on it; a request is stored once all its queries are in.
@@ -369,8 +395,9 @@ class Engine:
             if done:
                 ks = [chunk[r] for r in done]
                 self.stats.computed += len(ks)
-                self._store({chunk[r]: [float(sum(values[q] for q in tree.request_queries[r]))]
-                             for r in done}, ks)
+                self._store(
+                    {chunk[r]: [float(sum(values[q] for q in tree.request_queries[r]))] for r in done}, ks
+                )
 
         if getattr(m, "can_pack", False):
             self._run_packed(tree, deliver)
@@ -391,18 +418,23 @@ class Engine:
         m = self.backend
         cap = min(m.token_budget, getattr(m, "packed_row_tokens", m.token_budget))
         rows = [r for root in tree.roots for r in _split(root, cap)]
-        flat = sorted(_pack(sorted((_flatten(r) for r in rows), key=lambda f: -len(f[0])), cap),
-                      key=lambda f: -len(f[0]))
+        flat = sorted(
+            _pack(sorted((_flatten(r) for r in rows), key=lambda f: -len(f[0])), cap),
+            key=lambda f: -len(f[0]),
+        )
         start = 0
         while start < len(flat):
             n, width, queries = 1, len(flat[start][0]), len(flat[start][3])
             budget = self.pace.budget(m.token_budget)
-            while (start + n < len(flat) and n < m.batch_size
-                   and (n + 1) * width <= budget
-                   and (queries + len(flat[start + n][3])) * m.vocab_size <= m.logits_budget):
+            while (
+                start + n < len(flat)
+                and n < m.batch_size
+                and (n + 1) * width <= budget
+                and (queries + len(flat[start + n][3])) * m.vocab_size <= m.logits_budget
+            ):
                 queries += len(flat[start + n][3])
                 n += 1
-            self._packed_batch(flat[start:start + n], deliver)
+            self._packed_batch(flat[start : start + n], deliver)
             start += n
 
     def _packed_batch(self, batch, deliver: Callable) -> None:
@@ -410,8 +442,9 @@ class Engine:
 
     def _packed_forward(self, batch, deliver: Callable) -> None:
         with self.pace.timed(len(batch) * max(len(t) for t, _, _, _ in batch)):
-            vals = self.backend.forward_packed([(t, p, d, [(c, tg) for c, tg, _ in q])
-                                                for t, p, d, q in batch])
+            vals = self.backend.forward_packed(
+                [(t, p, d, [(c, tg) for c, tg, _ in q]) for t, p, d, q in batch]
+            )
         self.stats.forwards += 1
         self.stats.tokens_forwarded += sum(len(t) for t, _, _, _ in batch)
         deliver([qid for _, _, _, q in batch for _, _, qid in q], [v for row in vals for v in row])
@@ -431,7 +464,7 @@ class Engine:
                     break
                 logits += more
                 n += 1
-            yield roots[start:start + n]
+            yield roots[start : start + n]
             start += n
 
     def _child_batches(self, children: list[tuple[int, Segment]], width: int):
@@ -445,8 +478,11 @@ class Engine:
         n = 0
         for row, seg in children:
             k = len(seg.tokens)
-            if cur and ((len(cur) + 1) * (width + n) > m.token_budget
-                        or (len(cur) + 1) * n > positions or (n >= 4 and 2 * k <= n)):
+            if cur and (
+                (len(cur) + 1) * (width + n) > m.token_budget
+                or (len(cur) + 1) * n > positions
+                or (n >= 4 and 2 * k <= n)
+            ):
                 yield cur
                 cur = []
             if not cur:
@@ -458,6 +494,7 @@ class Engine:
     def _run_level(self, state, width: int, batch, deliver: Callable) -> None:
         """Forward ``batch`` (root segments, or (parent row, segment) pairs continuing ``state``
         of padded width ``width``), deliver its queries, then recurse into its children."""
+
         def children(ran) -> None:  # after the forward, outside its out-of-memory retry
             new_state, segs = ran
             new_width = width + max(len(s.tokens) for s in segs)
@@ -465,8 +502,9 @@ class Engine:
             for sub in self._child_batches(below, new_width):
                 self._run_level(new_state, new_width, sub, deliver)
 
-        halving(lambda part: self._level_forward(state, part, deliver), list(batch), self.stats,
-                then=children)
+        halving(
+            lambda part: self._level_forward(state, part, deliver), list(batch), self.stats, then=children
+        )
 
     def _level_forward(self, state, batch, deliver: Callable):
         if state is None:
@@ -474,7 +512,8 @@ class Engine:
         else:
             rows, segs = [r for r, _ in batch], [s for _, s in batch]
         new_state, vals = self.backend.forward_segments(
-            state, rows, [s.tokens for s in segs], [[(o, t) for o, t, _ in s.queries] for s in segs])
+            state, rows, [s.tokens for s in segs], [[(o, t) for o, t, _ in s.queries] for s in segs]
+        )
         self.stats.forwards += 1
         self.stats.tokens_forwarded += sum(len(s.tokens) for s in segs)
         deliver([q for s in segs for _, _, q in s.queries], [v for row in vals for v in row])
@@ -499,7 +538,7 @@ class Engine:
             keep = len(seqs[todo[start]]) - min(positions[todo[start]]) + 1
             width = len(seqs[todo[start]])
             budget = self.pace.budget(getattr(m, "token_budget", 1 << 62))
-            for i in todo[start + 1:start + m.batch_size]:
+            for i in todo[start + 1 : start + m.batch_size]:
                 k = max(keep, len(seqs[i]) - min(positions[i]) + 1)
                 if (len(idx) + 1) * k * m.vocab_size > m.logits_budget:
                     break

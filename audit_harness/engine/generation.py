@@ -42,9 +42,12 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     return text[:cut]
 
 
-def run_generation(engine: "Engine", requests: Sequence[GenerationRequest],
-                   weights: Sequence[float] | None = None,
-                   first_step: Sequence[Sequence[str]] | None = None) -> list[str]:
+def run_generation(
+    engine: "Engine",
+    requests: Sequence[GenerationRequest],
+    weights: Sequence[float] | None = None,
+    first_step: Sequence[Sequence[str]] | None = None,
+) -> list[str]:
     """``Engine.generate``: one greedy completion per request, in order, each distinct (prompt
     ids, ``max_new_tokens``) computed at most once (memo, cache). A backend without
     ``generate_tokens`` (a replay of saved outputs, a test double) answers ``generate`` itself.
@@ -118,8 +121,9 @@ def _first_step_tokens(engine: "Engine", requests, encoded, first_step, first, m
     out: dict[bytes, list[int]] = {}
     for k in todo:
         ids = encoded[first[k]]
-        toks = [t for t in wanted.get(ids, [])
-                if not engine.has_score(request_key(model_key, "ll", ids, (t,)))]
+        toks = [
+            t for t in wanted.get(ids, []) if not engine.has_score(request_key(model_key, "ll", ids, (t,)))
+        ]
         if toks:
             out[k] = toks
     return out or None
@@ -145,14 +149,33 @@ def _batches(engine: "Engine", keys: list[bytes], encoded, first, max_new: int):
         yield batch
 
 
-def _run_batch(engine: "Engine", batch: list[bytes], encoded, first, max_new: int,
-               texts: dict[bytes, str], weight: dict[bytes, float], scores) -> None:
-    halving(lambda part: _generate(engine, part, encoded, first, max_new, texts, weight, scores),
-            batch, engine.stats)
+def _run_batch(
+    engine: "Engine",
+    batch: list[bytes],
+    encoded,
+    first,
+    max_new: int,
+    texts: dict[bytes, str],
+    weight: dict[bytes, float],
+    scores,
+) -> None:
+    halving(
+        lambda part: _generate(engine, part, encoded, first, max_new, texts, weight, scores),
+        batch,
+        engine.stats,
+    )
 
 
-def _generate(engine: "Engine", batch, encoded, first, max_new: int, texts: dict[bytes, str],
-              weight: dict[bytes, float], scores) -> None:
+def _generate(
+    engine: "Engine",
+    batch,
+    encoded,
+    first,
+    max_new: int,
+    texts: dict[bytes, str],
+    weight: dict[bytes, float],
+    scores,
+) -> None:
     prompts = [list(encoded[first[k]]) for k in batch]
     score_tokens = [scores.get(k, []) for k in batch] if scores else None
     with engine.pace.timed(len(prompts) * (max(len(p) for p in prompts) + max_new)):
@@ -162,9 +185,13 @@ def _generate(engine: "Engine", batch, encoded, first, max_new: int, texts: dict
             out, forwarded, firsts = engine.backend.generate_tokens(prompts, max_new, score_tokens)
     if score_tokens is not None:
         model_key = engine._model_key()
-        engine.put_scores({request_key(model_key, "ll", tuple(p), (t,)): [v]
-                           for p, toks, vals in zip(prompts, score_tokens, firsts)
-                           for t, v in zip(toks, vals)})
+        engine.put_scores(
+            {
+                request_key(model_key, "ll", tuple(p), (t,)): [v]
+                for p, toks, vals in zip(prompts, score_tokens, firsts)
+                for t, v in zip(toks, vals)
+            }
+        )
     new = dict(zip(batch, out))
     engine.stats.forwards += 1
     engine.stats.tokens_forwarded += forwarded

@@ -57,8 +57,9 @@ class PrefixTree:
         return total
 
 
-def build_tree(requests: Sequence[tuple[Sequence[int], Sequence[int]]], *, min_shared: int = 4,
-               two_level: bool = False) -> PrefixTree:
+def build_tree(
+    requests: Sequence[tuple[Sequence[int], Sequence[int]]], *, min_shared: int = 4, two_level: bool = False
+) -> PrefixTree:
     """The prefix tree of ``requests`` ((context ids, continuation ids), both non-empty).
 
     Args:
@@ -130,9 +131,12 @@ def _push_down(seg: Segment, min_shared: int, is_root: bool = False) -> list[Seg
     if len(seg.children) < 2 or len(seg.tokens) >= min_shared or seg.queries:
         return [seg]
     n = len(seg.tokens)
-    return [Segment(seg.tokens + child.tokens, seg.depth,
-                    [(o + n, t, q) for o, t, q in child.queries], child.children)
-            for child in seg.children]
+    return [
+        Segment(
+            seg.tokens + child.tokens, seg.depth, [(o + n, t, q) for o, t, q in child.queries], child.children
+        )
+        for child in seg.children
+    ]
 
 
 def _two_level(requests) -> PrefixTree:
@@ -158,7 +162,7 @@ def _two_level(requests) -> PrefixTree:
                 child = conts[(ctx, fed)] = Segment(list(fed), len(ctx))
                 seg.children.append(child)
             for off, target in enumerate(cont[1:]):
-                key = (ctx, fed[:off + 1], target)
+                key = (ctx, fed[: off + 1], target)
                 if key not in qid_of:
                     qid_of[key] = len(qid_of)
                     child.queries.append((off, target, qid_of[key]))

@@ -44,8 +44,14 @@ class Progress:
         ValueError: an unknown mode or a negative interval.
     """
 
-    def __init__(self, mode: str = "off", stream: TextIO | None = None, interval: float | None = None,
-                 delay: float = 2.0, prefix: str = ""):
+    def __init__(
+        self,
+        mode: str = "off",
+        stream: TextIO | None = None,
+        interval: float | None = None,
+        delay: float = 2.0,
+        prefix: str = "",
+    ):
         if mode not in MODES:
             raise ValueError(f"progress mode must be one of {MODES}, got {mode!r}")
         if interval is None:
@@ -73,10 +79,16 @@ class ProgressTask:
         if o.mode == "bar" and self.total:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.total, desc=self.label, unit="item", file=o.stream or sys.stderr,
-                             delay=o.delay, dynamic_ncols=True, leave=True,
-                             bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} [{elapsed}<{remaining}, "
-                                        "{rate_fmt}]")
+            self._bar = tqdm(
+                total=self.total,
+                desc=self.label,
+                unit="item",
+                file=o.stream or sys.stderr,
+                delay=o.delay,
+                dynamic_ncols=True,
+                leave=True,
+                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} [{elapsed}<{remaining}, {rate_fmt}]",
+            )
         return self
 
     def advance(self, n: float) -> None:
@@ -98,8 +110,10 @@ class ProgressTask:
         pct = 100.0 * self.done / self.total if self.total else 100.0
         tail = f"done in {elapsed:.1f} s" if final else f"ETA {eta:.0f} s"
         stream = self.owner.stream or sys.stderr
-        stream.write(f"{self.owner.prefix}{self.label}: {self.done:.0f}/{self.total:.0f} items "
-                     f"({pct:.0f}%), {rate:.2f} items/s, {tail}\n")
+        stream.write(
+            f"{self.owner.prefix}{self.label}: {self.done:.0f}/{self.total:.0f} items "
+            f"({pct:.0f}%), {rate:.2f} items/s, {tail}\n"
+        )
         stream.flush()
 
     def __exit__(self, *exc) -> None:

@@ -66,8 +66,7 @@ class ResultStore:
         found = {k: self.memo[k] for k in keys if self.memo is not None and k in self.memo}
         missing = [k for k in keys if k not in found]
         if self.cache is not None and missing:
-            got = (self.cache.get_many(missing) if self.kind == "scores"
-                   else self.cache.get_texts(missing))
+            got = self.cache.get_many(missing) if self.kind == "scores" else self.cache.get_texts(missing)
             found.update(got)
             if self.memo is not None:
                 self.memo.update(got)
@@ -86,8 +85,12 @@ class ResultStore:
                 self.cache.put_texts(values)  # type: ignore[arg-type]
 
 
-def halving(run: Callable[[Sequence[T]], object], batch: Sequence[T], stats: EngineStats,
-            then: Callable[[object], None] | None = None) -> None:
+def halving(
+    run: Callable[[Sequence[T]], object],
+    batch: Sequence[T],
+    stats: EngineStats,
+    then: Callable[[object], None] | None = None,
+) -> None:
     """``run(batch)``; on ``BackendOutOfMemory`` run each half, recursively, counting the
     retries in ``stats.oom_retries``. ``then(result)`` follows each successful run, outside the
     retry (so an out-of-memory error inside it is not taken for this batch's).

@@ -96,8 +96,9 @@ class Gate:
     def describe(self) -> str:
         """Bounds as text, e.g. ``|x| <= 0.05``, or a regression gate's rule."""
         if self.baseline is not None:
-            return regression.describe(self.bounds(), self.baseline.value, self.max_regression,
-                                       self.baseline.run_id)
+            return regression.describe(
+                self.bounds(), self.baseline.value, self.max_regression, self.baseline.run_id
+            )
         parts = []
         if self.min is not None:
             parts.append(f">= {self.min:g}")
@@ -121,19 +122,29 @@ class Gate:
         mode = self.decision_mode
         level = metric.confidence
         if mode == "ci_inside" and level is not None and level < self.confidence - 1e-12:
-            return (f"its interval is at {level:g} confidence, below the {self.confidence:g} this "
-                    "gate is signed off at (a narrower interval fits inside more easily): rerun "
-                    f"with --confidence {self.confidence:g} or higher")
+            return (
+                f"its interval is at {level:g} confidence, below the {self.confidence:g} this "
+                "gate is signed off at (a narrower interval fits inside more easily): rerun "
+                f"with --confidence {self.confidence:g} or higher"
+            )
         if mode == "ci_overlap" and level is not None and level > self.confidence + 1e-12:
-            return (f"its interval is at {level:g} confidence, above the {self.confidence:g} this "
-                    "gate is signed off at (a wider interval overlaps the bounds more easily): "
-                    f"rerun with --confidence {self.confidence:g} or lower")
+            return (
+                f"its interval is at {level:g} confidence, above the {self.confidence:g} this "
+                "gate is signed off at (a wider interval overlaps the bounds more easily): "
+                f"rerun with --confidence {self.confidence:g} or lower"
+            )
         floor = MIN_RESAMPLES[mode]
-        if (n_resamples is not None and n_resamples < floor and metric.ci_method
-                and "bootstrap" in metric.ci_method):
-            return (f"its {metric.ci_method} interval rests on {n_resamples} resample(s), fewer "
-                    f"than the {floor} a {mode} gate needs: rerun with --bootstrap-resamples "
-                    f"{floor} or more")
+        if (
+            n_resamples is not None
+            and n_resamples < floor
+            and metric.ci_method
+            and "bootstrap" in metric.ci_method
+        ):
+            return (
+                f"its {metric.ci_method} interval rests on {n_resamples} resample(s), fewer "
+                f"than the {floor} a {mode} gate needs: rerun with --bootstrap-resamples "
+                f"{floor} or more"
+            )
         return None
 
     def evaluate(self, metric: MetricResult, n_resamples: int | None = None) -> "Verdict":
@@ -148,37 +159,63 @@ class Gate:
         bound = f"{self.describe()} [mode {mode}: {MODE_RULES[mode]}]"
         where = f"{self.benchmark}/{self.category}/{self.metric}"
         if self.baseline is not None and math.isnan(self.baseline.value):
-            return Verdict(self, "undefined", metric,
-                           f"{where}: the baseline run {self.baseline.run_id} has no value "
-                           f"({self.baseline.reason or 'undefined'}), so no regression can be "
-                           "ruled out; an undefined comparison never passes")
+            return Verdict(
+                self,
+                "undefined",
+                metric,
+                f"{where}: the baseline run {self.baseline.run_id} has no value "
+                f"({self.baseline.reason or 'undefined'}), so no regression can be "
+                "ruled out; an undefined comparison never passes",
+            )
         # Undefined first: when the denominator is empty for a reason a larger sample may never
         # fix (every answer out-of-choice), "raise --limit" would be the wrong advice.
         if not metric.defined:
-            return Verdict(self, "undefined", metric,
-                           f"{where} is undefined ({metric.reason or 'NaN'}; n={metric.n}); "
-                           f"an undefined metric never passes the gate {bound}")
+            return Verdict(
+                self,
+                "undefined",
+                metric,
+                f"{where} is undefined ({metric.reason or 'NaN'}; n={metric.n}); "
+                f"an undefined metric never passes the gate {bound}",
+            )
         lo, hi = metric.ci_low, metric.ci_high
         has_ci = not (math.isnan(lo) or math.isnan(hi))
         shown = f"{metric.value:.4f}" + (f" (CI {lo:.4f} .. {hi:.4f})" if has_ci else "")
         if metric.n < self.min_n:
-            return Verdict(self, "insufficient", metric,
-                           f"{where} = {shown} rests on n={metric.n} items, fewer than "
-                           f"min_n={self.min_n}: {self.min_n - metric.n} more needed in its "
-                           f"denominator (raise --limit, or lower min_n in the thresholds file) "
-                           f"before the gate {bound} can pass", cause="min_n")
+            return Verdict(
+                self,
+                "insufficient",
+                metric,
+                f"{where} = {shown} rests on n={metric.n} items, fewer than "
+                f"min_n={self.min_n}: {self.min_n - metric.n} more needed in its "
+                f"denominator (raise --limit, or lower min_n in the thresholds file) "
+                f"before the gate {bound} can pass",
+                cause="min_n",
+            )
         problem = self.interval_problem(metric, n_resamples)
         if problem:
-            return Verdict(self, "insufficient", metric,
-                           f"{where} = {shown}, n={metric.n}: no verdict, {problem}; the gate "
-                           f"{bound} never passes on it", cause="interval")
+            return Verdict(
+                self,
+                "insufficient",
+                metric,
+                f"{where} = {shown}, n={metric.n}: no verdict, {problem}; the gate "
+                f"{bound} never passes on it",
+                cause="interval",
+            )
         if mode != "point" and not has_ci:
-            return Verdict(self, "undefined", metric,
-                           f"{where} = {metric.value:.4f} has no confidence interval "
-                           f"(n={metric.n}); the gate {bound} needs one")
+            return Verdict(
+                self,
+                "undefined",
+                metric,
+                f"{where} = {metric.value:.4f} has no confidence interval "
+                f"(n={metric.n}); the gate {bound} needs one",
+            )
         ok = decide(mode, metric.value, lo, hi, self.allowed())
-        return Verdict(self, "pass" if ok else "fail", metric,
-                       f"{where} = {shown}, n={metric.n}: {'passes' if ok else 'fails'} {bound}")
+        return Verdict(
+            self,
+            "pass" if ok else "fail",
+            metric,
+            f"{where} = {shown}, n={metric.n}: {'passes' if ok else 'fails'} {bound}",
+        )
 
 
 def _finite(x: float) -> float | None:
@@ -236,13 +273,24 @@ class Verdict:
             allowed = [_finite(low), _finite(high)]
         except ValueError:
             allowed = [None, None]
-        out = {"benchmark": g.benchmark, "category": g.category, "metric": g.metric,
-               "kind": g.kind, "test_id": g.test_id, "status": self.status, "bounds": g.bounds(),
-               "mode": g.decision_mode, "allowed": allowed, "min_n": g.min_n,
-               "confidence": g.confidence,
-               "value": m["value"] if m else None, "ci": m["ci"] if m else [None, None],
-               "clusters": m.get("clusters") if m else None, "n": m["n"] if m else None,
-               "message": self.message}
+        out = {
+            "benchmark": g.benchmark,
+            "category": g.category,
+            "metric": g.metric,
+            "kind": g.kind,
+            "test_id": g.test_id,
+            "status": self.status,
+            "bounds": g.bounds(),
+            "mode": g.decision_mode,
+            "allowed": allowed,
+            "min_n": g.min_n,
+            "confidence": g.confidence,
+            "value": m["value"] if m else None,
+            "ci": m["ci"] if m else [None, None],
+            "clusters": m.get("clusters") if m else None,
+            "n": m["n"] if m else None,
+            "message": self.message,
+        }
         if self.cause:
             out["cause"] = self.cause
         if self.other_parse is not None:

@@ -58,8 +58,7 @@ def allowed_interval(bounds: Mapping[str, float]) -> tuple[float, float]:
     return low, high
 
 
-def decide(mode: str, value: float, ci_low: float, ci_high: float,
-           allowed: tuple[float, float]) -> bool:
+def decide(mode: str, value: float, ci_low: float, ci_high: float, allowed: tuple[float, float]) -> bool:
     """True when the gate passes under ``mode``.
 
     Parameters

@@ -48,8 +48,13 @@ class Baseline:
         def clean(x: float) -> float | None:
             return None if math.isnan(x) else x
 
-        return {"value": clean(self.value), "ci": [clean(self.ci_low), clean(self.ci_high)],
-                "n": self.n, "run_id": self.run_id, "reason": self.reason}
+        return {
+            "value": clean(self.value),
+            "ci": [clean(self.ci_low), clean(self.ci_high)],
+            "n": self.n,
+            "run_id": self.run_id,
+            "reason": self.reason,
+        }
 
 
 def direction(bounds: Mapping[str, float]) -> tuple[str, float]:
@@ -116,16 +121,25 @@ def baseline_of(results: Mapping[str, Any], benchmark: str, category: str, metri
     entry = (results["benchmarks"].get(benchmark) or {}).get(category) or {}
     m = (entry.get("metrics") or {}).get(metric)
     if m is None:
-        why = (f"the category failed there: {entry['error']}" if entry.get("status") == "error"
-               else f"it did not compute {benchmark}/{category}/{metric}")
+        why = (
+            f"the category failed there: {entry['error']}"
+            if entry.get("status") == "error"
+            else f"it did not compute {benchmark}/{category}/{metric}"
+        )
         return Baseline(math.nan, run_id=run_id, reason=why)
 
     def num(x):
         return math.nan if x is None else float(x)
 
     lo, hi = (m.get("ci") or [None, None])[:2]
-    return Baseline(num(m.get("value")), num(lo), num(hi), m.get("n"), run_id,
-                    None if m.get("value") is not None else (m.get("reason") or "undefined there"))
+    return Baseline(
+        num(m.get("value")),
+        num(lo),
+        num(hi),
+        m.get("n"),
+        run_id,
+        None if m.get("value") is not None else (m.get("reason") or "undefined there"),
+    )
 
 
 def add_regression_gates(gates: Mapping[str, list], results: Mapping[str, Any]) -> dict[str, list]:
@@ -137,6 +151,7 @@ def add_regression_gates(gates: Mapping[str, list], results: Mapping[str, Any]) 
         out[bench] = []
         for g in gs:
             out[bench].append(g)
-            out[bench].append(dataclasses.replace(
-                g, baseline=baseline_of(results, bench, g.category, g.metric)))
+            out[bench].append(
+                dataclasses.replace(g, baseline=baseline_of(results, bench, g.category, g.metric))
+            )
     return out

@@ -69,9 +69,11 @@ def _refuse_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
         line = key_node.start_mark.line + 1
         try:
             if key in seen:
-                raise ConfigError(f"duplicated key {key!r} at lines {seen[key]} and {line}: YAML "
-                                  "would keep only the last one, silently replacing the first; a "
-                                  "gates file must say each key once")
+                raise ConfigError(
+                    f"duplicated key {key!r} at lines {seen[key]} and {line}: YAML "
+                    "would keep only the last one, silently replacing the first; a "
+                    "gates file must say each key once"
+                )
             seen[key] = line
         except TypeError:  # an unhashable key: SafeLoader's own error says so below
             continue
@@ -144,8 +146,12 @@ def _range_text(lo: float, hi: float) -> str:
     return f"[{lo:g}, {hi:g}]"
 
 
-def check_scale(bounds: Mapping[str, float], max_regression: float | None,
-                value_range: tuple[float, float] | None, where: str) -> None:
+def check_scale(
+    bounds: Mapping[str, float],
+    max_regression: float | None,
+    value_range: tuple[float, float] | None,
+    where: str,
+) -> None:
     """Raise ConfigError when a bound cannot be meant for a metric whose values lie in
     ``value_range`` (``None``: unbounded, nothing to check): ``min`` or ``max`` outside it, an
     ``abs_max`` beyond its largest magnitude, a ``target`` outside it, or a ``tolerance`` or
@@ -160,8 +166,9 @@ def check_scale(bounds: Mapping[str, float], max_regression: float | None,
         if key in bounds and not lo <= bounds[key] <= hi:
             problems.append(f"{key} {bounds[key]:g} is outside {span}")
     if "abs_max" in bounds and bounds["abs_max"] > max(abs(lo), abs(hi)):
-        problems.append(f"abs_max {bounds['abs_max']:g} exceeds every |value| in {span}, so the gate "
-                        "cannot fail")
+        problems.append(
+            f"abs_max {bounds['abs_max']:g} exceeds every |value| in {span}, so the gate cannot fail"
+        )
     for key, value in (("tolerance", bounds.get("tolerance")), ("max_regression", max_regression)):
         if value is not None and value > hi - lo:
             problems.append(f"{key} {value:g} is wider than {span}")
@@ -169,8 +176,15 @@ def check_scale(bounds: Mapping[str, float], max_regression: float | None,
         raise ConfigError(f"{where}: {'; '.join(problems)}: {hint}")
 
 
-def _parse_gate(spec: Any, benchmark: str, category: str, metric: str, where: str,
-                inherited: Mapping[str, Any], value_range: tuple[float, float] | None) -> Gate:
+def _parse_gate(
+    spec: Any,
+    benchmark: str,
+    category: str,
+    metric: str,
+    where: str,
+    inherited: Mapping[str, Any],
+    value_range: tuple[float, float] | None,
+) -> Gate:
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: a gate is a mapping of {', '.join(GATE_KEYS[:-1])}, got {spec!r}")
     unknown = sorted(set(spec) - set(GATE_KEYS))
@@ -180,15 +194,21 @@ def _parse_gate(spec: Any, benchmark: str, category: str, metric: str, where: st
     mode = inherited["mode"]
     if "basis" in spec:
         if spec["basis"] not in DEPRECATED_BASES:
-            raise ConfigError(f"{where}.basis: deprecated key; its values were point or ci, got "
-                              f"{spec['basis']!r}: use mode: {' | '.join(MODES)}")
+            raise ConfigError(
+                f"{where}.basis: deprecated key; its values were point or ci, got "
+                f"{spec['basis']!r}: use mode: {' | '.join(MODES)}"
+            )
         mode = DEPRECATED_BASES[spec["basis"]]
         if "mode" in spec and spec["mode"] != mode:
-            raise ConfigError(f"{where}: basis {spec['basis']!r} contradicts mode {spec['mode']!r}; "
-                              "keep mode only")
-        warnings.warn(ThresholdsDeprecationWarning(
-            f"{where}.basis is deprecated: write `mode: {mode}` (modes: {', '.join(MODES)})"),
-            stacklevel=2)
+            raise ConfigError(
+                f"{where}: basis {spec['basis']!r} contradicts mode {spec['mode']!r}; keep mode only"
+            )
+        warnings.warn(
+            ThresholdsDeprecationWarning(
+                f"{where}.basis is deprecated: write `mode: {mode}` (modes: {', '.join(MODES)})"
+            ),
+            stacklevel=2,
+        )
     if "mode" in spec:
         mode = _mode(spec["mode"], f"{where}.mode")
     if ("target" in bounds) != ("tolerance" in bounds):
@@ -201,11 +221,22 @@ def _parse_gate(spec: Any, benchmark: str, category: str, metric: str, where: st
         if k in bounds and bounds[k] < 0:
             raise ConfigError(f"{where}.{k}: must be >= 0, got {bounds[k]}")
     min_n = _min_n(spec["min_n"], f"{where}.min_n") if "min_n" in spec else inherited["min_n"]
-    max_regression = (_max_regression(spec["max_regression"], f"{where}.max_regression")
-                      if "max_regression" in spec else inherited["max_regression"])
+    max_regression = (
+        _max_regression(spec["max_regression"], f"{where}.max_regression")
+        if "max_regression" in spec
+        else inherited["max_regression"]
+    )
     check_scale(bounds, max_regression, value_range, where)
-    return Gate(benchmark, category, metric, mode=mode, min_n=min_n,
-                max_regression=max_regression, confidence=inherited["confidence"], **bounds)
+    return Gate(
+        benchmark,
+        category,
+        metric,
+        mode=mode,
+        min_n=min_n,
+        max_regression=max_regression,
+        confidence=inherited["confidence"],
+        **bounds,
+    )
 
 
 def _check_known(path: Path, where: str, kind: str, keys, known: tuple[str, ...]) -> None:
@@ -214,8 +245,9 @@ def _check_known(path: Path, where: str, kind: str, keys, known: tuple[str, ...]
             raise ConfigError(f"{path}: {where}: unknown {kind} {key!r}; known: {', '.join(known)}")
 
 
-def load_thresholds(path: Path, catalogue: Mapping[str, tuple], min_n: int | None = None
-                    ) -> dict[str, list[Gate]]:
+def load_thresholds(
+    path: Path, catalogue: Mapping[str, tuple], min_n: int | None = None
+) -> dict[str, list[Gate]]:
     """Read and validate a thresholds file.
 
     Parameters
@@ -248,11 +280,16 @@ def load_thresholds(path: Path, catalogue: Mapping[str, tuple], min_n: int | Non
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{path}: the top level must map benchmark names to sections")
     gates: dict[str, list[Gate]] = {}
-    file_level = {"min_n": _min_n(raw["min_n"], f"{path}: min_n") if "min_n" in raw else DEFAULT_MIN_N,
-                  "mode": _mode(raw["mode"], f"{path}: mode") if "mode" in raw else "point",
-                  "max_regression": 0.0,
-                  "confidence": (_confidence(raw["confidence"], f"{path}: confidence")
-                                 if "confidence" in raw else DEFAULT_CONFIDENCE)}
+    file_level = {
+        "min_n": _min_n(raw["min_n"], f"{path}: min_n") if "min_n" in raw else DEFAULT_MIN_N,
+        "mode": _mode(raw["mode"], f"{path}: mode") if "mode" in raw else "point",
+        "max_regression": 0.0,
+        "confidence": (
+            _confidence(raw["confidence"], f"{path}: confidence")
+            if "confidence" in raw
+            else DEFAULT_CONFIDENCE
+        ),
+    }
     for bench, section in raw.items():
         if bench in FILE_KEYS:
             continue
@@ -264,7 +301,9 @@ def load_thresholds(path: Path, catalogue: Mapping[str, tuple], min_n: int | Non
             raise ConfigError(f"{path}: {bench}: expected a mapping with 'defaults' and/or 'categories'")
         extra = sorted(set(section) - set(SECTION_KEYS))
         if extra:
-            raise ConfigError(f"{path}: {bench}: unknown key {extra[0]!r}; allowed: {', '.join(SECTION_KEYS)}")
+            raise ConfigError(
+                f"{path}: {bench}: unknown key {extra[0]!r}; allowed: {', '.join(SECTION_KEYS)}"
+            )
         inherited = dict(file_level)
         if "min_n" in section:
             inherited["min_n"] = _min_n(section["min_n"], f"{path}: {bench}.min_n")
@@ -273,8 +312,9 @@ def load_thresholds(path: Path, catalogue: Mapping[str, tuple], min_n: int | Non
         if "confidence" in section:
             inherited["confidence"] = _confidence(section["confidence"], f"{path}: {bench}.confidence")
         if "max_regression" in section:
-            inherited["max_regression"] = _max_regression(section["max_regression"],
-                                                          f"{path}: {bench}.max_regression")
+            inherited["max_regression"] = _max_regression(
+                section["max_regression"], f"{path}: {bench}.max_regression"
+            )
         defaults = section.get("defaults") or {}
         overrides = section.get("categories") or {}
         for where, block in ((f"{bench}.defaults", defaults), (f"{bench}.categories", overrides)):
@@ -293,10 +333,14 @@ def load_thresholds(path: Path, catalogue: Mapping[str, tuple], min_n: int | Non
             for metric, spec in merged.items():
                 if spec is None:  # an override of `null` removes the default gate
                     continue
-                origin = (f"{bench}.categories.{cat}.{metric}" if metric in (overrides.get(cat) or {})
-                          else f"{bench}.defaults.{metric}")
-                gate = _parse_gate(spec, bench, cat, metric, f"{path}: {origin}", inherited,
-                                   ranges.get(metric))
+                origin = (
+                    f"{bench}.categories.{cat}.{metric}"
+                    if metric in (overrides.get(cat) or {})
+                    else f"{bench}.defaults.{metric}"
+                )
+                gate = _parse_gate(
+                    spec, bench, cat, metric, f"{path}: {origin}", inherited, ranges.get(metric)
+                )
                 out.append(gate if min_n is None else dataclasses.replace(gate, min_n=min_n))
         gates[bench] = out
     return gates

@@ -95,8 +95,11 @@ def _check(model, sentences, tolerance: float) -> AlignmentReport:
     rows: list[dict[str, Any]] = []
     rounded: list[int] = []
     for text in sentences:
-        ctx, cont = encode_pair(model._encode, "", text, model._bos, model._empty_prefix) \
-            if model._empty_prefix else ([], model._encode(text))
+        ctx, cont = (
+            encode_pair(model._encode, "", text, model._bos, model._empty_prefix)
+            if model._empty_prefix
+            else ([], model._encode(text))
+        )
         ids = list(ctx) + list(cont)
         row: dict[str, Any] = {"sentence": text, "ids": ids}
         rows.append(row)
@@ -118,30 +121,58 @@ def _check(model, sentences, tolerance: float) -> AlignmentReport:
         k = len(ids)
         prompt_lp = second["logprobs"][k]
         err = abs(prompt_lp - gen_lp)
-        prefix_err = max((abs(a - b) for a, b in zip(first["logprobs"][1:k], second["logprobs"][1:k])),
-                         default=0.0)
-        row.update(next_token=token, generation_logprob=gen_lp, prompt_logprob=prompt_lp,
-                   error=err, prefix_error=prefix_err)
+        prefix_err = max(
+            (abs(a - b) for a, b in zip(first["logprobs"][1:k], second["logprobs"][1:k])), default=0.0
+        )
+        row.update(
+            next_token=token,
+            generation_logprob=gen_lp,
+            prompt_logprob=prompt_lp,
+            error=err,
+            prefix_error=prefix_err,
+        )
         worst = max(worst, err, prefix_err)
-        rounded += [round(v / 0.05) for v in second["logprobs"][1:k + 1]]
+        rounded += [round(v / 0.05) for v in second["logprobs"][1 : k + 1]]
         if err > tolerance:
-            neighbours = {d: abs(second["logprobs"][k + d] - gen_lp) for d in (-1, 1)
-                          if 1 <= k + d < len(second["logprobs"]) and second["logprobs"][k + d] is not None}
+            neighbours = {
+                d: abs(second["logprobs"][k + d] - gen_lp)
+                for d in (-1, 1)
+                if 1 <= k + d < len(second["logprobs"]) and second["logprobs"][k + d] is not None
+            }
             shift = min(neighbours, key=neighbours.get) if neighbours else None
-            hint = (f"; it matches the value listed at position {k + shift} instead, so the values are "
-                    f"shifted by {'+' if shift > 0 else ''}{shift} position"
-                    if shift is not None and neighbours[shift] <= tolerance else "")
-            return AlignmentReport(False, (
-                f"after {text!r} the server generates token {token} with log-probability "
-                f"{gen_lp:.4f}, but lists {prompt_lp:.4f} for that token at position {k} of the echoed "
-                f"prompt (difference {err:.3f} > {tolerance} nats){hint}"), worst, rows)
+            hint = (
+                f"; it matches the value listed at position {k + shift} instead, so the values are "
+                f"shifted by {'+' if shift > 0 else ''}{shift} position"
+                if shift is not None and neighbours[shift] <= tolerance
+                else ""
+            )
+            return AlignmentReport(
+                False,
+                (
+                    f"after {text!r} the server generates token {token} with log-probability "
+                    f"{gen_lp:.4f}, but lists {prompt_lp:.4f} for that token at position {k} of the echoed "
+                    f"prompt (difference {err:.3f} > {tolerance} nats){hint}"
+                ),
+                worst,
+                rows,
+            )
         if prefix_err > tolerance:
-            return AlignmentReport(False, (
-                f"the prompt log-probabilities of {text!r} change by {prefix_err:.3f} nats when one "
-                "token is appended (a token's value must depend on its left context only)"), worst, rows)
+            return AlignmentReport(
+                False,
+                (
+                    f"the prompt log-probabilities of {text!r} change by {prefix_err:.3f} nats when one "
+                    "token is appended (a token's value must depend on its left context only)"
+                ),
+                worst,
+                rows,
+            )
     if not any("error" in r for r in rows):
-        return AlignmentReport(False, "no sentence could be checked (the server's generated tokens "
-                               "could not be identified)", float("nan"), rows)
+        return AlignmentReport(
+            False,
+            "no sentence could be checked (the server's generated tokens could not be identified)",
+            float("nan"),
+            rows,
+        )
     signature = hashlib.sha256(repr(rounded).encode()).hexdigest()[:16]
     return AlignmentReport(True, "", worst, rows, signature)
 
@@ -150,14 +181,18 @@ def _check_echo(row: dict, ids: list[int]) -> str:
     """Why an echo answer is unusable for ``ids`` ('' when it is not)."""
     values = row["logprobs"]
     if len(values) < len(ids):
-        return (f"the server returned {len(values)} prompt log-probabilities for a {len(ids)}-token "
-                "prompt (missing values)")
-    if row["tokens"] is not None and row["tokens"][:len(ids)] != ids:
-        return f"the server echoed token ids {row['tokens'][:len(ids)]} for the ids {ids} it was sent"
+        return (
+            f"the server returned {len(values)} prompt log-probabilities for a {len(ids)}-token "
+            "prompt (missing values)"
+        )
+    if row["tokens"] is not None and row["tokens"][: len(ids)] != ids:
+        return f"the server echoed token ids {row['tokens'][: len(ids)]} for the ids {ids} it was sent"
     missing = [p for p in range(1, len(ids)) if values[p] is None or not math.isfinite(values[p])]
     if missing:
         return f"no prompt log-probability at position(s) {missing[:5]}"
     if values[0] is not None:
-        return (f"a log-probability ({values[0]:.4f}) for the first token, which has no left context: "
-                "the values are shifted")
+        return (
+            f"a log-probability ({values[0]:.4f}) for the first token, which has no left context: "
+            "the values are shifted"
+        )
     return ""

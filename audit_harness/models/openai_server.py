@@ -66,13 +66,24 @@ class OpenAIServerModel(Backend):
         ModelError: neither ``/tokenize`` nor a local tokenizer is available.
     """
 
-    def __init__(self, client: ServerClient, served_name: str, info: ModelInfo, *,
-                 max_model_len: int, tokenizer=None, remote_tokenize: bool = False,
-                 vllm: bool = False, prompts_per_request: int = PROMPTS_PER_REQUEST):
+    def __init__(
+        self,
+        client: ServerClient,
+        served_name: str,
+        info: ModelInfo,
+        *,
+        max_model_len: int,
+        tokenizer=None,
+        remote_tokenize: bool = False,
+        vllm: bool = False,
+        prompts_per_request: int = PROMPTS_PER_REQUEST,
+    ):
         if tokenizer is None and not remote_tokenize:
-            raise ModelError(f"model {served_name!r} at {client.base_url}: the server has no "
-                             "/tokenize endpoint and no local tokenizer was found; pass "
-                             "--tokenizer <zoo name, folder or hub id of the same model>")
+            raise ModelError(
+                f"model {served_name!r} at {client.base_url}: the server has no "
+                "/tokenize endpoint and no local tokenizer was found; pass "
+                "--tokenizer <zoo name, folder or hub id of the same model>"
+            )
         self.client = client
         self.served_name = served_name
         self.info = info
@@ -136,14 +147,16 @@ class OpenAIServerModel(Backend):
                 f"server {self.client.base_url} ({self.served_name}) failed the start-up alignment "
                 f"check of its prompt log-probabilities: {self.alignment.reason}. Scores from it "
                 "would be wrong, so audits that need log-likelihoods stop here; audits that only "
-                "generate text (KoBBQ, KGQuiz in generate mode) still run against it.")
+                "generate text (KoBBQ, KGQuiz in generate mode) still run against it."
+            )
 
     # -- tokenization ---------------------------------------------------------------------------
     def _tokenize(self, text: str, add_special_tokens: bool = False) -> list[int]:
         if not self.remote_tokenize:
             return list(self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
-        body = self.client.post("/tokenize", {"model": self.served_name, "prompt": text,
-                                              "add_special_tokens": add_special_tokens})
+        body = self.client.post(
+            "/tokenize", {"model": self.served_name, "prompt": text, "add_special_tokens": add_special_tokens}
+        )
         tokens = body.get("tokens")
         if not isinstance(tokens, list):
             raise ModelError(f"{self.client.url('/tokenize')}: no token list in the answer {body!r:.200}")
@@ -172,7 +185,7 @@ class OpenAIServerModel(Backend):
         # context has no known stand-in (an EOS id is not reported by /tokenize).
         plain = self._tokenize("a")
         full = self._tokenize("a", add_special_tokens=True)
-        bos = full[: len(full) - len(plain)] if full[len(full) - len(plain):] == plain else []
+        bos = full[: len(full) - len(plain)] if full[len(full) - len(plain) :] == plain else []
         return bos, list(bos[:1])
 
     def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
@@ -196,8 +209,10 @@ class OpenAIServerModel(Backend):
             ValueError: ``text`` encodes to no token. ModelError: no BOS/EOS id is known.
         """
         if not self._empty_prefix:
-            raise ModelError(f"{self.served_name}: the server's tokenizer adds no BOS token and "
-                             "its EOS id is unknown without a local tokenizer; pass --tokenizer")
+            raise ModelError(
+                f"{self.served_name}: the server's tokenizer adds no BOS token and "
+                "its EOS id is unknown without a local tokenizer; pass --tokenizer"
+            )
         ids = self._encode(text)
         if not ids:
             raise ValueError(f"sentence {text!r} encodes to no token")
@@ -213,10 +228,18 @@ class OpenAIServerModel(Backend):
         Raises:
             ModelError: the request failed, or the answer lacks log-probabilities.
         """
-        groups = [list(sequences[i:i + self.prompts_per_request])
-                  for i in range(0, len(sequences), self.prompts_per_request)]
-        payload = {"model": self.served_name, "echo": True, "logprobs": 1, "max_tokens": 1,
-                   "temperature": 0, **(extra or {})}
+        groups = [
+            list(sequences[i : i + self.prompts_per_request])
+            for i in range(0, len(sequences), self.prompts_per_request)
+        ]
+        payload = {
+            "model": self.served_name,
+            "echo": True,
+            "logprobs": 1,
+            "max_tokens": 1,
+            "temperature": 0,
+            **(extra or {}),
+        }
         if self.vllm:
             payload["return_tokens_as_token_ids"] = True
 
@@ -237,16 +260,20 @@ class OpenAIServerModel(Backend):
         rows = self.echo(seqs)
         out = []
         for seq, pos, row in zip(seqs, positions, rows):
-            if row["tokens"] is not None and row["tokens"][:len(seq)] != list(seq):
-                raise ModelError(f"{self.client.base_url}: the server scored other tokens than it was "
-                                 f"sent (first 8 sent {list(seq)[:8]}, echoed {row['tokens'][:8]})")
+            if row["tokens"] is not None and row["tokens"][: len(seq)] != list(seq):
+                raise ModelError(
+                    f"{self.client.base_url}: the server scored other tokens than it was "
+                    f"sent (first 8 sent {list(seq)[:8]}, echoed {row['tokens'][:8]})"
+                )
             lps = row["logprobs"]
             values = []
             for p in pos:
                 v = lps[p] if p < len(lps) else None
                 if v is None or not math.isfinite(v):
-                    raise ModelError(f"{self.client.base_url}: no prompt log-probability at position "
-                                     f"{p} of a {len(seq)}-token prompt (got {len(lps)} values)")
+                    raise ModelError(
+                        f"{self.client.base_url}: no prompt log-probability at position "
+                        f"{p} of a {len(seq)}-token prompt (got {len(lps)} values)"
+                    )
                 values.append(float(v))
             out.append(values)
         return out
@@ -258,8 +285,13 @@ class OpenAIServerModel(Backend):
         Raises:
             ModelError: the request failed or the answer has no log-probability.
         """
-        payload = {"model": self.served_name, "prompt": [list(ids)], "max_tokens": 1,
-                   "temperature": 0, "logprobs": 1}
+        payload = {
+            "model": self.served_name,
+            "prompt": [list(ids)],
+            "max_tokens": 1,
+            "temperature": 0,
+            "logprobs": 1,
+        }
         if self.vllm:
             payload["return_tokens_as_token_ids"] = True
         body = self.client.post("/v1/completions", payload)
@@ -268,8 +300,10 @@ class OpenAIServerModel(Backend):
             lp = choice["logprobs"]
             token, value = lp["tokens"][0], lp["token_logprobs"][0]
         except (KeyError, IndexError, TypeError):
-            raise ModelError(f"{self.client.url('/v1/completions')}: no log-probability of the "
-                             f"generated token in {json.dumps(body)[:300]}") from None
+            raise ModelError(
+                f"{self.client.url('/v1/completions')}: no log-probability of the "
+                f"generated token in {json.dumps(body)[:300]}"
+            ) from None
         token_id = _token_id(token)
         return token_id, float(value), choice.get("text", "")
 
@@ -287,9 +321,11 @@ class OpenAIServerModel(Backend):
         server["alignment"] = report.to_dict()
         self.info = _replace_server(self.info, server)
         if not report.ok:
-            print(f"bias audit: WARNING: {self.client.base_url} failed the prompt log-probability "
-                  f"alignment check ({report.reason}); only generation audits can run against it",
-                  file=sys.stderr)
+            print(
+                f"bias audit: WARNING: {self.client.base_url} failed the prompt log-probability "
+                f"alignment check ({report.reason}); only generation audits can run against it",
+                file=sys.stderr,
+            )
 
     # -- generation ------------------------------------------------------------------------------
     def chat_prompt(self, user_message: str) -> str | None:
@@ -301,14 +337,19 @@ class OpenAIServerModel(Backend):
             if not self._warned_plain and self._template_choice == "auto":
                 # An instruct model prompted without its template answers another task: say so.
                 self._warned_plain = True
-                print(f"bias audit: WARNING: no local chat template for {self.served_name!r} (pass "
-                      "--tokenizer with the served model's tokenizer): generation prompts go to "
-                      "/v1/completions as plain text, records say prompt_format: plain",
-                      file=sys.stderr)
+                print(
+                    f"bias audit: WARNING: no local chat template for {self.served_name!r} (pass "
+                    "--tokenizer with the served model's tokenizer): generation prompts go to "
+                    "/v1/completions as plain text, records say prompt_format: plain",
+                    file=sys.stderr,
+                )
             return None
-        text = self.tokenizer.apply_chat_template([{"role": "user", "content": user_message}],
-                                                  chat_template=template, tokenize=False,
-                                                  add_generation_prompt=True)
+        text = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": user_message}],
+            chat_template=template,
+            tokenize=False,
+            add_generation_prompt=True,
+        )
         if self._template_text is None:
             # The server applies the model's own template to a chat turn; a template of the
             # user's (--chat-template FILE) is sent rendered, as a plain completion.
@@ -323,7 +364,7 @@ class OpenAIServerModel(Backend):
         """Token ids of a generation prompt as the in-process backend reads it: BOS (when the
         tokenizer adds one and the prompt does not already start with it) + ``prompt``."""
         ids = self._encode(prompt)
-        if self._bos and ids[:len(self._bos)] != self._bos:
+        if self._bos and ids[: len(self._bos)] != self._bos:
             ids = list(self._bos) + ids
         turn = self._chat_turns.get(prompt)
         if turn is not None:
@@ -342,13 +383,16 @@ class OpenAIServerModel(Backend):
         self._prefetch([prompt, prompt + continuation])
         ids = self.encode_prompt(prompt)
         whole = self.encode_prompt(prompt + continuation)
-        if len(whole) > len(ids) and whole[:len(ids)] == ids:
-            return ids, whole[len(ids):]
+        if len(whole) > len(ids) and whole[: len(ids)] == ids:
+            return ids, whole[len(ids) :]
         return ids, self._encode(continuation)
 
-    def generate_tokens(self, prompts: list[list[int]], max_new_tokens: int,
-                        score_tokens: Sequence[Sequence[int]] | None = None,
-                        ) -> tuple[list[str], int, list[list[float]] | None]:
+    def generate_tokens(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        score_tokens: Sequence[Sequence[int]] | None = None,
+    ) -> tuple[list[str], int, list[list[float]] | None]:
         """Greedy completions (``temperature: 0``) of a batch of token-id prompts, concurrently
         (the engine's generation contract, ``engine.generation``): the text after each prompt
         (no stop string applied), the tokens the server ran (prompt tokens + generated ones it
@@ -420,11 +464,17 @@ def _echoed(body: dict, n: int, where: str) -> list[dict]:
         lp = choice.get("logprobs") or {}
         values = lp.get("token_logprobs")
         if not isinstance(values, list):
-            raise ModelError(f"{where}: the server returned no prompt log-probabilities (echo with "
-                             f"logprobs unsupported?): {json.dumps(choice)[:300]}")
+            raise ModelError(
+                f"{where}: the server returned no prompt log-probabilities (echo with "
+                f"logprobs unsupported?): {json.dumps(choice)[:300]}"
+            )
         ids = [_token_id(t) for t in lp.get("tokens") or []]
-        rows.append({"logprobs": [None if v is None else float(v) for v in values],
-                     "tokens": ids if ids and all(i is not None for i in ids) else None})
+        rows.append(
+            {
+                "logprobs": [None if v is None else float(v) for v in values],
+                "tokens": ids if ids and all(i is not None for i in ids) else None,
+            }
+        )
     return rows
 
 
@@ -462,9 +512,18 @@ def _local_tokenizer(name: str | None, root: str | None):
     return None, None, why
 
 
-def connect(base_url: str, model: str | None, *, api_key_env: str = "OPENAI_API_KEY",
-            tokenizer: str | None = None, max_concurrency: int = 8, timeout: float = 120.0,
-            max_retries: int = 5, transport=None, check: bool = True) -> OpenAIServerModel:
+def connect(
+    base_url: str,
+    model: str | None,
+    *,
+    api_key_env: str = "OPENAI_API_KEY",
+    tokenizer: str | None = None,
+    max_concurrency: int = 8,
+    timeout: float = 120.0,
+    max_retries: int = 5,
+    transport=None,
+    check: bool = True,
+) -> OpenAIServerModel:
     """Connect to the server at ``base_url`` serving ``model`` and run the alignment check.
 
     Fingerprint (``ModelInfo.fingerprint``, part of the cache key): the sha256 of the weight
@@ -492,9 +551,14 @@ def connect(base_url: str, model: str | None, *, api_key_env: str = "OPENAI_API_
     from ..errors import ConfigError
 
     try:
-        client = ServerClient(base_url, os.environ.get(api_key_env) or None,
-                              max_concurrency=max_concurrency, timeout=timeout,
-                              max_retries=max_retries, transport=transport)
+        client = ServerClient(
+            base_url,
+            os.environ.get(api_key_env) or None,
+            max_concurrency=max_concurrency,
+            timeout=timeout,
+            max_retries=max_retries,
+            transport=transport,
+        )
     except ValueError as e:
         raise ConfigError(str(e)) from None
     listing = client.get("/v1/models")
@@ -504,8 +568,10 @@ def connect(base_url: str, model: str | None, *, api_key_env: str = "OPENAI_API_
     entry = next((m for m in entries if m.get("id") == model), None)
     if entry is None:
         served = ", ".join(str(m.get("id")) for m in entries) or "none"
-        raise ModelError(f"server {client.base_url} does not serve model {model!r}; it serves: "
-                         f"{served} (pass one of them as --model)")
+        raise ModelError(
+            f"server {client.base_url} does not serve model {model!r}; it serves: "
+            f"{served} (pass one of them as --model)"
+        )
     version = _server_version(client)
     vllm = entry.get("owned_by") == "vllm" and version is not None
     engine = f"vllm {version}" if vllm else (f"{entry.get('owned_by') or 'unknown'} {version or ''}").strip()
@@ -514,29 +580,46 @@ def connect(base_url: str, model: str | None, *, api_key_env: str = "OPENAI_API_
     remote = _has_tokenize(client, model)
     tok, tok_source, why = _local_tokenizer(tokenizer or model, root)
     if tokenizer and tok is None:
-        raise ModelError(f"--tokenizer {tokenizer!r}: no tokenizer could be loaded from it ({why}; "
-                         "a hub id must be in the local Hugging Face cache under HF_HUB_OFFLINE=1, "
-                         "or pass a local folder)")
+        raise ModelError(
+            f"--tokenizer {tokenizer!r}: no tokenizer could be loaded from it ({why}; "
+            "a hub id must be in the local Hugging Face cache under HF_HUB_OFFLINE=1, "
+            "or pass a local folder)"
+        )
     weights = root if root and Path(root).is_dir() else None
     if weights is not None:
         from .zoo import weights_fingerprint
 
         fingerprint = weights_fingerprint(Path(weights))
     else:
-        meta = json.dumps({"id": model, "root": root, "max_model_len": max_len, "engine": engine},
-                          sort_keys=True)
+        meta = json.dumps(
+            {"id": model, "root": root, "max_model_len": max_len, "engine": engine}, sort_keys=True
+        )
         fingerprint = f"server-metadata:sha256:{hashlib.sha256(meta.encode()).hexdigest()}"
-    server = {"base_url": _public_url(client.base_url), "served_model": model, "engine": engine,
-              "root": root, "max_model_len": max_len,
-              "tokenizer": "server /tokenize" if remote else tok_source,
-              "local_tokenizer": tok_source, "api_key_env": api_key_env,
-              "api_key_set": bool(os.environ.get(api_key_env)),
-              "fingerprint_basis": "weights in the server's model folder" if weights else "server metadata"}
-    info = ModelInfo(name=model, source=f"server:{_public_url(client.base_url)} ({engine})",
-                     fingerprint=fingerprint, dtype="server-side (not reported)",
-                     device=_public_url(client.base_url), n_parameters=0, kind="causal", server=server)
-    m = OpenAIServerModel(client, model, info, max_model_len=max_len, tokenizer=tok,
-                          remote_tokenize=remote, vllm=vllm)
+    server = {
+        "base_url": _public_url(client.base_url),
+        "served_model": model,
+        "engine": engine,
+        "root": root,
+        "max_model_len": max_len,
+        "tokenizer": "server /tokenize" if remote else tok_source,
+        "local_tokenizer": tok_source,
+        "api_key_env": api_key_env,
+        "api_key_set": bool(os.environ.get(api_key_env)),
+        "fingerprint_basis": "weights in the server's model folder" if weights else "server metadata",
+    }
+    info = ModelInfo(
+        name=model,
+        source=f"server:{_public_url(client.base_url)} ({engine})",
+        fingerprint=fingerprint,
+        dtype="server-side (not reported)",
+        device=_public_url(client.base_url),
+        n_parameters=0,
+        kind="causal",
+        server=server,
+    )
+    m = OpenAIServerModel(
+        client, model, info, max_model_len=max_len, tokenizer=tok, remote_tokenize=remote, vllm=vllm
+    )
     if remote and tok is not None:
         _check_same_tokenizer(m, tok, tok_source)
     if check:
@@ -556,8 +639,7 @@ def _server_version(client: ServerClient) -> str | None:
 
 
 def _has_tokenize(client: ServerClient, model: str) -> bool:
-    resp = client.request("POST", "/tokenize", {"model": model, "prompt": "a",
-                                                 "add_special_tokens": False})
+    resp = client.request("POST", "/tokenize", {"model": model, "prompt": "a", "add_special_tokens": False})
     if resp.status_code != 200:
         return False
     try:
@@ -575,9 +657,11 @@ def _check_same_tokenizer(model: OpenAIServerModel, tok, where: str) -> None:
     mine = list(tok(_PROBE, add_special_tokens=False)["input_ids"])
     theirs = model._encode(_PROBE)
     if mine != theirs:
-        raise ModelError(f"the local tokenizer ({where}) and the server's /tokenize disagree on a "
-                         f"fixed sentence ({mine[:8]}... vs {theirs[:8]}...): the server does not "
-                         f"serve that model; pass --tokenizer for the served one")
+        raise ModelError(
+            f"the local tokenizer ({where}) and the server's /tokenize disagree on a "
+            f"fixed sentence ({mine[:8]}... vs {theirs[:8]}...): the server does not "
+            f"serve that model; pass --tokenizer for the served one"
+        )
 
 
 def _public_url(url: str) -> str:

@@ -34,6 +34,8 @@ class ReplayModel(Backend):
         """
         missing = [r.item_id for r in requests if r.item_id not in self.outputs]
         if missing:
-            raise ModelError(f"the predictions file has no output for {missing[0]!r} "
-                             f"({len(missing)} item(s) asked without one)")
+            raise ModelError(
+                f"the predictions file has no output for {missing[0]!r} "
+                f"({len(missing)} item(s) asked without one)"
+            )
         return [self.outputs[r.item_id] for r in requests]

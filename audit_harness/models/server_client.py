@@ -42,13 +42,22 @@ class ServerClient:
         ValueError: a malformed URL or an out-of-range setting.
     """
 
-    def __init__(self, base_url: str, api_key: str | None = None, *, max_concurrency: int = 8,
-                 timeout: float = 120.0, max_retries: int = 5, backoff: float = 0.5,
-                 transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        max_concurrency: int = 8,
+        timeout: float = 120.0,
+        max_retries: int = 5,
+        backoff: float = 0.5,
+        transport: httpx.BaseTransport | None = None,
+    ):
         url = httpx.URL(base_url)
         if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"--base-url must be an http(s) URL such as http://127.0.0.1:8000/v1, "
-                             f"got {base_url!r}")
+            raise ValueError(
+                f"--base-url must be an http(s) URL such as http://127.0.0.1:8000/v1, got {base_url!r}"
+            )
         if max_concurrency < 1:
             raise ValueError(f"--max-concurrency must be >= 1, got {max_concurrency}")
         if timeout <= 0:
@@ -63,9 +72,11 @@ class ServerClient:
         self._key = api_key or None
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(
-            headers=headers, timeout=httpx.Timeout(timeout), transport=transport,
-            limits=httpx.Limits(max_connections=max_concurrency,
-                                max_keepalive_connections=max_concurrency))
+            headers=headers,
+            timeout=httpx.Timeout(timeout),
+            transport=transport,
+            limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
+        )
         self._pool: ThreadPoolExecutor | None = None
         #: retries made so far (any request), for the run's provenance.
         self.retries = 0
@@ -84,8 +95,9 @@ class ServerClient:
         """``path`` (``/v1/completions``, ``/tokenize``) under the server's root URL."""
         return self.root_url + path
 
-    def request(self, method: str, path: str, payload: dict | None = None, *,
-                retry: bool = True) -> httpx.Response:
+    def request(
+        self, method: str, path: str, payload: dict | None = None, *, retry: bool = True
+    ) -> httpx.Response:
         """One request with retries; returns the final response, whatever its status (the
         caller decides what a 404 means).
 
@@ -104,9 +116,12 @@ class ServerClient:
                 wait = _retry_after(resp) or self._wait(attempt)
             except httpx.TransportError as e:
                 if not retry or attempt >= self.max_retries:
-                    raise ServerUnavailable(self._redact(
-                        f"{method} {url}: {type(e).__name__}: {e} (after {attempt + 1} tries; is the "
-                        "server running, and is --base-url right?)")) from None
+                    raise ServerUnavailable(
+                        self._redact(
+                            f"{method} {url}: {type(e).__name__}: {e} (after {attempt + 1} tries; is the "
+                            "server running, and is --base-url right?)"
+                        )
+                    ) from None
                 wait = self._wait(attempt)
             attempt += 1
             self.retries += 1
@@ -114,7 +129,7 @@ class ServerClient:
 
     def _wait(self, attempt: int) -> float:
         # Jitter spreads the retries of many concurrent requests hitting one overloaded server.
-        return min(30.0, self.backoff * 2 ** attempt) * (0.5 + random.random())
+        return min(30.0, self.backoff * 2**attempt) * (0.5 + random.random())
 
     def post(self, path: str, payload: dict) -> dict:
         """POST JSON and return the decoded JSON body.
@@ -135,13 +150,18 @@ class ServerClient:
             retryable = resp.status_code in RETRY_STATUSES
             tries = f" after {self.max_retries} retries" if retryable else ""
             error = ServerUnavailable if retryable else ModelError
-            raise error(self._redact(f"{method} {self.url(path)}: HTTP {resp.status_code}{tries}: "
-                                     f"{' '.join(resp.text.split())[:400]}"))
+            raise error(
+                self._redact(
+                    f"{method} {self.url(path)}: HTTP {resp.status_code}{tries}: "
+                    f"{' '.join(resp.text.split())[:400]}"
+                )
+            )
         try:
             return resp.json()
         except ValueError:
-            raise ModelError(self._redact(f"{method} {self.url(path)}: the answer is not JSON: "
-                                          f"{resp.text[:200]!r}")) from None
+            raise ModelError(
+                self._redact(f"{method} {self.url(path)}: the answer is not JSON: {resp.text[:200]!r}")
+            ) from None
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         """``[fn(x) for x in items]`` with at most ``max_concurrency`` calls in flight, in order;

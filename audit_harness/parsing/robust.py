@@ -40,26 +40,37 @@ _STRONG = re.compile(
     r"|la\s+(?:opción|opció)\s+(?:correcta\s+)?(?:es|és)\b"
     r")(?P<rest>[^\n]*)"
     r"|(?:정답|답변|답)\s*(?:은|는|:|：)(?P<ko>[^\n]*)",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 #: Weak statements, used when no strong one names an option.
 _WEAK = re.compile(
     r"\b(?:option|opción|opcion|opció|opcio|choice|letter|letra|lletra)\s+\(?(?P<opt>[A-Za-z])\)?(?![\w'])"
     r"|\$\s*(?:\\text\{)?(?P<dollar>[A-Za-z])\}?\s*\$"
     r"|\*\*(?P<bold>[^*\n]+?)\*\*"
     r"|(?:^|(?<=\s))[\[(](?P<bracket>[A-Za-z])[\])](?=\s|$|[.,:;])",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _REFUSAL = re.compile(
     r"\b(?:sorry|i\s+(?:can(?:no|')t|am\s+unable\s+to|won't|will\s+not|must\s+decline|"
     r"do\s+not\s+feel\s+comfortable)|as\s+an\s+ai)\b"
     r"|\blo\s+siento\b|\bno\s+puedo\b|\bho\s+sento\b|\bno\s+puc\b"
     r"|죄송|미안|답변(?:을|해)?\s?(?:드릴|할)\s?수\s?없|답(?:을|해)?\s?(?:드릴|할)\s?수\s?없|도와(?:드릴|줄)\s?수\s?없",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 #: An apology or an AI disclaimer: what makes "I can't answer that" a refusal rather than the
 #: unknown answer.
-_APOLOGY = re.compile(r"\b(?:sorry|apologi[sz]e|as\s+an\s+ai|language\s+model|decline|"
-                      r"not\s+comfortable|lo\s+siento|disculp|ho\s+sento)\b|죄송|미안", re.IGNORECASE)
-_JOINED = re.compile(r"^\s*[A-Za-z]\s*(?:,|/|&|\bor\b|\band\b|\by\b|\bo\b|\bi\b|\bni\b|와|과|또는|및|나)\s*"
-                     r"\(?[A-Za-z]\)?(?![\w'])", re.IGNORECASE)
+_APOLOGY = re.compile(
+    r"\b(?:sorry|apologi[sz]e|as\s+an\s+ai|language\s+model|decline|"
+    r"not\s+comfortable|lo\s+siento|disculp|ho\s+sento)\b|죄송|미안",
+    re.IGNORECASE,
+)
+_JOINED = re.compile(
+    r"^\s*[A-Za-z]\s*(?:,|/|&|\bor\b|\band\b|\by\b|\bo\b|\bi\b|\bni\b|와|과|또는|및|나)\s*"
+    r"\(?[A-Za-z]\)?(?![\w'])",
+    re.IGNORECASE,
+)
+
+
 def _clean_span(span: str) -> str:
     """The answer part of a statement: markup, quotes, ``$``, a leading ``is``/``:``, LaTeX
     ``\\text{}`` and an article before a letter removed."""
@@ -68,8 +79,12 @@ def _clean_span(span: str) -> str:
     span = re.sub(r"[*_`{}$]", " ", span)
     span = re.sub(r"^[\s:=\-–\"'“”‘’«»]+", "", span)
     span = re.sub(r"^(?:is|es|és|that|que)\b\s*:?\s*", "", span, flags=re.IGNORECASE)
-    span = re.sub(r"^(?:the\s+|la\s+|el\s+|l')?(?:option|opción|opció|letter|letra|lletra)\s+",
-                  "", span, flags=re.IGNORECASE)
+    span = re.sub(
+        r"^(?:the\s+|la\s+|el\s+|l')?(?:option|opción|opció|letter|letra|lletra)\s+",
+        "",
+        span,
+        flags=re.IGNORECASE,
+    )
     span = re.sub(r"^(?:la|el|l')\s*(?=[A-Za-z](?![\w']))", "", span, flags=re.IGNORECASE)
     return span.strip()
 
@@ -78,8 +93,11 @@ def _letter_at_start(span: str, choices: Choices, lowercase: bool) -> tuple[int 
     """(option of a letter that starts ``span``, what follows it); None when the start is no
     letter. A lower-case letter counts only where ``lowercase`` (inside a statement: in running
     English text "a" is an article)."""
-    m = re.match(r"^[\s(\[]*(?P<l>[A-Za-z])(?P<after>(?:[\])]|\.|:|：|,|-|–|[\"'”’*_`]|\s|$)[^\n]*"
-                 r"|[\uac00-\ud7a3][^\n]*)$", span)
+    m = re.match(
+        r"^[\s(\[]*(?P<l>[A-Za-z])(?P<after>(?:[\])]|\.|:|：|,|-|–|[\"'”’*_`]|\s|$)[^\n]*"
+        r"|[\uac00-\ud7a3][^\n]*)$",
+        span,
+    )
     if not m:
         return None, ""
     letter = m["l"]
@@ -125,14 +143,14 @@ def _typo_close(written: str, target: str) -> bool:
 
 def _contains(written: list[str], target: list[str]) -> bool:
     n = len(target)
-    return n > 0 and any(written[i:i + n] == target for i in range(len(written) - n + 1))
+    return n > 0 and any(written[i : i + n] == target for i in range(len(written) - n + 1))
 
 
 def _without(written: list[str], target: list[str]) -> list[str]:
     """``written`` with every occurrence of ``target`` replaced by a gap."""
     out, i, n = [], 0, len(target)
     while i < len(written):
-        if n and written[i:i + n] == target:
+        if n and written[i : i + n] == target:
             out.append("\0")
             i += n
         else:
@@ -150,8 +168,13 @@ def _mentions(text: str, choices: Choices) -> dict[int, str]:
     written = [w for w in words(text) if w not in ARTICLES]
     # Korean: particles attach to words and copulas end them; fold the endings as upstream does
     # (없습니다 -> 없음, 입니다 deleted) before looking for an option as a substring.
-    flat = (unicodedata.normalize("NFKC", text).casefold().replace(" ", "")
-            .replace("없습니다", "없음").replace("입니다", ""))
+    flat = (
+        unicodedata.normalize("NFKC", text)
+        .casefold()
+        .replace(" ", "")
+        .replace("없습니다", "없음")
+        .replace("입니다", "")
+    )
     own = len(choices.texts)
     found: dict[int, str] = {}
     spans: dict[int, list[tuple[int, int]]] = {}
@@ -165,15 +188,21 @@ def _mentions(text: str, choices: Choices) -> dict[int, str]:
         target = content_words(form)
         k = len(target)
         for i in range(len(written) - k + 1):
-            if k and written[i:i + k] == target:
+            if k and written[i : i + k] == target:
                 found.setdefault(option, rule)
                 spans.setdefault(option, []).append((i, i + k))
     if len(found) > 1:  # drop options named only inside another's longer text
         for a in list(found):
             for b in found:
-                if a != b and a in spans and b in spans and all(
+                if (
+                    a != b
+                    and a in spans
+                    and b in spans
+                    and all(
                         any(bs <= s0 and e0 <= be and (be - bs) > (e0 - s0) for bs, be in spans[b])
-                        for s0, e0 in spans[a]):
+                        for s0, e0 in spans[a]
+                    )
+                ):
                     found.pop(a, None)
                     break
     taken = {i for option in found for s0, e0 in spans.get(option, ()) for i in range(s0, e0)}
@@ -187,7 +216,7 @@ def _mentions(text: str, choices: Choices) -> dict[int, str]:
         for i in range(len(written) - k + 1):
             if taken & set(range(i, i + k)):
                 continue
-            if _typo_close(" ".join(written[i:i + k]), goal):
+            if _typo_close(" ".join(written[i : i + k]), goal):
                 fuzzy[option] = "option-text-fuzzy"
                 break
     return {**found, **fuzzy}
@@ -293,15 +322,16 @@ def parse_robust(output, choices: Choices) -> Parsed:
         return Parsed(-1, "invalid", "leading-letter", "several_options")
     option, after = _letter_at_start(head, choices, lowercase=False)
     if option is not None:
-        if re.match(r"^[\s.:)\]-]*[^\n]*?(?<![A-Za-z])[A-Za-z][).:](?:\s|$)", after) and \
-                len(set(re.findall(r"(?<![A-Za-z0-9])([A-Z])[).:](?:\s|$)", head))) > 1:
+        if (
+            re.match(r"^[\s.:)\]-]*[^\n]*?(?<![A-Za-z])[A-Za-z][).:](?:\s|$)", after)
+            and len(set(re.findall(r"(?<![A-Za-z0-9])([A-Z])[).:](?:\s|$)", head))) > 1
+        ):
             return Parsed(-1, "invalid", "leading-letter", "several_options")
         return Parsed(option, "letter", "leading-letter")
     weak = _statements(_WEAK, text, choices)
     if weak is not None:
         kind, option, group = weak
-        rule = {"opt": "option-statement", "dollar": "dollar", "bold": "bold",
-                "bracket": "bracket"}[group]
+        rule = {"opt": "option-statement", "dollar": "dollar", "bold": "bold", "bracket": "bracket"}[group]
         if kind == "several":
             return Parsed(-1, "invalid", rule, "several_options")
         return Parsed(option, "letter" if group != "bold" else "text", rule)

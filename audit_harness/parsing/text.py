@@ -8,8 +8,29 @@ import unicodedata
 from typing import Sequence
 
 #: Articles that may stand before an option's text without changing it (en, es, ca).
-ARTICLES = frozenset({"the", "a", "an", "el", "la", "los", "las", "lo", "un", "una", "unos", "unas",
-                      "els", "les", "l", "uns", "unes", "en", "na"})
+ARTICLES = frozenset(
+    {
+        "the",
+        "a",
+        "an",
+        "el",
+        "la",
+        "los",
+        "las",
+        "lo",
+        "un",
+        "una",
+        "unos",
+        "unas",
+        "els",
+        "les",
+        "l",
+        "uns",
+        "unes",
+        "en",
+        "na",
+    }
+)
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 
 
@@ -69,5 +90,7 @@ def letter_tokens(text: str, letters: Sequence[str]) -> list[str]:
     """Letters of ``letters`` that stand alone in ``text`` (not inside a Latin word or number),
     upper-cased, in order of appearance."""
     alts = "".join(re.escape(l) for l in letters)
-    return [m.upper() for m in re.findall(rf"(?<![A-Za-z0-9])([{alts}])(?![A-Za-z0-9])", text,
-                                          flags=re.IGNORECASE)]
+    return [
+        m.upper()
+        for m in re.findall(rf"(?<![A-Za-z0-9])([{alts}])(?![A-Za-z0-9])", text, flags=re.IGNORECASE)
+    ]

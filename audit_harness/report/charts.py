@@ -29,24 +29,35 @@ def chart_points(results: Mapping[str, Any], bench: str) -> tuple[list[str], lis
         category's threshold gate on that metric, None ends open; None without a gate).
     """
     info = (results.get("benchmark_info") or {}).get(bench) or {}
-    cats = {c: e for c, e in (results["benchmarks"].get(bench) or {}).items()
-            if e.get("status", "ok") == "ok"}
+    cats = {
+        c: e for c, e in (results["benchmarks"].get(bench) or {}).items() if e.get("status", "ok") == "ok"
+    }
     rows = {c: e["metrics"] for c, e in cats.items()}
     pooled = (results.get("overall") or {}).get(bench, {}).get("pooled")
     if pooled:
         rows["pooled"] = pooled
     present = {m for metrics in rows.values() for m in metrics}
     metrics = [m for m in info.get("chart_metrics", ()) if m in present]
-    bands = {(v["category"], v["metric"]): v.get("allowed") for v in results.get("gates", ())
-             if v["benchmark"] == bench and v.get("kind", "threshold") == "threshold"}
+    bands = {
+        (v["category"], v["metric"]): v.get("allowed")
+        for v in results.get("gates", ())
+        if v["benchmark"] == bench and v.get("kind", "threshold") == "threshold"
+    }
     points = []
     for cat, values in rows.items():
         for metric in metrics:
             m = values.get(metric)
             if m is None:
                 continue
-            points.append({"category": cat, "metric": metric, "value": m.get("value"),
-                           "ci": list(m.get("ci") or [None, None]), "band": bands.get((cat, metric))})
+            points.append(
+                {
+                    "category": cat,
+                    "metric": metric,
+                    "value": m.get("value"),
+                    "ci": list(m.get("ci") or [None, None]),
+                    "band": bands.get((cat, metric)),
+                }
+            )
     return list(rows), points
 
 
@@ -106,16 +117,24 @@ def render_chart(results: Mapping[str, Any], bench: str) -> bytes | None:
                     ax.add_patch(_rectangle(x - slot / 2, lo, slot, hi - lo))
                     banded = True
             if p["value"] is None:
-                ax.annotate("undefined", (x, y_lo), xytext=(0, 3), textcoords="offset points",
-                            rotation=90, fontsize=6, color=colour, ha="center", va="bottom")
+                ax.annotate(
+                    "undefined",
+                    (x, y_lo),
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                    rotation=90,
+                    fontsize=6,
+                    color=colour,
+                    ha="center",
+                    va="bottom",
+                )
                 continue
             lo, hi = p["ci"]
             xs.append(x)
             ys.append(p["value"])
             err_lo.append(0.0 if lo is None else max(p["value"] - lo, 0.0))
             err_hi.append(0.0 if hi is None else max(hi - p["value"], 0.0))
-        ax.errorbar(xs, ys, yerr=[err_lo, err_hi], fmt="o", ms=4, capsize=2, lw=1, color=colour,
-                    label=metric)
+        ax.errorbar(xs, ys, yerr=[err_lo, err_hi], fmt="o", ms=4, capsize=2, lw=1, color=colour, label=metric)
     if y_lo < 0 < y_hi:
         ax.axhline(0.0, color="#888888", lw=0.6, zorder=0)
     if banded:
@@ -126,8 +145,7 @@ def render_chart(results: Mapping[str, Any], bench: str) -> bytes | None:
     ax.set_xticklabels(categories, rotation=40, ha="right", fontsize=7)
     ax.tick_params(axis="y", labelsize=7)
     confidence = _confidence(results, bench)
-    ax.set_title(f"{bench} by category" + (f", {confidence:.0%} intervals" if confidence else ""),
-                 fontsize=9)
+    ax.set_title(f"{bench} by category" + (f", {confidence:.0%} intervals" if confidence else ""), fontsize=9)
     ax.legend(fontsize=7, loc="best", framealpha=0.8)
     ax.grid(axis="y", lw=0.3, alpha=0.5)
     fig.tight_layout()
@@ -139,8 +157,7 @@ def render_chart(results: Mapping[str, Any], bench: str) -> bytes | None:
 def _rectangle(x: float, y: float, w: float, h: float, label: str | None = None):
     from matplotlib.patches import Rectangle
 
-    return Rectangle((x, y), w, h, facecolor=_BAND, alpha=0.18, edgecolor="none", zorder=0,
-                     label=label)
+    return Rectangle((x, y), w, h, facecolor=_BAND, alpha=0.18, edgecolor="none", zorder=0, label=label)
 
 
 def _confidence(results: Mapping[str, Any], bench: str) -> float | None:

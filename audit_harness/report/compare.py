@@ -18,8 +18,11 @@ from .results import overall_labels
 from .verdict import overall_verdict
 
 #: Options whose difference makes two runs' numbers not directly comparable, with their names.
-_COMPARABLE_OPTIONS = (("seed", "seed"), ("confidence", "confidence (--confidence)"),
-                       ("n_resamples", "bootstrap resamples (--bootstrap-resamples)"))
+_COMPARABLE_OPTIONS = (
+    ("seed", "seed"),
+    ("confidence", "confidence (--confidence)"),
+    ("n_resamples", "bootstrap resamples (--bootstrap-resamples)"),
+)
 
 
 def _metrics(results: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[str, Any]]:
@@ -67,8 +70,9 @@ def _differs(notes: list[str], what: str, a: Any, b: Any) -> None:
         notes.append(f"{what} differs: {a!r} (old) vs {b!r} (new)")
 
 
-def comparability_notes(old: Mapping[str, Any], new: Mapping[str, Any],
-                        scope: tuple[str, str] | None = None) -> list[str]:
+def comparability_notes(
+    old: Mapping[str, Any], new: Mapping[str, Any], scope: tuple[str, str] | None = None
+) -> list[str]:
     """Why two runs' numbers are not like for like, one sentence per difference; empty when they
     are comparable. The models may differ (that is the point: ``model_notes`` says how).
 
@@ -96,8 +100,12 @@ def comparability_notes(old: Mapping[str, Any], new: Mapping[str, Any],
             a, b = (None if x is None else str(x).split(":")[0] for x in (a, b))
         if _model(old) and _model(new):
             _differs(notes, label, a, b)
-    _differs(notes, "engine version", (old.get("run") or {}).get("engine_version"),
-             (new.get("run") or {}).get("engine_version"))
+    _differs(
+        notes,
+        "engine version",
+        (old.get("run") or {}).get("engine_version"),
+        (new.get("run") or {}).get("engine_version"),
+    )
     sha = [(r.get("run") or {}).get("thresholds_sha256") for r in (old, new)]
     if sha[0] != sha[1]:
         notes.append("the thresholds files differ (sha256), so gates may have changed with them")
@@ -113,8 +121,10 @@ def comparability_notes(old: Mapping[str, Any], new: Mapping[str, Any],
         a, b = o_prot.get(bench) or {}, n_prot.get(bench) or {}
         for key in sorted(set(a) | set(b)):
             if a.get(key) != b.get(key):
-                notes.append(f"{bench} protocol {key} differs: {_short(a.get(key))} (old) vs "
-                             f"{_short(b.get(key))} (new)")
+                notes.append(
+                    f"{bench} protocol {key} differs: {_short(a.get(key))} (old) vs "
+                    f"{_short(b.get(key))} (new)"
+                )
         cats = sorted(set(o_bench[bench]) & set(n_bench[bench]))
         if scope is not None:
             cats = [c for c in cats if c == scope[1]]
@@ -131,7 +141,7 @@ def comparability_notes(old: Mapping[str, Any], new: Mapping[str, Any],
 
 def _short(value: Any, width: int = 60) -> str:
     text = repr(value)
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def model_notes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -140,8 +150,10 @@ def model_notes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     a, b = _model(old), _model(new)
     if a.get("fingerprint") == b.get("fingerprint") and a.get("name") == b.get("name"):
         return []
-    return [f"model: {a.get('name')!r} (weights {str(a.get('fingerprint'))[:23]}…, old) vs "
-            f"{b.get('name')!r} (weights {str(b.get('fingerprint'))[:23]}…, new)"]
+    return [
+        f"model: {a.get('name')!r} (weights {str(a.get('fingerprint'))[:23]}…, old) vs "
+        f"{b.get('name')!r} (weights {str(b.get('fingerprint'))[:23]}…, new)"
+    ]
 
 
 def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -158,26 +170,38 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
         False, or None when an interval is missing); ``gates``: one row per gate test of either
         run with both statuses and ``changed`` (both runs have it and the statuses differ).
     """
+
     def who(r):
         m = r.get("model") or {}
-        return {"run_id": r.get("run_id"), "model": m.get("name"), "fingerprint": m.get("fingerprint"),
-                "created": r.get("created")}
+        return {
+            "run_id": r.get("run_id"),
+            "model": m.get("name"),
+            "fingerprint": m.get("fingerprint"),
+            "created": r.get("created"),
+        }
 
     notes = incomplete_notes({"old": old, "new": new}) + comparability_notes(old, new)
     models = model_notes(old, new)
     m_old, m_new = _metrics(old), _metrics(new)
     rows = []
-    pools = {(b, label) for r in (old, new) for b in (r.get("overall") or {})
-             for label in overall_labels(r, b)}
+    pools = {
+        (b, label) for r in (old, new) for b in (r.get("overall") or {}) for label in overall_labels(r, b)
+    }
     for key in sorted(set(m_old) | set(m_new), key=lambda k: (k[0], (k[0], k[1]) in pools, k[1], k[2])):
         a, b = m_old.get(key), m_new.get(key)
         va, vb = (a or {}).get("value"), (b or {}).get("value")
         ca, cb = (a or {}).get("ci"), (b or {}).get("ci")
-        rows.append({"benchmark": key[0], "category": key[1], "metric": key[2],
-                     "old": None if a is None else {"value": va, "ci": ca, "n": a.get("n")},
-                     "new": None if b is None else {"value": vb, "ci": cb, "n": b.get("n")},
-                     "change": None if va is None or vb is None else vb - va,
-                     "intervals_disjoint": _disjoint(ca, cb)})
+        rows.append(
+            {
+                "benchmark": key[0],
+                "category": key[1],
+                "metric": key[2],
+                "old": None if a is None else {"value": va, "ci": ca, "n": a.get("n")},
+                "new": None if b is None else {"value": vb, "ci": cb, "n": b.get("n")},
+                "change": None if va is None or vb is None else vb - va,
+                "intervals_disjoint": _disjoint(ca, cb),
+            }
+        )
     g_old = {_gate_key(v): v for v in old.get("gates") or ()}
     g_new = {_gate_key(v): v for v in new.get("gates") or ()}
     gates = []
@@ -186,14 +210,31 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
         sa, sb = (a or {}).get("status"), (b or {}).get("status")
         # A gate only one run has (another thresholds file, a -k, --baseline) did not change
         # verdict: it is listed as absent on the other side.
-        gates.append({"benchmark": key[0], "test_id": key[1], "old": sa, "new": sb,
-                      "mode": (b or a).get("mode"), "changed": None not in (sa, sb) and sa != sb})
-    return {"old": who(old), "new": who(new), "notes": notes, "models": models,
-            "metrics": rows, "gates": gates,
-            "summary": {"metrics": len(rows),
-                        "intervals_disjoint": sum(1 for r in rows if r["intervals_disjoint"]),
-                        "gates": len(gates), "gates_changed": sum(1 for g in gates if g["changed"]),
-                        "gates_in_one_run": sum(1 for g in gates if None in (g["old"], g["new"]))}}
+        gates.append(
+            {
+                "benchmark": key[0],
+                "test_id": key[1],
+                "old": sa,
+                "new": sb,
+                "mode": (b or a).get("mode"),
+                "changed": None not in (sa, sb) and sa != sb,
+            }
+        )
+    return {
+        "old": who(old),
+        "new": who(new),
+        "notes": notes,
+        "models": models,
+        "metrics": rows,
+        "gates": gates,
+        "summary": {
+            "metrics": len(rows),
+            "intervals_disjoint": sum(1 for r in rows if r["intervals_disjoint"]),
+            "gates": len(gates),
+            "gates_changed": sum(1 for g in gates if g["changed"]),
+            "gates_in_one_run": sum(1 for g in gates if None in (g["old"], g["new"])),
+        },
+    }
 
 
 def _value(side: Mapping[str, Any] | None) -> str:
@@ -214,36 +255,50 @@ def render_comparison(c: Mapping[str, Any]) -> str:
     """The comparison as Markdown: runs, caveats, gates that changed verdict, changes whose
     intervals do not overlap, then every metric (``**`` marks a disjoint pair of intervals)."""
     o, n, s = c["old"], c["new"], c["summary"]
-    out = ["# Bias audit comparison", "",
-           f"- old: `{o['run_id']}` ({o['model']}, `{o['fingerprint']}`)",
-           f"- new: `{n['run_id']}` ({n['model']}, `{n['fingerprint']}`)",
-           f"- {s['gates_changed']} of {s['gates']} gate(s) changed verdict"
-           + (f" ({s['gates_in_one_run']} in one run only)" if s["gates_in_one_run"] else "")
-           + f"; {s['intervals_disjoint']} of {s['metrics']} metric(s) moved so far that their "
-           "intervals do not overlap", ""]
+    out = [
+        "# Bias audit comparison",
+        "",
+        f"- old: `{o['run_id']}` ({o['model']}, `{o['fingerprint']}`)",
+        f"- new: `{n['run_id']}` ({n['model']}, `{n['fingerprint']}`)",
+        f"- {s['gates_changed']} of {s['gates']} gate(s) changed verdict"
+        + (f" ({s['gates_in_one_run']} in one run only)" if s["gates_in_one_run"] else "")
+        + f"; {s['intervals_disjoint']} of {s['metrics']} metric(s) moved so far that their "
+        "intervals do not overlap",
+        "",
+    ]
     for line in c.get("models") or ():
         out += [f"Compared: {line}", ""]
     if c["notes"]:
         out += ["Not like for like:", ""] + [f"- {x}" for x in c["notes"]] + [""]
     else:
-        out += ["Like for like: seed, intervals, dtype, device type, engine, thresholds, protocols "
-                "(prompts, answer parsing, chat template), items scored and data files agree.", ""]
+        out += [
+            "Like for like: seed, intervals, dtype, device type, engine, thresholds, protocols "
+            "(prompts, answer parsing, chat template), items scored and data files agree.",
+            "",
+        ]
     changed = [g for g in c["gates"] if g["changed"]]
     out += ["## Gates that changed verdict", ""]
     if changed:
         out += ["| benchmark | gate | old | new | mode |", "|---|---|---|---|---|"]
-        out += [f"| {g['benchmark']} | {g['test_id']} | {_status(g['old'])} | {_status(g['new'])} | "
-                f"{g['mode'] or '-'} |" for g in changed]
+        out += [
+            f"| {g['benchmark']} | {g['test_id']} | {_status(g['old'])} | {_status(g['new'])} | "
+            f"{g['mode'] or '-'} |"
+            for g in changed
+        ]
     else:
         out.append("None.")
-    header = ["| benchmark | category | metric | old [CI] | new [CI] | change | intervals |",
-              "|---|---|---|---|---|---|---|"]
+    header = [
+        "| benchmark | category | metric | old [CI] | new [CI] | change | intervals |",
+        "|---|---|---|---|---|---|---|",
+    ]
 
     def row(r):
         change = "-" if r["change"] is None else f"{r['change']:+.3f}"
         flag = {True: "**do not overlap**", False: "overlap", None: "-"}[r["intervals_disjoint"]]
-        return (f"| {r['benchmark']} | {r['category']} | {r['metric']} | {_value(r['old'])} | "
-                f"{_value(r['new'])} | {change} | {flag} |")
+        return (
+            f"| {r['benchmark']} | {r['category']} | {r['metric']} | {_value(r['old'])} | "
+            f"{_value(r['new'])} | {change} | {flag} |"
+        )
 
     disjoint = [r for r in c["metrics"] if r["intervals_disjoint"]]
     out += ["", "## Changes whose intervals do not overlap", ""]

@@ -29,9 +29,12 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 def _environment():
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-                             autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
-                             trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["num"] = _num
     env.filters["interval"] = _interval
     return env
@@ -49,7 +52,7 @@ def _interval(ci: Any, digits: int = 3) -> str:
 def _bound_text(v: Mapping[str, Any]) -> str:
     if v.get("kind") == "regression":
         base = (v.get("baseline") or {}).get("value")
-        return (f"no worse than baseline {_num(base)} by more than {v.get('max_regression', 0):g}")
+        return f"no worse than baseline {_num(base)} by more than {v.get('max_regression', 0):g}"
     return ", ".join(f"{k} {b:g}" for k, b in (v.get("bounds") or {}).items())
 
 
@@ -64,8 +67,10 @@ def _benchmark_view(results: Mapping[str, Any], bench: str) -> dict[str, Any]:
             gates.setdefault((v["category"], v["metric"]), []).append(v)
     rows = []
     overall = (results.get("overall") or {}).get(bench, {})
-    blocks = list(entries.items()) + [(label, {"status": "ok", "metrics": overall[label], "pool": True})
-                                      for label in overall_labels(results, bench)]
+    blocks = list(entries.items()) + [
+        (label, {"status": "ok", "metrics": overall[label], "pool": True})
+        for label in overall_labels(results, bench)
+    ]
     for cat, entry in blocks:
         if entry.get("status") == "error":
             rows.append({"category": cat, "error": entry["error"]})
@@ -75,33 +80,70 @@ def _benchmark_view(results: Mapping[str, Any], bench: str) -> dict[str, Any]:
             if m is None:
                 continue
             threshold = [g for g in gates.get((cat, name), ()) if g.get("kind", "threshold") == "threshold"]
-            rows.append({"category": cat, "metric": name, "value": m["value"], "ci": m["ci"],
-                         "n": m["n"], "reason": m.get("reason"), "pool": entry.get("pool", False),
-                         "gates": [{"bound": _bound_text(g), "mode": g.get("mode", "point"),
-                                    "status": g["status"]} for g in threshold]})
+            rows.append(
+                {
+                    "category": cat,
+                    "metric": name,
+                    "value": m["value"],
+                    "ci": m["ci"],
+                    "n": m["n"],
+                    "reason": m.get("reason"),
+                    "pool": entry.get("pool", False),
+                    "gates": [
+                        {"bound": _bound_text(g), "mode": g.get("mode", "point"), "status": g["status"]}
+                        for g in threshold
+                    ],
+                }
+            )
     shown = {(r["category"], r.get("metric")) for r in rows}
     # A gate on a metric the table does not list (KoBBQ's per-template metrics) still shows.
     for (cat, name), vs in gates.items():
         for g in vs:
             if g.get("kind", "threshold") == "threshold" and (cat, name) not in shown:
-                rows.append({"category": cat, "metric": name, "value": g["value"], "ci": g["ci"],
-                             "n": g["n"], "reason": None, "pool": False,
-                             "gates": [{"bound": _bound_text(g), "mode": g.get("mode", "point"),
-                                        "status": g["status"]}]})
+                rows.append(
+                    {
+                        "category": cat,
+                        "metric": name,
+                        "value": g["value"],
+                        "ci": g["ci"],
+                        "n": g["n"],
+                        "reason": None,
+                        "pool": False,
+                        "gates": [
+                            {"bound": _bound_text(g), "mode": g.get("mode", "point"), "status": g["status"]}
+                        ],
+                    }
+                )
     ok = {c: e for c, e in entries.items() if e.get("status", "ok") == "ok"}
-    rates = [{"category": c, "metric": r, **{k: e["metrics"][r][k] for k in ("value", "ci", "n")}}
-             for r in info.get("rate_metrics", ()) for c, e in ok.items() if r in e["metrics"]]
-    excluded = [{"category": c, "reason": reason, "count": len(ids), "ids": ids[:10]}
-                for c, e in ok.items() for reason, ids in (e.get("excluded") or {}).items()]
+    rates = [
+        {"category": c, "metric": r, **{k: e["metrics"][r][k] for k in ("value", "ci", "n")}}
+        for r in info.get("rate_metrics", ())
+        for c, e in ok.items()
+        if r in e["metrics"]
+    ]
+    excluded = [
+        {"category": c, "reason": reason, "count": len(ids), "ids": ids[:10]}
+        for c, e in ok.items()
+        for reason, ids in (e.get("excluded") or {}).items()
+    ]
     examples = [{"category": c, **x} for c, e in ok.items() for x in e.get("examples") or ()]
     regressions = [v for v in results["gates"] if v["benchmark"] == bench and v.get("kind") == "regression"]
-    return {"name": bench, "title": info.get("title") or bench, "rows": rows, "rates": rates,
-            "rate_metrics": info.get("rate_metrics", []), "excluded": excluded, "examples": examples,
-            "limitations": info.get("limitations", []), "chart": chart_data_uri(results, bench),
-            "chart_metrics": info.get("chart_metrics", []), "regressions": regressions,
-            "protocol": (results.get("protocols") or {}).get(bench, {}),
-            "n_scored": sum(e.get("n_scored", 0) for e in ok.values()),
-            "sensitivity": [r for r in sensitivity_rows(results) if r["benchmark"] == bench]}
+    return {
+        "name": bench,
+        "title": info.get("title") or bench,
+        "rows": rows,
+        "rates": rates,
+        "rate_metrics": info.get("rate_metrics", []),
+        "excluded": excluded,
+        "examples": examples,
+        "limitations": info.get("limitations", []),
+        "chart": chart_data_uri(results, bench),
+        "chart_metrics": info.get("chart_metrics", []),
+        "regressions": regressions,
+        "protocol": (results.get("protocols") or {}).get(bench, {}),
+        "n_scored": sum(e.get("n_scored", 0) for e in ok.values()),
+        "sensitivity": [r for r in sensitivity_rows(results) if r["benchmark"] == bench],
+    }
 
 
 def render_html(results: Mapping[str, Any]) -> str:
@@ -113,14 +155,20 @@ def render_html(results: Mapping[str, Any]) -> str:
     verdict = overall_verdict(results)
     modes = sorted({v.get("mode", "point") for v in results["gates"]})
     context = {
-        "r": results, "verdict": verdict, "model": results.get("model") or {},
-        "run": results.get("run") or {}, "options": results.get("options") or {},
+        "r": results,
+        "verdict": verdict,
+        "model": results.get("model") or {},
+        "run": results.get("run") or {},
+        "options": results.get("options") or {},
         "benchmarks": [_benchmark_view(results, b) for b in results["benchmarks"]],
-        "modes": [(m, MODE_RULES.get(m, "")) for m in modes], "modified": modified_files(results),
+        "modes": [(m, MODE_RULES.get(m, "")) for m in modes],
+        "modified": modified_files(results),
         "summary": sorted((results.get("gate_summary") or {}).items()),
         "problems": [v for v in results["gates"] if v["status"] not in ("pass",)],
-        "exit_codes": exit_codes, "baseline": results.get("baseline"),
-        "items_scored": items_scored_text(results), "coverage": coverage_lines(results),
+        "exit_codes": exit_codes,
+        "baseline": results.get("baseline"),
+        "items_scored": items_scored_text(results),
+        "coverage": coverage_lines(results),
         "invalid_flag": INVALID_FLAG,
     }
     return _environment().get_template("report.html.j2").render(**context)

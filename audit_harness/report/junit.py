@@ -30,12 +30,14 @@ def add_unreported_gates(config, cases: Iterable[tuple[str, Mapping[str, Any], s
     added = 0
     for nodeid, props, reason in cases:
         path, _, name = nodeid.rpartition("::")
-        common = dict(nodeid=nodeid, location=(path, None, name), keywords={},
-                      user_properties=[(k, str(v)) for k, v in props.items()])
-        xml.pytest_runtest_logreport(TestReport(outcome="failed", longrepr=reason, when="setup",
-                                                **common))
-        xml.pytest_runtest_logreport(TestReport(outcome="passed", longrepr=None, when="teardown",
-                                                **common))
+        common = dict(
+            nodeid=nodeid,
+            location=(path, None, name),
+            keywords={},
+            user_properties=[(k, str(v)) for k, v in props.items()],
+        )
+        xml.pytest_runtest_logreport(TestReport(outcome="failed", longrepr=reason, when="setup", **common))
+        xml.pytest_runtest_logreport(TestReport(outcome="passed", longrepr=None, when="teardown", **common))
         added += 1
     return added
 
@@ -47,9 +49,13 @@ def add_outcome_properties(config, outcome: Outcome, extra: Mapping[str, Any] | 
     xml = _logxml(config)
     if xml is None:
         return
-    props = {"verdict": outcome.label, "exit_code": outcome.exit_code, "status": outcome.status,
-             "reason": outcome.reason, **dict(extra or {})}
-    xml.global_properties = [(n, v) for n, v in xml.global_properties
-                             if not n.startswith("bias_audit_")]
+    props = {
+        "verdict": outcome.label,
+        "exit_code": outcome.exit_code,
+        "status": outcome.status,
+        "reason": outcome.reason,
+        **dict(extra or {}),
+    }
+    xml.global_properties = [(n, v) for n, v in xml.global_properties if not n.startswith("bias_audit_")]
     for key, value in props.items():
         xml.add_global_property(f"bias_audit_{key}", str(value))

@@ -39,8 +39,9 @@ def _cell(text: Any) -> str:
 
 def modified_files(results: Mapping[str, Any]) -> list[str]:
     """Data files of ``results`` whose sha256 is not the pinned published one."""
-    return sorted(p for p, d in results.get("data_files", {}).items()
-                  if str(d.get("status", "")).startswith("MODIFIED"))
+    return sorted(
+        p for p, d in results.get("data_files", {}).items() if str(d.get("status", "")).startswith("MODIFIED")
+    )
 
 
 def render_markdown(results: Mapping[str, Any]) -> str:
@@ -52,27 +53,43 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     run = results.get("run", {})
     suite = run.get("suite", {})
     verdict = overall_verdict(results)
-    out = [f"# Bias audit report: {model.get('name', '?')}", "",
-           f"**Verdict: {verdict.label}** ({verdict.reason}; exit code "
-           f"{'?' if verdict.exit_code is None else verdict.exit_code})", ""]
+    out = [
+        f"# Bias audit report: {model.get('name', '?')}",
+        "",
+        f"**Verdict: {verdict.label}** ({verdict.reason}; exit code "
+        f"{'?' if verdict.exit_code is None else verdict.exit_code})",
+        "",
+    ]
     if verdict.label == "INTERRUPTED":
-        out += ["> **INTERRUPTED RUN.** The run was stopped (Ctrl-C) before every selected gate "
-                "ran: the numbers below are partial, and the gates that did not run are listed "
-                "as NOT RUN. Not a release decision.", ""]
+        out += [
+            "> **INTERRUPTED RUN.** The run was stopped (Ctrl-C) before every selected gate "
+            "ran: the numbers below are partial, and the gates that did not run are listed "
+            "as NOT RUN. Not a release decision.",
+            "",
+        ]
     modified = modified_files(results)
     if modified:
-        out += [f"> **DATA: {len(modified)} file(s) are not the published release** "
-                f"({', '.join(modified)}): these numbers are not comparable with the papers'. "
-                "See Data files below.", ""]
+        out += [
+            f"> **DATA: {len(modified)} file(s) are not the published release** "
+            f"({', '.join(modified)}): these numbers are not comparable with the papers'. "
+            "See Data files below.",
+            "",
+        ]
     for warning in run.get("thresholds_warnings") or []:
         out += [f"> **Thresholds file:** {warning}", ""]
     covered = coverage_lines(results)
     if covered:
-        out += ["> **Scored from saved predictions** "
-                f"(`{(model.get('source') or '?')}`):", ">"] + [f"> - {x}" for x in covered] + [""]
+        out += (
+            [f"> **Scored from saved predictions** (`{(model.get('source') or '?')}`):", ">"]
+            + [f"> - {x}" for x in covered]
+            + [""]
+        )
     if results.get("errors"):
-        out += [f"> **{len(results['errors'])} category evaluation(s) failed** (ERROR verdicts "
-                "below, with the message): their gates have no value.", ""]
+        out += [
+            f"> **{len(results['errors'])} category evaluation(s) failed** (ERROR verdicts "
+            "below, with the message): their gates have no value.",
+            "",
+        ]
     commit = suite.get("git_commit", "?")
     dirty = " (uncommitted changes)" if suite.get("git_dirty") else ""
     out += [
@@ -97,8 +114,13 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     ]
     notes = []
     for v in results["gates"]:
-        value = ("not evaluated" if v["status"] == "skipped"
-                 else "undefined" if v["value"] is None else f"{v['value']:.3f}")
+        value = (
+            "not evaluated"
+            if v["status"] == "skipped"
+            else "undefined"
+            if v["value"] is None
+            else f"{v['value']:.3f}"
+        )
         if v["value"] is not None and v["ci"][0] is not None:
             value += f" [{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]"
         if v["status"] in ("error", "not run"):
@@ -109,16 +131,20 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         bounds = ", ".join(f"{k} {b:g}" for k, b in v["bounds"].items())
         if v.get("kind") == "regression":
             base = (v.get("baseline") or {}).get("value")
-            bounds = (f"vs baseline {'undefined' if base is None else format(base, '.3f')}: "
-                      f"max_regression {v.get('max_regression', 0):g} ({bounds})")
+            bounds = (
+                f"vs baseline {'undefined' if base is None else format(base, '.3f')}: "
+                f"max_regression {v.get('max_regression', 0):g} ({bounds})"
+            )
         clusters = v.get("clusters") if v.get("clusters") is not None else "-"
         n = v["n"] if v["n"] is not None else "-"
         metric = v["metric"] + (" (vs baseline)" if v.get("kind") == "regression" else "")
         if v.get("not_like_for_like"):
             metric += " (**not like for like**)"
-        out.append(f"| {v['benchmark']} | {v['category']} | {metric} | {value} | {n} | "
-                   f"{clusters} | {bounds} | {v.get('mode', v.get('basis', '?'))} | "
-                   f"{v.get('min_n', '-')} | **{v['status'].upper()}** |")
+        out.append(
+            f"| {v['benchmark']} | {v['category']} | {metric} | {value} | {n} | "
+            f"{clusters} | {bounds} | {v.get('mode', v.get('basis', '?'))} | "
+            f"{v.get('min_n', '-')} | **{v['status'].upper()}** |"
+        )
     if notes:
         out += ["", *notes]
     from ..gates import MODE_RULES
@@ -128,14 +154,21 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         out += ["", "Modes: " + "; ".join(f"`{m}`: {MODE_RULES.get(m, '?')}" for m in modes) + "."]
     baseline = results.get("baseline")
     if baseline:
-        out += ["", f"Regression gates compare with baseline run `{baseline.get('run_id')}` (model "
-                f"{baseline.get('model')}, `{baseline.get('path')}`, sha256 "
-                f"`{baseline.get('sha256')}`): each fails when the whole new "
-                "interval is worse than the baseline value by more than its max_regression."]
+        out += [
+            "",
+            f"Regression gates compare with baseline run `{baseline.get('run_id')}` (model "
+            f"{baseline.get('model')}, `{baseline.get('path')}`, sha256 "
+            f"`{baseline.get('sha256')}`): each fails when the whole new "
+            "interval is worse than the baseline value by more than its max_regression.",
+        ]
         unlike = baseline.get("not_like_for_like") or []
         if unlike:
-            out += ["", "**The baseline is not like for like**, so a regression gate may reflect the "
-                    "set-up rather than the model:", ""] + [f"- {x}" for x in unlike]
+            out += [
+                "",
+                "**The baseline is not like for like**, so a regression gate may reflect the "
+                "set-up rather than the model:",
+                "",
+            ] + [f"- {x}" for x in unlike]
     skipped = [v for v in results["gates"] if v["status"] == "skipped"]
     if skipped:
         out += ["", "Skipped gates (their data is missing; a skipped gate is not a pass):", ""]
@@ -146,43 +179,64 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         cats = {c: e for c, e in all_cats.items() if e.get("status", "ok") == "ok"}
         names = table_metrics(results, bench)
         every = metric_names_of(cats)
-        more = "" if len(names) == len(every) else (
-            f" ({len(every) - len(names)} further metrics per category in results.json)")
+        more = (
+            ""
+            if len(names) == len(every)
+            else (f" ({len(every) - len(names)} further metrics per category in results.json)")
+        )
         out += ["", f"## {bench}: metrics per category{more}"]
         overall = results["overall"].get(bench, {})
         for group in column_groups(names):
-            out += ["", "| category | items | " + " | ".join(group) + " |",
-                    "|---|---|" + "---|" * len(group)]
+            out += ["", "| category | items | " + " | ".join(group) + " |", "|---|---|" + "---|" * len(group)]
             for cat, entry in all_cats.items():
                 if entry.get("status") == "error":
-                    out.append(f"| {cat} | - | **ERROR**: {_cell(entry['error'])} |"
-                               + " |" * max(len(group) - 1, 0))
+                    out.append(
+                        f"| {cat} | - | **ERROR**: {_cell(entry['error'])} |" + " |" * max(len(group) - 1, 0)
+                    )
                     continue
-                out.append(f"| {cat} | {entry['n_scored']} | "
-                           + " | ".join(_fmt(entry["metrics"].get(n)) for n in group) + " |")
+                out.append(
+                    f"| {cat} | {entry['n_scored']} | "
+                    + " | ".join(_fmt(entry["metrics"].get(n)) for n in group)
+                    + " |"
+                )
             for label in overall_labels(results, bench):
-                out.append(f"| *{label}* | | "
-                           + " | ".join(_fmt(overall[label].get(n)) for n in group) + " |")
-        excluded = [(cat, reason, len(ids)) for cat, e in cats.items() for reason, ids in e["excluded"].items()]
+                out.append(
+                    f"| *{label}* | | " + " | ".join(_fmt(overall[label].get(n)) for n in group) + " |"
+                )
+        excluded = [
+            (cat, reason, len(ids)) for cat, e in cats.items() for reason, ids in e["excluded"].items()
+        ]
         if excluded:
-            out += ["", "Rows left out, of scoring or of a metric, as each reason says (ids in results.json):", ""]
+            out += [
+                "",
+                "Rows left out, of scoring or of a metric, as each reason says (ids in results.json):",
+                "",
+            ]
             out += [f"- {cat}: {n} ({reason})" for cat, reason, n in excluded]
         limitations = ((results.get("benchmark_info") or {}).get(bench) or {}).get("limitations")
         if limitations:
             out += ["", "What this does not show:", ""] + [f"- {line}" for line in limitations]
     sens = sensitivity_rows(results)
     if sens:
-        out += ["", "## Parse sensitivity", "",
-                "Generated answers are read under one parsing profile and every metric again under "
-                "the other; a category is flagged (**!**) when a gate's verdict differs between "
-                f"them or an invalid rate exceeds {INVALID_FLAG:.0%}.", "",
-                "| benchmark | category | profile / other | gates that change verdict | invalid rate "
-                "(profile / other) | flag |", "|---|---|---|---|---|---|"]
+        out += [
+            "",
+            "## Parse sensitivity",
+            "",
+            "Generated answers are read under one parsing profile and every metric again under "
+            "the other; a category is flagged (**!**) when a gate's verdict differs between "
+            f"them or an invalid rate exceeds {INVALID_FLAG:.0%}.",
+            "",
+            "| benchmark | category | profile / other | gates that change verdict | invalid rate "
+            "(profile / other) | flag |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in sens:
             changed = "; ".join(f"{t}: {a.upper()} -> {b.upper()}" for t, a, b in r["differs"]) or "none"
             rates = "; ".join(f"{n} {_num(a)} / {_num(b)}" for n, (a, b) in r["rates"].items()) or "-"
-            out.append(f"| {r['benchmark']} | {r['category']} | {r['answer_parsing']} / {r['other']} | "
-                       f"{_cell(changed)} | {rates} | {'**!**' if r['flagged'] else ''} |")
+            out.append(
+                f"| {r['benchmark']} | {r['category']} | {r['answer_parsing']} / {r['other']} | "
+                f"{_cell(changed)} | {rates} | {'**!**' if r['flagged'] else ''} |"
+            )
     for bench, protocol in results.get("protocols", {}).items():
         out += ["", f"## {bench}: protocol", ""]
         for key, value in protocol.items():
@@ -192,8 +246,10 @@ def render_markdown(results: Mapping[str, Any]) -> str:
                 value = f"`{value!r}`"  # whitespace that matters (a delimiter, a template)
             out.append(f"- {key}: {value}")
     out += ["", "## Data files", "", "| file | rows | sha256 | release |", "|---|---|---|---|"]
-    out += [f"| {p} | {d['rows']} | `{d['sha256'][:16]}…` | {d.get('status', '?')} |"
-            for p, d in sorted(results["data_files"].items())]
+    out += [
+        f"| {p} | {d['rows']} | `{d['sha256'][:16]}…` | {d.get('status', '?')} |"
+        for p, d in sorted(results["data_files"].items())
+    ]
     libs = results["environment"]["libraries"]
     out += ["", "Libraries: " + ", ".join(f"{k} {v}" for k, v in libs.items() if v), ""]
     return "\n".join(out)

@@ -12,8 +12,19 @@ from typing import Any, Mapping
 
 from .. import __version__
 
-_LIBRARIES = ("torch", "transformers", "tokenizers", "numpy", "scipy", "pytest", "pytest-xdist",
-              "pyyaml", "safetensors", "jinja2", "matplotlib")
+_LIBRARIES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "numpy",
+    "scipy",
+    "pytest",
+    "pytest-xdist",
+    "pyyaml",
+    "safetensors",
+    "jinja2",
+    "matplotlib",
+)
 
 
 def library_versions() -> dict[str, str | None]:
@@ -36,12 +47,20 @@ def suite_provenance() -> dict[str, Any]:
     root = Path(__file__).resolve().parents[2]
     out: dict[str, Any] = {"version": __version__, "git_commit": "not a git checkout"}
     try:
-        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
+        top = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--show-toplevel", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         lines = top.stdout.split()
         if top.returncode == 0 and len(lines) == 2 and Path(lines[0]).resolve() == root:
-            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                    "--untracked-files=no"], capture_output=True, text=True, timeout=10)
+            dirty = subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
             out["git_commit"] = lines[1]
             out["git_dirty"] = bool(dirty.stdout.strip()) if dirty.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
@@ -58,14 +77,21 @@ def data_status(path: str, sha256: str) -> str:
     return {"published": "published release", "unknown": "not in the pinned source table"}.get(status, status)
 
 
-def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str, Any] | None,
-                  outcomes: list[Mapping[str, Any]], verdicts: list[Mapping[str, Any]],
-                  thresholds_path: str, overall: Mapping[str, Any],
-                  provenance: Mapping[str, Any] | None = None,
-                  run: Mapping[str, Any] | None = None,
-                  errors: list[Mapping[str, Any]] | None = None,
-                  benchmark_info: Mapping[str, Any] | None = None,
-                  baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def build_results(
+    *,
+    run_id: str,
+    options: Mapping[str, Any],
+    model: Mapping[str, Any] | None,
+    outcomes: list[Mapping[str, Any]],
+    verdicts: list[Mapping[str, Any]],
+    thresholds_path: str,
+    overall: Mapping[str, Any],
+    provenance: Mapping[str, Any] | None = None,
+    run: Mapping[str, Any] | None = None,
+    errors: list[Mapping[str, Any]] | None = None,
+    benchmark_info: Mapping[str, Any] | None = None,
+    baseline: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The results document. ``outcomes`` and ``verdicts`` come from every process of the run;
     ``overall`` holds each benchmark's aggregates (``session.overall_from_records``);
     ``provenance`` what produced each benchmark's numbers (``AuditSession.protocol``);
@@ -82,8 +108,11 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
     data_files: dict[str, dict[str, Any]] = {}
     for o in outcomes:
         for f in o["files"]:
-            data_files[f["path"]] = {"sha256": f["sha256"], "rows": f["rows"],
-                                     "status": data_status(f["path"], f["sha256"])}
+            data_files[f["path"]] = {
+                "sha256": f["sha256"],
+                "rows": f["rows"],
+                "status": data_status(f["path"], f["sha256"]),
+            }
     status_counts: dict[str, int] = {}
     for v in verdicts:
         status_counts[v["status"]] = status_counts.get(v["status"], 0) + 1
@@ -97,16 +126,42 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
         "environment": {"libraries": library_versions(), "platform": platform.platform()},
         "data_files": data_files,
         "benchmarks": {
-            bench: dict(sorted({
-                **{o["category"]: {"status": "ok",
-                                   **{k: o[k] for k in ("n_available", "n_scored", "metrics", "excluded",
-                                                        "notes", "seconds", "records_path", "requests",
-                                                        "examples", "coverage", "sensitivity")
-                                         if k in o}}
-                   for o in outcomes if o["benchmark"] == bench},
-                **{e["category"]: {"status": "error", "error": e["message"]}
-                   for e in errors if e["benchmark"] == bench},
-            }.items(), key=lambda kv: (kv[0] == "overall", kv[0])))  # a pool category goes last
+            bench: dict(
+                sorted(
+                    {
+                        **{
+                            o["category"]: {
+                                "status": "ok",
+                                **{
+                                    k: o[k]
+                                    for k in (
+                                        "n_available",
+                                        "n_scored",
+                                        "metrics",
+                                        "excluded",
+                                        "notes",
+                                        "seconds",
+                                        "records_path",
+                                        "requests",
+                                        "examples",
+                                        "coverage",
+                                        "sensitivity",
+                                    )
+                                    if k in o
+                                },
+                            }
+                            for o in outcomes
+                            if o["benchmark"] == bench
+                        },
+                        **{
+                            e["category"]: {"status": "error", "error": e["message"]}
+                            for e in errors
+                            if e["benchmark"] == bench
+                        },
+                    }.items(),
+                    key=lambda kv: (kv[0] == "overall", kv[0]),
+                )
+            )  # a pool category goes last
             for bench in sorted({o["benchmark"] for o in outcomes} | {e["benchmark"] for e in errors})
         },
         "errors": errors,
@@ -122,8 +177,9 @@ def build_results(*, run_id: str, options: Mapping[str, Any], model: Mapping[str
 def write_results(path: Path, results: Mapping[str, Any]) -> Path:
     """Write ``results`` as indented JSON (NaN already mapped to null); returns the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2, ensure_ascii=False, allow_nan=False) + "\n",
-                    encoding="utf-8")
+    path.write_text(
+        json.dumps(results, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8"
+    )
     return path
 
 
@@ -139,8 +195,12 @@ def items_scored_text(results: Mapping[str, Any]) -> str:
     'every row (864 per category; --limit 100000 is above every category size)'
     """
     limit = (results.get("options") or {}).get("limit")
-    entries = [e for cats in (results.get("benchmarks") or {}).values() for e in cats.values()
-               if e.get("status", "ok") == "ok" and "n_scored" in e]
+    entries = [
+        e
+        for cats in (results.get("benchmarks") or {}).values()
+        for e in cats.values()
+        if e.get("status", "ok") == "ok" and "n_scored" in e
+    ]
     if not entries:
         return "no category scored"
 
@@ -186,17 +246,36 @@ def sensitivity_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             sens = entry.get("sensitivity")
             if not sens:
                 continue
-            gates = [v for v in results.get("gates") or ()
-                     if v["benchmark"] == bench and v["category"] == cat and v.get("other_parse")]
-            differs = [(v["test_id"], v["status"], v["other_parse"]["status"]) for v in gates
-                       if v["other_parse"].get("verdict_differs")]
-            rates = {n: ((entry.get("metrics") or {}).get(n, {}).get("value"),
-                         sens["metrics"].get(n, {}).get("value"))
-                     for n in (entry.get("metrics") or {}) if _is_rate(n)}
+            gates = [
+                v
+                for v in results.get("gates") or ()
+                if v["benchmark"] == bench and v["category"] == cat and v.get("other_parse")
+            ]
+            differs = [
+                (v["test_id"], v["status"], v["other_parse"]["status"])
+                for v in gates
+                if v["other_parse"].get("verdict_differs")
+            ]
+            rates = {
+                n: (
+                    (entry.get("metrics") or {}).get(n, {}).get("value"),
+                    sens["metrics"].get(n, {}).get("value"),
+                )
+                for n in (entry.get("metrics") or {})
+                if _is_rate(n)
+            }
             high = any(x is not None and x > INVALID_FLAG for pair in rates.values() for x in pair)
-            rows.append({"benchmark": bench, "category": cat, "answer_parsing": active,
-                         "other": sens["answer_parsing"], "differs": differs, "rates": rates,
-                         "flagged": bool(differs) or high})
+            rows.append(
+                {
+                    "benchmark": bench,
+                    "category": cat,
+                    "answer_parsing": active,
+                    "other": sens["answer_parsing"],
+                    "differs": differs,
+                    "rates": rates,
+                    "flagged": bool(differs) or high,
+                }
+            )
     return rows
 
 
@@ -208,8 +287,11 @@ def sensitivity_lines(results: Mapping[str, Any]) -> list[str]:
             continue
         parts = []
         if r["differs"]:
-            parts.append(f"{len(r['differs'])} gate(s) change verdict under {r['other']} ("
-                         + ", ".join(f"{t}: {a} -> {b}" for t, a, b in r["differs"]) + ")")
+            parts.append(
+                f"{len(r['differs'])} gate(s) change verdict under {r['other']} ("
+                + ", ".join(f"{t}: {a} -> {b}" for t, a, b in r["differs"])
+                + ")"
+            )
         for name, (a, b) in r["rates"].items():
             fa = "-" if a is None else f"{a:.3f}"
             fb = "-" if b is None else f"{b:.3f}"
@@ -230,8 +312,13 @@ def coverage_lines(results: Mapping[str, Any]) -> list[str]:
                 continue
             k, n = cov["predicted"], cov["available"]
             share = 100.0 * k / n if n else 0.0
-            tail = ("" if k >= n else "; --allow-partial: judged on these rows" if allow
-                    else "; its gates are INSUFFICIENT (--allow-partial judges the rows given)")
+            tail = (
+                ""
+                if k >= n
+                else "; --allow-partial: judged on these rows"
+                if allow
+                else "; its gates are INSUFFICIENT (--allow-partial judges the rows given)"
+            )
             lines.append(f"{bench}/{cat}: scored {k:,} of {n:,} rows ({share:.1f} %){tail}")
     return lines
 
@@ -274,7 +361,7 @@ def column_groups(names: list[str], size: int = TABLE_COLUMNS) -> list[list[str]
     by_mode: dict[str, list[str]] = {}
     for name in names:
         by_mode.setdefault(name.rpartition("-")[2] if "-" in name else "", []).append(name)
-    return [group[i:i + size] for group in by_mode.values() for i in range(0, len(group), size)] or [[]]
+    return [group[i : i + size] for group in by_mode.values() for i in range(0, len(group), size)] or [[]]
 
 
 def _interval(ci) -> str:
@@ -293,13 +380,17 @@ def gate_lines(results: Mapping[str, Any]) -> list[str]:
         n = "" if v.get("n") is None else f" n={v['n']}"
         if v.get("kind") == "regression":
             base = (v.get("baseline") or {}).get("value")
-            bound = (f"baseline {'-' if base is None else format(base, '.3f')} "
-                     f"max_regression {v.get('max_regression', 0):g}")
+            bound = (
+                f"baseline {'-' if base is None else format(base, '.3f')} "
+                f"max_regression {v.get('max_regression', 0):g}"
+            )
         else:
             bound = ", ".join(f"{k} {b:g}" for k, b in v.get("bounds", {}).items())
         unlike = "  (not like for like)" if v.get("not_like_for_like") else ""
-        lines.append(f"  {v['status'].upper():<12} {test}  {value} {_interval(v.get('ci'))}{n}  "
-                     f"{bound}  mode {v.get('mode', 'point')}{unlike}")
+        lines.append(
+            f"  {v['status'].upper():<12} {test}  {value} {_interval(v.get('ci'))}{n}  "
+            f"{bound}  mode {v.get('mode', 'point')}{unlike}"
+        )
     return lines
 
 
@@ -311,8 +402,9 @@ def metric_table(results: Mapping[str, Any]) -> list[str]:
         cats = {c: d for c, d in all_cats.items() if d.get("status", "ok") == "ok"}
         width = max([len(c) for c in all_cats] + [len("pooled"), 8])
         lines.append(f"{bench}  (n = items scored; value [95% CI]; '-' = undefined or not computed)")
-        lines += [f"  {c:<{width}} ERROR  {d['error']}" for c, d in all_cats.items()
-                  if d.get("status") == "error"]
+        lines += [
+            f"  {c:<{width}} ERROR  {d['error']}" for c, d in all_cats.items() if d.get("status") == "error"
+        ]
         rows = [(c, d["n_scored"], d["metrics"]) for c, d in cats.items()]
         pooled = results["overall"].get(bench, {}).get("pooled")
         if pooled:
@@ -378,8 +470,12 @@ class ResultsDocument(dict):
             raise ConfigError(f"{where}{file}: not found (give a run folder or its results.json)") from None
         except (OSError, ValueError) as e:
             raise ConfigError(f"{where}{file}: cannot read a results file: {e}") from None
-        if (not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), dict)
-                or "gates" not in doc or "run_id" not in doc):
+        if (
+            not isinstance(doc, dict)
+            or not isinstance(doc.get("benchmarks"), dict)
+            or "gates" not in doc
+            or "run_id" not in doc
+        ):
             raise ConfigError(f"{where}{file}: not a bias-audit results.json (no run_id/benchmarks/gates)")
         return cls(doc, file)
 

@@ -14,8 +14,10 @@ from .results import coverage_lines, gate_lines, metric_table, sensitivity_lines
 def write_no_selection(tr, keyword: str, known: list[str]) -> None:
     """``-k`` selected no gate: say so, and list every benchmark's categories."""
     tr.section("bias audit")
-    tr.write_line(f"-k {keyword!r} selects no audit gate. Gate tests are named "
-                  "test_<benchmark>[<category>-<metric>]; the benchmarks and categories are:")
+    tr.write_line(
+        f"-k {keyword!r} selects no audit gate. Gate tests are named "
+        "test_<benchmark>[<category>-<metric>]; the benchmarks and categories are:"
+    )
     for line in known:
         tr.write_line(line)
 
@@ -31,8 +33,10 @@ def write_summary(tr, files, junit_path: str | None) -> None:
     for text, colour in notices(results, outcome, moved=bool(files.moved_to)):
         tr.write_line(text, **({colour: True} if colour else {}))
     model = results["model"] or {}
-    tr.write_line(f"model {model.get('name')} ({(model.get('fingerprint') or '')[:19]}…, "
-                  f"{model.get('dtype')}, {model.get('device')})")
+    tr.write_line(
+        f"model {model.get('name')} ({(model.get('fingerprint') or '')[:19]}…, "
+        f"{model.get('dtype')}, {model.get('device')})"
+    )
     for line in metric_table(results):
         tr.write_line(line)
     # One compact line per gate; the sentence of a gate that did not pass is printed once, in
@@ -41,14 +45,19 @@ def write_summary(tr, files, junit_path: str | None) -> None:
         tr.write_line(line)
     run_errors = results["gate_summary"].get("error", 0)
     if outcome.label == "RUN ERROR" and run_errors:
-        tr.write_line(f"RUN ERROR: {run_errors} gate(s) have no verdict because a model or data "
-                      "error stopped their category during the run (messages above); this is not "
-                      f"a gate failure: exit code {exit_codes.RUN_ERROR}", red=True)
+        tr.write_line(
+            f"RUN ERROR: {run_errors} gate(s) have no verdict because a model or data "
+            "error stopped their category during the run (messages above); this is not "
+            f"a gate failure: exit code {exit_codes.RUN_ERROR}",
+            red=True,
+        )
     counts = [c.get("requests", {}) for cats in results["benchmarks"].values() for c in cats.values()]
     if any(counts):
-        tr.write_line(f"requests: {sum(c.get('distinct', 0) for c in counts)} distinct, "
-                      f"{sum(c.get('from_cache', 0) for c in counts)} from the result cache, "
-                      f"{sum(c.get('computed', 0) for c in counts)} computed")
+        tr.write_line(
+            f"requests: {sum(c.get('distinct', 0) for c in counts)} distinct, "
+            f"{sum(c.get('from_cache', 0) for c in counts)} from the result cache, "
+            f"{sum(c.get('computed', 0) for c in counts)} computed"
+        )
     summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items()))
     tr.write_line(f"gates: {summary}")
     tr.write_line(outcome.line(), green=outcome.passed, red=not outcome.passed, bold=True)
@@ -67,23 +76,39 @@ def notices(results: Mapping[str, Any], outcome, moved: bool = False) -> list[tu
     coverage, parse sensitivity and a baseline that is not like for like."""
     out: list[tuple[str, str | None]] = []
     if outcome.label == "INTERRUPTED":
-        out.append(("INTERRUPTED: this run was stopped before it finished; gates that did not run "
-                    "are listed as NOT RUN (and as errors in junit.xml)", "red"))
+        out.append(
+            (
+                "INTERRUPTED: this run was stopped before it finished; gates that did not run "
+                "are listed as NOT RUN (and as errors in junit.xml)",
+                "red",
+            )
+        )
     if moved:
         out.append((f"RESULTS MOVED: {results['run']['outcome']['reason']}", "red"))
     floors = [v for v in results["gates"] if v.get("cause") == "interval"]
     if floors:
-        out.append((f"INTERVALS: {len(floors)} gate(s) INSUFFICIENT because the run's intervals "
-                    f"(--confidence {_option(results, 'confidence')}, --bootstrap-resamples "
-                    f"{_option(results, 'n_resamples')}) are more lenient than the gates are "
-                    "signed off at, or rest on too few resamples (messages above)", "red"))
+        out.append(
+            (
+                f"INTERVALS: {len(floors)} gate(s) INSUFFICIENT because the run's intervals "
+                f"(--confidence {_option(results, 'confidence')}, --bootstrap-resamples "
+                f"{_option(results, 'n_resamples')}) are more lenient than the gates are "
+                "signed off at, or rest on too few resamples (messages above)",
+                "red",
+            )
+        )
     modified = modified_files(results)
     if modified:
-        out.append((f"DATA: {len(modified)} file(s) MODIFIED, not the published release: "
-                    f"{', '.join(modified)} (--require-published-data makes this an error)", "red"))
+        out.append(
+            (
+                f"DATA: {len(modified)} file(s) MODIFIED, not the published release: "
+                f"{', '.join(modified)} (--require-published-data makes this an error)",
+                "red",
+            )
+        )
     out += [(f"THRESHOLDS: {w}", "yellow") for w in results["run"].get("thresholds_warnings") or []]
-    out += [(f"COVERAGE: {line}", "red" if "INSUFFICIENT" in line else None)
-            for line in coverage_lines(results)]
+    out += [
+        (f"COVERAGE: {line}", "red" if "INSUFFICIENT" in line else None) for line in coverage_lines(results)
+    ]
     out += [(f"PARSING: {line}", "yellow") for line in sensitivity_lines(results)]
     unlike = (results.get("baseline") or {}).get("not_like_for_like") or []
     if unlike:

@@ -16,5 +16,6 @@ def overall_verdict(results: Mapping[str, Any]) -> Outcome:
     run = results.get("run") or {}
     if run.get("outcome"):
         return Outcome.from_dict(run["outcome"])
-    return decide([v["status"] for v in results.get("gates") or []],
-                  interrupted=run.get("status") == "interrupted")
+    return decide(
+        [v["status"] for v in results.get("gates") or []], interrupted=run.get("status") == "interrupted"
+    )

@@ -51,9 +51,17 @@ class AuditRun:
         Set by ``finish``: the results document, the outcome and where each file went.
     """
 
-    def __init__(self, config: pytest.Config, session, gates: dict[str, list[Gate]], run_id: str, *,
-                 baseline: BaselineRun | None = None, thresholds_warnings: list[str] | None = None,
-                 gpus: list | None = None):
+    def __init__(
+        self,
+        config: pytest.Config,
+        session,
+        gates: dict[str, list[Gate]],
+        run_id: str,
+        *,
+        baseline: BaselineRun | None = None,
+        thresholds_warnings: list[str] | None = None,
+        gpus: list | None = None,
+    ):
         self.config = config
         self.session = session
         self.gates = gates
@@ -95,8 +103,9 @@ class AuditRun:
             config.option.audit_thresholds = str(local if local.is_file() else PACKAGED_THRESHOLDS)
         options = options_from_config(config)
         benchmarks = registry()
-        catalogue = {name: (b.categories, b.metric_names, b.metric_ranges())
-                     for name, b in benchmarks.items()}
+        catalogue = {
+            name: (b.categories, b.metric_names, b.metric_ranges()) for name, b in benchmarks.items()
+        }
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             gates = load_thresholds(Path(options.thresholds), catalogue, min_n=options.min_n)
@@ -115,8 +124,9 @@ class AuditRun:
             run_id = workerinput["bias_audit_run_id"]
             worker_index = int(re.sub(r"\D", "", workerinput.get("workerid", "gw0")) or 0)
             gpus = None
-        session = AuditSession(options, benchmarks, Path(options.results_dir).resolve() / run_id,
-                               worker_index)
+        session = AuditSession(
+            options, benchmarks, Path(options.results_dir).resolve() / run_id, worker_index
+        )
         if workerinput is not None:
             session.replay_benchmark = workerinput.get("bias_audit_replay")
         gates = startup.expand_gates(gates, session.benchmarks)
@@ -162,12 +172,16 @@ class AuditRun:
             return
         marker = metafunc.definition.get_closest_marker("audit")
         if marker is None or not marker.args:
-            raise pytest.UsageError(f"{metafunc.definition.nodeid}: a test using audit_gate needs "
-                                    "@pytest.mark.audit('<benchmark>')")
+            raise pytest.UsageError(
+                f"{metafunc.definition.nodeid}: a test using audit_gate needs "
+                "@pytest.mark.audit('<benchmark>')"
+            )
         benchmark = marker.args[0]
         if benchmark not in self.session.benchmarks:
-            raise pytest.UsageError(f"{metafunc.definition.nodeid}: unknown benchmark {benchmark!r}; "
-                                    f"known: {', '.join(sorted(self.session.benchmarks))}")
+            raise pytest.UsageError(
+                f"{metafunc.definition.nodeid}: unknown benchmark {benchmark!r}; "
+                f"known: {', '.join(sorted(self.session.benchmarks))}"
+            )
         gates = startup.gates_for_data(self.session, benchmark, self.gates.get(benchmark, []))
         metafunc.parametrize("audit_gate", gates, ids=[g.test_id for g in gates], indirect=True)
 
@@ -207,8 +221,7 @@ class AuditRun:
         from .scheduling import category_scheduler
 
         # Audit modules name their test ``test_<benchmark>`` (see audits/).
-        whole = frozenset(f"test_{name}" for name, b in self.session.benchmarks.items()
-                          if b.shared_items)
+        whole = frozenset(f"test_{name}" for name, b in self.session.benchmarks.items() if b.shared_items)
         return category_scheduler(config, log, self.gates, whole)
 
     @pytest.hookimpl(optionalhook=True)
@@ -220,8 +233,9 @@ class AuditRun:
         if self.gpus:
             # A worker xdist starts again after a crash gets a new number: it takes a crashed
             # one's GPU.
-            node.workerinput["bias_audit_gpu"] = self.gpus[worker_number(node.workerinput["workerid"])
-                                                           % len(self.gpus)]
+            node.workerinput["bias_audit_gpu"] = self.gpus[
+                worker_number(node.workerinput["workerid"]) % len(self.gpus)
+            ]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
@@ -244,8 +258,12 @@ class AuditRun:
         # A report from an xdist worker arrives with its longrepr flattened to text: wrap it
         # again before the terminal and JUnit see it, so a parallel run prints a finding as a
         # serial one does.
-        if (report.when == "call" and report.failed and isinstance(report.longrepr, str)
-                and dict(report.user_properties).get("status") in FINDINGS):
+        if (
+            report.when == "call"
+            and report.failed
+            and isinstance(report.longrepr, str)
+            and dict(report.user_properties).get("status") in FINDINGS
+        ):
             report.longrepr = GateFinding(report.longrepr)
 
     @pytest.hookimpl(tryfirst=True)  # before the terminal reporter renders the traceback
@@ -256,8 +274,10 @@ class AuditRun:
         # turns an interrupted run into exit 1. Drop such entries before anything renders them.
         try:
             excinfo.traceback = excinfo.traceback.filter(
-                lambda entry: getattr(entry, "_rawentry", None) is None
-                or entry._rawentry.tb_lineno is not None)
+                lambda entry: (
+                    getattr(entry, "_rawentry", None) is None or entry._rawentry.tb_lineno is not None
+                )
+            )
         except Exception:  # noqa: BLE001 - a pytest internal; never let this hook fail
             pass
 
@@ -326,7 +346,10 @@ def _read_baseline(config: pytest.Config) -> BaselineRun | None:
 
 
 def _new_run_id(options) -> str:
-    named = (f"replay-{Path(options.predictions).stem}" if options.backend == "replay"
-             else Path(options.model or "smollm2-135m-instruct").name)
+    named = (
+        f"replay-{Path(options.predictions).stem}"
+        if options.backend == "replay"
+        else Path(options.model or "smollm2-135m-instruct").name
+    )
     model = re.sub(r"[^A-Za-z0-9._-]+", "_", named)
     return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{model}-{os.getpid()}"

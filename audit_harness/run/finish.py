@@ -66,30 +66,47 @@ def finish(run: AuditRun, exitstatus, presses: Presses) -> int | None:
     interrupted = (int(exitstatus) == 2 or run.interrupted) and not model_error
     # Every selected gate appears in the results: those never evaluated as NOT RUN, with why.
     seen = {(v["benchmark"], v["category"], v["metric"]) for v in verdicts}
-    why = ("the run was interrupted" if interrupted
-           else "the run stopped before it (-x/--maxfail, a skip, or a crash)")
+    why = (
+        "the run was interrupted"
+        if interrupted
+        else "the run stopped before it (-x/--maxfail, a skip, or a crash)"
+    )
     unrun = [g for g in collected if (g.benchmark, g.category, g.metric) not in seen]
-    verdicts += [(Verdict.error(g, f"{g.benchmark}/{g.category}: {model_error}") if model_error
-                  else Verdict.not_run(g, why)).to_dict() for g in unrun]
+    verdicts += [
+        (
+            Verdict.error(g, f"{g.benchmark}/{g.category}: {model_error}")
+            if model_error
+            else Verdict.not_run(g, why)
+        ).to_dict()
+        for g in unrun
+    ]
     junit_unrun_gates(run, unrun, model_error or why, "error" if model_error else "not run")
 
     model = next((p["model"] for p in parts if p["model"]), None)
-    touched = ({o["benchmark"] for o in outcomes} | {v["benchmark"] for v in verdicts}
-               | {e["benchmark"] for e in errors})
+    touched = (
+        {o["benchmark"] for o in outcomes}
+        | {v["benchmark"] for v in verdicts}
+        | {e["benchmark"] for e in errors}
+    )
     results, run_error = build(run, model, outcomes, verdicts, errors, touched)
-    facts = Facts(interrupted=interrupted, run_error=run_error,
-                  input_error=f"the model could not be loaded: {model_error}" if model_error else None)
+    facts = Facts(
+        interrupted=interrupted,
+        run_error=run_error,
+        input_error=f"the model could not be loaded: {model_error}" if model_error else None,
+    )
     if run.baseline is not None:
         # Regression gates are only meaningful like for like: say what differs from the baseline.
         from ..report.compare import comparability_notes, incomplete_notes, model_notes
 
-        unlike = (incomplete_notes({"baseline": run.baseline.document})
-                  + comparability_notes(run.baseline.document, results))
+        unlike = incomplete_notes({"baseline": run.baseline.document}) + comparability_notes(
+            run.baseline.document, results
+        )
         results["baseline"]["not_like_for_like"] = unlike
         results["baseline"]["models"] = model_notes(run.baseline.document, results)
         if unlike and session.options.strict_baseline and not facts.input_error:
-            facts.input_error = (f"--strict-baseline: the baseline run is not like for like "
-                                 f"({'; '.join(unlike)})")
+            facts.input_error = (
+                f"--strict-baseline: the baseline run is not like for like ({'; '.join(unlike)})"
+            )
     run.files = RunFiles(results=ResultsDocument(results), facts=facts)
     write_outputs(run, presses)
     return run.files.outcome.exit_code
@@ -114,29 +131,41 @@ def build(run: AuditRun, model, outcomes, verdicts, errors, touched) -> tuple[di
     # all BBQ gates ran, whatever EsBBQ's section holds.
     configured = sum(len(gates_for_data(session, b, g)) for b, g in run.gates.items() if b in touched)
     args = list(config.invocation_params.args)
-    meta = {"invocation": args,
-            "command_line": shlex.join(["pytest", *args]),
-            "working_directory": str(config.invocation_params.dir),
-            "started": datetime.fromtimestamp(run.started, timezone.utc).isoformat(timespec="seconds"),
-            "duration_s": round(time.time() - run.started, 3),
-            "suite": suite_provenance(),
-            "engine_version": ENGINE_VERSION,
-            "thresholds_sha256": sha256_file(Path(session.options.thresholds)),
-            "thresholds_warnings": run.thresholds_warnings,
-            "interval_floors": interval_floors(run),
-            "gates_configured": configured}
+    meta = {
+        "invocation": args,
+        "command_line": shlex.join(["pytest", *args]),
+        "working_directory": str(config.invocation_params.dir),
+        "started": datetime.fromtimestamp(run.started, timezone.utc).isoformat(timespec="seconds"),
+        "duration_s": round(time.time() - run.started, 3),
+        "suite": suite_provenance(),
+        "engine_version": ENGINE_VERSION,
+        "thresholds_sha256": sha256_file(Path(session.options.thresholds)),
+        "thresholds_warnings": run.thresholds_warnings,
+        "interval_floors": interval_floors(run),
+        "gates_configured": configured,
+    }
     run_error = None
     try:
-        overall = overall_from_records(session.benchmarks, outcomes, session.run_dir,
-                                       session.options.metric_settings)
+        overall = overall_from_records(
+            session.benchmarks, outcomes, session.run_dir, session.options.metric_settings
+        )
     except AuditError as e:  # the records of a category went missing under the run
         overall, run_error = {}, f"the overall aggregates could not be computed ({e})"
     provenance = {name: session.protocol(name, model) for name in touched}
-    results = build_results(run_id=run.run_id, options=opts, model=model, outcomes=outcomes,
-                            verdicts=verdicts, thresholds_path=str(session.options.thresholds),
-                            overall=overall, provenance=provenance, run=meta, errors=errors,
-                            benchmark_info={n: session.benchmarks[n].report_info() for n in touched},
-                            baseline=run.baseline.summary if run.baseline else None)
+    results = build_results(
+        run_id=run.run_id,
+        options=opts,
+        model=model,
+        outcomes=outcomes,
+        verdicts=verdicts,
+        thresholds_path=str(session.options.thresholds),
+        overall=overall,
+        provenance=provenance,
+        run=meta,
+        errors=errors,
+        benchmark_info={n: session.benchmarks[n].report_info() for n in touched},
+        baseline=run.baseline.summary if run.baseline else None,
+    )
     return results, run_error
 
 
@@ -144,9 +173,12 @@ def decide_outcome(files: RunFiles, presses: Presses) -> Outcome:
     """The run's one outcome decision (``outcome.decide``), stored in results.json's ``run``
     where the terminal, both reports and JUnit read it."""
     results, facts = files.results, files.facts
-    outcome = decide([v["status"] for v in results["gates"]],
-                     interrupted=facts.interrupted or bool(presses),
-                     input_error=facts.input_error, run_error=facts.run_error)
+    outcome = decide(
+        [v["status"] for v in results["gates"]],
+        interrupted=facts.interrupted or bool(presses),
+        input_error=facts.input_error,
+        run_error=facts.run_error,
+    )
     results["run"]["outcome"] = outcome.to_dict()
     results["run"]["status"] = outcome.status
     results["run"]["exit_status"] = outcome.exit_code
@@ -174,13 +206,17 @@ def write_outputs(run: AuditRun, presses: Presses) -> None:
             if files.moved_to:
                 raise
             tmp = Path(tempfile.mkdtemp(prefix=f"bias-audit-{run.run_id}-"))
-            files.facts.run_error = (f"the run folder {folder} could not be written "
-                                     f"({e.strerror or e}); this run's files are in {tmp}")
+            files.facts.run_error = (
+                f"the run folder {folder} could not be written "
+                f"({e.strerror or e}); this run's files are in {tmp}"
+            )
             files.moved_to, folder = str(tmp), tmp
             continue
         files.results_path = files.results.path
-        for key, name, writer in (("report_path", "report.md", write_markdown),
-                                  ("html_path", "report.html", write_html)):
+        for key, name, writer in (
+            ("report_path", "report.md", write_markdown),
+            ("html_path", "report.html", write_html),
+        ):
             if presses.count >= 2:
                 (folder / name).unlink(missing_ok=True)  # never a report of an older verdict
                 setattr(files, key, f"not written (interrupted; `bias-audit report {folder}` renders it)")
@@ -196,12 +232,10 @@ def write_outputs(run: AuditRun, presses: Presses) -> None:
         try:
             from ..report.results import write_results
 
-            files.results_copy = write_results(Path(run.config.invocation_params.dir) / copy,
-                                               files.results)
+            files.results_copy = write_results(Path(run.config.invocation_params.dir) / copy, files.results)
         except OSError as e:
             files.results_copy = f"{copy}: not written ({e.strerror or e})"
-    add_outcome_properties(run.config, files.outcome, {"run_id": run.run_id,
-                                                       "results": files.results_path})
+    add_outcome_properties(run.config, files.outcome, {"run_id": run.run_id, "results": files.results_path})
 
 
 def junit_unrun_gates(run: AuditRun, gates: list[Gate], why: str, status: str) -> None:
@@ -211,17 +245,26 @@ def junit_unrun_gates(run: AuditRun, gates: list[Gate], why: str, status: str) -
     terminal = run.config.pluginmanager.get_plugin("terminalreporter")
     # A gate counts as reported once its call ran, or its setup failed or skipped; a test
     # interrupted after a passing setup still needs its testcase.
-    reported = {getattr(r, "nodeid", None) for reports in getattr(terminal, "stats", {}).values()
-                for r in reports
-                if getattr(r, "when", None) == "call" or (getattr(r, "when", None) == "setup"
-                                                          and not getattr(r, "passed", False))}
+    reported = {
+        getattr(r, "nodeid", None)
+        for reports in getattr(terminal, "stats", {}).values()
+        for r in reports
+        if getattr(r, "when", None) == "call"
+        or (getattr(r, "when", None) == "setup" and not getattr(r, "passed", False))
+    }
     cases = []
     for g in gates:
         nodeid = run.gate_nodeids.get((g.benchmark, g.test_id))
         if nodeid is None or nodeid in reported:
             continue
-        props = {"benchmark": g.benchmark, "category": g.category, "metric": g.metric,
-                 "kind": g.kind, "status": status, "reason": f"not run: {why}"}
+        props = {
+            "benchmark": g.benchmark,
+            "category": g.category,
+            "metric": g.metric,
+            "kind": g.kind,
+            "status": status,
+            "reason": f"not run: {why}",
+        }
         cases.append((nodeid, props, f"{g.benchmark}/{g.category}/{g.metric}: not run ({why})"))
     add_unreported_gates(run.config, cases)
 
@@ -231,6 +274,9 @@ def interval_floors(run: AuditRun) -> dict[str, Any]:
     from ..gates import MIN_RESAMPLES
 
     levels = sorted({g.confidence for gs in run.gates.values() for g in gs})
-    return {"confidence": run.session.options.confidence,
-            "n_resamples": run.session.options.n_resamples,
-            "signed_off_confidence": levels, "min_resamples": dict(MIN_RESAMPLES)}
+    return {
+        "confidence": run.session.options.confidence,
+        "n_resamples": run.session.options.n_resamples,
+        "signed_off_confidence": levels,
+        "min_resamples": dict(MIN_RESAMPLES),
+    }

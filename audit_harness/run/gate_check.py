@@ -40,17 +40,26 @@ def _partial_coverage(verdict: Verdict, outcome, allow_partial: bool) -> Verdict
     """A judged verdict on a category the saved predictions cover only in part is no verdict:
     INSUFFICIENT (cause ``coverage``) unless ``--allow-partial``."""
     cov = outcome.coverage
-    if (not cov or allow_partial or cov["predicted"] >= cov["available"]
-            or verdict.status not in ("pass", "fail")):
+    if (
+        not cov
+        or allow_partial
+        or cov["predicted"] >= cov["available"]
+        or verdict.status not in ("pass", "fail")
+    ):
         return verdict
     g = verdict.gate
     share = 100.0 * cov["predicted"] / cov["available"]
     return dataclasses.replace(
-        verdict, status="insufficient", cause="coverage",
-        message=(f"{g.benchmark}/{g.category}/{g.metric}: no verdict, the predictions cover "
-                 f"{cov['predicted']:,} of {cov['available']:,} rows of the category ({share:.1f} %); "
-                 f"a partial category decides nothing (--allow-partial judges the rows given; "
-                 f"it would {'pass' if verdict.passed else 'fail'}: {verdict.message})"))
+        verdict,
+        status="insufficient",
+        cause="coverage",
+        message=(
+            f"{g.benchmark}/{g.category}/{g.metric}: no verdict, the predictions cover "
+            f"{cov['predicted']:,} of {cov['available']:,} rows of the category ({share:.1f} %); "
+            f"a partial category decides nothing (--allow-partial judges the rows given; "
+            f"it would {'pass' if verdict.passed else 'fail'}: {verdict.message})"
+        ),
+    )
 
 
 class GateCheck:
@@ -104,12 +113,17 @@ class GateCheck:
         if g.baseline is not None and baseline is not None:
             from ..report.compare import comparability_notes
 
-            unlike = comparability_notes(baseline, self._session.category_document(g.benchmark, g.category),
-                                         scope=(g.benchmark, g.category))
+            unlike = comparability_notes(
+                baseline,
+                self._session.category_document(g.benchmark, g.category),
+                scope=(g.benchmark, g.category),
+            )
             if unlike:
                 verdict = dataclasses.replace(
-                    verdict, not_like_for_like=tuple(unlike),
-                    message=f"{verdict.message} [not like for like: {'; '.join(unlike)}]")
+                    verdict,
+                    not_like_for_like=tuple(unlike),
+                    message=f"{verdict.message} [not like for like: {'; '.join(unlike)}]",
+                )
         self._record("value", "nan" if not metric.defined else f"{metric.value:.6f}")
         self._record("n", metric.n)
         self._record("ci", f"{metric.ci_low:.6f},{metric.ci_high:.6f}")
@@ -117,8 +131,9 @@ class GateCheck:
         self._record("mode", g.decision_mode)
         self._record("min_n", g.min_n)
         if g.baseline is not None:
-            self._record("baseline_value", "nan" if g.baseline.value != g.baseline.value
-                         else f"{g.baseline.value:.6f}")
+            self._record(
+                "baseline_value", "nan" if g.baseline.value != g.baseline.value else f"{g.baseline.value:.6f}"
+            )
             self._record("baseline_run", g.baseline.run_id)
             self._record("max_regression", g.max_regression)
             self._record("like_for_like", "false" if verdict.not_like_for_like else "true")
@@ -141,13 +156,22 @@ class GateCheck:
         from bias_metrics.result import MetricResult
 
         metric = MetricResult.from_dict(sens["metrics"][g.metric])
-        alt = _partial_coverage(g.evaluate(metric, n_resamples=self._session.options.n_resamples),
-                                outcome, self._session.options.allow_partial)
+        alt = _partial_coverage(
+            g.evaluate(metric, n_resamples=self._session.options.n_resamples),
+            outcome,
+            self._session.options.allow_partial,
+        )
         self._record("other_parse_status", alt.status)
-        return dataclasses.replace(verdict, other_parse={
-            "answer_parsing": sens["answer_parsing"], "status": alt.status,
-            "value": metric.to_dict()["value"], "ci": metric.to_dict()["ci"],
-            "verdict_differs": alt.passed != verdict.passed})
+        return dataclasses.replace(
+            verdict,
+            other_parse={
+                "answer_parsing": sens["answer_parsing"],
+                "status": alt.status,
+                "value": metric.to_dict()["value"],
+                "ci": metric.to_dict()["ci"],
+                "verdict_differs": alt.passed != verdict.passed,
+            },
+        )
 
     def _record_error(self, message: str) -> None:
         verdict = Verdict.error(self.gate, message)

@@ -10,8 +10,9 @@ _GATE_NODEID = re.compile(r"^(?P<func>.+)\[(?P<category>[^\[\]]+)-(?P<metric>[A-
 _PARAM_NODEID = re.compile(r"^(?P<func>.+)\[(?P<param>[^\[\]]+)\]$")
 
 
-def category_scope(nodeid: str, gate_categories: dict[str, str] | None = None,
-                   whole: frozenset[str] = frozenset()) -> str:
+def category_scope(
+    nodeid: str, gate_categories: dict[str, str] | None = None, whole: frozenset[str] = frozenset()
+) -> str:
     """xdist scope of a test: ``<test function>[<category>]`` for a gate test, so all gates of a
     category share a worker and the model scores the category once; for the test functions in
     ``whole`` (benchmarks whose categories share items, ``Benchmark.shared_items``) the function

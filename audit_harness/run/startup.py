@@ -18,9 +18,10 @@ AUDITS_DIR = Path(__file__).resolve().parents[1] / "audits"
 def expand_gates(gates: Mapping[str, list], benchmarks) -> dict[str, list]:
     """Each thresholds.yaml gate once per metric it checks in this run's configuration
     (``Benchmark.gate_metrics``: KoBBQ ``both`` adds ``<metric>-letter`` gates), in file order."""
-    return {name: [dataclasses.replace(g, metric=m) for g in gs
-                   for m in benchmarks[name].gate_metrics(g.metric)]
-            for name, gs in gates.items()}
+    return {
+        name: [dataclasses.replace(g, metric=m) for g in gs for m in benchmarks[name].gate_metrics(g.metric)]
+        for name, gs in gates.items()
+    }
 
 
 def gates_for_data(session, benchmark: str, gates: list) -> list:
@@ -39,10 +40,14 @@ def baseline_summary(results: Mapping[str, Any], path: str, file: Path) -> dict[
     (so a reviewer can tell the baseline was not edited after the fact), run id, model."""
     from ..data import sha256_file
 
-    return {"path": str(path), "sha256": sha256_file(file), "run_id": results.get("run_id"),
-            "model": (results.get("model") or {}).get("name"),
-            "fingerprint": (results.get("model") or {}).get("fingerprint"),
-            "created": results.get("created")}
+    return {
+        "path": str(path),
+        "sha256": sha256_file(file),
+        "run_id": results.get("run_id"),
+        "model": (results.get("model") or {}).get("name"),
+        "fingerprint": (results.get("model") or {}).get("fingerprint"),
+        "created": results.get("created"),
+    }
 
 
 def targets_audits(config) -> bool:
@@ -59,9 +64,13 @@ def selected_gates(config, gates: Mapping[str, list]) -> dict[str, list[str]]:
     """``{benchmark: [gate ids]}`` the command line selects (``selection.selected_gate_ids``)."""
     from ..selection import selected_gate_ids
 
-    return selected_gate_ids(AUDITS_DIR, config.args, Path(config.invocation_params.dir),
-                             config.option.keyword,
-                             {b: [g.test_id for g in gs] for b, gs in gates.items()})
+    return selected_gate_ids(
+        AUDITS_DIR,
+        config.args,
+        Path(config.invocation_params.dir),
+        config.option.keyword,
+        {b: [g.test_id for g in gs] for b, gs in gates.items()},
+    )
 
 
 def selected_pairs(session, selected: Mapping[str, list[str]], gates) -> list[tuple[str, str]]:
@@ -100,8 +109,9 @@ def check_inputs(session, pairs: list[tuple[str, str]], fetch: bool = False) -> 
     selected = sorted({b for b, _ in pairs})
     if session.options.backend == "hf":  # a server's model name is whatever it serves
         check_model_name(session.options.model)
-        check_capabilities(session.options.model,
-                           {name: b.requires for name, b in session.benchmarks.items()}, selected)
+        check_capabilities(
+            session.options.model, {name: b.requires for name, b in session.benchmarks.items()}, selected
+        )
 
 
 def check_replay(session, benchmarks: list[str]) -> None:
@@ -114,8 +124,10 @@ def check_replay(session, benchmarks: list[str]) -> None:
     if session.options.backend != "replay":
         return
     if len(benchmarks) != 1:
-        raise ConfigError(f"--backend replay scores the saved outputs of one benchmark, but the "
-                          f"run selects {', '.join(benchmarks)}: select one (its audit file, or -k)")
+        raise ConfigError(
+            f"--backend replay scores the saved outputs of one benchmark, but the "
+            f"run selects {', '.join(benchmarks)}: select one (its audit file, or -k)"
+        )
     session.replay_benchmark = benchmarks[0]
     session.replay_of(benchmarks[0])
 
@@ -132,13 +144,18 @@ def check_outputs(session, baseline: Mapping[str, Any] | None) -> None:
         from ..engine.cache import ENGINE_VERSION
         from ..report.compare import comparability_notes, incomplete_notes
 
-        mine = {"options": dict(session.options.__dict__),
-                "run": {"thresholds_sha256": sha256_file(Path(session.options.thresholds)),
-                        "engine_version": ENGINE_VERSION}}
+        mine = {
+            "options": dict(session.options.__dict__),
+            "run": {
+                "thresholds_sha256": sha256_file(Path(session.options.thresholds)),
+                "engine_version": ENGINE_VERSION,
+            },
+        }
         unlike = comparability_notes(baseline, mine) + incomplete_notes({"baseline": baseline})
         if unlike:
-            raise ConfigError(f"--strict-baseline: the baseline run is not like for like: "
-                              f"{'; '.join(unlike)}")
+            raise ConfigError(
+                f"--strict-baseline: the baseline run is not like for like: {'; '.join(unlike)}"
+            )
     session.open_cache()
     session.check_results_dir()  # last: it creates the run folder
 

@@ -85,12 +85,20 @@ def _entry(raw: dict, where: str) -> SourceFile:
     unknown = set(raw) - fields
     missing = fields - {"note"} - set(raw)
     if unknown or missing:
-        raise DataError(f"{where}: " + "; ".join(
-            ([f"unknown field(s) {', '.join(sorted(unknown))}"] if unknown else [])
-            + ([f"missing field(s) {', '.join(sorted(missing))}"] if missing else [])))
+        raise DataError(
+            f"{where}: "
+            + "; ".join(
+                ([f"unknown field(s) {', '.join(sorted(unknown))}"] if unknown else [])
+                + ([f"missing field(s) {', '.join(sorted(missing))}"] if missing else [])
+            )
+        )
     for name in ("path", "repo", "upstream"):
-        if not isinstance(raw[name], str) or not raw[name] or raw[name].startswith("/") \
-                or ".." in raw[name].split("/"):
+        if (
+            not isinstance(raw[name], str)
+            or not raw[name]
+            or raw[name].startswith("/")
+            or ".." in raw[name].split("/")
+        ):
             raise DataError(f"{where}: field {name!r} must be a relative path, got {raw[name]!r}")
     benches = raw["benchmarks"]
     if not (isinstance(benches, list) and benches and all(isinstance(b, str) for b in benches)):
@@ -105,10 +113,19 @@ def _entry(raw: dict, where: str) -> SourceFile:
     if raw["available"] and raw["size"] is None:
         raise DataError(f"{where}: an available file needs its size")
     return SourceFile(
-        path=raw["path"], benchmarks=tuple(benches), role=raw["role"], repo=raw["repo"],
-        commit=_hex(raw["commit"], 40, where, "commit", optional=False), upstream=raw["upstream"],
-        size=raw["size"], sha256=sha, git_blob=_hex(raw["git_blob"], 40, where, "git_blob", True),
-        license=raw["license"], available=raw["available"], note=raw.get("note"))
+        path=raw["path"],
+        benchmarks=tuple(benches),
+        role=raw["role"],
+        repo=raw["repo"],
+        commit=_hex(raw["commit"], 40, where, "commit", optional=False),
+        upstream=raw["upstream"],
+        size=raw["size"],
+        sha256=sha,
+        git_blob=_hex(raw["git_blob"], 40, where, "git_blob", True),
+        license=raw["license"],
+        available=raw["available"],
+        note=raw.get("note"),
+    )
 
 
 def load_table(path: Path = TABLE_FILE) -> tuple[SourceFile, ...]:
@@ -158,8 +175,7 @@ def files_for(benchmarks: Iterable[str] | None = None) -> list[SourceFile]:
     wanted = list(dict.fromkeys(benchmarks))
     unknown = [b for b in wanted if b not in benchmark_names()]
     if unknown:
-        raise DataError(f"unknown benchmark(s) {', '.join(unknown)}; known: "
-                        f"{', '.join(benchmark_names())}")
+        raise DataError(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(benchmark_names())}")
     return [f for f in table() if set(f.benchmarks) & set(wanted)]
 
 

@@ -12,8 +12,9 @@ from ..errors import DataError
 from . import benchmark_names, table
 
 
-def require_files(data_dir: Path, needed: Mapping[str, str], *, fetch: bool = False,
-                  base_url: str | None = None) -> None:
+def require_files(
+    data_dir: Path, needed: Mapping[str, str], *, fetch: bool = False, base_url: str | None = None
+) -> None:
     """Stop (DataError) unless every file in ``needed`` (``{path relative to the data dir:
     benchmark}``: what the selected categories read, ``Benchmark.data_files``) is in
     ``data_dir``. Files the pinned source table knows to be unavailable upstream are not
@@ -28,8 +29,7 @@ def require_files(data_dir: Path, needed: Mapping[str, str], *, fetch: bool = Fa
     unavailable = {e.path for e in table() if not e.available}
 
     def absent() -> dict[str, str]:
-        return {p: b for p, b in needed.items()
-                if p not in unavailable and not (data_dir / p).is_file()}
+        return {p: b for p, b in needed.items() if p not in unavailable and not (data_dir / p).is_file()}
 
     missing = absent()
     if missing and fetch:
@@ -38,16 +38,19 @@ def require_files(data_dir: Path, needed: Mapping[str, str], *, fetch: bool = Fa
 
         wanted = [b for b in dict.fromkeys(missing.values()) if b in benchmark_names()]
         print(f"bias audit: fetching {', '.join(wanted)} data into {data_dir}", file=sys.stderr)
-        results = do_fetch(wanted, data_dir, base_url=base_url,
-                           out=lambda line: print(f"  {line}", file=sys.stderr))
+        results = do_fetch(
+            wanted, data_dir, base_url=base_url, out=lambda line: print(f"  {line}", file=sys.stderr)
+        )
         failed = [r for r in results if r.status == FAILED]
         missing = absent()
         if missing:
             why = f" ({failed[0].entry.path}: {failed[0].detail})" if failed else ""
-            raise DataError(f"could not fetch {', '.join(dict.fromkeys(missing.values()))} data "
-                            f"into {data_dir}{why}; when online run: "
-                            f"{fetch_command(dict.fromkeys(missing.values()), data_dir)}, or pass "
-                            "--data-dir DIR with a copy")
+            raise DataError(
+                f"could not fetch {', '.join(dict.fromkeys(missing.values()))} data "
+                f"into {data_dir}{why}; when online run: "
+                f"{fetch_command(dict.fromkeys(missing.values()), data_dir)}, or pass "
+                "--data-dir DIR with a copy"
+            )
         return
     if not missing:
         return
@@ -57,11 +60,15 @@ def require_files(data_dir: Path, needed: Mapping[str, str], *, fetch: bool = Fa
     # A folder holding no benchmark folder at all is most likely one level off (bbq/ itself).
     folders = sorted({p.split("/")[0] for p in needed} | {e.path.split("/")[0] for e in table()})
     if not data_dir.is_dir() or not any((data_dir / f).is_dir() for f in folders):
-        lead = (f"data directory {data_dir} holds none of {', '.join(f + '/' for f in folders)} "
-                "(pass the folder that contains them")
+        lead = (
+            f"data directory {data_dir} holds none of {', '.join(f + '/' for f in folders)} "
+            "(pass the folder that contains them"
+        )
     else:
-        lead = (f"data directory {data_dir} lacks {', '.join(benches)} data ({first}{more}; pass "
-                "--data-dir DIR with a copy")
+        lead = (
+            f"data directory {data_dir} lacks {', '.join(benches)} data ({first}{more}; pass "
+            "--data-dir DIR with a copy"
+        )
     raise DataError(f"{lead}, add --fetch-data, or run: {fetch_command(benches, data_dir)})")
 
 
@@ -74,6 +81,8 @@ def fetch_command(benchmarks: Iterable[str], data_dir: Path) -> str:
     benchmarks = list(benchmarks)
     command = f"bias-audit data fetch {' '.join(benchmarks)} --to {shlex.quote(str(data_dir))}"
     if any(e.license is None for e in files_for(benchmarks) if e.available):
-        command += (" --accept-unlicensed (its authors grant no licence: internal evaluation "
-                    "only, never redistribute)")
+        command += (
+            " --accept-unlicensed (its authors grant no licence: internal evaluation "
+            "only, never redistribute)"
+        )
     return command

@@ -34,21 +34,40 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
     f = sub.add_parser("fetch", help="download and verify benchmark files")
     f.add_argument("benchmarks", nargs="*", metavar="BENCHMARK", help=f"any of {names} (default: all)")
-    f.add_argument("--to", type=Path, default=None, metavar="DIR",
-                   help="data dir to fill (default: $AUDIT_DATA_DIR, else $BIAS_AUDIT_CACHE/data)")
-    f.add_argument("--accept-unlicensed", action="store_true",
-                   help="also fetch files whose authors grant no licence (KGQuiz), for internal "
-                        "evaluation only")
-    f.add_argument("--source-base-url", default=None, metavar="URL",
-                   help="fetch {URL}/{repo}/{commit}/{path} instead of raw.githubusercontent.com "
-                        "(a mirror)")
+    f.add_argument(
+        "--to",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="data dir to fill (default: $AUDIT_DATA_DIR, else $BIAS_AUDIT_CACHE/data)",
+    )
+    f.add_argument(
+        "--accept-unlicensed",
+        action="store_true",
+        help="also fetch files whose authors grant no licence (KGQuiz), for internal evaluation only",
+    )
+    f.add_argument(
+        "--source-base-url",
+        default=None,
+        metavar="URL",
+        help="fetch {URL}/{repo}/{commit}/{path} instead of raw.githubusercontent.com (a mirror)",
+    )
     f.add_argument("--retries", type=int, default=4, metavar="N", help="attempts per file")
     f.add_argument("--no-progress", action="store_true", help="plain lines, no progress bar")
     v = sub.add_parser("verify", help="check a data dir against the pinned hashes")
-    v.add_argument("benchmarks", nargs="*", metavar="BENCHMARK",
-                   help="default: every benchmark whose folder exists in the data dir")
-    v.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
-                   help="default: $AUDIT_DATA_DIR, else $BIAS_AUDIT_CACHE/data")
+    v.add_argument(
+        "benchmarks",
+        nargs="*",
+        metavar="BENCHMARK",
+        help="default: every benchmark whose folder exists in the data dir",
+    )
+    v.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="default: $AUDIT_DATA_DIR, else $BIAS_AUDIT_CACHE/data",
+    )
     sub.add_parser("list", help="print the source table")
     return p
 
@@ -71,8 +90,10 @@ def main(argv: Sequence[str]) -> int:
     if ns.action == "list":
         for e in table():
             state = e.sha256[:12] if e.sha256 else "unavailable"
-            print(f"{'/'.join(e.benchmarks):<12} {e.path:<58} {state:<12} {e.license or 'NO LICENCE'}"
-                  f"  {e.repo}@{e.commit[:7]}:{e.upstream}")
+            print(
+                f"{'/'.join(e.benchmarks):<12} {e.path:<58} {state:<12} {e.license or 'NO LICENCE'}"
+                f"  {e.repo}@{e.commit[:7]}:{e.upstream}"
+            )
         return 0
     if ns.action == "fetch":
         if ns.retries < 1:
@@ -81,10 +102,14 @@ def main(argv: Sequence[str]) -> int:
         # Like resolve_data_dir, except that the folder need not exist yet.
         to = Path(ns.to or os.environ.get(DATA_DIR_ENV) or default_data_dir()).expanduser().resolve()
         print(f"fetching into {to}")
-        results, seconds = timed_fetch(ns.benchmarks or None, to, base_url=ns.source_base_url,
-                                       accept_unlicensed=ns.accept_unlicensed,
-                                       retry=RetryPolicy(attempts=ns.retries),
-                                       progress=False if ns.no_progress else None)
+        results, seconds = timed_fetch(
+            ns.benchmarks or None,
+            to,
+            base_url=ns.source_base_url,
+            accept_unlicensed=ns.accept_unlicensed,
+            retry=RetryPolicy(attempts=ns.retries),
+            progress=False if ns.no_progress else None,
+        )
         print(summary(results, seconds))
         return 1 if any(r.status == FAILED for r in results) else 0
     data_dir = resolve_data_dir(ns.data_dir)

@@ -27,7 +27,7 @@ class RetryPolicy:
     max_backoff_s: float = 8.0
 
     def delay(self, attempt: int) -> float:
-        return min(self.backoff_s * (2 ** attempt), self.max_backoff_s)
+        return min(self.backoff_s * (2**attempt), self.max_backoff_s)
 
 
 class DownloadError(DataError):
@@ -54,9 +54,17 @@ def part_path(target: Path) -> Path:
     return target.with_name(target.name + ".part")
 
 
-def download(client: httpx.Client, url: str, target: Path, *, sha256: str, size: int | None,
-             retry: RetryPolicy = RetryPolicy(), on_bytes: Callable[[int], None] | None = None,
-             sleep: Callable[[float], None] = time.sleep) -> int:
+def download(
+    client: httpx.Client,
+    url: str,
+    target: Path,
+    *,
+    sha256: str,
+    size: int | None,
+    retry: RetryPolicy = RetryPolicy(),
+    on_bytes: Callable[[int], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Download ``url`` to ``target``, verified against ``sha256`` (hex) and ``size`` (bytes).
 
     Resumes an existing ``<target>.part`` with ``Range: bytes=N-`` (a 206 reply appends; a 200
@@ -99,9 +107,12 @@ def download(client: httpx.Client, url: str, target: Path, *, sha256: str, size:
                 if r.status_code not in (200, 206):
                     raise DownloadError(f"{url}: HTTP {r.status_code}")
                 if r.status_code == 206 and not r.headers.get("content-range", "").startswith(
-                        f"bytes {offset}-"):
-                    raise DownloadError(f"{url}: server answered the range request with "
-                                        f"Content-Range {r.headers.get('content-range')!r}")
+                    f"bytes {offset}-"
+                ):
+                    raise DownloadError(
+                        f"{url}: server answered the range request with "
+                        f"Content-Range {r.headers.get('content-range')!r}"
+                    )
                 mode = "ab" if r.status_code == 206 else "wb"
                 with open(part, mode) as f:
                     for chunk in r.iter_bytes():  # as received: a cut loses nothing written
@@ -115,8 +126,9 @@ def download(client: httpx.Client, url: str, target: Path, *, sha256: str, size:
         except _Retryable as e:
             last_error, network_failed = str(e), False
     else:
-        raise DownloadError(f"{url}: failed after {retry.attempts} attempts ({last_error})",
-                            transport=network_failed)
+        raise DownloadError(
+            f"{url}: failed after {retry.attempts} attempts ({last_error})", transport=network_failed
+        )
     _verify_and_move(part, target, sha256, size)
     return transferred
 
@@ -126,6 +138,8 @@ def _verify_and_move(part: Path, target: Path, sha256: str, size: int | None) ->
     actual = sha256_file(part)
     if (size is not None and actual_size != size) or actual != sha256:
         part.unlink()
-        raise HashMismatch(f"{target.name}: downloaded {actual_size} bytes with sha256 {actual}, "
-                           f"expected {size} bytes with sha256 {sha256}; rejected, nothing kept")
+        raise HashMismatch(
+            f"{target.name}: downloaded {actual_size} bytes with sha256 {actual}, "
+            f"expected {size} bytes with sha256 {sha256}; rejected, nothing kept"
+        )
     os.replace(part, target)  # atomic on one file system: readers see no file or the whole file

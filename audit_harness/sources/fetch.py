@@ -23,9 +23,11 @@ from .download import DownloadError, HashMismatch, RetryPolicy, download, part_p
 
 BASE_URL_ENV = "BIAS_AUDIT_SOURCE_BASE_URL"  # a mirror in the repositories' layout
 STUB_MARKER = "<!-- written by `bias-audit data fetch`; replaced on the next fetch -->"
-UNLICENSED_REASON = ("the authors grant no licence (see the benchmark's SOURCE.md: no LICENSE, "
-                     "no terms; KGQuiz's UMLS items must never be redistributed); pass "
-                     "--accept-unlicensed to fetch it for internal evaluation only")
+UNLICENSED_REASON = (
+    "the authors grant no licence (see the benchmark's SOURCE.md: no LICENSE, "
+    "no terms; KGQuiz's UMLS items must never be redistributed); pass "
+    "--accept-unlicensed to fetch it for internal evaluation only"
+)
 
 # Statuses of a FileResult.
 FETCHED, PRESENT, UNAVAILABLE, SKIPPED, FAILED = "fetched", "present", "unavailable", "skipped", "failed"
@@ -51,10 +53,17 @@ def _interactive(stream) -> bool:
     return stream.isatty() and os.environ.get("CI", "").lower() not in ("1", "true", "yes")
 
 
-def fetch(benchmarks: Iterable[str] | None, to: Path, *, base_url: str | None = None,
-          accept_unlicensed: bool = False, retry: RetryPolicy | None = None,
-          timeout_s: float = 30.0, out: Callable[[str], None] | None = None,
-          progress: bool | None = None) -> list[FileResult]:
+def fetch(
+    benchmarks: Iterable[str] | None,
+    to: Path,
+    *,
+    base_url: str | None = None,
+    accept_unlicensed: bool = False,
+    retry: RetryPolicy | None = None,
+    timeout_s: float = 30.0,
+    out: Callable[[str], None] | None = None,
+    progress: bool | None = None,
+) -> list[FileResult]:
     """Fetch the table's files for ``benchmarks`` (all when None) into the data dir ``to``.
 
     A file already in place with the pinned sha256 is "present" (nothing downloaded); one in place
@@ -83,8 +92,7 @@ def fetch(benchmarks: Iterable[str] | None, to: Path, *, base_url: str | None = 
     network_down: str | None = None
     with httpx.Client(timeout=timeout_s, follow_redirects=True) as client:
         for e in entries:
-            result = _fetch_one(client, e, to, base_url, accept_unlicensed, retry, show_bar,
-                                network_down)
+            result = _fetch_one(client, e, to, base_url, accept_unlicensed, retry, show_bar, network_down)
             if result.status == FAILED and result.detail.startswith("network:"):
                 network_down = network_down or result.detail
             results.append(result)
@@ -93,21 +101,27 @@ def fetch(benchmarks: Iterable[str] | None, to: Path, *, base_url: str | None = 
     return results
 
 
-def _fetch_one(client, e: SourceFile, to: Path, base_url, accept_unlicensed, retry, show_bar,
-               network_down) -> FileResult:
+def _fetch_one(
+    client, e: SourceFile, to: Path, base_url, accept_unlicensed, retry, show_bar, network_down
+) -> FileResult:
     target = to / e.path
     if not e.available:
         where = f"{e.repo}@{e.commit[:7]}:{e.upstream}"
-        return FileResult(e, UNAVAILABLE, f"no verified copy pinned; upstream {where}"
-                                          + (f"; {e.note}" if e.note else ""))
+        return FileResult(
+            e, UNAVAILABLE, f"no verified copy pinned; upstream {where}" + (f"; {e.note}" if e.note else "")
+        )
     if e.license is None and not accept_unlicensed:
         return FileResult(e, SKIPPED, UNLICENSED_REASON)
     if target.is_file():
         actual = sha256_file(target)
         if actual == e.sha256:
             return FileResult(e, PRESENT, "sha256 ok")
-        return FileResult(e, FAILED, f"already there with sha256 {actual[:16]}…, not the published "
-                                     f"{e.sha256[:16]}…; left untouched (delete it to re-fetch)")
+        return FileResult(
+            e,
+            FAILED,
+            f"already there with sha256 {actual[:16]}…, not the published "
+            f"{e.sha256[:16]}…; left untouched (delete it to re-fetch)",
+        )
     if network_down:
         return FileResult(e, FAILED, "network: not attempted after an earlier network failure")
     bar = None
@@ -115,11 +129,19 @@ def _fetch_one(client, e: SourceFile, to: Path, base_url, accept_unlicensed, ret
         from tqdm import tqdm
 
         done = part_path(target).stat().st_size if part_path(target).exists() else 0
-        bar = tqdm(total=e.size, initial=done, unit="B", unit_scale=True, desc=e.path,
-                   leave=False, file=sys.stderr)
+        bar = tqdm(
+            total=e.size, initial=done, unit="B", unit_scale=True, desc=e.path, leave=False, file=sys.stderr
+        )
     try:
-        n = download(client, e.url(base_url), target, sha256=e.sha256, size=e.size, retry=retry,
-                     on_bytes=bar.update if bar else None)
+        n = download(
+            client,
+            e.url(base_url),
+            target,
+            sha256=e.sha256,
+            size=e.size,
+            retry=retry,
+            on_bytes=bar.update if bar else None,
+        )
     except HashMismatch as err:
         return FileResult(e, FAILED, f"rejected: {err}")
     except DownloadError as err:
@@ -142,18 +164,30 @@ def _write_stubs(to: Path, results: list[FileResult], base_url: str | None) -> N
             continue  # a curated SOURCE.md: never overwritten
         now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         repos = dict.fromkeys((r.entry.repo, r.entry.commit, r.entry.license) for r in rs)
-        lines = [STUB_MARKER, f"# {folder}: fetched from the authors' repositories", "",
-                 f"Fetched {now} by `bias-audit data fetch` from "
-                 f"{(base_url or 'https://raw.githubusercontent.com').rstrip('/')}; every file's "
-                 "sha256 equals the pinned source table (`audit_harness/sources/sources.yaml`).", ""]
+        lines = [
+            STUB_MARKER,
+            f"# {folder}: fetched from the authors' repositories",
+            "",
+            f"Fetched {now} by `bias-audit data fetch` from "
+            f"{(base_url or 'https://raw.githubusercontent.com').rstrip('/')}; every file's "
+            "sha256 equals the pinned source table (`audit_harness/sources/sources.yaml`).",
+            "",
+        ]
         for repo, commit, lic in repos:
-            lines.append(f"- `{repo}` @ `{commit}`: licence "
-                         + (f"{lic} (see the LICENSE file here, or the repository README where "
-                            "it ships none)" if lic else "**none granted**: internal evaluation only, "
-                            "never redistribute"))
+            lines.append(
+                f"- `{repo}` @ `{commit}`: licence "
+                + (
+                    f"{lic} (see the LICENSE file here, or the repository README where it ships none)"
+                    if lic
+                    else "**none granted**: internal evaluation only, never redistribute"
+                )
+            )
         lines += ["", "| file | upstream | bytes | sha256 |", "|---|---|---:|---|"]
-        lines += [f"| `{r.entry.path[len(folder) + 1:]}` | `{r.entry.upstream}` | {r.entry.size} | "
-                  f"`{r.entry.sha256}` |" for r in rs]
+        lines += [
+            f"| `{r.entry.path[len(folder) + 1 :]}` | `{r.entry.upstream}` | {r.entry.size} | "
+            f"`{r.entry.sha256}` |"
+            for r in rs
+        ]
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -163,14 +197,22 @@ def verify(data_dir: Path, benchmarks: Iterable[str] | None = None) -> list[File
     or "unavailable" (absent, and no verified copy exists). An entry pinned only by git blob is
     "ok" when its git blob matches. Reads every file once (about 0.3 s per 100 MB)."""
     data_dir = Path(data_dir)
-    entries = files_for(benchmarks) if benchmarks else [
-        e for e in files_for(None) if (data_dir / e.folder).is_dir()]
+    entries = (
+        files_for(benchmarks)
+        if benchmarks
+        else [e for e in files_for(None) if (data_dir / e.folder).is_dir()]
+    )
     results = []
     for e in entries:
         path = data_dir / e.path
         if not path.is_file():
-            results.append(FileResult(e, MISSING if e.available else UNAVAILABLE,
-                                      "" if e.available else (e.note or "no verified copy")))
+            results.append(
+                FileResult(
+                    e,
+                    MISSING if e.available else UNAVAILABLE,
+                    "" if e.available else (e.note or "no verified copy"),
+                )
+            )
             continue
         if e.sha256 is not None:
             actual = sha256_file(path)

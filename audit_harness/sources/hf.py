@@ -41,10 +41,16 @@ def hub_row_to_csv(row: dict[str, Any]) -> dict[str, str]:
     return flat
 
 
-def read_rows(benchmark: str, category: str, *, source: str = "files",
-              data_dir: str | Path | None = None, hf_path: str | None = None,
-              revision: str | None = None, cache_dir: str | Path | None = None
-              ) -> tuple[list[dict[str, str]], dict[str, Any]]:
+def read_rows(
+    benchmark: str,
+    category: str,
+    *,
+    source: str = "files",
+    data_dir: str | Path | None = None,
+    hf_path: str | None = None,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
+) -> tuple[list[dict[str, str]], dict[str, Any]]:
     """Rows of one EsBBQ/CaBBQ category, and where they came from.
 
     Args:
@@ -84,13 +90,20 @@ def read_rows(benchmark: str, category: str, *, source: str = "files",
 
     dataset = hf_path or HF_DATASETS[benchmark]
     try:
-        builder = datasets.load_dataset_builder(dataset, name=category, revision=revision,
-                                                cache_dir=None if cache_dir is None else str(cache_dir))
+        builder = datasets.load_dataset_builder(
+            dataset, name=category, revision=revision, cache_dir=None if cache_dir is None else str(cache_dir)
+        )
         builder.download_and_prepare()
         ds = builder.as_dataset(split="test")
     except Exception as e:  # datasets raises many types (ConnectionError, ValueError, ...)
-        raise DataError(f"cannot load {dataset} config {category!r} split 'test' "
-                        f"({type(e).__name__}: {e})") from None
+        raise DataError(
+            f"cannot load {dataset} config {category!r} split 'test' ({type(e).__name__}: {e})"
+        ) from None
     rows = [hub_row_to_csv(r) for r in ds]
-    return rows, {"source": "hf", "dataset": dataset, "config": category, "split": "test",
-                  "revision": revision or builder.hash}
+    return rows, {
+        "source": "hf",
+        "dataset": dataset,
+        "config": category,
+        "split": "test",
+        "revision": revision or builder.hash,
+    }

@@ -27,9 +27,17 @@ class FakeServer:
         owned_by: ``/v1/models``' owned_by (``vllm`` turns on the vLLM extensions).
     """
 
-    def __init__(self, model, name: str = "fake-model", *, shift: bool = False,
-                 tokenize: bool = True, owned_by: str = "vllm", root: str | None = None,
-                 echo: bool = True):
+    def __init__(
+        self,
+        model,
+        name: str = "fake-model",
+        *,
+        shift: bool = False,
+        tokenize: bool = True,
+        owned_by: str = "vllm",
+        root: str | None = None,
+        echo: bool = True,
+    ):
         self.model, self.name, self.shift, self.tokenize = model, name, shift, tokenize
         self.echo = echo
         self.owned_by, self.root = owned_by, root
@@ -90,23 +98,35 @@ class FakeServer:
     def answer(self, method: str, path: str, body: dict | None, headers: dict) -> tuple[int, dict]:
         m = self.model
         if path == "/v1/models":
-            return 200, {"object": "list", "data": [{"id": self.name, "object": "model",
-                                                     "owned_by": self.owned_by, "root": self.root,
-                                                     "max_model_len": 1024}]}
+            return 200, {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.name,
+                        "object": "model",
+                        "owned_by": self.owned_by,
+                        "root": self.root,
+                        "max_model_len": 1024,
+                    }
+                ],
+            }
         if path == "/version":
             return 200, {"version": "0.0-fake"}
         if path == "/health":
             return 200, {}
         if path == "/tokenize" and self.tokenize:
-            ids = m.tokenizer(body["prompt"], add_special_tokens=body.get("add_special_tokens", True))["input_ids"]
+            ids = m.tokenizer(body["prompt"], add_special_tokens=body.get("add_special_tokens", True))[
+                "input_ids"
+            ]
             return 200, {"count": len(ids), "tokens": list(ids), "max_model_len": 1024}
         if path == "/v1/completions":
             if body.get("echo") and not self.echo:
                 return 400, {"error": {"message": "echo is not supported"}}
             return 200, self._completions(body)
         if path == "/v1/chat/completions":
-            prompt = m.tokenizer.apply_chat_template(body["messages"], tokenize=False,
-                                                     add_generation_prompt=True)
+            prompt = m.tokenizer.apply_chat_template(
+                body["messages"], tokenize=False, add_generation_prompt=True
+            )
             text = self._generate(m.encode_prompt(prompt), body.get("max_tokens", 16), False)[1]
             return 200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
         return 404, {"error": {"message": f"no route {path}"}}
@@ -119,8 +139,9 @@ class FakeServer:
         return [None] + [float(lp[p - 1, ids[p]]) for p in range(1, len(ids))]
 
     @torch.inference_mode()
-    def _generate(self, ids: list[int], n: int, with_logprobs: bool = True
-                  ) -> tuple[list[tuple[int, float]], str]:
+    def _generate(
+        self, ids: list[int], n: int, with_logprobs: bool = True
+    ) -> tuple[list[tuple[int, float]], str]:
         if not with_logprobs:  # text only: the model's own cached greedy decoding, far faster
             return [], self.model.generate_tokens([list(ids)], n)[0][0]
         out, cur = [], list(ids)

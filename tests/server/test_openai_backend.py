@@ -242,11 +242,31 @@ def test_alignment_check_passes_an_honest_server_of_a_real_model(smollm2):
 
 
 def run_audit(tmp_path, data_dir, *args):
-    cmd = [sys.executable, "-m", "pytest", *args, "--data-dir", str(data_dir), "--min-n", "1",
-           "--results-dir", str(tmp_path / "results"), "--no-cache", "-p", "no:cacheprovider",
-           "--bootstrap-resamples", "0"]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *args,
+        "--data-dir",
+        str(data_dir),
+        "--min-n",
+        "1",
+        "--results-dir",
+        str(tmp_path / "results"),
+        "--no-cache",
+        "-p",
+        "no:cacheprovider",
+        "--bootstrap-resamples",
+        "0",
+    ]
+    return subprocess.run(
+        cmd,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def results_of(tmp_path):
@@ -255,9 +275,21 @@ def results_of(tmp_path):
 
 
 def test_a_scoring_audit_against_a_shifted_server_stops_with_the_reason(shifted, tmp_path, data_dir):
-    proc = run_audit(tmp_path, data_dir, "audits/test_bbq.py", "--backend", "openai",
-                     "--base-url", shifted.url, "--model", "smollm2-135m-instruct",
-                     "--limit", "2", "-k", "Religion or Age")
+    proc = run_audit(
+        tmp_path,
+        data_dir,
+        "audits/test_bbq.py",
+        "--backend",
+        "openai",
+        "--base-url",
+        shifted.url,
+        "--model",
+        "smollm2-135m-instruct",
+        "--limit",
+        "2",
+        "-k",
+        "Religion or Age",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out[-3000:]
     assert "failed the start-up alignment check" in out and "shifted by -1 position" in out
@@ -268,9 +300,25 @@ def test_a_scoring_audit_against_a_shifted_server_stops_with_the_reason(shifted,
 
 
 def test_a_generation_audit_still_runs_against_it_and_says_so(shifted, tmp_path, data_dir):
-    proc = run_audit(tmp_path, data_dir, "audits/test_kobbq.py", "--backend", "openai",
-                     "--base-url", shifted.url, "--model", "smollm2-135m-instruct",
-                     "--limit", "1", "-k", "age", "--kobbq-prompts", "1", "--kobbq-permutations", "0")
+    proc = run_audit(
+        tmp_path,
+        data_dir,
+        "audits/test_kobbq.py",
+        "--backend",
+        "openai",
+        "--base-url",
+        shifted.url,
+        "--model",
+        "smollm2-135m-instruct",
+        "--limit",
+        "1",
+        "-k",
+        "age",
+        "--kobbq-prompts",
+        "1",
+        "--kobbq-permutations",
+        "0",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode in (0, 1), out[-3000:]  # gates decided (pass or fail), not errors
     assert "only generation audits can run against it" in out
@@ -281,12 +329,17 @@ def test_a_generation_audit_still_runs_against_it_and_says_so(shifted, tmp_path,
     assert shifted.paths("/v1/chat/completions"), "KoBBQ's chat prompts go to chat completions"
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--backend", "openai"), "--backend openai needs --base-url"),
-    (("--base-url", "http://127.0.0.1:1/v1"), "is only used with --backend openai"),
-    (("--backend", "openai", "--base-url", "http://127.0.0.1:1/v1", "--max-concurrency", "0"),
-     "--max-concurrency must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--backend", "openai"), "--backend openai needs --base-url"),
+        (("--base-url", "http://127.0.0.1:1/v1"), "is only used with --backend openai"),
+        (
+            ("--backend", "openai", "--base-url", "http://127.0.0.1:1/v1", "--max-concurrency", "0"),
+            "--max-concurrency must be >= 1",
+        ),
+    ],
+)
 def test_bad_backend_options_stop_at_start(tmp_path, data_dir, args, message):
     proc = run_audit(tmp_path, data_dir, "audits/test_bbq.py", "--limit", "1", "-k", "Religion", *args)
     assert proc.returncode == 4 and message in proc.stdout + proc.stderr

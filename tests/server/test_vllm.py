@@ -38,12 +38,39 @@ def _audit(tmp_path: Path, data_dir: Path, name: str, *extra: str) -> tuple[subp
     goes first and alone: vLLM's worker is bound to every core, and a second process on them
     would stall its threads)."""
     results = tmp_path / name
-    cmd = [sys.executable, "-m", "pytest", "audits/test_bbq.py", "audits/test_esbbq.py", "audits/test_cabbq.py",
-           "--model", SERVED_NAME, "--limit", "8", "--data-dir", str(data_dir), "--min-n", "1",
-           "--results-dir", str(results), "--no-cache", "--bootstrap-resamples", "0",
-           "-p", "no:cacheprovider", "-q", *extra]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": str(len(os.sched_getaffinity(0)))})
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "audits/test_bbq.py",
+        "audits/test_esbbq.py",
+        "audits/test_cabbq.py",
+        "--model",
+        SERVED_NAME,
+        "--limit",
+        "8",
+        "--data-dir",
+        str(data_dir),
+        "--min-n",
+        "1",
+        "--results-dir",
+        str(results),
+        "--no-cache",
+        "--bootstrap-resamples",
+        "0",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        *extra,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": str(len(os.sched_getaffinity(0)))},
+    )
     return proc, results
 
 
@@ -66,19 +93,23 @@ def _records(run: Path) -> dict[str, dict]:
 
 def test_audit_through_vllm_predicts_what_the_in_process_run_predicts(vllm_server, tmp_path, data_dir):
     local_run = _finish(_audit(tmp_path, data_dir, "local"))
-    server_run = _finish(_audit(tmp_path, data_dir, "server", "--backend", "openai", "--base-url",
-                                vllm_server.url))
+    server_run = _finish(
+        _audit(tmp_path, data_dir, "server", "--backend", "openai", "--base-url", vllm_server.url)
+    )
     served, local = _records(server_run), _records(local_run)
     assert served.keys() == local.keys() and len(served) == 8 * (11 + 10 + 10)
-    worst = max(abs(a - b) for k in served
-                for a, b in zip(served[k]["loglikelihoods"], local[k]["loglikelihoods"]))
+    worst = max(
+        abs(a - b) for k in served for a, b in zip(served[k]["loglikelihoods"], local[k]["loglikelihoods"])
+    )
     differ = [k for k in served if served[k]["predicted_choice"] != local[k]["predicted_choice"]]
     print(f"\n{len(served)} items, {len(served) - len(differ)} identical predictions, max |dLL| {worst:.2e}")
     assert not differ and worst < 1e-3
     results = json.loads((server_run / "results.json").read_text())
     model = results["model"]
     assert model["server"]["engine"].startswith("vllm ") and model["server"]["alignment"]["ok"]
-    assert model["fingerprint"] == json.loads((local_run / "results.json").read_text())["model"]["fingerprint"]
+    assert (
+        model["fingerprint"] == json.loads((local_run / "results.json").read_text())["model"]["fingerprint"]
+    )
 
 
 def test_alignment_check_passes_on_vllm(served):
