@@ -7,7 +7,7 @@ The labels and the exit codes they give (``exit_codes``), in order of precedence
 label              code  when
 =================  ====  ==================================================================
 INPUT ERROR        4     the model could not be loaded, or ``--strict-baseline`` refused a
-                         baseline that is not like for like: nothing was judged
+                         baseline that is not like for like: no verdict of the run counts
 INTERRUPTED        2     Ctrl-C: the numbers are partial and decide nothing
 RUN ERROR          3     a model or data failure left gates without a verdict, or the run's
                          outputs could not be written where asked
@@ -125,7 +125,7 @@ def decide(
         counts[s] = counts.get(s, 0) + 1
     total = sum(counts.values())
     if input_error:
-        return _make("INPUT ERROR", f"{input_error}; nothing was judged")
+        return _make("INPUT ERROR", f"{input_error}; no verdict of this run counts")
     if interrupted:
         return _make(
             "INTERRUPTED",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -354,6 +355,7 @@ def test_another_dtype_is_named_and_strict_baseline_refuses_it(tmp_path, data_di
     assert "(**not like for like**)" in (only_run(results) / "report.md").read_text()
     _, cases, _ = junit_of(only_run(results) / "junit.xml")
     assert {c["like_for_like"] for n, c in cases.items() if n.endswith("-vs-baseline]")} == {"false"}
+    # An explicit --dtype is known before the model loads: refused before anything is scored.
     strict, strict_results = audit(
         tmp_path / "strict",
         data_dir,
@@ -364,8 +366,41 @@ def test_another_dtype_is_named_and_strict_baseline_refuses_it(tmp_path, data_di
         cache=tmp_path / "cache",
     )
     assert strict.returncode == 4, out(strict)[-3000:]
-    assert "VERDICT: INPUT ERROR: --strict-baseline: the baseline run is not like for like" in strict.stdout
-    assert results_of(strict_results)["run"]["outcome"]["exit_code"] == 4
+    assert (
+        "--strict-baseline: the baseline run is not like for like: "
+        "model dtype differs: 'float32' (old) vs 'bfloat16' (new)" in out(strict)
+    )
+    assert not strict_results.exists()
+
+
+def test_strict_baseline_after_scoring_says_no_verdict_counts(tmp_path, data_dir, base_run):
+    """``--dtype auto`` resolves only when the model loads: the refusal comes at the end, and
+    the run's verdicts are shown but do not count."""
+    tmp, base = base_run
+    other = tmp_path / "baseline"
+    shutil.copytree(base, other)
+    doc = json.loads((other / "results.json").read_text())
+    doc["model"]["dtype"] = "float16"
+    (other / "results.json").write_text(json.dumps(doc))
+    proc, results = audit(
+        tmp_path,
+        data_dir,
+        "--thresholds",
+        str(tmp / "thresholds.yaml"),
+        "--baseline",
+        str(other),
+        "--strict-baseline",
+        keyword="Sexual_orientation",
+        limit="8",
+        cache=tmp_path / "cache",
+    )
+    assert proc.returncode == 4, out(proc)[-3000:]
+    assert (
+        "VERDICT: INPUT ERROR: --strict-baseline: the baseline run is not like for like "
+        "(model dtype differs: 'float16' (old) vs 'float32' (new)" in proc.stdout
+    )
+    assert "no verdict of this run counts (exit code 4)" in proc.stdout
+    assert results_of(results)["run"]["outcome"]["exit_code"] == 4
 
 
 def test_strict_baseline_refuses_other_settings_before_scoring(tmp_path, data_dir, base_run):
@@ -468,6 +503,7 @@ def test_ctrl_c_while_scoring_is_red_in_junit_and_keeps_the_cache(tmp_path, data
 
 _CTRL_C_IN_REPORT = """
 import os
+import shutil
 import signal
 
 import audit_harness.report.html as html

@@ -141,7 +141,10 @@ def comparability_notes(
 
 def _short(value: Any, width: int = 60) -> str:
     text = repr(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    # Keep a string's closing quote so the eye sees where it was cut.
+    if len(text) <= width:
+        return text
+    return text[: width - 2] + "…" + text[-1] if isinstance(value, str) else text[: width - 1] + "…"
 
 
 def model_notes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

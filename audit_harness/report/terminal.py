@@ -33,10 +33,14 @@ def write_summary(tr, files, junit_path: str | None) -> None:
     for text, colour in notices(results, outcome, moved=bool(files.moved_to)):
         tr.write_line(text, **({colour: True} if colour else {}))
     model = results["model"] or {}
-    tr.write_line(
-        f"model {model.get('name')} ({(model.get('fingerprint') or '')[:19]}…, "
-        f"{model.get('dtype')}, {model.get('device')})"
-    )
+    if model.get("fingerprint"):
+        tr.write_line(
+            f"model {model.get('name')} ({model['fingerprint'][:19]}…, "
+            f"{model.get('dtype')}, {model.get('device')})"
+        )
+    else:  # stopped before the model loaded
+        name = model.get("name") or (results.get("options") or {}).get("model") or "(default)"
+        tr.write_line(f"model {name} (not loaded)")
     for line in metric_table(results):
         tr.write_line(line)
     # One compact line per gate; the sentence of a gate that did not pass is printed once, in

@@ -151,13 +151,31 @@ def check_outputs(session, baseline: Mapping[str, Any] | None) -> None:
                 "engine_version": ENGINE_VERSION,
             },
         }
-        unlike = comparability_notes(baseline, mine) + incomplete_notes({"baseline": baseline})
+        unlike = (
+            comparability_notes(baseline, mine)
+            + _explicit_model_notes(baseline, session.options)
+            + incomplete_notes({"baseline": baseline})
+        )
         if unlike:
             raise ConfigError(
                 f"--strict-baseline: the baseline run is not like for like: {'; '.join(unlike)}"
             )
     session.open_cache()
     session.check_results_dir()  # last: it creates the run folder
+
+
+def _explicit_model_notes(baseline: Mapping[str, Any], options) -> list[str]:
+    """The model settings an explicit ``--dtype`` / ``--device`` already fixes before the model
+    loads (``auto`` is only known after), so ``--strict-baseline`` refuses them before scoring."""
+    had = baseline.get("model") or {}
+    notes = []
+    if options.dtype not in (None, "auto") and had.get("dtype") and had["dtype"] != options.dtype:
+        notes.append(f"model dtype differs: {had['dtype']!r} (old) vs {options.dtype!r} (new)")
+    want = None if options.device in (None, "auto") else str(options.device).split(":")[0]
+    old = had.get("device") and str(had["device"]).split(":")[0]
+    if want and old and old != want:
+        notes.append(f"device type differs: {old!r} (old) vs {want!r} (new)")
+    return notes
 
 
 def gpu_plan(config, options, audit_run: bool) -> list | None:
