@@ -226,6 +226,8 @@ def _print_run_help() -> int:
         [sys.executable, "-m", "pytest", _audits_dir(), "--help"], capture_output=True, text=True
     )
     print(run_help(proc.stdout))
+    if proc.returncode != 0:  # e.g. a bad thresholds.yaml: say why the options are missing
+        print(proc.stderr.strip() or proc.stdout.strip()[-2000:], file=sys.stderr)
     return 0 if proc.returncode == 0 else proc.returncode
 
 

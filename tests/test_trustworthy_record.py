@@ -338,6 +338,13 @@ def test_run_help_shows_the_audit_options_first(capsys):
     assert out.index("--min-n") < out.index("pytest options:") < out.index("--maxfail")
 
 
+def test_run_help_says_why_it_cannot_list_the_options(tmp_path, monkeypatch, capsys):
+    (tmp_path / "thresholds.yaml").write_text("bbq:\n  defaults: {}\nbbq:\n  defaults: {}\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", "--help"]) == 4
+    assert "duplicated key 'bbq' at lines 1 and 3" in capsys.readouterr().err
+
+
 def test_no_sub_command_prints_the_usage(capsys):
     assert cli.main([]) == 4  # a usage error, as an audit's
     err = capsys.readouterr().err

@@ -31,7 +31,7 @@ from bias_metrics.result import MetricResult
 
 from ..errors import ConfigError, DataError, PredictionError
 from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest
-from ..parsing import PROFILES, Choices, other_profile, parse_answer
+from ..parsing import PROFILES, Choices, other_profile, parse_answer, parse_fields
 from .base import (
     ANSWER_PARSING,
     METRIC_FLAVOUR,
@@ -441,17 +441,7 @@ class BBQFamilyBenchmark(Benchmark):
                     it,
                     got.option,
                     raw_prediction=raw,
-                    match=got.how,
-                    parse_rule=got.rule,
-                    invalid_reason=got.reason,
-                    answer_parsing=profile,
-                    other_parse={
-                        "answer_parsing": other_profile(profile),
-                        "predicted": alt.option,
-                        "predicted_class": it.answer_class(alt.option).value,
-                        "parse_rule": alt.rule,
-                        "invalid_reason": alt.reason,
-                    },
+                    **parse_fields(got, alt, profile, it.answer_class),
                     prompt_sha256=None if self.saved else _sha256(prompt),
                     prompt_format="saved output" if self.saved else fmt,
                     chat_template_sha256=digest if fmt == "chat" and not self.saved else None,

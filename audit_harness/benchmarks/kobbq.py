@@ -49,7 +49,7 @@ from bias_metrics.result import MetricResult
 from ..data import DataFile, require_file
 from ..errors import ConfigError, DataError, PredictionError
 from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest
-from ..parsing import Choices, other_profile
+from ..parsing import Choices, other_profile, parse_fields
 from .base import ANSWER_PARSING, METRIC_FLAVOUR, BenchmarkOption, CategoryData, MetricSettings
 from .bbq_family import BBQFamilyBenchmark, MCRecord, balanced_sample
 
@@ -663,17 +663,7 @@ class KoBBQ(BBQFamilyBenchmark):
                     digest,
                     hashes[i],
                     raw_prediction=raw,
-                    match=parsed.how,
-                    parse_rule=parsed.rule,
-                    invalid_reason=parsed.reason,
-                    answer_parsing=profile,
-                    other_parse={
-                        "answer_parsing": other_profile(profile),
-                        "predicted": alt.option,
-                        "predicted_class": it.answer_class(alt.option).value,
-                        "parse_rule": alt.rule,
-                        "invalid_reason": alt.reason,
-                    },
+                    **parse_fields(parsed, alt, profile, it.answer_class),
                 )
         if let:
             pairs = [(shaped[i][0], c) for i in let for c in letters[i]]

@@ -57,6 +57,7 @@ __all__ = [
     "normalize_text",
     "other_profile",
     "parse_answer",
+    "parse_fields",
     "parse_choice",
     "parse_robust",
 ]
@@ -65,6 +66,25 @@ __all__ = [
 def other_profile(profile: str) -> str:
     """The profile a run reports its parse sensitivity under: the one it did not use."""
     return "robust" if profile == "authors" else "authors"
+
+
+def parse_fields(got: Any, alt: Any, profile: str, answer_class: Any) -> dict[str, Any]:
+    """The record fields of one parsed output: how ``got`` was read under the run's ``profile``,
+    and ``alt``, the other profile's reading of the same text (the parse sensitivity).
+    ``answer_class`` maps an option to its class (biased / counter-biased / unknown)."""
+    return {
+        "match": got.how,
+        "parse_rule": got.rule,
+        "invalid_reason": got.reason,
+        "answer_parsing": profile,
+        "other_parse": {
+            "answer_parsing": other_profile(profile),
+            "predicted": alt.option,
+            "predicted_class": answer_class(alt.option).value,
+            "parse_rule": alt.rule,
+            "invalid_reason": alt.reason,
+        },
+    }
 
 
 def invalid_reason(output: Any, choices: Choices) -> str:

@@ -9,7 +9,17 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from ..errors import DataError
-from . import benchmark_names, table
+from . import benchmark_names, entry, table
+
+
+def _pinned(needed: Mapping[str, str]) -> dict[str, str]:
+    """``needed`` with each file attributed to the benchmark the source table fetches it for: a
+    benchmark that reads another one's files (a variant of BBQ) is served by that one's entry."""
+    out = {}
+    for path, bench in needed.items():
+        e = entry(path)
+        out[path] = bench if e is None or bench in e.benchmarks or not e.benchmarks else e.benchmarks[0]
+    return out
 
 
 def require_files(
@@ -26,6 +36,7 @@ def require_files(
             benchmark(s), and the fetch command.
     """
     data_dir = Path(data_dir)
+    needed = _pinned(needed)
     unavailable = {e.path for e in table() if not e.available}
 
     def absent() -> dict[str, str]:
@@ -69,6 +80,12 @@ def require_files(
             f"data directory {data_dir} lacks {', '.join(benches)} data ({first}{more}; pass "
             "--data-dir DIR with a copy"
         )
+    unpinned = [b for b in benches if b not in benchmark_names()]
+    if unpinned and len(unpinned) == len(benches):
+        raise DataError(
+            f"{lead}; {', '.join(unpinned)} has no pinned source to fetch from: add its files to "
+            "audit_harness/sources/sources.yaml)"
+        )
     raise DataError(f"{lead}, add --fetch-data, or run: {fetch_command(benches, data_dir)})")
 
 
@@ -78,7 +95,7 @@ def fetch_command(benchmarks: Iterable[str], data_dir: Path) -> str:
     fetch skips those otherwise."""
     from . import files_for
 
-    benchmarks = list(benchmarks)
+    benchmarks = [b for b in benchmarks if b in benchmark_names()]
     command = f"bias-audit data fetch {' '.join(benchmarks)} --to {shlex.quote(str(data_dir))}"
     if any(e.license is None for e in files_for(benchmarks) if e.available):
         command += (
