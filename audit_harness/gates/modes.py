@@ -16,6 +16,12 @@ import math
 from typing import Mapping
 
 MODES = ("point", "ci_inside", "ci_overlap")
+#: A value within this (relative) distance of a bound is on it. The metrics are ratios of counts
+#: computed in floating point, so a score that is exactly on a bound can land a rounding error
+#: either side of it (2 * 19/40 - 1 = -0.050000000000000044 against ``abs_max: 0.05``). Two
+#: distinct ratios with denominators below 10**6 differ by more than 1e-12, so the slack never
+#: lets a value that truly lies outside a bound pass.
+BOUND_SLACK = 1e-12
 #: What each mode asks, as printed in verdicts and reports.
 MODE_RULES = {
     "point": "the point estimate must be inside the bounds",
@@ -58,6 +64,11 @@ def allowed_interval(bounds: Mapping[str, float]) -> tuple[float, float]:
     return low, high
 
 
+def _widened(allowed: tuple[float, float]) -> tuple[float, float]:
+    low, high = allowed
+    return low - BOUND_SLACK * max(1.0, abs(low)), high + BOUND_SLACK * max(1.0, abs(high))
+
+
 def decide(mode: str, value: float, ci_low: float, ci_high: float, allowed: tuple[float, float]) -> bool:
     """True when the gate passes under ``mode``.
 
@@ -75,8 +86,15 @@ def decide(mode: str, value: float, ci_low: float, ci_high: float, allowed: tupl
     ------
     ValueError
         An unknown mode, or an interval mode given a NaN interval.
+
+    Examples
+    --------
+    >>> decide("point", 2 * 19 / 40 - 1, float("nan"), float("nan"), (-0.05, 0.05))  # on the bound
+    True
+    >>> decide("point", 2 * 18 / 40 - 1, float("nan"), float("nan"), (-0.05, 0.05))
+    False
     """
-    low, high = allowed
+    low, high = _widened(allowed)
     if mode == "point":
         return low <= value <= high
     if mode not in MODES:
