@@ -11,8 +11,8 @@ Rules, in order (``docs/parsing.md``):
    an option decides (a chain of thought ends with its answer); a statement naming two options
    is ``several_options``.
 2. Else **a leading letter**, with or without its option's text (``B``, ``B.``, ``(B)``,
-   ``B: The grandson``); two letters joined (``A or B``, ``A, B``, ``A) x B) y``) are
-   ``several_options``.
+   ``B: The grandson``); two letters joined (``A or B``, ``A, B``, ``A) x B) y``), or the options
+   echoed back as a list (a later line starting ``B.``), are ``several_options``.
 3. Else **the option text** anywhere in the output: case, punctuation, articles and small typos
    tolerated (the option's own typos too, ``"The monther"``); the benchmark's phrasings of the
    unknown answer (``Choices.aliases``) name the unknown option. Text naming two different
@@ -279,6 +279,18 @@ def _statements(pattern: re.Pattern, text: str, choices: Choices) -> tuple[str, 
     return last
 
 
+def _other_listed_letters(text: str, first_line: str, option: int, choices: Choices) -> bool:
+    """True when a later line starts with another option's letter as a list item (``B.``,
+    ``B)``, ``(B)``, ``B:`` or a lone ``B``)."""
+    upper = [l.upper() for l in choices.letters]
+    rest = text.split(first_line, 1)[1] if first_line in text else ""
+    for line in rest.splitlines():
+        m = re.match(r"^[\s*_`\"'>#-]*\(?([A-Z])(?:[.):：]|\s*$)", line)
+        if m and m[1] in upper and upper.index(m[1]) != option:
+            return True
+    return False
+
+
 def parse_robust(output, choices: Choices) -> Parsed:
     """Map a generated answer to an option of ``choices``, or to invalid with a reason (see the
     module docstring for the rules).
@@ -322,6 +334,9 @@ def parse_robust(output, choices: Choices) -> Parsed:
         return Parsed(-1, "invalid", "leading-letter", "several_options")
     option, after = _letter_at_start(head, choices, lowercase=False)
     if option is not None:
+        if _other_listed_letters(text, first_line, option, choices):
+            # "A. My daughter\nB. My grandfather": the options echoed as a list, no answer chosen.
+            return Parsed(-1, "invalid", "leading-letter", "several_options")
         if (
             re.match(r"^[\s.:)\]-]*[^\n]*?(?<![A-Za-z])[A-Za-z][).:](?:\s|$)", after)
             and len(set(re.findall(r"(?<![A-Za-z0-9])([A-Z])[).:](?:\s|$)", head))) > 1
