@@ -312,6 +312,10 @@ def test_a_k_that_selects_nothing_lists_benchmarks_and_categories(tmp_path, data
     assert proc.returncode == 5  # pytest's "no tests collected"
     assert "selects no audit gate" in proc.stdout
     assert "test_bbq: Age, Disability_status" in proc.stdout and "test_esbbq:" in proc.stdout
+    assert (
+        "VERDICT: NOTHING CHECKED: no gate was selected, so nothing was checked: never a pass (exit code 5)"
+        in (proc.stdout)
+    )
 
 
 def test_a_hub_model_that_cannot_load_says_what_was_tried(tmp_path, data_dir):

@@ -20,6 +20,9 @@ def write_no_selection(tr, keyword: str, known: list[str]) -> None:
     )
     for line in known:
         tr.write_line(line)
+    from ..outcome import decide
+
+    tr.write_line(decide([]).line(), red=True)
 
 
 def _option(results: Mapping[str, Any], key: str):
