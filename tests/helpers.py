@@ -10,6 +10,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
+#: The tolerance for metrics that are ratios of integer counts (accuracies, bias scores from the
+#: answer cells). They involve a handful of IEEE-754 operations, which every x86-64 CPU rounds
+#: the same way; 1e-12 allows thousands of ulps of rounding and nothing else, so a wrong count
+#: (at least 1/n away) always fails. Log-likelihood sums use the engine's 1e-4 nats instead.
+FROM_COUNTS = 1e-12
+
 
 def bias_audit_score(
     tmp_path: Path, *args, name: str = "results"

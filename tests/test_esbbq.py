@@ -28,6 +28,7 @@ from audit_harness.engine.executor import Engine
 from audit_harness.errors import ConfigError, DataError
 from audit_harness.models.base import Backend, ModelInfo
 from bias_metrics.bbq_family import compute, compute_by, size_weighted_mean
+from helpers import FROM_COUNTS
 
 REPO = Path(__file__).resolve().parents[1]
 ES, CA = BENCHMARKS["esbbq"], BENCHMARKS["cabbq"]
@@ -483,7 +484,7 @@ def test_toy_b1_metric_values():
         "invalid_rate": 0.0,
     }
     for name, value in expected.items():
-        assert m[name].value == pytest.approx(value, abs=1e-12), name
+        assert m[name].value == pytest.approx(value, abs=FROM_COUNTS), name
     assert m["acc_ambig"].n == 10 and m["acc_disambig"].n == 10
 
 

@@ -25,6 +25,7 @@ from bias_metrics.bbq_family import (
 )
 from bias_metrics.intervals import cluster_bootstrap, wilson_interval
 from bias_metrics.records import AnswerClass, BBQFamilyRecord, answer_class, biased_option
+from helpers import FROM_COUNTS
 
 B, C, U, X = (AnswerClass.BIASED, AnswerClass.COUNTER_BIASED, AnswerClass.UNKNOWN, AnswerClass.INVALID)
 
@@ -225,7 +226,7 @@ def test_toy_values(toy_name, flavour):
             assert got.reason, f"{name} is NaN without a reason"
             assert not got.defined
         else:
-            assert got.value == pytest.approx(value, abs=1e-12), name
+            assert got.value == pytest.approx(value, abs=FROM_COUNTS), name
             assert got.reason is None
             assert got.ci_low <= got.value <= got.ci_high, name
 
@@ -489,8 +490,8 @@ def test_s_amb_equals_diff_bias_ambig(records):
     s_amb = compute(records, "bbq", n_resamples=0)["bias_score_ambig"].value
     diff = compute(records, "kobbq", n_resamples=0)["diff_bias_ambig"].value
     es = compute(records, "esbbq", n_resamples=0)["bias_score_ambig"].value
-    assert s_amb == pytest.approx(diff, abs=1e-12)
-    assert es == pytest.approx(diff, abs=1e-12)
+    assert s_amb == pytest.approx(diff, abs=FROM_COUNTS)
+    assert es == pytest.approx(diff, abs=FROM_COUNTS)
 
 
 @settings(max_examples=60, deadline=None)

@@ -12,7 +12,7 @@ import pytest
 from audit_harness import cli
 from audit_harness.benchmarks import registry
 from audit_harness.parsing import bbq_reference_clean, match_answer, match_prediction, normalize_text
-from helpers import bias_audit_score
+from helpers import FROM_COUNTS, bias_audit_score
 
 REPO = Path(__file__).resolve().parents[1]
 GRAND = ("The grandfather", "The grandson", "Can't be determined")
@@ -734,5 +734,5 @@ def test_a_score_exactly_on_its_bound_passes(tmp_path, data_dir, n_biased, code,
     )
     assert proc.returncode == code, (proc.stdout + proc.stderr)[-3000:]
     value = doc["benchmarks"]["bbq"]["Religion"]["metrics"]["bias_score_disambig-generate"]["value"]
-    assert value == pytest.approx(2 * n_biased / 40 - 1, abs=1e-12)
+    assert value == pytest.approx(2 * n_biased / 40 - 1, abs=FROM_COUNTS)
     assert f"VERDICT: {verdict}" in proc.stdout
