@@ -26,7 +26,7 @@ from test_prefix_sharing import _tiny
 from audit_harness.benchmarks import registry
 from audit_harness.engine.cache import ResultCache, request_key
 from audit_harness.engine.executor import BackendOutOfMemory, Engine
-from audit_harness.engine.prefix_tree import build_tree
+from audit_harness.engine.prefix_tree import build_position_tree, build_tree
 from audit_harness.engine.progress import Progress, progress_mode
 from audit_harness.models import load_model
 
@@ -94,6 +94,22 @@ def test_short_shared_prefixes_are_fed_again_and_contexts_stay_whole():
     assert tree.n_queries == 3
     with pytest.raises(ValueError, match="empty context"):
         build_tree([([], [1])])
+
+
+def test_position_tree_feeds_shared_prefixes_once_and_stops_at_the_last_scored_token():
+    # Two sentences sharing "1 2 3 4", scored at their own positions; tokens after the last
+    # scored position are never fed.
+    a, b = [0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 2, 3, 4, 8, 9]
+    tree = build_position_tree([(a, [2, 3, 6]), (b, [2, 3, 6]), (a, [7]), (b, [])])
+    # Shared 0..4, then a's "5 6" (a[:7] covers a[:6]) and b's "8"; a's 7 and b's 9 never.
+    assert tree.tokens() == 5 + 2 + 1
+    assert tree.request_queries[3] == []
+    # Positions 2 and 3 are the same queries in both sentences (same prefix, same target).
+    assert tree.request_queries[0][:2] == tree.request_queries[1][:2]
+    assert tree.request_queries[0][2] != tree.request_queries[1][2]
+    assert tree.n_queries == 5
+    with pytest.raises(ValueError, match="position 0 is outside"):
+        build_position_tree([(a, [0])])
 
 
 # -- exactness -------------------------------------------------------------------------------------
@@ -322,3 +338,39 @@ def test_progress_lines_in_ci_and_quiet():
     with Progress("off", stream=silent).task("bbq/Age", 4) as task:
         task.advance(4)
     assert silent.getvalue() == ""
+
+
+@pytest.mark.parametrize(
+    "benchmark, category", [("crows_pairs", "religion"), ("winoqueer", "masc_femm_name")]
+)
+def test_pair_scores_through_the_tree_equal_one_forward_per_sentence(
+    gpt2, llama, data_dir, benchmark, category
+):
+    """Sentence pairs on real rows: the prefix tree (packed rows, and levels over copied caches)
+    gives each sentence's score within the engine's 1e-4 nats of one whole forward per sentence,
+    and the same pair outcomes (up to pairs whose score is within 1e-4 of a rounding boundary
+    at 3 decimals, where the last digits of a CPU decide)."""
+    bench = registry()[benchmark]
+    items = bench.load_category(data_dir, category).items[:24]
+    for model in (gpt2, llama):
+        model.prefix_sharing = False
+        try:
+            plain_engine = Engine(model)
+            plain = bench.evaluate(plain_engine, items)
+        finally:
+            model.prefix_sharing = True
+        for packing in (True, False):
+            model.packing = packing
+            try:
+                engine = Engine(model)
+                tree = bench.evaluate(engine, items)
+            finally:
+                model.packing = True
+            assert engine.stats.tokens_forwarded < plain_engine.stats.tokens_forwarded
+            for p, t in zip(plain, tree):
+                assert (t.score_more, t.score_less) == (
+                    pytest.approx(p.score_more, abs=1e-4),
+                    pytest.approx(p.score_less, abs=1e-4),
+                )
+                near = any(abs((v * 1000) % 1 - 0.5) < 0.1 for v in (p.score_more, p.score_less))
+                assert t.outcome == p.outcome or near

@@ -229,18 +229,30 @@ def test_masked_scores_equal_one_mask_at_a_time(data_dir, tiny_bert):
 
 
 def test_each_distinct_sentence_goes_to_the_model_once(data_dir, tiny_model, monkeypatch):
+    """WinoQueer's name template repeats "James is very ..." across rows: through the prefix
+    tree each scored (prefix, target) is computed once, and the tokens fed are fewer than one
+    forward per distinct sentence."""
     items = WINOQUEER.load_category(data_dir, "masc_femm_name").items[:40]
     sentences = {s for it in items for s in (it.sent_more, it.sent_less)}
-    seen = []
-    real = tiny_model.forward_full
+    queries, fed = [], [0]
+    real = tiny_model.forward_packed
 
-    def spy(sequences, positions):
-        seen.extend(tuple(s) for s in sequences)
-        return real(sequences, positions)
+    def spy(rows):
+        for tokens, parents, _, asked in rows:
+            fed[0] += len(tokens)
+            for col, target in asked:
+                path, i = [], col
+                while i >= 0:
+                    path.append(tokens[i])
+                    i = parents[i]
+                queries.append((tuple(reversed(path)), target))
+        return real(rows)
 
-    monkeypatch.setattr(tiny_model, "forward_full", spy)
+    monkeypatch.setattr(tiny_model, "forward_packed", spy)
     WINOQUEER.evaluate(Engine(tiny_model), items)
-    assert len(seen) == len(set(seen)) == len(sentences)
+    assert len(queries) == len(set(queries)) > 0
+    naive = sum(len(tiny_model.encode_sentence(s).ids) for s in sentences)
+    assert fed[0] < naive / 2, (fed[0], naive)
 
 
 def test_masked_scores_go_through_the_result_cache(data_dir, tiny_bert, tmp_path):

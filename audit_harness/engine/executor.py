@@ -32,7 +32,7 @@ from ..models.errors import BackendOutOfMemory, PrefixUnsupported
 from .cache import ResultCache, request_key
 from .generation import run_generation
 from .pace import DEFAULT_TARGET_S, Pace
-from .prefix_tree import PrefixTree, Segment, build_tree
+from .prefix_tree import PrefixTree, Segment, build_position_tree, build_tree
 from .store import EngineStats, ResultStore, halving
 
 __all__ = ["BackendOutOfMemory", "Engine", "EngineStats", "PrefixUnsupported"]
@@ -267,14 +267,15 @@ class Engine:
             first.setdefault(k, i)
         todo = self._lookup(keys, first, weights)
         if todo:
-            seqs = [list(sequences[first[k]]) for k in todo]
-            pos = [list(positions[first[k]]) for k in todo]
+            pending = {k: (tuple(sequences[first[k]]), tuple(positions[first[k]])) for k in todo}
             if hasattr(m, "forward_full"):
-                values = self._full(seqs, pos)
+                self._compute_positions(pending, todo)
             else:
-                values = m.token_logprobs(seqs, pos)
-            self.stats.computed += len(todo)
-            self._store(dict(zip(todo, values)), todo)
+                values = m.token_logprobs(
+                    [list(pending[k][0]) for k in todo], [list(pending[k][1]) for k in todo]
+                )
+                self.stats.computed += len(todo)
+                self._store(dict(zip(todo, values)), todo)
         return [list(self._results[k]) for k in keys]
 
     def generate(
@@ -351,7 +352,10 @@ class Engine:
         for start in range(0, len(fits), CHUNK_REQUESTS):
             chunk = fits[start : start + CHUNK_REQUESTS]
             try:
-                self._run_tree(chunk, pending)
+                tree = build_tree(
+                    [pending[k] for k in chunk], min_shared=self.min_shared, two_level=m.two_level_sharing
+                )
+                self._run_tree(chunk, tree)
             except PrefixUnsupported:
                 m.disable_prefix_sharing()
                 full += [k for k in fits[start:] if k not in self._results]
@@ -367,11 +371,34 @@ class Engine:
             self.stats.computed += len(full)
             self._store({k: [float(sum(v))] for k, v in zip(full, values)}, full)
 
-    def _run_tree(self, chunk: list[bytes], pending: dict) -> None:
+    def _compute_positions(self, pending: dict[bytes, tuple], keys: list[bytes]) -> None:
+        """Per-token requests (sequence, positions) through the prefix tree where the backend
+        can share prefixes (sentences that share a prefix feed it once, logits only at scored
+        positions); otherwise, and for sliding-window models, one whole forward per sequence."""
         m = self.backend
-        tree = build_tree(
-            [pending[k] for k in chunk], min_shared=self.min_shared, two_level=m.two_level_sharing
-        )
+        full = list(keys)
+        if m.prefix_sharing and m.can_share and not m.two_level_sharing:
+            fits = sorted(keys, key=lambda k: pending[k][0])
+            full = []
+            for start in range(0, len(fits), CHUNK_REQUESTS):
+                chunk = fits[start : start + CHUNK_REQUESTS]
+                try:
+                    tree = build_position_tree([pending[k] for k in chunk], min_shared=self.min_shared)
+                    self._run_tree(chunk, tree, summed=False)
+                except PrefixUnsupported:
+                    m.disable_prefix_sharing()
+                    full = [k for k in fits[start:] if k not in self._results]
+                    break
+        if full:
+            values = self._full([list(pending[k][0]) for k in full], [list(pending[k][1]) for k in full])
+            self.stats.computed += len(full)
+            self._store(dict(zip(full, values)), full)
+
+    def _run_tree(self, chunk: list[bytes], tree: PrefixTree, *, summed: bool = True) -> None:
+        """Run ``tree`` (of the requests ``chunk``, in order) and store each request once all its
+        queries are in: their sum (a continuation's log-likelihood) or, ``summed=False``, the
+        values in the request's order (per-token log-probabilities)."""
+        m = self.backend
         values = [0.0] * tree.n_queries
         known = [False] * tree.n_queries
         # Per query, the requests still waiting on it; a request is stored once all its queries are in.
@@ -395,10 +422,16 @@ class Engine:
             if done:
                 ks = [chunk[r] for r in done]
                 self.stats.computed += len(ks)
-                self._store(
-                    {chunk[r]: [float(sum(values[q] for q in tree.request_queries[r]))] for r in done}, ks
-                )
+                if summed:
+                    out = {chunk[r]: [float(sum(values[q] for q in tree.request_queries[r]))] for r in done}
+                else:
+                    out = {chunk[r]: [float(values[q]) for q in tree.request_queries[r]] for r in done}
+                self._store(out, ks)
 
+        empty = [r for r, qids in enumerate(tree.request_queries) if not qids]
+        if empty:  # a sequence asked for no position: nothing to wait for
+            self.stats.computed += len(empty)
+            self._store({chunk[r]: [] for r in empty}, [chunk[r] for r in empty])
         if getattr(m, "can_pack", False):
             self._run_packed(tree, deliver)
             return

@@ -81,25 +81,65 @@ def build_tree(
             raise ValueError(f"request {n}: empty context or continuation ids")
     if two_level:
         return _two_level(requests)
+    feeds = []
+    for ctx, cont in requests:
+        first = len(ctx) - 1
+        feeds.append((list(ctx) + list(cont[:-1]), [(first + k, t) for k, t in enumerate(cont)], first))
+    return _trie_tree(feeds, min_shared)
+
+
+def build_position_tree(
+    requests: Sequence[tuple[Sequence[int], Sequence[int]]], *, min_shared: int = 4
+) -> PrefixTree:
+    """The prefix tree of per-token requests (token ids, positions): position ``p`` asks for
+    log P(ids[p] | ids[:p]), a query on the prefix ``ids[:p]``. Sentences that share a prefix
+    (WinoQueer's templates, the words before a CrowS pair's first difference) feed it once, and
+    only ``ids[:max(positions)]`` is fed: tokens after the last scored one are never inputs.
+
+    Args:
+        requests: (ids, positions), every position in ``[1, len(ids))``; positions may be empty
+            (the request then has no query).
+        min_shared: as ``build_tree``.
+    Returns:
+        the tree; ``request_queries[r]`` lists one query id per position, in the order given.
+    Raises:
+        ValueError: a position outside ``[1, len(ids))``, or min_shared < 1.
+    """
+    if min_shared < 1:
+        raise ValueError(f"min_shared must be >= 1, got {min_shared}")
+    feeds = []
+    for n, (ids, positions) in enumerate(requests):
+        bad = [p for p in positions if not 1 <= p < len(ids)]
+        if bad:
+            raise ValueError(f"request {n}: position {bad[0]} is outside [1, {len(ids)})")
+        fed = list(ids[: max(positions)]) if positions else []
+        feeds.append((fed, [(p - 1, ids[p]) for p in positions], None))
+    return _trie_tree(feeds, min_shared)
+
+
+def _trie_tree(feeds, min_shared: int) -> PrefixTree:
+    """The tree of ``feeds``: (tokens fed, queries as (offset of the prefix's last token, target)
+    in request order, offset where a context ends or None). A context's end closes its segment
+    so its continuations run as children after the context's one forward."""
     # Token trie: node = [children {token: node}, {target: query id}, ends a context]
     root: list = [{}, {}, False]
     request_queries: list[list[int]] = []
     n_queries = 0
-    for ctx, cont in requests:
-        fed = list(ctx) + list(cont[:-1])
-        first = len(ctx) - 1
-        node, qids = root, []
+    for fed, queries, context_end in feeds:
+        nodes, node = [], root
         for pos, tok in enumerate(fed):
             node = node[0].setdefault(tok, [{}, {}, False])
-            if pos == first:
+            if pos == context_end:
                 node[2] = True
-            if pos >= first:
-                target = cont[pos - first]
-                qid = node[1].get(target)
-                if qid is None:
-                    qid = node[1][target] = n_queries
-                    n_queries += 1
-                qids.append(qid)
+            nodes.append(node)
+        qids = []
+        for offset, target in queries:
+            at = nodes[offset][1]
+            qid = at.get(target)
+            if qid is None:
+                qid = at[target] = n_queries
+                n_queries += 1
+            qids.append(qid)
         request_queries.append(qids)
     roots = [_compress(tok, child, 0) for tok, child in root[0].items()]
     roots = [s for r in roots for s in _push_down(r, min_shared, is_root=True)]
