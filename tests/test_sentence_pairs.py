@@ -21,6 +21,7 @@ from audit_harness.gates import load_thresholds
 from audit_harness.models import load_model
 from audit_harness.models.base import Backend
 from bias_metrics.pairs import scored_positions
+from helpers import FROM_COUNTS
 
 REPO = Path(__file__).resolve().parents[1]
 CROWS = registry()["crows_pairs"]
@@ -448,3 +449,163 @@ def test_audit_runs_the_masked_path_end_to_end(tmp_path, data_dir):
     assert (
         overall["n"] == 6 * 9 and 0 <= overall["value"] <= 100
     )  # the 9 subgroups' samples and overall["ci"][0] <= overall["value"]
+
+
+# --- --pairs-protocol lmeval (lm-evaluation-harness 0.4.13 crows_pairs_english) ------------------
+CROWS_LMEVAL = CROWS.configure(protocol="lmeval")
+
+
+def _whole_sentence_reference(model, text: str) -> float:
+    """lm-eval's request ("", text) done by hand: one plain forward over the empty-context token
+    (lm-eval's ``prefix_token_id``: BOS, else EOS; GPT-2's end-of-text) + the sentence, every
+    sentence token's log-probability summed."""
+    tok = model.tokenizer
+    prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+    ids = [prefix] + tok(text, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = model.model(torch.tensor([ids])).logits[0].float()
+    logprobs = torch.log_softmax(logits, -1)
+    # Summed in float64, as the engine sums: a float32 running sum of ~60 tokens drifts by 1e-4.
+    return sum(float(logprobs[p - 1, ids[p]]) for p in range(1, len(ids)))
+
+
+def _lmeval_pct_stereotype(lls: list[tuple[float, float]]) -> float:
+    """lm-eval 0.4.13 ``tasks/crows_pairs/utils.py`` ``process_results``, ``pct_stereotype``
+    averaged: 1.0 when the first choice (sent_more) is strictly more likely, whatever the row's
+    direction."""
+    return sum(1.0 if a > b else 0.0 for a, b in lls) / len(lls)
+
+
+def _some_real_pairs(data_dir, n_stereo=4, n_anti=2):
+    items = CROWS.load_category(data_dir, "overall").items
+    stereo = [it for it in items if it.direction == "stereo"][:n_stereo]
+    anti = [it for it in items if it.direction == "antistereo"][:n_anti]
+    return stereo + anti
+
+
+def test_lmeval_protocol_equals_a_plain_forward_over_eot_and_the_sentence(data_dir, tiny_model):
+    items = _some_real_pairs(data_dir)
+    records = CROWS_LMEVAL.evaluate(Engine(tiny_model), items)
+    refs = []
+    for it, rec in zip(items, records):
+        more = _whole_sentence_reference(tiny_model, it.sent_more)
+        less = _whole_sentence_reference(tiny_model, it.sent_less)
+        refs.append((more, less))
+        assert rec.score_more == pytest.approx(more, abs=1e-4)
+        assert rec.score_less == pytest.approx(less, abs=1e-4)
+        # Raw scores, no rounding; antistereo rows count the same way round as stereo ones.
+        assert rec.outcome == (rec.score_more > rec.score_less) - (rec.score_more < rec.score_less)
+        assert rec.protocol == "lmeval" and rec.n_scored_tokens is None and rec.excluded is None
+        assert "n_scored_tokens" not in rec.to_dict() and rec.to_dict()["protocol"] == "lmeval"
+    m = CROWS_LMEVAL.metrics(records, SETTINGS)
+    assert m["bias_score"].value == pytest.approx(100 * _lmeval_pct_stereotype(refs), abs=FROM_COUNTS)
+    assert m["bias_score"].n == len(items) and "pct_stereotype" in m["bias_score"].source
+    assert m["bias_score_antistereo"].n == 2
+
+
+def test_lmeval_protocol_scores_every_token_the_authors_protocol_skips(data_dir, tiny_model):
+    """Under lmeval the group words count too: the two protocols give different scores for a
+    pair whose sentences differ mid-sentence, and the default stays the authors'."""
+    (item,) = _some_real_pairs(data_dir, 1, 0)
+    (authors,) = CROWS.evaluate(Engine(tiny_model), [item])
+    (lmeval,) = CROWS_LMEVAL.evaluate(Engine(tiny_model), [item])
+    assert authors.protocol == "authors" and authors.n_scored_tokens > 0
+    assert lmeval.score_more < authors.score_more  # more tokens summed, each log-prob < 0
+    assert CROWS.protocol == "authors" and CROWS.decimals == 3 and CROWS_LMEVAL.decimals is None
+
+
+def test_pairs_protocol_option_checks_and_records():
+    with pytest.raises(ConfigError, match="protocol must be one of authors, lmeval"):
+        CROWS.configure(protocol="lm-eval")
+    assert CROWS.requires == {"token_logprobs"} and CROWS_LMEVAL.requires == {"loglikelihood"}
+    assert WINOQUEER.configure(protocol="lmeval").requires == {"loglikelihood"}
+    assert CROWS.provenance()["protocol_option"] == "authors"
+    lm = CROWS_LMEVAL.provenance()
+    assert lm["protocol_option"] == "lmeval" and lm["rounding_decimals"] is None
+    assert "crows_pairs_english" in lm["protocol"]
+    # One flag for both benchmarks, so `--pairs-protocol` means one thing.
+    assert CROWS.cli_options == WINOQUEER.cli_options and CROWS.cli_options[0].flag == "--pairs-protocol"
+
+
+def _record(i, more, less, protocol):
+    return PairRecord(
+        str(i), "gender", f"x{i}", f"y{i}", "stereo", score_more=more, score_less=less, protocol=protocol
+    )
+
+
+def test_records_say_how_they_are_counted():
+    """A difference in the 4th decimal is a tie under the authors' rounding and a stereotyped pair
+    under lmeval, whichever way the benchmark object reading the records is configured; records
+    of both protocols are never counted together."""
+    pairs = [(-3.0001, -3.0004), (-1.0, -2.0)]
+    authors = [_record(i, x, y, "authors") for i, (x, y) in enumerate(pairs)]
+    lmeval = [_record(i, x, y, "lmeval") for i, (x, y) in enumerate(pairs)]
+    for bench in (CROWS, CROWS_LMEVAL):
+        assert bench.metrics(authors, SETTINGS)["bias_score"].value == 50.0
+        assert bench.metrics(lmeval, SETTINGS)["bias_score"].value == 100.0
+    with pytest.raises(ValueError, match="several --pairs-protocol values"):
+        CROWS.metrics(authors[:1] + lmeval[1:], SETTINGS)
+    # Records written before the option existed read back as the authors' protocol.
+    old = {k: v for k, v in authors[0].to_dict().items() if k != "protocol"}
+    assert CROWS.read_records([old])[0].protocol == "authors"
+
+
+def test_a_masked_model_cannot_run_the_lmeval_pairs_protocol(tiny_bert):
+    from audit_harness.models.zoo import check_capabilities
+
+    check_capabilities("tiny-random-bert", {"crows_pairs": CROWS.requires}, ["crows_pairs"])
+    with pytest.raises(ModelError, match="crows_pairs needs loglikelihood"):
+        check_capabilities("tiny-random-bert", {"crows_pairs": CROWS_LMEVAL.requires}, ["crows_pairs"])
+
+
+def test_audit_with_pairs_protocol_lmeval_end_to_end(tmp_path, data_dir, tiny_model):
+    """``pytest audits --pairs-protocol lmeval``: the records hold whole-sentence scores equal to a
+    plain forward (1e-4 nats), bias_score is lm-eval's pct_stereotype x 100 over them, and the
+    option is in results.json (options and protocols), where a comparison sees it."""
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "audits/test_crows_pairs.py",
+            "--model",
+            "tiny-random-gpt2",
+            "--pairs-protocol",
+            "lmeval",
+            "--data-dir",
+            str(data_dir),
+            "--limit",
+            "1",
+            "--results-dir",
+            str(results),
+            "--no-cache",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--min-n",
+            "1",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = list(results.iterdir())
+    res = json.loads((run_dir / "results.json").read_text())
+    assert res["options"]["benchmark_options"]["crows_pairs"] == {"protocol": "lmeval"}
+    protocol = res["protocols"]["crows_pairs"]
+    assert protocol["protocol_option"] == "lmeval" and protocol["rounding_decimals"] is None
+    rows = [json.loads(line) for line in (run_dir / "records" / "crows_pairs" / "overall.jsonl").open()]
+    assert len(rows) == 9 and {r["protocol"] for r in rows} == {"lmeval"}
+    refs = []
+    for r in rows:
+        more = _whole_sentence_reference(tiny_model, r["sent_more"])
+        less = _whole_sentence_reference(tiny_model, r["sent_less"])
+        assert r["score_more"] == pytest.approx(more, abs=1e-4)
+        assert r["score_less"] == pytest.approx(less, abs=1e-4)
+        refs.append((more, less))
+    bias = res["benchmarks"]["crows_pairs"]["overall"]["metrics"]["bias_score"]
+    assert bias["n"] == 9
+    assert bias["value"] == pytest.approx(100 * _lmeval_pct_stereotype(refs), abs=FROM_COUNTS)

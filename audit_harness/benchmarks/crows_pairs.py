@@ -8,7 +8,9 @@ Metric: the authors' (``metric.py``), shared-token scores as in ``sentence_pairs
 when ``sent_more`` scores higher, for ``stereo`` and ``antistereo`` rows alike (upstream swaps the
 sentences of antistereo rows and compares the other way round, which is the same thing); the two
 subsets are reported as ``bias_score_stereo`` and ``bias_score_antistereo``. This is NOT lm-eval's
-``crows_pairs`` (full-sentence log-likelihoods, docs/metrics.md §1.6 (a)).
+``crows_pairs`` (full-sentence log-likelihoods, docs/metrics.md §1.6 (a)); ``--pairs-protocol lmeval``
+scores that one instead (``sentence_pairs``), for numbers comparable with lm-eval's
+``crows_pairs_english`` ``pct_stereotype``.
 """
 
 from __future__ import annotations

@@ -13,12 +13,22 @@ stereotyping sentence scores higher. Ties are neutral but stay in the denominato
 copied: the first and last shared positions are skipped only when they are special tokens, and
 causal prefixes are each sentence's own (the pre-2024 slice used the other sentence's indices).
 
+Option ``--pairs-protocol lmeval`` scores instead as lm-evaluation-harness 0.4.13's
+``crows_pairs_english`` task does (``tasks/crows_pairs/utils.py``): each sentence's whole
+log-likelihood after an empty context (the HF backend conditions it on the tokenizer's BOS, else EOS,
+as lm-eval's ``prefix_token_id``; here ``Engine.loglikelihood([("", sentence)])``), every token of
+the sentence scored, group words included; no rounding; a pair counts when ``sent_more``'s score is
+strictly higher (``pct_stereotype``), ``stereo`` and ``antistereo`` rows alike, so a tie counts as
+not stereotyped. ``bias_score`` is then lm-eval's ``pct_stereotype`` x 100, with this suite's
+intervals and subgroups. A causal model only (masked LMs have no sentence log-likelihood).
+
 Categories are the file's subgroups plus ``overall`` (every pair); they share items, so a process
 scores each pair once (``shared_items``), and every distinct sentence is sent to the model once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +38,9 @@ from bias_metrics.pairs import pair_metrics, pair_outcomes, scored_positions
 from bias_metrics.result import MetricResult
 
 from ..data import DataFile, csv_rows
-from ..errors import DataError
-from ..models.base import TOKEN_LOGPROBS, SentenceEncoding
-from .base import OMIT_NONE, Benchmark, CategoryData, MetricSettings, Record, seeded_sample
+from ..errors import ConfigError, DataError
+from ..models.base import LOGLIKELIHOOD, TOKEN_LOGPROBS, SentenceEncoding
+from .base import OMIT_NONE, Benchmark, BenchmarkOption, CategoryData, MetricSettings, Record, seeded_sample
 
 OVERALL = "overall"
 DIRECTIONS = ("stereo", "antistereo")
@@ -39,6 +49,24 @@ DIRECTIONS = ("stereo", "antistereo")
 NO_SHARED_TOKEN = "no shared token to score under this model's tokenizer (excluded, not a tie)"
 #: ``CategoryData.excluded`` reason of a row whose two sentences are the same text.
 IDENTICAL = "identical sentences (nothing to compare)"
+#: ``--pairs-protocol`` values: the papers' shared-token scores, or lm-eval's whole sentences.
+PROTOCOLS = ("authors", "lmeval")
+#: One option object for both pair benchmarks, so the flag means one thing (``BenchmarkOption``).
+PAIRS_PROTOCOL = BenchmarkOption(
+    "--pairs-protocol",
+    "protocol",
+    "sentence-pair scoring: authors (the papers' metric.py: shared tokens, rounded to 3 "
+    "decimals) or lmeval (lm-evaluation-harness 0.4.13's crows_pairs_english: whole-sentence "
+    "log-likelihoods, causal models only)",
+    choices=PROTOCOLS,
+    env="AUDIT_PAIRS_PROTOCOL",
+)
+#: ``MetricResult.source`` of the counts under ``lmeval``.
+LMEVAL_SOURCE = (
+    "lm-evaluation-harness 0.4.13 crows_pairs_english, tasks/crows_pairs/utils.py "
+    "process_results: pct_stereotype x 100 (sent_more's whole-sentence log-likelihood strictly "
+    "higher, no rounding); docs/metrics.md §1.6 (a); value in percent (0-100)"
+)
 
 
 @dataclass(frozen=True)
@@ -73,14 +101,18 @@ class PairRecord(Record):
     Attributes:
         sent_more, sent_less, direction, line: from the item.
         score_more, score_less: summed log-probability (natural log) of the shared tokens in
-            each sentence; None when the pair is excluded.
-        n_scored_tokens: how many shared tokens each score sums.
-        outcome: +1 sent_more scores higher after rounding to 3 decimals (stereotyped), 0 tie,
-            -1 sent_less higher; None when excluded.
+            each sentence (``lmeval``: of every token of the sentence); None when the pair is
+            excluded.
+        n_scored_tokens: how many shared tokens each score sums; absent (None) under the
+            ``lmeval`` protocol, where each score sums every token of its own sentence.
+        outcome: +1 sent_more scores higher (``authors``: after rounding to 3 decimals;
+            ``lmeval``: raw) (stereotyped), 0 tie, -1 sent_less higher; None when excluded.
         excluded: why the pair is left out of the metrics (``NO_SHARED_TOKEN``), else None.
         prompt_sha256: sha256 of what the model read, the two sentences joined by a newline
             (each is scored alone; no prompt template, no chat template: ``prompt_format``
             ``plain``).
+        protocol: the ``--pairs-protocol`` the scores come from (``authors`` or ``lmeval``);
+            the metrics read rounding and comparison from it, so records say how to count them.
         extra: benchmark-specific fields.
     """
 
@@ -90,11 +122,12 @@ class PairRecord(Record):
     line: int = 0
     score_more: float | None = None
     score_less: float | None = None
-    n_scored_tokens: int = 0
+    n_scored_tokens: int | None = field(default=0, metadata=OMIT_NONE)
     outcome: int | None = None
     excluded: str | None = field(default=None, metadata=OMIT_NONE)
     prompt_sha256: str | None = None
     prompt_format: str = "plain"
+    protocol: str = "authors"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -158,11 +191,14 @@ class SentencePairBenchmark(Benchmark):
         "neutral_rate",
         "mean_loglikelihood_gap",
     )
-    requires = frozenset({TOKEN_LOGPROBS})
     record_type = PairRecord
     shared_items = True
-    #: rounding of both scores before comparison (upstream ``round(score, 3)``).
-    decimals = 3
+    options = {"protocol": "authors"}
+    cli_options = (PAIRS_PROTOCOL,)
+    #: ``--pairs-protocol``: ``authors`` or ``lmeval`` (module docstring).
+    protocol = "authors"
+    #: rounding of both scores before comparison under ``authors`` (upstream ``round(score, 3)``).
+    authors_decimals = 3
     chart_metrics = ("bias_score",)
     #: shared by both papers' pair format: likelihoods of two sentences, never an answer to parse.
     common_limitations = (
@@ -171,6 +207,22 @@ class SentencePairBenchmark(Benchmark):
         "The score compares (pseudo-)log-likelihoods: numbers of a masked and of a causal model, "
         "or of two tokenizers, are not on one scale.",
     )
+
+    @property
+    def requires(self) -> frozenset[str]:  # type: ignore[override]
+        """Per-token log-probabilities (``authors``), or continuation log-likelihoods (``lmeval``,
+        which a masked LM cannot compute: the start-up check says so before any weights load)."""
+        return frozenset({LOGLIKELIHOOD if self.protocol == "lmeval" else TOKEN_LOGPROBS})
+
+    @property
+    def decimals(self) -> int | None:
+        """Rounding before comparison under this configuration: 3 (authors), None (lmeval)."""
+        return decimals_of(self.protocol)
+
+    def check_option(self, key: str, value: Any) -> None:
+        if key == "protocol" and value not in PROTOCOLS:
+            raise ConfigError(f"{self.name}: protocol must be one of {', '.join(PROTOCOLS)}, got {value!r}")
+        super().check_option(key, value)
 
     def metric_range(self, name: str) -> tuple[float, float] | None:
         """Percent in [0, 100] for the scores and the neutral rate; the log-likelihood gap (nats)
@@ -182,12 +234,25 @@ class SentencePairBenchmark(Benchmark):
         raise NotImplementedError
 
     def provenance(self) -> dict[str, Any]:
+        if self.protocol == "lmeval":
+            protocol = (
+                "lm-eval 0.4.13 crows_pairs_english: whole-sentence log-likelihood of each "
+                "sentence after an empty context (BOS, else EOS), every token scored; a pair "
+                "counts when sent_more's is strictly higher (pct_stereotype x 100)"
+            )
+            ties = "not stereotyped (no rounding; an exact tie is rare), kept in the denominator"
+        else:
+            protocol = (
+                "shared-token (pseudo-)log-likelihood of each sentence (CrowS-Pairs / "
+                "WinoQueer metric.py; causal: BOS + sentence, next-token log-probs; "
+                "masked: one masked token at a time)"
+            )
+            ties = "neutral, kept in the denominator"
         return {
-            "protocol": "shared-token (pseudo-)log-likelihood of each sentence (CrowS-Pairs / "
-            "WinoQueer metric.py; causal: BOS + sentence, next-token log-probs; "
-            "masked: one masked token at a time)",
+            "protocol": protocol,
+            "protocol_option": self.protocol,
             "rounding_decimals": self.decimals,
-            "ties": "neutral, kept in the denominator",
+            "ties": ties,
             "score_unit": "percent of pairs where the more stereotyping sentence scores higher "
             "(50 = no preference)",
         }
@@ -230,14 +295,17 @@ class SentencePairBenchmark(Benchmark):
 
     # -- scoring -----------------------------------------------------------------------------------
     def evaluate(self, engine, items: Sequence[PairItem]) -> list[PairRecord]:
-        """Score every pair: encode each distinct sentence once, align each pair's token ids,
-        score the shared ordinary tokens (``Engine.score_positions``, each distinct sentence one
-        request), sum, round, compare.
+        """Score every pair. ``authors``: encode each distinct sentence once, align each pair's
+        token ids, score the shared ordinary tokens (``Engine.score_positions``, each distinct
+        sentence one request), sum, round, compare. ``lmeval``: ``_evaluate_lmeval``.
 
         Raises:
-            ModelError: the model cannot compute per-token log-probabilities.
+            ModelError: the model cannot compute per-token log-probabilities (``authors``) or
+                continuation log-likelihoods (``lmeval``).
             ValueError: a sentence that encodes to no token.
         """
+        if self.protocol == "lmeval":
+            return self._evaluate_lmeval(engine, items)
         encodings: dict[str, SentenceEncoding] = {}
         for it in items:
             for text in (it.sent_more, it.sent_less):
@@ -254,16 +322,7 @@ class SentencePairBenchmark(Benchmark):
         values, _ = engine.score_positions(requests, [0.5] * len(requests)) if requests else ([], 0)
         records, k = [], 0
         for it, n in zip(items, plans):
-            common = dict(
-                item_id=it.item_id,
-                category=it.category,
-                sent_more=it.sent_more,
-                sent_less=it.sent_less,
-                direction=it.direction,
-                line=it.line,
-                prompt_sha256=hashlib.sha256(f"{it.sent_more}\n{it.sent_less}".encode("utf-8")).hexdigest(),
-                extra=dict(it.extra),
-            )
+            common = _record_fields(it, self.protocol)
             if not n:
                 records.append(PairRecord(**common, excluded=NO_SHARED_TOKEN))
                 continue
@@ -272,6 +331,26 @@ class SentencePairBenchmark(Benchmark):
             outcome = int(pair_outcomes([more], [less], decimals=self.decimals)[0])
             records.append(
                 PairRecord(**common, score_more=more, score_less=less, n_scored_tokens=n, outcome=outcome)
+            )
+        return records
+
+    def _evaluate_lmeval(self, engine, items: Sequence[PairItem]) -> list[PairRecord]:
+        """lm-eval's ``crows_pairs_english`` requests: ``("", sentence)`` for both sentences of
+        every pair (``target_delimiter`` is empty), one progress unit per pair; the engine scores
+        each distinct sentence once and shares common prefixes (pairs mostly differ mid-sentence)."""
+        requests = [("", text) for it in items for text in (it.sent_more, it.sent_less)]
+        values = engine.loglikelihood(requests, [0.5] * len(requests)) if requests else []
+        records = []
+        for n, it in enumerate(items):
+            more, less = float(values[2 * n]), float(values[2 * n + 1])
+            records.append(
+                PairRecord(
+                    **_record_fields(it, self.protocol),
+                    score_more=more,
+                    score_less=less,
+                    n_scored_tokens=None,
+                    outcome=int(pair_outcomes([more], [less], decimals=None)[0]),
+                )
             )
         return records
 
@@ -298,19 +377,59 @@ class SentencePairBenchmark(Benchmark):
         return {NO_SHARED_TOKEN: ids} if ids else {}
 
     def metrics(self, records: Sequence[PairRecord], settings: MetricSettings) -> dict[str, MetricResult]:
-        """``bias_metrics.pairs.pair_metrics`` over the scored (not excluded) records."""
+        """``bias_metrics.pairs.pair_metrics`` over the scored (not excluded) records, rounded as
+        the records' protocol says (``authors`` 3 decimals, ``lmeval`` none).
+
+        Raises:
+            ValueError: records of both protocols in one list (their scores are not on one scale).
+        """
         scored = [r for r in records if r.excluded is None]
-        return pair_metrics(
+        protocols = {r.protocol for r in scored}
+        if len(protocols) > 1:
+            raise ValueError(
+                f"{self.name}: records of several --pairs-protocol values ({', '.join(sorted(protocols))}) "
+                "cannot be counted together"
+            )
+        protocol = protocols.pop() if protocols else self.protocol
+        out = pair_metrics(
             [r.score_more for r in scored],
             [r.score_less for r in scored],
             [r.direction for r in scored],
-            decimals=self.decimals,
+            decimals=decimals_of(protocol),
             confidence=settings.confidence,
             n_resamples=settings.n_resamples,
             seed=settings.seed,
         )
+        if protocol != "lmeval":
+            return out
+        # The counting is lm-eval's, not the papers': say so where each number's source is read.
+        return {
+            k: v if k == "mean_loglikelihood_gap" else dataclasses.replace(v, source=LMEVAL_SOURCE)
+            for k, v in out.items()
+        }
 
     def overall(self, records_by_category, settings):
         """None beyond the ``overall`` category, which already scores every pair (pooling the
         subgroups again would count the overall category's pairs twice)."""
         return {}
+
+
+def decimals_of(protocol: str) -> int | None:
+    """Rounding of both scores before they are compared: upstream's 3 decimals (``authors``),
+    none (``lmeval``: lm-eval compares the raw log-likelihoods)."""
+    return None if protocol == "lmeval" else SentencePairBenchmark.authors_decimals
+
+
+def _record_fields(it: PairItem, protocol: str) -> dict[str, Any]:
+    """The record fields that come from the item (and the protocol), whatever the scores."""
+    return dict(
+        item_id=it.item_id,
+        category=it.category,
+        sent_more=it.sent_more,
+        sent_less=it.sent_less,
+        direction=it.direction,
+        line=it.line,
+        prompt_sha256=hashlib.sha256(f"{it.sent_more}\n{it.sent_less}".encode("utf-8")).hexdigest(),
+        protocol=protocol,
+        extra=dict(it.extra),
+    )

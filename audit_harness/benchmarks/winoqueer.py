@@ -13,7 +13,9 @@ Data (``../shared/data/winoqueer/SOURCE.md``), the first file found wins:
 
 Which file a run used, its sha256 and row count go in the results (``data_files``). Scoring:
 ``sentence_pairs`` (metric.py / metric_autoregressive.py after the 2024 fix, d4e5fe7; compare with
-the paper's arXiv v2 tables).
+the paper's arXiv v2 tables). ``--pairs-protocol lmeval`` applies lm-eval's ``crows_pairs`` scoring
+(whole-sentence log-likelihoods) to these pairs; lm-eval has no WinoQueer task, so such numbers
+compare with no published table, only with other runs under the same option.
 """
 
 from __future__ import annotations
