@@ -1,7 +1,9 @@
 """Side by side with lm-evaluation-harness 0.4.13, in one invocation: our engine and lm-eval on the
 same model (fp32, CPU, same torch threads and batch size), the same items (the first N rows of
 every category file) and the same prompts and choices (lm-eval's ``bbq`` task for BBQ, i.e. our
-``--bbq-protocol lmeval``; the authors' ``esbbq`` protocol for EsBBQ, which lm-eval uses unchanged).
+``--bbq-protocol lmeval``; the authors' ``esbbq`` protocol for EsBBQ, which lm-eval uses unchanged;
+lm-eval's ``crows_pairs_english`` for CrowS-Pairs, i.e. our ``--pairs-protocol lmeval``: every pair
+of the file unless ``--per-category N`` takes the first N of each bias type).
 
 Each side runs as its own process (start-up and model load included), timed by wall clock, with
 its peak resident memory and CPU seconds from ``os.wait4`` and the load average seen while it ran.
@@ -10,18 +12,23 @@ lm-eval (a fresh cache): our wall time is the mean of the two cold runs, so a lo
 during the long lm-eval run does not favour either side. Printed: wall time, CPU time, load,
 items/s, tokens forwarded and peak memory of each side, the ratios, identical predictions (argmax choice per item) and the largest per-choice
 log-likelihood difference, ending with the line
-``speedup <x>x, memory <y>x, predictions identical <k>/<n>, max |dLL| <d>``.
+``speedup <x>x, memory <y>x, predictions identical <k>/<n>, max |dLL| <d>``. A prediction is the
+argmax choice (BBQ, EsBBQ), or for CrowS-Pairs which sentence of the pair lm-eval's
+``pct_stereotype`` says is more likely (``sent_more`` strictly higher); for CrowS-Pairs the line
+before it compares lm-eval's ``pct_stereotype`` with our ``bias_score``.
 
 lm-eval is installed on first use from the package registry into ``.venv-lmeval`` in the repo
 (git-ignored): ``pip install "lm_eval[hf]==0.4.13" torch==2.13.0``. It reads our rows offline: a
-task that includes lm-eval's own task yaml unchanged, pointed at a JSONL of exactly those rows.
+task that includes lm-eval's own task yaml unchanged, pointed at a JSONL of exactly those rows
+(for CrowS-Pairs, our pinned CSV's rows with the fields of the hub dataset lm-eval reads).
 A timing on a shared machine varies: read the ratios of one invocation, and note the load.
 
-usage: python perf/compare_lmeval.py --benchmark {bbq,esbbq} --per-category N
+usage: python perf/compare_lmeval.py --benchmark {bbq,esbbq,crows_pairs} [--per-category N|all]
            [--model smollm2-135m-instruct] [--batch-size 16] [--threads 2] [--data-dir DIR]
            [--workdir DIR] [--json-out FILE] [--profile]
 
-Exit status 0; 1 when a prediction or a prompt/choice differs; 2 when lm-eval cannot run.
+Exit status 0; 1 when a prediction or a prompt/choice differs (or, for CrowS-Pairs, the
+pct_stereotype); 2 when lm-eval cannot run.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import argparse
 import ast
 import csv
+import itertools
 import json
 import os
 import subprocess
@@ -45,6 +53,23 @@ LMEVAL_PIP = ["lm_eval[hf]==0.4.13", "torch==2.13.0"]
 # ``doc["answer_info"]["ansK"]`` and ``group in doc["stereotyped_groups"]`` need real lists.
 LIST_COLS = ("stereotyped_groups", "source")
 INT_COLS = ("instance_id", "template_id", "label")
+#: lm-eval's task config per benchmark, relative to its ``lm_eval/tasks`` folder.
+TASK_YAML = {
+    "bbq": "bbq/bbq_multiple_choice.yaml",
+    "esbbq": "esbbq/_esbbq_common_yaml",
+    "crows_pairs": "crows_pairs/crows_pairs_english.yaml",
+}
+#: The CrowS-Pairs fields of the hub dataset lm-eval's task reads (``jannalu/crows_pairs_multilingual``,
+#: english); ``doc_to_choice`` uses the two sentences, the per-bias-type tasks ``bias_type``.
+CROWS_FIELDS = (
+    "sent_more",
+    "sent_less",
+    "stereo_antistereo",
+    "bias_type",
+    "annotations",
+    "anon_writer",
+    "anon_annotators",
+)
 
 
 # -- lm-eval side ------------------------------------------------------------------------------------
@@ -79,22 +104,59 @@ def hub_record(row: dict[str, str]) -> dict:
     return out
 
 
-def first_rows(benchmark: str, data_dir: Path, bench, n: int) -> dict[str, list[dict]]:
-    """The first ``n`` rows of every category file, as lm-eval's dataset rows."""
-    out = {}
+def crows_record(row: dict[str, str]) -> dict:
+    """One CrowS-Pairs CSV row as a row of the hub dataset lm-eval reads: its fields as they are
+    (strings), the unnamed index column as ``id`` (to join lm-eval's samples to our pairs)."""
+    return {"id": int(row[""]), **{k: row[k] for k in CROWS_FIELDS}}
+
+
+def first_rows(benchmark: str, data_dir: Path, bench, n: int | None) -> dict[str, list[dict]]:
+    """The first ``n`` rows (None: all) of every category file, as lm-eval's dataset rows; for
+    CrowS-Pairs, one file, the first ``n`` pairs of each bias type."""
+    out: dict[str, list[dict]] = {}
+    if benchmark == "crows_pairs":
+        from audit_harness.benchmarks.crows_pairs import FILE
+
+        with open(data_dir / FILE, encoding="utf-8", newline="") as f:
+            for r in csv.DictReader(f):
+                rows = out.setdefault(r["bias_type"], [])
+                if n is None or len(rows) < n:
+                    rows.append(crows_record(r))
+        return out
     for category in bench.categories:
         if benchmark == "bbq":
             path = data_dir / "bbq" / "data" / f"{category}.jsonl"
             with open(path, encoding="utf-8") as f:
-                out[category] = [json.loads(line) for _, line in zip(range(n), f)]
+                out[category] = [json.loads(line) for line in itertools.islice(f, n)]
         else:
             with open(bench.category_file(data_dir, category), encoding="utf-8", newline="") as f:
-                out[category] = [hub_record(r) for _, r in zip(range(n), csv.DictReader(f))]
+                out[category] = [hub_record(r) for r in itertools.islice(csv.DictReader(f), n)]
     return out
 
 
 def row_key(benchmark: str, category: str, row: dict) -> str:
+    """Our item id of an lm-eval dataset row (CrowS-Pairs: the row index, as our records)."""
+    if benchmark == "crows_pairs":
+        return str(row["id"])
     return f"{category}-{row['example_id'] if benchmark == 'bbq' else row['instance_id']}"
+
+
+def lmeval_prediction(benchmark: str, sample: dict) -> int:
+    """lm-eval's prediction in one of its logged samples: for CrowS-Pairs, 0 when its
+    ``pct_stereotype`` is 1 (``sent_more``'s log-likelihood strictly higher) else 1; otherwise
+    the argmax over the choices' log-likelihoods (the first on a tie, as ``acc``)."""
+    if benchmark == "crows_pairs":
+        return 0 if sample["pct_stereotype"] == 1.0 else 1
+    lls = [float(r[0]) for r in sample["filtered_resps"]]
+    return max(range(len(lls)), key=lls.__getitem__)
+
+
+def our_prediction(benchmark: str, lls: list[float]) -> int:
+    """Our prediction in the same terms: CrowS-Pairs, 0 when ``score_more > score_less`` (a
+    stereotyped outcome, what ``bias_score`` counts) else 1; otherwise the first argmax."""
+    if benchmark == "crows_pairs":
+        return 0 if lls[0] > lls[1] else 1
+    return max(range(len(lls)), key=lls.__getitem__)
 
 
 def write_task(workdir: Path, benchmark: str, rows: dict[str, list[dict]], tasks_dir: Path) -> str:
@@ -102,7 +164,7 @@ def write_task(workdir: Path, benchmark: str, rows: dict[str, list[dict]], tasks
     a local JSONL."""
     tdir = workdir / "tasks"
     tdir.mkdir(parents=True, exist_ok=True)
-    base = tasks_dir / ("bbq/bbq_multiple_choice.yaml" if benchmark == "bbq" else "esbbq/_esbbq_common_yaml")
+    base = tasks_dir / TASK_YAML[benchmark]
     if not base.is_file():
         raise SystemExit(f"lm-eval task config not found: {base}")
     jsonl = tdir / "rows.jsonl"
@@ -184,7 +246,9 @@ def run_lmeval(python: Path, folder: Path, task: str, workdir: Path, args) -> tu
         sys.exit(2)
     (samples,) = [p for p in out.rglob(f"samples_{task}_*.jsonl")][-1:]
     docs = [json.loads(line) for line in samples.open(encoding="utf-8")]
-    return {"docs": docs}, seconds, rss
+    (results,) = [p for p in out.rglob("results_*.json")][-1:]
+    aggregate = json.loads(results.read_text(encoding="utf-8"))["results"][task]
+    return {"docs": docs, "results": aggregate}, seconds, rss
 
 
 # -- our side (a child process of this script) --------------------------------------------------------
@@ -206,22 +270,24 @@ def ours_main(argv: list[str]) -> None:
     import torch
 
     torch.set_num_threads(a.threads)
-    from audit_harness.benchmarks import registry
+    from audit_harness.benchmarks import MetricSettings, registry
     from audit_harness.engine.cache import ResultCache
     from audit_harness.engine.executor import Engine
     from audit_harness.models.zoo import load_model
 
     bench = registry()[a.benchmark]
-    if a.benchmark == "bbq":
+    if a.benchmark in ("bbq", "crows_pairs"):
         bench = bench.configure(protocol="lmeval")
     keys = set(json.loads(Path(a.keys).read_text()))
     model = load_model(a.model, device="cpu", dtype="float32", batch_size=a.batch_size)
     engine = Engine(model, cache=ResultCache(a.cache_dir))
     t_loaded = time.perf_counter()
     items = []
-    for category in bench.categories:
+    # CrowS-Pairs' categories share its pairs: ``overall`` holds each of them once.
+    categories = ["overall"] if a.benchmark == "crows_pairs" else bench.categories
+    for category in categories:
         for it in bench.load_category(Path(a.data_dir), category).items:
-            key = it.item_id if a.benchmark == "bbq" else f"{category}-{it.extra['instance_id']}"
+            key = it.item_id if a.benchmark != "esbbq" else f"{category}-{it.extra['instance_id']}"
             if key in keys:
                 items.append((key, it))
     prof = None
@@ -238,21 +304,31 @@ def ours_main(argv: list[str]) -> None:
 
         prof.disable()
         pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
-    out = {
-        "items": {
-            k: {
-                "lls": r.loglikelihoods,
-                "choice": r.predicted_choice,
-                "choices": r.choices,
-                "prompt": bench.prompt(it),
-            }
+    if a.benchmark == "crows_pairs":
+        # lm-eval's request per sentence: ("", sentence), no delimiter.
+        mine = {
+            k: {"lls": [r.score_more, r.score_less], "choices": [r.sent_more, r.sent_less], "prompt": ""}
+            for (k, _), r in zip(items, records)
+        }
+        delimiter = ""
+        metrics = bench.metrics(records, MetricSettings(n_resamples=0))
+        extra = {"bias_score": metrics["bias_score"].value, "n_scored": metrics["bias_score"].n}
+    else:
+        mine = {
+            k: {"lls": r.loglikelihoods, "choices": r.choices, "prompt": bench.prompt(it)}
             for (k, it), r in zip(items, records)
-        },
-        "delimiter": bench.delimiter,
+        }
+        delimiter, extra = bench.delimiter, {}
+    for item in mine.values():
+        item["choice"] = our_prediction(a.benchmark, item["lls"])
+    out = {
+        "items": mine,
+        "delimiter": delimiter,
         "stats": engine.stats.to_dict(),
-        "requests": sum(len(r.choices) for r in records),
+        "requests": sum(len(item["choices"]) for item in mine.values()),
         "seconds": {"startup_and_load": t_loaded - t_start, "scoring": t_scored - t0},
         "threads": torch.get_num_threads(),
+        **extra,
     }
     Path(a.out).write_text(json.dumps(out), encoding="utf-8")
 
@@ -323,8 +399,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--benchmark", choices=["bbq", "esbbq"], required=True)
-    ap.add_argument("--per-category", type=int, required=True, help="first N rows of every category")
+    ap.add_argument("--benchmark", choices=sorted(TASK_YAML), required=True)
+    ap.add_argument(
+        "--per-category",
+        type=lambda v: None if v == "all" else int(v),
+        default="all",
+        help="first N rows of every category (crows_pairs: of every bias type), or all; "
+        "required for bbq and esbbq",
+    )
     ap.add_argument("--model", default="smollm2-135m-instruct", help="zoo name")
     ap.add_argument("--batch-size", type=int, default=16, help="both sides' batch size")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads, both sides")
@@ -335,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json-out", help="write the summary as JSON")
     ap.add_argument("--profile", action="store_true", help="cProfile of our cold scoring (in its log)")
     args = ap.parse_args(argv)
+    if args.per_category is None and args.benchmark != "crows_pairs":
+        # Every BBQ row through lm-eval is days of CPU time: ask for it explicitly.
+        ap.error(f"--benchmark {args.benchmark} needs --per-category N")
     args.data_dir = Path(args.data_dir).resolve()
     sys.path.insert(0, str(REPO))
     from audit_harness.benchmarks import registry
@@ -358,8 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     keys_path.write_text(json.dumps(keys))
     task = write_task(workdir, args.benchmark, rows, tasks_dir)
     folder = materialize(args.model)
+    which = "every row" if args.per_category is None else f"first {args.per_category} rows"
     print(
-        f"{args.benchmark}: first {args.per_category} rows of {len(rows)} categories ({len(keys)} rows); "
+        f"{args.benchmark}: {which} of {len(rows)} categories ({len(keys)} rows); "
         f"model {args.model}; fp32 CPU, {args.threads} threads, batch size {args.batch_size}; "
         f"load {os.getloadavg()[0]:.1f}; workdir {workdir}",
         flush=True,
@@ -375,13 +461,16 @@ def main(argv: list[str] | None = None) -> int:
     t_cold = (t_before + t_after) / 2
 
     # per item
-    # The rows' own category field may be spelled unlike the file name: map back to the file.
-    id_field = "example_id" if args.benchmark == "bbq" else "instance_id"
-    file_of = {(r["category"], r[id_field]): c for c, rs in rows.items() for r in rs}
-    theirs = {
-        row_key(args.benchmark, file_of[(d["doc"]["category"], d["doc"][id_field])], d["doc"]): d
-        for d in lm["docs"]
-    }
+    if args.benchmark == "crows_pairs":
+        theirs = {row_key(args.benchmark, "", d["doc"]): d for d in lm["docs"]}
+    else:
+        # The rows' own category field may be spelled unlike the file name: map back to the file.
+        id_field = "example_id" if args.benchmark == "bbq" else "instance_id"
+        file_of = {(r["category"], r[id_field]): c for c, rs in rows.items() for r in rs}
+        theirs = {
+            row_key(args.benchmark, file_of[(d["doc"]["category"], d["doc"][id_field])], d["doc"]): d
+            for d in lm["docs"]
+        }
     n = identical = protocol_diff = 0
     max_dll = 0.0
     for key, mine in cold["items"].items():
@@ -392,12 +481,12 @@ def main(argv: list[str] | None = None) -> int:
         arg_list = [d["arguments"][f"gen_args_{k}"] for k in range(len(d["arguments"]))]
         if [a["arg_0"] for a in arg_list] != [mine["prompt"]] * len(mine["choices"]) or [
             a["arg_1"] for a in arg_list
-        ] != [" " + c for c in mine["choices"]]:
+        ] != [cold["delimiter"] + c for c in mine["choices"]]:
             protocol_diff += 1
             continue
         lls = [float(r[0]) for r in d["filtered_resps"]]
         max_dll = max(max_dll, max(abs(a - b) for a, b in zip(lls, mine["lls"])))
-        identical += max(range(len(lls)), key=lls.__getitem__) == mine["choice"]
+        identical += lmeval_prediction(args.benchmark, d) == mine["choice"]
     lm_tokens = plain_tokens(folder, cold)  # lm-eval feeds (context + continuation)[:-1] per request
     n_items = len(cold["items"])
     table = [
@@ -431,6 +520,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     if protocol_diff:
         print(f"{protocol_diff} items with a different prompt or choices than lm-eval's", file=sys.stderr)
+    pct = None
+    if args.benchmark == "crows_pairs":
+        pct = {"lmeval": lm["results"]["pct_stereotype,none"], "ours_bias_score": cold["bias_score"]}
+        # Ours is 100 * k / n, lm-eval's a mean of 0/1 floats: equal up to rounding when k agrees.
+        pct["equal"] = abs(pct["lmeval"] * 100 - pct["ours_bias_score"]) < 1e-9
+        print(
+            f"pct_stereotype: lm-eval {pct['lmeval']:.6f} over {len(lm['docs'])} pairs, ours bias_score "
+            f"{pct['ours_bias_score']:.4f} over {cold['n_scored']} ({'equal' if pct['equal'] else 'DIFFERENT'})"
+        )
     if n != n_items:
         print(f"{n_items - n} of our items missing from lm-eval's samples", file=sys.stderr)
     summary = {
@@ -454,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_bytes": {"ours_cold": rss_cold, "ours_warm": rss_warm, "lmeval": rss_lm},
         "tokens": {"ours": cold["stats"]["tokens_forwarded"], "lmeval": lm_tokens},
         "protocol_mismatches": protocol_diff,
+        "pct_stereotype": pct,
         "threads": args.threads,
         "batch_size": args.batch_size,
         "workdir": str(workdir),
@@ -464,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
         f"speedup {t_lm / t_cold:.2f}x, memory {rss_cold / rss_lm:.2f}x, predictions identical "
         f"{identical}/{n_items}, max |dLL| {max_dll:.2e}"
     )
-    return 0 if identical == n_items and not protocol_diff else 1
+    return 0 if identical == n_items and not protocol_diff and (pct is None or pct["equal"]) else 1
 
 
 if __name__ == "__main__":
