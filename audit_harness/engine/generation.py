@@ -3,11 +3,14 @@ batching (halved and retried on out-of-memory) and progress, as for scores. A ba
 batches only:
 
 - ``encode_prompt(text) -> ids``: the prompt's token ids, as the model will read them.
-- ``generate_tokens(prompts, max_new_tokens, score_tokens=None) -> (texts, tokens forwarded,
-  first-step log-probabilities)``: greedy completions of a batch of token-id prompts (the decoded
-  text after each prompt, no stop string applied), the number of tokens the backend actually ran
-  (prompt tokens shared between prompts counted once, plus one per decoded step and row), and,
-  when asked, the log-probability of given tokens as the first token after each prompt.
+- ``generate_tokens(prompts, max_new_tokens, score_tokens=None[, stop=None]) -> (texts, tokens
+  forwarded, first-step log-probabilities)``: greedy completions of a batch of token-id prompts
+  (the decoded text after each prompt, not cut at any stop string), the number of tokens the
+  backend actually ran (prompt tokens shared between prompts counted once, plus one per decoded
+  step and row), and, when asked, the log-probability of given tokens as the first token after
+  each prompt. A backend whose ``generate_tokens`` takes ``stop`` (per prompt, its stop
+  strings) may end a row as soon as its text contains one of them; it must not end it earlier,
+  so a text that contains none of its stop strings is the whole generation.
 
 ``first_step``: the forward that picks a prompt's first new token has the whole next-token
 distribution, so continuations of the same prompt that are one token long (KoBBQ's option
@@ -15,14 +18,24 @@ letters, scored in letter mode) are stored from it as ordinary log-likelihood re
 ``Engine.prompt_loglikelihood`` of (prompt, letter) finds them in the memo or cache instead of running
 the prompt again.
 
-The cache stores the decoded text before stop strings are applied, so requests that differ only
-in their stop strings share one entry (key: model key, prompt ids, ``max_new_tokens``).
+Cache: a whole generation (ended by end-of-sequence or ``max_new_tokens``) is stored under
+(model key, prompt ids, ``max_new_tokens``) and serves every request with that prompt and
+budget, whatever its stop strings: each request's text is cut at its own stop strings on the
+way out. A generation that a stop string ended early is only known up to that stop string, so
+it is stored under a key that adds the sorted stop strings, and serves only requests with
+exactly those stop strings (another stop string may lie after the point where it ended). A
+text from a backend that stops early is taken as ended early whenever it contains one of its
+stop strings, since the backend cannot say whether it would have gone on. Requests for one
+prompt and budget with different stop strings (or some without) run once, whole.
+
 Requests are sorted by their token ids, so prompts with a shared prefix (KoBBQ's 3 option orders
 of one question) land in one batch, where a backend can run the prefix once.
 """
 
 from __future__ import annotations
 
+import inspect
+import json
 from typing import TYPE_CHECKING, Sequence
 
 from ..models.base import GenerationRequest
@@ -42,14 +55,33 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     return text[:cut]
 
 
+def stop_set(stop: Sequence[str]) -> tuple[str, ...]:
+    """The stop strings that can cut a text (non-empty), sorted and without duplicates: requests
+    whose stop strings give the same set cut every text alike."""
+    return tuple(sorted({s for s in stop if s}))
+
+
+def generation_keys(model_key: str, ids: Sequence[int], max_new_tokens: int, stop: Sequence[str]):
+    """(whole-generation key, stopped-generation key or None) of one request: the first is the
+    result cache's ``"gen"`` key of (prompt ids, ``max_new_tokens``); the second adds the
+    request's ``stop_set`` (as JSON, so no two sets share a key) and is None without stop
+    strings."""
+    whole = request_key(model_key, "gen", ids, (max_new_tokens,))
+    stops = stop_set(stop)
+    if not stops:
+        return whole, None
+    return whole, request_key(model_key, "gen-stop" + json.dumps(stops), ids, (max_new_tokens,))
+
+
 def run_generation(
     engine: "Engine",
     requests: Sequence[GenerationRequest],
     weights: Sequence[float] | None = None,
     first_step: Sequence[Sequence[str]] | None = None,
 ) -> list[str]:
-    """``Engine.generate``: one greedy completion per request, in order, each distinct (prompt
-    ids, ``max_new_tokens``) computed at most once (memo, cache). A backend without
+    """``Engine.generate``: one greedy completion per request, in order, cut at its stop strings;
+    each distinct (prompt ids, ``max_new_tokens``, stop strings) computed at most once (memo,
+    cache; see the module doc for what a stored text serves). A backend without
     ``generate_tokens`` (a replay of saved outputs, a test double) answers ``generate`` itself.
 
     Raises:
@@ -72,7 +104,9 @@ def run_generation(
         if not ids:
             raise ValueError(f"request {n}: prompt {requests[n].prompt[:40]!r} encodes to no token")
     model_key = engine._model_key()
-    keys = [request_key(model_key, "gen", ids, (r.max_new_tokens,)) for ids, r in zip(encoded, requests)]
+    pairs = [generation_keys(model_key, ids, r.max_new_tokens, r.stop) for ids, r in zip(encoded, requests)]
+    # A request is identified by its stopped key when it has stop strings, else by its whole key.
+    keys = [stopped or whole for whole, stopped in pairs]
     first: dict[bytes, int] = {}
     for i, k in enumerate(keys):
         first.setdefault(k, i)
@@ -84,20 +118,44 @@ def run_generation(
     stats = engine.stats
     stats.requests += len(keys)
     stats.distinct += len(first)
-    texts: dict[bytes, str] = dict(engine.texts.lookup(first))  # type: ignore[arg-type]
+    found = engine.texts.lookup({key for i in first.values() for key in pairs[i] if key is not None})
+    texts: dict[bytes, str] = {}
+    for k, i in first.items():
+        whole, stopped = pairs[i]
+        if whole in found:
+            texts[k] = found[whole]  # type: ignore[assignment]
+        elif stopped is not None and stopped in found:
+            texts[k] = found[stopped]  # type: ignore[assignment]
     missing = [k for k in first if k not in texts]
     stats.from_cache += len(first) - len(missing)
     _advance(engine, [k for k in first if k in texts], weight)
 
-    scores = _first_step_tokens(engine, requests, encoded, first_step, first, missing)
+    jobs = _jobs(missing, first, pairs, requests)
+    rep = {job: first[members[0]] for job, (members, _) in jobs.items()}
+    scores = _first_step_tokens(engine, requests, encoded, first_step, rep, list(jobs))
     by_budget: dict[int, list[bytes]] = {}
-    for k in missing:
-        by_budget.setdefault(requests[first[k]].max_new_tokens, []).append(k)
-    for max_new, ks in by_budget.items():
-        ks.sort(key=lambda k: encoded[first[k]])
-        for batch in _batches(engine, ks, encoded, first, max_new):
-            _run_batch(engine, batch, encoded, first, max_new, texts, weight, scores)
+    for job, i in rep.items():
+        by_budget.setdefault(requests[i].max_new_tokens, []).append(job)
+    for max_new, batch_keys in by_budget.items():
+        batch_keys.sort(key=lambda k: encoded[rep[k]])
+        for batch in _batches(engine, batch_keys, encoded, rep, max_new):
+            _run_batch(engine, batch, encoded, rep, max_new, jobs, pairs, first, texts, weight, scores)
     return [cut_at_stop(texts[k], r.stop) for k, r in zip(keys, requests)]
+
+
+def _jobs(missing, first, pairs, requests) -> dict[bytes, tuple[list[bytes], tuple[str, ...]]]:
+    """The generations to run for the ``missing`` requests: per whole key, (the requests it
+    answers, the stop strings it runs with). Requests for one prompt and budget that all share
+    one stop set run with it; any other mix (another stop set, or none) runs once, whole, which
+    answers every one of them."""
+    members: dict[bytes, list[bytes]] = {}
+    for k in missing:
+        members.setdefault(pairs[first[k]][0], []).append(k)
+    jobs = {}
+    for whole, ks in members.items():
+        sets = {stop_set(requests[first[k]].stop) for k in ks}
+        jobs[whole] = (ks, sets.pop() if len(sets) == 1 else ())
+    return jobs
 
 
 def _first_step_tokens(engine: "Engine", requests, encoded, first_step, first, missing):
@@ -131,18 +189,23 @@ def _first_step_tokens(engine: "Engine", requests, encoded, first_step, first, m
 
 def _batches(engine: "Engine", keys: list[bytes], encoded, first, max_new: int):
     """Consecutive runs of at most ``batch_size`` prompts whose padded width (longest prompt +
-    new tokens) times rows stays within the token budget and the engine's time budget
-    (``engine.pace``; one prompt over it goes alone)."""
+    new tokens) times rows stays within the backend's token budget (one prompt over it goes
+    alone).
+
+    Unlike score forwards, generation batches are not sized by time (``engine.pace``): a
+    generation runs ``max_new`` sequential steps whatever its batch, and on a CPU a step of 16
+    rows costs a few times one row's, not 16 times. A time target shrank every batch after the
+    first to one prompt (KoBBQ: 60 batches for 60 prompts, so no prefix was ever shared; KGQuiz
+    Task5: 128 steps per item), and generation times, recorded as tokens per second, made the
+    score forwards after them small too. What an interruption loses is one batch."""
     m = engine.backend
     batch: list[bytes] = []
     width = 0
-    budget = engine.pace.budget(m.token_budget)
     for k in keys:
         w = max(width, len(encoded[first[k]]) + max_new)
-        if batch and (len(batch) >= m.batch_size or (len(batch) + 1) * w > budget):
-            yield batch  # runs (and is timed) before the generator resumes
+        if batch and (len(batch) >= m.batch_size or (len(batch) + 1) * w > m.token_budget):
+            yield batch  # runs before the generator resumes
             batch, w = [], len(encoded[first[k]]) + max_new
-            budget = engine.pace.budget(m.token_budget)
         batch.append(k)
         width = w
     if batch:
@@ -153,36 +216,49 @@ def _run_batch(
     engine: "Engine",
     batch: list[bytes],
     encoded,
-    first,
+    rep,
     max_new: int,
-    texts: dict[bytes, str],
-    weight: dict[bytes, float],
+    jobs,
+    pairs,
+    first,
+    texts,
+    weight,
     scores,
 ) -> None:
     halving(
-        lambda part: _generate(engine, part, encoded, first, max_new, texts, weight, scores),
+        lambda part: _generate(
+            engine, part, encoded, rep, max_new, jobs, pairs, first, texts, weight, scores
+        ),
         batch,
         engine.stats,
     )
+
+
+def _takes_stop(backend) -> bool:
+    try:
+        return "stop" in inspect.signature(backend.generate_tokens).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _generate(
     engine: "Engine",
     batch,
     encoded,
-    first,
+    rep,
     max_new: int,
+    jobs,
+    pairs,
+    first,
     texts: dict[bytes, str],
     weight: dict[bytes, float],
     scores,
 ) -> None:
-    prompts = [list(encoded[first[k]]) for k in batch]
+    prompts = [list(encoded[rep[k]]) for k in batch]
     score_tokens = [scores.get(k, []) for k in batch] if scores else None
-    with engine.pace.timed(len(prompts) * (max(len(p) for p in prompts) + max_new)):
-        if score_tokens is None:
-            out, forwarded, _ = engine.backend.generate_tokens(prompts, max_new)
-        else:
-            out, forwarded, firsts = engine.backend.generate_tokens(prompts, max_new, score_tokens)
+    early = _takes_stop(engine.backend)
+    kwargs = {"stop": [list(jobs[k][1]) for k in batch]} if early and any(jobs[k][1] for k in batch) else {}
+    out, forwarded, firsts = engine.backend.generate_tokens(prompts, max_new, score_tokens, **kwargs)
     if score_tokens is not None:
         model_key = engine._model_key()
         engine.put_scores(
@@ -192,13 +268,23 @@ def _generate(
                 for t, v in zip(toks, vals)
             }
         )
-    new = dict(zip(batch, out))
+    stored: dict[bytes, str] = {}
+    done: list[bytes] = []
+    for job, text in zip(batch, out):
+        members, stops = jobs[job]
+        if "stop" in kwargs and stops and cut_at_stop(text, stops) != text:
+            # Possibly ended at the stop string: only requests with these stop strings may read it.
+            stored[pairs[first[members[0]]][1]] = text
+        else:
+            stored[job] = text
+        for k in members:
+            texts[k] = text
+        done += members
     engine.stats.forwards += 1
     engine.stats.tokens_forwarded += forwarded
-    engine.stats.computed += len(batch)
-    texts.update(new)
-    engine.texts.save(new)
-    _advance(engine, batch, weight)
+    engine.stats.computed += len(done)
+    engine.texts.save(stored)
+    _advance(engine, done, weight)
 
 
 def _advance(engine: "Engine", keys, weight: dict[bytes, float]) -> None:

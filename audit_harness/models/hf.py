@@ -446,29 +446,47 @@ class HFCausalLM(Backend):
         prompts: list[list[int]],
         max_new_tokens: int,
         score_tokens: Sequence[Sequence[int]] | None = None,
+        stop: Sequence[Sequence[str]] | None = None,
     ) -> tuple[list[str], int, list[list[float]] | None]:
         """Greedy completions of a batch of token-id prompts (left-padded): the decoded text
         after each prompt (special tokens skipped), the tokens run, and, when ``score_tokens``
         is given, per prompt the float32 log-probability of each of its ``score_tokens`` as the
         first token after the prompt (from the same forward that picks the first new token).
 
+        A row stops at an end-of-sequence token, after ``max_new_tokens``, or, with ``stop``
+        (per prompt, strings), as soon as its decoded text contains one of its stop strings;
+        the text is returned uncut (the caller cuts it), so a text holding none of its stop
+        strings is the whole generation. Finished rows leave the batch (their key/value rows
+        are dropped), and the batch ends when every row has finished.
+
         Prompts that share a long prefix (``share_groups``) run it once: the prefix's key/value
-        cache is computed per group, copied to the group's rows, and ``generate`` continues each
-        row from it with its own suffix. The padding between prefix and suffix is masked, and
-        position ids come from the mask, so each row sees the same tokens at the same positions
-        as alone (equal up to float rounding). Sliding-window models and models whose cache
-        cannot be batch-indexed run every prompt whole.
+        cache is computed per group, copied to the group's rows, and each row continues from it
+        with its own suffix. The padding between prefix and suffix is masked, and position ids
+        come from the mask, so each row sees the same tokens at the same positions as alone
+        (equal up to float rounding). Sliding-window models and models whose cache cannot be
+        batch-indexed run every prompt whole.
+
+        The decoding loop is this class's own (``_greedy``): plain greedy decoding as
+        transformers' ``generate(do_sample=False, num_beams=1)`` does it, without its per-step
+        bookkeeping and with finished rows removed. A model whose generation config adds a
+        logits processor to greedy decoding (``repetition_penalty``, ``min_new_tokens``, ...;
+        ``plain_greedy``) or whose forward takes no cache goes through ``generate`` itself,
+        with the stop strings as a stopping criterion.
 
         Raises:
-            ValueError: ``max_new_tokens < 1`` or an empty prompt. BackendOutOfMemory: CUDA ran
-                out of memory (the engine halves the batch).
+            ValueError: ``max_new_tokens < 1``, an empty prompt, or ``stop`` of another length
+                than ``prompts``. BackendOutOfMemory: CUDA ran out of memory (the engine halves
+                the batch).
         """
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if any(not p for p in prompts):
             raise ValueError("an empty prompt: generation needs at least one token to condition on")
+        if stop is not None and len(stop) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(stop)} stop lists")
         from .errors import PrefixUnsupported
 
+        stops = [tuple(s for s in row if s) for row in stop] if stop is not None else [()] * len(prompts)
         groups = (
             share_groups(prompts)
             if self.prefix_sharing and self._can_share and not self._sliding
@@ -484,7 +502,137 @@ class HFCausalLM(Backend):
         if ids is None:
             ids, mask, _ = self._left_pad(prompts)
             forwarded = sum(len(p) for p in prompts)
+        if self._own_loop():
+            tokens, first = self._greedy(
+                ids, mask, kwargs.get(self._cache_arg), max_new_tokens, stops, score_tokens
+            )
+        else:
+            tokens, first = self._generate_hf(ids, mask, kwargs, max_new_tokens, stops, score_tokens)
+        texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
+        return texts, forwarded + sum(len(row) for row in tokens), first
+
+    def _own_loop(self) -> bool:
+        """Whether ``_greedy`` decodes like ``generate`` for this model: a forward that takes a
+        cache and position ids, and a generation config that adds nothing to plain argmax."""
+        return (
+            self._cache_arg is not None
+            and not getattr(self.model.config, "is_encoder_decoder", False)
+            and "position_ids" in inspect.signature(self.model.forward).parameters
+            and plain_greedy(self.model.generation_config)
+        )
+
+    def _eos(self) -> frozenset[int]:
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            return frozenset()
+        return frozenset([eos] if isinstance(eos, int) else (int(e) for e in eos))
+
+    def _stopped(self, tokens: list[int], stops: tuple[str, ...]) -> bool:
+        """Whether the text of ``tokens`` contains one of ``stops``. A token that ends inside a
+        multi-byte character decodes to U+FFFD, which a later token replaces: it is left out, so
+        a row never stops on text its next token would change."""
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True).rstrip("\ufffd")
+        return any(s in text for s in stops)
+
+    @torch.inference_mode()
+    def _greedy(self, ids, mask, cache, max_new_tokens: int, stops, score_tokens):
+        """(new token ids per row, first-step log-probabilities of ``score_tokens`` or None):
+        greedy decoding of left-padded ``ids`` (``mask`` its attention mask), continuing
+        ``cache`` when given (it holds the first columns of ``ids``: a shared prefix).
+
+        Inputs as ``generate`` builds them: position ids from the mask (padding at 0), each
+        step one token per live row at its row's next position, the mask dropped when it has
+        no padding, logits of the last position only, argmax in float32. A row is finished at
+        an end-of-sequence token (kept, as ``generate`` keeps it), at ``max_new_tokens``, or at
+        one of its stop strings. Finished rows are dropped from the batch and from the cache;
+        a cache whose rows cannot be selected keeps them, fed padding, their output ignored.
+        """
+        eos = self._eos()
+        past = 0 if cache is None else cache.get_seq_length()
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
+        inp = ids[:, past:]
+        padded = not bool(mask.all())
+        live = list(range(ids.shape[0]))  # the prompt of each batch row; -1: finished, kept
+        tokens: list[list[int]] = [[] for _ in live]
+        first = None
+        extra = {"logits_to_keep": 1} if self._keeps_logits else {}
+        selectable = None
+        for step in range(max_new_tokens):
+            if cache is not None:
+                extra[self._cache_arg] = cache
+            res = self._forward(
+                input_ids=inp,
+                attention_mask=mask if padded else None,
+                position_ids=pos,
+                use_cache=True,
+                **extra,
+            )
+            logits = res.logits[:, -1, :].float()
+            cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
+            del res
+            if step == 0 and score_tokens is not None:
+                # The model's own forward has applied any final soft-capping already.
+                logp = torch.log_softmax(logits, dim=-1)
+                first = [[float(logp[r, t]) for t in toks] for r, toks in enumerate(score_tokens)]
+            chosen = logits.argmax(-1)
+            finished = set()
+            for row, t in enumerate(chosen.tolist()):
+                i = live[row]
+                if i < 0:
+                    continue
+                tokens[i].append(t)
+                if (
+                    t in eos
+                    or len(tokens[i]) >= max_new_tokens
+                    or (stops[i] and self._stopped(tokens[i], stops[i]))
+                ):
+                    finished.add(row)
+            if finished:
+                if selectable is None:
+                    selectable = _batch_indexable(cache)
+                if selectable:
+                    keep = [row for row in range(len(live)) if row not in finished]
+                    if not keep:
+                        break
+                    rows = torch.tensor(keep, dtype=torch.long, device=self.device)
+                    cache.batch_select_indices(rows)
+                    chosen, mask, pos = chosen[rows], mask[rows], pos[rows]
+                    live = [live[row] for row in keep]
+                else:
+                    live = [-1 if row in finished else i for row, i in enumerate(live)]
+                    if all(i < 0 for i in live):
+                        break
+            if any(i < 0 for i in live):
+                dead = torch.tensor([i < 0 for i in live], device=self.device)
+                chosen = chosen.masked_fill(dead, self._pad)
+            inp = chosen.unsqueeze(-1)
+            pos = pos[:, -1:] + 1
+            if padded:
+                mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+        return tokens, first
+
+    def _generate_hf(self, ids, mask, kwargs: dict, max_new_tokens: int, stops, score_tokens):
+        """``_greedy``'s result through transformers' ``generate`` (its logits processors
+        applied), stop strings checked by a stopping criterion after each step."""
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
         width = ids.shape[1]
+        backend = self
+
+        class StopStrings(StoppingCriteria):
+            def __call__(self, input_ids, scores, **_):
+                return torch.tensor(
+                    [
+                        bool(s) and backend._stopped(input_ids[r, width:].tolist(), s)
+                        for r, s in enumerate(stops)
+                    ],
+                    dtype=torch.bool,
+                    device=input_ids.device,
+                )
+
+        kwargs = dict(kwargs)
+        if any(stops):
+            kwargs["stopping_criteria"] = StoppingCriteriaList([StopStrings()])
         if score_tokens is not None:
             # Raw logits of each step (``scores`` would be after logits processors).
             kwargs.update(return_dict_in_generate=True, output_logits=True)
@@ -494,6 +642,7 @@ class HFCausalLM(Backend):
                 attention_mask=mask,
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
+                num_beams=1,
                 pad_token_id=self._pad,
                 **kwargs,
             )
@@ -502,18 +651,12 @@ class HFCausalLM(Backend):
 
             raise BackendOutOfMemory(str(e)) from None
         first = None
+        gen = out
         if score_tokens is not None:
             gen = out.sequences
-            logits = out.logits[0].float()
-            if self._softcap:
-                logits = torch.tanh(logits / self._softcap) * self._softcap
-            logp = torch.log_softmax(logits, dim=-1)
+            logp = torch.log_softmax(out.logits[0].float(), dim=-1)
             first = [[float(logp[r, t]) for t in toks] for r, toks in enumerate(score_tokens)]
-        else:
-            gen = out
-        new = gen[:, width:]
-        texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in new]
-        return texts, forwarded + int(new.numel()), first
+        return [row.tolist() for row in gen[:, width:]], first
 
     def _shared_prefix_inputs(self, prompts: list[list[int]], groups):
         """(input ids, attention mask, generate kwargs with the copied prefix cache, tokens run)
@@ -572,6 +715,45 @@ def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     logits = logits.float()
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(logits, dim=-1)
+
+
+#: Generation-config fields with which transformers' ``generate`` adds a logits processor (or
+#: another search) to greedy decoding, and the values that add none. ``_greedy`` implements plain
+#: argmax only, so a model with any other value decodes through ``generate`` itself.
+_NEUTRAL_GREEDY = {
+    "repetition_penalty": (None, 1.0),
+    "encoder_repetition_penalty": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0),
+    "encoder_no_repeat_ngram_size": (None, 0),
+    "bad_words_ids": (None,),
+    "min_length": (None, 0),
+    "min_new_tokens": (None, 0),
+    "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,),
+    "forced_decoder_ids": (None,),
+    "suppress_tokens": (None,),
+    "begin_suppress_tokens": (None,),
+    "sequence_bias": (None,),
+    "exponential_decay_length_penalty": (None,),
+    "guidance_scale": (None, 1.0),
+    "watermarking_config": (None,),
+    "penalty_alpha": (None,),
+    "dola_layers": (None,),
+    "assistant_model": (None,),
+    "prompt_lookup_num_tokens": (None,),
+}
+
+
+def plain_greedy(config) -> bool:
+    """Whether greedy ``generate`` with this generation config is a plain argmax per step (no
+    logits processor, no contrastive or assisted search).
+
+    Examples:
+        >>> from transformers import GenerationConfig
+        >>> plain_greedy(GenerationConfig(eos_token_id=2)), plain_greedy(GenerationConfig(repetition_penalty=1.1))
+        (True, False)
+    """
+    return all(getattr(config, k, None) in neutral for k, neutral in _NEUTRAL_GREEDY.items())
 
 
 def share_groups(prompts: Sequence[Sequence[int]], min_shared: int = 16) -> list[tuple[int, list[int]]]:
