@@ -1,7 +1,8 @@
 """Which backend runs the audited model: ``hf`` (in this process, ``models/hf.py``), ``openai``
 (any OpenAI-compatible inference server, ``models/openai_server.py``) or ``replay`` (outputs
 saved elsewhere, ``models/replay.py``: ``bias-audit score`` is this backend); their command-line
-options and how each is opened."""
+options and how each is opened. ``--plan`` swaps ``hf`` for its planning twin
+(``models/plan.py``: tokenizer and config, no weights)."""
 
 from __future__ import annotations
 
@@ -166,6 +167,13 @@ def validate(options) -> None:
             )
     elif replay_only:
         raise ConfigError(f"{replay_only[0]} is only used with --backend replay")
+    if options.plan and options.backend != "hf":
+        raise ConfigError(f"--plan plans an in-process run (--backend hf), not --backend {options.backend}")
+    if options.plan_params is not None:
+        if not options.plan:
+            raise ConfigError("--plan-params is only used with --plan")
+        if not options.plan_params >= 1:
+            raise ConfigError(f"--plan-params must be a parameter count >= 1, got {options.plan_params:g}")
     if options.max_concurrency < 1:
         raise ConfigError(f"--max-concurrency must be >= 1, got {options.max_concurrency}")
     if options.request_timeout <= 0:
@@ -195,6 +203,12 @@ def open_model(options, device: str):
             max_concurrency=options.max_concurrency,
             timeout=options.request_timeout,
             max_retries=options.max_retries,
+        )
+    if options.plan:
+        from .models.plan import load_plan_model
+
+        return load_plan_model(
+            options.model, device=device, dtype=options.dtype, batch_size=options.batch_size
         )
     from .models.zoo import load_model
 

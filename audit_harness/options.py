@@ -163,6 +163,25 @@ def add_suite_options(g) -> None:
         help="do not read or write the result cache",
     )
     g.addoption(
+        "--plan",
+        dest="audit_plan",
+        action="store_true",
+        default=False,
+        help="a dry run: build every selected request with the model's tokenizer and config "
+        "(no weights loaded) and print per benchmark and category the items, requests, tokens "
+        "to forward and to generate, an estimate of the time and the FLOPs; nothing is scored, "
+        "no gate is judged (exit 0); writes plan.json in the run folder",
+    )
+    g.addoption(
+        "--plan-params",
+        dest="audit_plan_params",
+        type=float,
+        default=None,
+        metavar="N",
+        help="with --plan: estimate time and FLOPs for a model of N parameters (e.g. 8.03e9) "
+        "instead of the model's own count; the token counts stay the model's tokenizer's",
+    )
+    g.addoption(
         "--results-dir",
         dest="audit_results_dir",
         default=os.environ.get("AUDIT_RESULTS_DIR", "audit-results"),

@@ -61,6 +61,11 @@ class AuditOptions:
     prediction_field: str | None = None
     index_base: int | None = None
     allow_partial: bool = False
+    #: ``--plan``: a dry run with the model's tokenizer and config only (``models.plan``),
+    #: counting what a run would compute; ``plan_params``: the parameter count to estimate time
+    #: and FLOPs for (``--plan-params``; default the model's).
+    plan: bool = False
+    plan_params: float | None = None
 
     @property
     def metric_settings(self) -> MetricSettings:
@@ -116,6 +121,9 @@ class CategoryOutcome:
     #: Generate mode: ``{"answer_parsing": the other profile, "metrics": {name: metric dict}}``,
     #: every metric as the other parsing profile reads the outputs; None when nothing is parsed.
     sensitivity: dict[str, Any] | None = None
+    #: ``--plan``: the category's counts (``planning.plan_row``); then nothing else in the
+    #: outcome is a score (no metrics, no records written).
+    plan: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -152,6 +160,8 @@ class AuditSession:
                     self.benchmarks[name] = b.for_saved_outputs()
                 except ConfigError:
                     pass
+        #: ``--plan``: the stand-in of KGQuiz's embedding model (``_plan_benchmarks``).
+        self._plan_embedder = self._plan_benchmarks() if options.plan else None
         #: ``--backend replay``: the predictions joined to each benchmark's data (``replay_of``),
         #: and the one benchmark the run replays (set by the plugin from the selected gates).
         self._joined: dict[str, Any] = {}
@@ -202,10 +212,33 @@ class AuditSession:
         (unless ``--no-cache``) and a memo, so identical requests of any items or benchmarks are
         computed once; benchmarks get it, never the backend."""
         if getattr(self, "_engine", None) is None:
-            from .engine.executor import Engine
+            if self.options.plan:
+                from .planning import PlanEngine
 
-            self._engine = Engine(self.model, cache=self.open_cache(), memo=True)
+                self._engine = PlanEngine(self.model)
+            else:
+                from .engine.executor import Engine
+
+                self._engine = Engine(self.model, cache=self.open_cache(), memo=True)
         return self._engine
+
+    def _plan_benchmarks(self):
+        """The benchmarks of a plan: KGQuiz's semantic match embeds answers with a second model
+        (MiniLM), which a plan does not load either; a stand-in counts the texts instead.
+        Returns the stand-in (``models.plan.PlanEmbedder``)."""
+        import copy
+
+        from .models.plan import PlanEmbedder
+
+        embedder = PlanEmbedder()
+        for name, b in self.benchmarks.items():
+            # The benchmark protocol has no hook for this; KGQuiz takes its embedder as a
+            # constructor argument, kept in ``_embedder``.
+            if hasattr(b, "_embedder"):
+                clone = copy.copy(b)
+                clone._embedder = embedder
+                self.benchmarks[name] = clone
+        return embedder
 
     # -- saved outputs (--backend replay) -------------------------------------------------------
     def replay_of(self, benchmark: str):
@@ -259,7 +292,7 @@ class AuditSession:
             ConfigError: the folder cannot be created, or its file is not a valid cache (naming
                 the file and what to do).
         """
-        if not self.options.cache:
+        if not self.options.cache or self.options.plan:  # a plan's placeholders are never stored
             return None
         if getattr(self, "_cache", None) is None:
             from .engine.cache import open_checked
@@ -431,6 +464,9 @@ class AuditSession:
         todo = [it for it in items if (benchmark, it.item_id) not in self._records]
         engine = self.engine
         engine.reset_stats()
+        if opts.plan:
+            engine.take_counts()
+            self._plan_embedder.take_texts()
         with self.progress.task(f"{benchmark}/{category}", len(todo)) as task:
             engine.progress = task
             try:
@@ -440,6 +476,8 @@ class AuditSession:
                 engine.progress = None
         stats = engine.reset_stats().to_dict()
         records = [self._records[(benchmark, it.item_id)] for it in items]
+        if opts.plan:
+            return self._planned(benchmark, category, data, records, len(todo), stats, start)
         path = self.run_dir / "records" / benchmark / f"{category}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
@@ -476,6 +514,34 @@ class AuditSession:
             examples=bench.report_examples(records),
             coverage=coverage,
             sensitivity=sensitivity,
+        )
+
+    def _planned(
+        self, benchmark: str, category: str, data, records, new_items: int, stats, start: float
+    ) -> CategoryOutcome:
+        """A planned category: its counts, and nothing computed from the placeholder values the
+        planning backend returned (no metrics, no records file)."""
+        from .planning import plan_row
+
+        return CategoryOutcome(
+            benchmark=benchmark,
+            category=category,
+            n_available=len(data.items),
+            n_scored=0,
+            metrics={},
+            excluded=dict(data.excluded),
+            notes=data.notes,
+            files=[f.__dict__ for f in data.files],
+            seconds=time.perf_counter() - start,
+            records_path="",
+            requests=stats,
+            plan=plan_row(
+                len(records),
+                stats,
+                self.engine.take_counts(),
+                self._plan_embedder.take_texts(),
+                new_items=new_items,
+            ),
         )
 
     def metric(self, benchmark: str, category: str, name: str):
@@ -616,6 +682,8 @@ def options_from_config(config) -> AuditOptions:
         cache_dir=get("audit_cache_dir"),
         cache=not get("audit_no_cache"),
         progress=_progress_mode(config),
+        plan=get("audit_plan"),
+        plan_params=get("audit_plan_params"),
         **backend_options(config),
     )
     opts.validate()

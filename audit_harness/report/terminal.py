@@ -121,3 +121,122 @@ def notices(results: Mapping[str, Any], outcome, moved: bool = False) -> list[tu
     if unlike:
         out.append((f"BASELINE not like for like: {'; '.join(unlike)}", "yellow"))
     return out
+
+
+def _duration(seconds: float) -> str:
+    """``3 h 05 min``, ``12 min 40 s`` or ``7.2 s``."""
+    if seconds >= 86400:
+        return f"{seconds / 86400:.1f} days"
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+    if seconds >= 60:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{seconds:.1f} s"
+
+
+def plan_table(plan: Mapping[str, Any]) -> list[str]:
+    """The plan's rows: per benchmark each category and the benchmark's total, then the total of
+    the run (``planning.build_plan``)."""
+    head = (
+        "items",
+        "requests",
+        "distinct",
+        "fwd tokens",
+        "whole fwd",
+        "whole/ours",
+        "max gen tok",
+        "est. time",
+        "FLOPs",
+    )
+    names = [c for b in plan["benchmarks"].values() for c in b["categories"]] + ["total"]
+    width = max(12, *(len(n) + 2 for n in names))
+    cols = (8, 10, 10, 13, 13, 11, 13, 15, 10)
+
+    def line(label: str, row: Mapping[str, Any]) -> str:
+        est = row["estimate"]
+        ours, whole = row["forward_tokens"], row["whole"]["forward_tokens"]
+        cells = (
+            f"{row['items']:,}",
+            f"{row['requests']:,}",
+            f"{row['distinct']:,}",
+            f"{ours:,}",
+            f"{whole:,}",
+            f"{whole / ours:.2f}x" if ours else "-",
+            f"{row['tokens_to_generate']:,}",
+            _duration(est["seconds"]),
+            f"{est['flops']:.2e}",
+        )
+        return f"{label:<{width}}" + "".join(f"{c:>{w}}" for c, w in zip(cells, cols))
+
+    out = [f"{'':<{width}}" + "".join(f"{h:>{w}}" for h, w in zip(head, cols))]
+    for name, section in plan["benchmarks"].items():
+        out.append(name)
+        for category, row in section["categories"].items():
+            out.append(line(f"  {category}", row))
+        if len(section["categories"]) > 1:
+            out.append(line("  total", section["total"]))
+    if len(plan["benchmarks"]) > 1:
+        out.append(line("all benchmarks", plan["total"]))
+    return out
+
+
+def write_plan(tr, plan: Mapping[str, Any], path) -> None:
+    """The section of a ``--plan`` run: what a run would compute, and no verdict."""
+    tr.section("bias audit plan")
+    tr.write_line(
+        f"{plan['plan']} (a dry run: requests built and counted with the model's tokenizer, "
+        "no weights loaded, no gate judged)",
+        bold=True,
+    )
+    model = plan.get("model") or {}
+    if model:
+        tr.write_line(
+            f"model {model.get('name')}: {model.get('n_parameters', 0):,} parameters (its config; "
+            f"weights not loaded), {model.get('dtype')} on {model.get('device')}"
+        )
+    if plan.get("parameters_source") == "--plan-params":
+        tr.write_line(
+            f"estimated for {plan['parameters']:,} parameters (--plan-params); token counts "
+            f"are {model.get('name')}'s tokenizer's"
+        )
+    if plan["benchmarks"]:
+        for text in plan_table(plan):
+            tr.write_line(text)
+        total = plan["total"]
+        whole = total["whole"]
+        if whole["generation_requests"]:
+            tr.write_line(
+                f"generations: {total['generations']:,} distinct of {whole['generation_requests']:,} "
+                f"requests, at most {total['tokens_to_generate']:,} tokens to generate "
+                f"({whole['tokens_to_generate']:,} with every request generated on its own)"
+            )
+        est = total["estimate"]
+        tr.write_line(
+            f"every request whole: {whole['forward_tokens']:,} tokens fed, about "
+            f"{_duration(est['whole_seconds'])}, {est['whole_flops']:.2e} FLOPs"
+        )
+        if total.get("texts_to_embed"):
+            tr.write_line(
+                f"kgquiz also embeds {total['texts_to_embed']:,} texts with its sentence-embedding "
+                "model (not counted above)"
+            )
+    for s in plan.get("skipped") or []:
+        tr.write_line(f"not planned: {s['reason']}", yellow=True)
+    for e in plan.get("errors") or []:
+        tr.write_line(f"ERROR: {e['benchmark']}/{e['category']}: {e['message']}", red=True)
+    if plan.get("model_error"):
+        tr.write_line(f"ERROR: the model could not be opened: {plan['model_error']}", red=True)
+    for note in plan["notes"][1:]:
+        tr.write_line(note)
+    tr.write_line(
+        f"this plan took {_duration(plan['seconds_planning'])} of tokenizing and prefix trees "
+        f"({_duration(plan['duration_s'])} in all); a run spends about as long on them"
+    )
+    code = plan["exit_status"]
+    tr.write_line(
+        f"{plan['plan']}; exit code {code}",
+        bold=True,
+        green=code == exit_codes.OK,
+        red=code != exit_codes.OK,
+    )
+    tr.write_line(f"plan:    {path}")

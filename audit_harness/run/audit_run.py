@@ -23,6 +23,7 @@ from ..gates import Gate, add_regression_gates, load_thresholds
 from . import startup
 from .finish import RunFiles
 from .gate_check import FINDINGS, VERDICT_KEY, GateFinding
+from .plan import PlanFiles
 
 #: The gates used when neither --thresholds nor ./thresholds.yaml gives any.
 PACKAGED_THRESHOLDS = Path(__file__).resolve().parents[1] / "thresholds.yaml"
@@ -83,6 +84,8 @@ class AuditRun:
         #: pytest reported a KeyboardInterrupt in this process.
         self.interrupted = False
         self.files: RunFiles | None = None
+        #: Set by ``finish`` in a ``--plan`` run instead of ``files``.
+        self.plan: PlanFiles | None = None
 
     # -- construction -------------------------------------------------------------------------
 
@@ -152,7 +155,8 @@ class AuditRun:
         selected = startup.selected_gates(self.config, self.gates)
         self._check(startup.selected_pairs(self.session, selected, self.gates))
         self.selected = selected
-        if not self.config.option.xmlpath:
+        # A plan judges no gate: a JUnit file of skipped gates would only look like a run's.
+        if not self.config.option.xmlpath and not self.session.options.plan:
             self.config.option.xmlpath = str(self.session.run_dir / "junit.xml")
             self.own_junit = True
 
@@ -296,7 +300,12 @@ class AuditRun:
         # A Ctrl-C from here on is counted, not raised: the run's files are written whole, and
         # say the run was interrupted.
         with deferred_interrupts() as presses:
-            code = finish(self, exitstatus, presses)
+            if self.session.options.plan:
+                from .plan import finish_plan
+
+                code = finish_plan(self, exitstatus)
+            else:
+                code = finish(self, exitstatus, presses)
         if code is not None:
             session.exitstatus = code
 
@@ -305,12 +314,19 @@ class AuditRun:
 
         if self.selected == {} and config.option.keyword:
             terminal.write_no_selection(terminalreporter, config.option.keyword, self.known_audits())
+        elif self.plan is not None:
+            terminal.write_plan(terminalreporter, self.plan.document, self.plan.path)
         elif self.files is not None:
             terminal.write_summary(terminalreporter, self.files, config.option.xmlpath)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         # A run that selected nothing (or stopped before any gate) leaves no run folder: the JUnit
         # file this run chose for it is removed, and the folder with it when that empties it.
+        if self.session.options.plan and self.plan is None and not self.is_worker:
+            try:  # a plan that planned nothing leaves no run folder either
+                self.session.run_dir.rmdir()
+            except OSError:
+                pass
         if self.files is not None or not self.own_junit:
             return
         junit = Path(config.option.xmlpath)
@@ -352,4 +368,5 @@ def _new_run_id(options) -> str:
         else Path(options.model or "smollm2-135m-instruct").name
     )
     model = re.sub(r"[^A-Za-z0-9._-]+", "_", named)
-    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{model}-{os.getpid()}"
+    kind = "-plan" if options.plan else ""  # a plan's folder is told apart from a run's at a glance
+    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{model}{kind}-{os.getpid()}"

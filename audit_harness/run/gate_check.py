@@ -105,6 +105,12 @@ class GateCheck:
         except Exception as e:  # a backend crash: recorded as this gate's ERROR, traceback kept
             self._record_error(f"{g.benchmark}/{g.category}: {type(e).__name__}: {e}")
             raise
+        if self._session.options.plan:
+            # A plan's values are placeholders: the gate is not judged, whatever they say.
+            from ..planning import NOTHING_SCORED
+
+            self._record("status", "planned")
+            pytest.skip(f"{NOTHING_SCORED} (--plan: a dry run, no gate judged)")
         metric = self._session.metric(g.benchmark, g.category, g.metric)
         verdict = g.evaluate(metric, n_resamples=self._session.options.n_resamples)
         verdict = _partial_coverage(verdict, outcome, self._session.options.allow_partial)
