@@ -25,9 +25,12 @@ def add_options(group) -> None:
     group.addoption(
         "--base-url",
         dest="audit_base_url",
-        default=os.environ.get("AUDIT_BASE_URL"),
+        action="append",
+        default=None,
         metavar="URL",
-        help="with --backend openai: the API root, e.g. http://127.0.0.1:8000/v1 (env AUDIT_BASE_URL)",
+        help="with --backend openai: the API root, e.g. http://127.0.0.1:8000/v1; several "
+        "times (or @FILE, one URL a line) for a pool of replicas of one model "
+        "(env AUDIT_BASE_URL: URLs separated by spaces or commas)",
     )
     group.addoption(
         "--api-key-env",
@@ -52,7 +55,7 @@ def add_options(group) -> None:
         type=int,
         default=8,
         metavar="N",
-        help="with --backend openai: requests in flight per process (default 8)",
+        help="with --backend openai: requests in flight per endpoint and process (default 8)",
     )
     group.addoption(
         "--request-timeout",
@@ -111,7 +114,9 @@ def options_from_config(config) -> dict:
     get = config.getoption
     return {
         "backend": get("audit_backend"),
-        "base_url": get("audit_base_url"),
+        "base_url": base_urls(
+            get("audit_base_url") or os.environ.get("AUDIT_BASE_URL", "").replace(",", " ").split()
+        ),
         "api_key_env": get("audit_api_key_env"),
         "tokenizer": get("audit_tokenizer"),
         "max_concurrency": get("audit_max_concurrency"),
@@ -122,6 +127,35 @@ def options_from_config(config) -> dict:
         "index_base": get("audit_index_base"),
         "allow_partial": get("audit_allow_partial"),
     }
+
+
+def base_urls(values) -> tuple[str, ...] | None:
+    """The ``--base-url`` values with each ``@FILE`` replaced by the file's URLs (one a line;
+    blank lines and ``#`` comments skipped); None when there are none.
+
+    Raises:
+        ConfigError: the file cannot be read or lists no URL.
+    """
+    from pathlib import Path
+
+    from .errors import ConfigError
+
+    urls: list[str] = []
+    for value in values or ():
+        if not value.startswith("@"):
+            urls.append(value)
+            continue
+        path = Path(value[1:]).expanduser()
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"--base-url {value}: cannot read {path} ({e})") from None
+        listed = [line.split("#", 1)[0].strip() for line in lines]
+        listed = [u for u in listed if u]
+        if not listed:
+            raise ConfigError(f"--base-url {value}: {path} lists no URL")
+        urls += listed
+    return tuple(urls) or None
 
 
 def validate(options) -> None:
@@ -135,7 +169,7 @@ def validate(options) -> None:
             "--backend openai needs --base-url (the server's API root, e.g. http://127.0.0.1:8000/v1)"
         )
     if options.backend != "openai" and options.base_url:
-        raise ConfigError(f"--base-url {options.base_url} is only used with --backend openai")
+        raise ConfigError(f"--base-url {' '.join(options.base_url)} is only used with --backend openai")
     replay_only = [
         flag
         for flag, value in (
@@ -196,7 +230,7 @@ def open_model(options, device: str):
         from .models.openai_server import connect
 
         return connect(
-            options.base_url,
+            list(options.base_url),
             options.model,
             api_key_env=options.api_key_env,
             tokenizer=options.tokenizer,

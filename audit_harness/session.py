@@ -47,9 +47,10 @@ class AuditOptions:
     cache: bool = True
     #: ``engine.progress`` mode: ``bar``, ``lines`` or ``off``.
     progress: str = "off"
-    #: ``backends``: ``hf`` (in process) or ``openai`` (a server at ``base_url``) and its settings.
+    #: ``backends``: ``hf`` (in process) or ``openai`` (the server(s) at ``base_url``: one URL,
+    #: or several for a pool of replicas) and its settings.
     backend: str = "hf"
-    base_url: str | None = None
+    base_url: tuple[str, ...] | None = None
     api_key_env: str = "OPENAI_API_KEY"
     tokenizer: str | None = None
     max_concurrency: int = 8

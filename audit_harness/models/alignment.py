@@ -16,6 +16,10 @@ on a few fixed sentences, with two independent paths of the server itself:
 A one-position shift moves a neighbour's value onto the last position, which step 3 catches (the
 report says which neighbour matched). A random-weight model has no next-token structure, so
 neighbours' values are alike and a shift can hide on it; check real models.
+
+The endpoints of a pool (``pool.py``) each run the check; ``compare_replicas`` then holds every
+endpoint's values against the reference endpoint's: another model, tokenizer or dtype behind one
+replica shows there (one result cache must not mix their numbers).
 """
 
 from __future__ import annotations
@@ -37,6 +41,14 @@ SENTENCES = (
 #: Both are one forward of the same weights; fp32 servers agree within 1e-4, bf16 ones within a
 #: few hundredths, while a one-position shift moves the value by nats on a real model.
 TOLERANCE = 0.25
+
+#: Replicas of one deployment run the same forward and differ only by kernel and batch noise, which
+#: each server shows itself between its two paths (``max_error``). Two replicas must agree on every
+#: prompt log-probability of the sentences within twice the larger of the two servers' own
+#: ``max_error``, and never need to agree closer than this floor in nats: fp32 servers agree
+#: within 1e-4; SmolLM2-135M's bf16 values differ from its fp32 ones by up to 0.12 nats and its
+#: fp16 ones by 0.023 on these sentences, so on a fp32 reference both are refused.
+REPLICA_FLOOR = 0.01
 
 
 @dataclass
@@ -133,6 +145,9 @@ def _check(model, sentences, tolerance: float) -> AlignmentReport:
         )
         worst = max(worst, err, prefix_err)
         rounded += [round(v / 0.05) for v in second["logprobs"][1 : k + 1]]
+        # The sentence's own tokens only: replicas compare these (the greedy next token may
+        # differ between two of them when its top two are nearly tied).
+        row["logprobs"] = list(second["logprobs"][1:k])
         if err > tolerance:
             neighbours = {
                 d: abs(second["logprobs"][k + d] - gen_lp)
@@ -194,5 +209,39 @@ def _check_echo(row: dict, ids: list[int]) -> str:
         return (
             f"a log-probability ({values[0]:.4f}) for the first token, which has no left context: "
             "the values are shifted"
+        )
+    return ""
+
+
+def compare_replicas(reference: AlignmentReport, other: AlignmentReport) -> str:
+    """Why ``other`` (one endpoint's report) does not match ``reference`` (the reference
+    endpoint's): a different outcome of the check, other token ids for the sentences, or a prompt
+    log-probability further from the reference's than the servers' noise explains
+    (``REPLICA_FLOOR``); '' when they match.
+    """
+    if other.ok != reference.ok:
+        passed, failed = ("it", "the reference") if other.ok else ("the reference", "it")
+        why = reference.reason if not reference.ok else other.reason
+        return f"{passed} passes the alignment check and {failed} does not ({why})"
+    pairs = [
+        (a, b) for a, b in zip(reference.sentences, other.sentences) if "logprobs" in a and "logprobs" in b
+    ]
+    for a, b in zip(reference.sentences, other.sentences):
+        if a.get("ids") != b.get("ids"):
+            return f"it encodes {a['sentence']!r} as other token ids ({b.get('ids')} vs {a.get('ids')})"
+    if not pairs:
+        return ""  # neither could be measured (a failed check on both): nothing to compare
+    noise = max((r.max_error for r in (reference, other) if not math.isnan(r.max_error)), default=0.0)
+    allowed = max(REPLICA_FLOOR, 2 * noise)
+    worst, where = 0.0, ""
+    for a, b in pairs:
+        for n, (x, y) in enumerate(zip(a["logprobs"], b["logprobs"])):
+            if abs(x - y) > worst:
+                worst, where = abs(x - y), f"token {n + 1} of {a['sentence']!r}"
+    if worst > allowed:
+        return (
+            f"its prompt log-probabilities differ from the reference's by up to {worst:.4f} nats "
+            f"({where}; allowed {allowed:.4f}: twice the servers' own path noise, at least "
+            f"{REPLICA_FLOOR}): other weights or another dtype"
         )
     return ""

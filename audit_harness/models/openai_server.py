@@ -1,5 +1,6 @@
-"""A model served by an OpenAI-compatible inference server (vLLM, SGLang, TGI, ...) behind the
-suite's model interface.
+"""A model served by an OpenAI-compatible inference server (vLLM, SGLang, TGI, ...), or by a pool
+of them serving one model (replicas, the nodes of a data-parallel deployment: ``pool.py``),
+behind the suite's model interface.
 
 The backend only runs requests; the session's engine (``engine.executor.Engine``) does dedupe,
 the result cache, ordering, batching and progress, exactly as for the in-process model:
@@ -21,21 +22,31 @@ the result cache, ordering, batching and progress, exactly as for the in-process
 Before any scoring, ``check_alignment`` (``alignment.py``) verifies that the server's prompt
 log-probabilities belong to the tokens sent; a server that fails it (llama.cpp's shifts them by
 one) keeps only the ``generate`` capability, and a benchmark that needs scores stops the run.
+
+With several endpoints, every one is inspected and checked at start-up and again before it comes
+back after going away: it must serve the same model name with the same engine, tokenize a fixed
+sentence the same way and give the alignment sentences the same log-probabilities as the first
+endpoint that answered (the reference, whose fingerprint and check the results record), else it
+is refused. Requests are routed by prefix group (``pool.group_key``): an item's context, so that
+one server's prefix cache serves all of its choices.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..errors import ModelError
 from .base import GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, Backend, ModelInfo, SentenceEncoding
-from .server_client import ServerClient
+from .pool import Endpoint, EndpointPool, Job, ReplicaRefused, group_key
+from .server_client import ServerClient, ServerUnavailable
 from .tokenization import encode_pair, special_ids, texts_to_encode
 
 #: Prompts per ``/v1/completions`` request: the choices of a context travel together (a BBQ item
@@ -54,10 +65,11 @@ class OpenAIServerModel(Backend):
     """A served model (see the module doc). Made by ``connect``.
 
     Args:
-        client: the ``ServerClient`` of the server.
+        pool: the ``pool.EndpointPool`` of its server(s) (one endpoint without a pool).
         served_name: the model name the server serves (``--model``), sent in every request.
-        info: provenance (``ModelInfo.server`` holds the server's metadata).
-        max_model_len: the server's context window in tokens (``/v1/models``).
+        info: provenance (``ModelInfo.server`` holds the reference server's metadata; ``info``
+            adds each endpoint's live accounting).
+        max_model_len: the servers' context window in tokens (``/v1/models``; the smallest).
         tokenizer: a local ``transformers`` tokenizer of the same model, or None.
         remote_tokenize: take token ids from the server's ``/tokenize`` (else ``tokenizer``).
         vllm: the server is vLLM (its extensions are used: token ids echoed back, checked).
@@ -68,7 +80,7 @@ class OpenAIServerModel(Backend):
 
     def __init__(
         self,
-        client: ServerClient,
+        pool: EndpointPool,
         served_name: str,
         info: ModelInfo,
         *,
@@ -80,13 +92,13 @@ class OpenAIServerModel(Backend):
     ):
         if tokenizer is None and not remote_tokenize:
             raise ModelError(
-                f"model {served_name!r} at {client.base_url}: the server has no "
+                f"model {served_name!r} at {pool.describe()}: the server has no "
                 "/tokenize endpoint and no local tokenizer was found; pass "
                 "--tokenizer <zoo name, folder or hub id of the same model>"
             )
-        self.client = client
+        self.pool = pool
         self.served_name = served_name
-        self.info = info
+        self._info = info
         self.tokenizer = tokenizer
         self.remote_tokenize = remote_tokenize
         self.vllm = vllm
@@ -101,9 +113,16 @@ class OpenAIServerModel(Backend):
             self._bos, self._empty_prefix = special_ids(tokenizer)
         else:
             self._bos, self._empty_prefix = self._remote_specials()
-        #: the ``alignment.AlignmentReport`` once checked (``check_alignment``), else None.
+        #: the ``alignment.AlignmentReport`` once checked (``check_alignment``), else None: the
+        #: reference endpoint's; every other endpoint's agrees with it.
         self.alignment = None
         self._signature = ""
+        #: per endpoint index, what ``_inspect`` found; ``reference``: the endpoint the others
+        #: are checked against (the first that answered at start-up).
+        self.inspected: dict[int, _Inspected] = {}
+        self.reference = 0
+        self._probe_ids: list[int] | None = None  # the reference's /tokenize of _PROBE
+        pool.admit = self._admit
 
     # -- engine-facing properties (see engine.executor's module doc) ------------------------------
     prefix_sharing = False
@@ -117,10 +136,19 @@ class OpenAIServerModel(Backend):
     token_budget = 1 << 62
 
     @property
+    def info(self) -> ModelInfo:
+        """Provenance, with every endpoint's accounting as of now (``pool.Endpoint.accounting``:
+        read when the run's results are written, so they hold the whole run's counts)."""
+        server = dict(self._info.server or {})
+        server["endpoints"] = self.pool.accounting()
+        server["pool"] = self.pool.summary()
+        return dataclasses.replace(self._info, server=server)
+
+    @property
     def batch_size(self) -> int:
-        """Sequences per engine batch: a few waves of full-concurrency requests (results reach
-        the result cache after each batch, so a crash loses at most one batch)."""
-        return self.client.max_concurrency * self.prompts_per_request * 4
+        """Sequences per engine batch: a few waves of requests filling every endpoint's slots
+        (results reach the result cache after each batch, so a crash loses at most one batch)."""
+        return self.pool.slots * self.prompts_per_request * 4
 
     @property
     def cache_key(self) -> str:
@@ -130,8 +158,8 @@ class OpenAIServerModel(Backend):
         nats, which changes with the weights, dtype or kernels the server runs (a restart with
         another ``--dtype`` gets new keys; float noise rarely crosses a rounding edge, and then
         only costs a recomputation)."""
-        server = self.info.server or {}
-        return f"server|{self.info.fingerprint}|{server.get('engine')}|{self._signature}"
+        server = self._info.server or {}
+        return f"server|{self._info.fingerprint}|{server.get('engine')}|{self._signature}"
 
     @property
     def capabilities(self) -> frozenset[str]:  # type: ignore[override]
@@ -144,22 +172,27 @@ class OpenAIServerModel(Backend):
         alignment check failed (its reason in the message)."""
         if needed & {LOGLIKELIHOOD, TOKEN_LOGPROBS} and self.alignment is not None and not self.alignment.ok:
             raise ScoringUnavailable(
-                f"server {self.client.base_url} ({self.served_name}) failed the start-up alignment "
+                f"server {self.pool.describe()} ({self.served_name}) failed the start-up alignment "
                 f"check of its prompt log-probabilities: {self.alignment.reason}. Scores from it "
                 "would be wrong, so audits that need log-likelihoods stop here; audits that only "
                 "generate text (KoBBQ, KGQuiz in generate mode) still run against it."
             )
 
     # -- tokenization ---------------------------------------------------------------------------
-    def _tokenize(self, text: str, add_special_tokens: bool = False) -> list[int]:
+    def _tokenize(
+        self, text: str, add_special_tokens: bool = False, *, endpoint: Endpoint | None = None
+    ) -> list[int]:
         if not self.remote_tokenize:
             return list(self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
-        body = self.client.post(
+        return self.pool.call(lambda c: self._tokenize_on(c, text, add_special_tokens), endpoint=endpoint)
+
+    def _tokenize_on(self, client: ServerClient, text: str, add_special_tokens: bool = False) -> list[int]:
+        body = client.post(
             "/tokenize", {"model": self.served_name, "prompt": text, "add_special_tokens": add_special_tokens}
         )
         tokens = body.get("tokens")
         if not isinstance(tokens, list):
-            raise ModelError(f"{self.client.url('/tokenize')}: no token list in the answer {body!r:.200}")
+            raise ModelError(f"{client.url('/tokenize')}: no token list in the answer {body!r:.200}")
         return [int(t) for t in tokens]
 
     def _encode(self, text: str) -> list[int]:
@@ -174,7 +207,7 @@ class OpenAIServerModel(Backend):
         if not todo:
             return
         if self.remote_tokenize:
-            for text, ids in zip(todo, self.client.map(self._tokenize, todo)):
+            for text, ids in zip(todo, self.pool.map(self._tokenize_on, todo)):
                 self._memo[text] = ids
         else:
             for text in todo:
@@ -219,8 +252,18 @@ class OpenAIServerModel(Backend):
         prefix = list(self._empty_prefix)
         return SentenceEncoding(tuple(prefix + ids), tuple([True] * len(prefix) + [False] * len(ids)))
 
-    def echo(self, sequences: Sequence[Sequence[int]], extra: dict | None = None) -> list[dict]:
-        """Prompt log-probabilities of whole sequences, as the server reports them.
+    def echo(
+        self,
+        sequences: Sequence[Sequence[int]],
+        extra: dict | None = None,
+        *,
+        keys: Sequence[bytes] | None = None,
+        endpoint: Endpoint | None = None,
+    ) -> list[dict]:
+        """Prompt log-probabilities of whole sequences, as the server reports them, several
+        prompts per request: routed by prefix group (``keys``, one per sequence; default each
+        sequence's first cache block), or all to ``endpoint`` (the start-up checks: then no
+        sequence counts as scored).
 
         Returns:
             per sequence ``{"logprobs": [float | None per position, then the generated token],
@@ -228,10 +271,6 @@ class OpenAIServerModel(Backend):
         Raises:
             ModelError: the request failed, or the answer lacks log-probabilities.
         """
-        groups = [
-            list(sequences[i : i + self.prompts_per_request])
-            for i in range(0, len(sequences), self.prompts_per_request)
-        ]
         payload = {
             "model": self.served_name,
             "echo": True,
@@ -243,11 +282,25 @@ class OpenAIServerModel(Backend):
         if self.vllm:
             payload["return_tokens_as_token_ids"] = True
 
-        def one(group):
-            body = self.client.post("/v1/completions", {**payload, "prompt": [list(s) for s in group]})
-            return _echoed(body, len(group), self.client.url("/v1/completions"))
+        def one(client: ServerClient, group) -> list[dict]:
+            body = client.post("/v1/completions", {**payload, "prompt": [list(s) for s in group]})
+            return _echoed(body, len(group), client.url("/v1/completions"))
 
-        return [r for rows in self.client.map(one, groups) for r in rows]
+        def job(group: list, group_keys: tuple[bytes, ...] = ()) -> Job:
+            return Job(
+                lambda c: one(c, group),
+                keys=group_keys,
+                scored=0 if endpoint is not None else len(group),
+                tokens=sum(len(s) + 1 for s in group),  # each prompt, and its 1 generated token
+            )
+
+        if endpoint is not None:
+            per = self.prompts_per_request
+            pinned = [job(list(sequences[i : i + per])) for i in range(0, len(sequences), per)]
+            return [r for j in pinned for r in self.pool.call(j.fn, endpoint=endpoint, tokens=j.tokens)]
+        if keys is None:
+            keys = [group_key(s, 0) for s in sequences]
+        return self.pool.run_grouped(list(sequences), list(keys), self.prompts_per_request, job)
 
     def forward_full(self, seqs: list[list[int]], positions) -> list[list[float]]:
         """log P(ids[p] | ids[:p]) at ``positions`` of each sequence, from the server's prompt
@@ -257,12 +310,15 @@ class OpenAIServerModel(Backend):
             ModelError: a requested position has no finite value, or the server echoed other
                 token ids than were sent.
         """
-        rows = self.echo(seqs)
+        # An item's choices share their context (the tokens before the first scored one): one
+        # group, one server.
+        keys = [group_key(s, min(p) if len(p) else len(s)) for s, p in zip(seqs, positions)]
+        rows = self.echo(seqs, keys=keys)
         out = []
         for seq, pos, row in zip(seqs, positions, rows):
             if row["tokens"] is not None and row["tokens"][: len(seq)] != list(seq):
                 raise ModelError(
-                    f"{self.client.base_url}: the server scored other tokens than it was "
+                    f"{self.pool.describe()}: the server scored other tokens than it was "
                     f"sent (first 8 sent {list(seq)[:8]}, echoed {row['tokens'][:8]})"
                 )
             lps = row["logprobs"]
@@ -271,16 +327,19 @@ class OpenAIServerModel(Backend):
                 v = lps[p] if p < len(lps) else None
                 if v is None or not math.isfinite(v):
                     raise ModelError(
-                        f"{self.client.base_url}: no prompt log-probability at position "
+                        f"{self.pool.describe()}: no prompt log-probability at position "
                         f"{p} of a {len(seq)}-token prompt (got {len(lps)} values)"
                     )
                 values.append(float(v))
             out.append(values)
         return out
 
-    def next_token(self, ids: Sequence[int]) -> tuple[int | None, float, str]:
-        """The greedy next token after ``ids`` as the server generates it: (its id when the
-        server reports ids, else None; its log-probability from the generation path; its text).
+    def next_token(
+        self, ids: Sequence[int], *, endpoint: Endpoint | None = None
+    ) -> tuple[int | None, float, str]:
+        """The greedy next token after ``ids`` as the server (``endpoint``, else any) generates
+        it: (its id when the server reports ids, else None; its log-probability from the
+        generation path; its text).
 
         Raises:
             ModelError: the request failed or the answer has no log-probability.
@@ -294,38 +353,115 @@ class OpenAIServerModel(Backend):
         }
         if self.vllm:
             payload["return_tokens_as_token_ids"] = True
-        body = self.client.post("/v1/completions", payload)
+        body, where = self.pool.call(
+            lambda c: (c.post("/v1/completions", payload), c.url("/v1/completions")),
+            endpoint=endpoint,
+            tokens=len(ids) + 1,
+        )
         try:
             choice = body["choices"][0]
             lp = choice["logprobs"]
             token, value = lp["tokens"][0], lp["token_logprobs"][0]
         except (KeyError, IndexError, TypeError):
             raise ModelError(
-                f"{self.client.url('/v1/completions')}: no log-probability of the "
-                f"generated token in {json.dumps(body)[:300]}"
+                f"{where}: no log-probability of the generated token in {json.dumps(body)[:300]}"
             ) from None
         token_id = _token_id(token)
         return token_id, float(value), choice.get("text", "")
 
     def check_alignment(self) -> None:
-        """Run the start-up alignment check once (``alignment.check_alignment``); on failure the
-        model keeps only the ``generate`` capability and a warning goes to stderr."""
-        from .alignment import check_alignment
+        """Run the start-up alignment check once (``alignment.check_alignment``) on every
+        endpoint that is up, concurrently. The reference endpoint's report is the model's; every
+        other endpoint must agree with it (``alignment.compare_replicas``). On a failed check the
+        model keeps only the ``generate`` capability and a warning goes to stderr.
+
+        Raises:
+            ModelError: an endpoint disagrees with the reference (it is named, with the reason).
+            ServerUnavailable: the reference endpoint could not be reached (another endpoint that
+                cannot be reached is taken out, as at start-up).
+        """
+        from .alignment import check_alignment, compare_replicas
 
         if self.alignment is not None:
             return
-        report = check_alignment(self)
+        up = self.pool.up
+        reports = _each(lambda e: check_alignment(_Pinned(self, e)), up)
+        by_index = {e.index: r for e, r in zip(up, reports)}
+        reference = self.pool.endpoints[self.reference]
+        report = by_index.get(self.reference)
+        if report is None or isinstance(report, BaseException):
+            if isinstance(report, BaseException):
+                raise report
+            raise ServerUnavailable(f"{reference.url}: {reference.reason or 'not answering'}")
+        for e, other in zip(up, reports):
+            if e is reference:
+                continue
+            if isinstance(other, ServerUnavailable):
+                self.pool.take_out(e, str(other))
+                continue
+            if isinstance(other, BaseException):
+                raise other
+            why = compare_replicas(report, other)
+            if why:
+                raise ModelError(_refusal(e.url, reference.url, why))
         self.alignment = report
         self._signature = report.signature
-        server = dict(self.info.server or {})
+        server = dict(self._info.server or {})
         server["alignment"] = report.to_dict()
-        self.info = _replace_server(self.info, server)
+        self._info = dataclasses.replace(self._info, server=server)
         if not report.ok:
             print(
-                f"bias audit: WARNING: {self.client.base_url} failed the prompt log-probability "
+                f"bias audit: WARNING: {self.pool.describe()} failed the prompt log-probability "
                 f"alignment check ({report.reason}); only generation audits can run against it",
                 file=sys.stderr,
             )
+
+    def _check_replica_tokenizers(self) -> None:
+        """Every endpoint's ``/tokenize`` of a fixed sentence must be the reference's.
+
+        Raises:
+            ModelError: one differs (it is named, with both token lists).
+        """
+        if not self.remote_tokenize:
+            return
+        reference = self.pool.endpoints[self.reference]
+        self._probe_ids = self._tokenize(_PROBE, endpoint=reference)
+        others = [e for e in self.pool.up if e is not reference]
+        for e, ids in zip(others, _each(lambda e: self._tokenize(_PROBE, endpoint=e), others)):
+            if isinstance(ids, ServerUnavailable):
+                self.pool.take_out(e, str(ids))
+            elif isinstance(ids, BaseException):
+                raise ids
+            elif ids != self._probe_ids:
+                raise ModelError(_refusal(e.url, reference.url, _tokenizer_differs(ids, self._probe_ids)))
+
+    def _admit(self, e: Endpoint) -> None:
+        """The checks an endpoint that went away passes before it takes requests again: the
+        start-up ones (``_inspect``, the same tokenization, the alignment check agreeing with the
+        reference's).
+
+        Raises:
+            ServerUnavailable: it still cannot be reached. ReplicaRefused: it now serves
+                something else (it stays out for the rest of the run).
+        """
+        from .alignment import check_alignment, compare_replicas
+
+        try:
+            found = _inspect(e.client, self.served_name, timeout=self.pool.probe_timeout)
+        except ServerUnavailable:
+            raise
+        except ModelError as err:
+            raise ReplicaRefused(str(err)) from None
+        reference = self.inspected[self.reference]
+        why = _static_difference(reference, found)
+        if not why and self.remote_tokenize and self._probe_ids is not None:
+            ids = self._tokenize(_PROBE, endpoint=e)
+            why = _tokenizer_differs(ids, self._probe_ids) if ids != self._probe_ids else ""
+        if not why and self.alignment is not None:
+            why = compare_replicas(self.alignment, check_alignment(_Pinned(self, e)))
+        if why:
+            raise ReplicaRefused(_refusal(e.url, self.pool.endpoints[self.reference].url, why))
+        self.inspected[e.index] = found
 
     # -- generation ------------------------------------------------------------------------------
     def chat_prompt(self, user_message: str) -> str | None:
@@ -407,7 +543,13 @@ class OpenAIServerModel(Backend):
         """
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        results = self.client.map(lambda ids: self._generate_one(ids, max_new_tokens), prompts)
+        results = self.pool.map(
+            lambda c, ids: self._generate_one(c, ids, max_new_tokens),
+            prompts,
+            keys=[group_key(p, len(p)) for p in prompts],
+            generated=1,
+            tokens_of=lambda ids, result: len(ids) + result[1],
+        )
         texts = [t for t, _ in results]
         forwarded = sum(len(p) for p in prompts) + sum(n for _, n in results)
         first = None
@@ -418,19 +560,19 @@ class OpenAIServerModel(Backend):
             first = [[next(values)[0] for _ in toks] for toks in score_tokens]
         return texts, forwarded, first
 
-    def _generate_one(self, ids: list[int], max_new_tokens: int) -> tuple[str, int]:
+    def _generate_one(self, client: ServerClient, ids: list[int], max_new_tokens: int) -> tuple[str, int]:
         common = {"model": self.served_name, "max_tokens": max_new_tokens, "temperature": 0}
         turn = self._chat_ids.get(tuple(ids))
         if turn is not None:
             path = "/v1/chat/completions"
-            body = self.client.post(path, {**common, "messages": [{"role": "user", "content": turn}]})
+            body = client.post(path, {**common, "messages": [{"role": "user", "content": turn}]})
             text = _first(body, ("message", "content"))
         else:
             path = "/v1/completions"
-            body = self.client.post(path, {**common, "prompt": [list(ids)]})
+            body = client.post(path, {**common, "prompt": [list(ids)]})
             text = _first(body, ("text",))
         if text is None:
-            raise ModelError(f"{self.client.url(path)}: no generated text in {json.dumps(body)[:300]}")
+            raise ModelError(f"{client.url(path)}: no generated text in {json.dumps(body)[:300]}")
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         return text, int(usage.get("completion_tokens") or 0)
 
@@ -478,10 +620,54 @@ def _echoed(body: dict, n: int, where: str) -> list[dict]:
     return rows
 
 
-def _replace_server(info: ModelInfo, server: dict) -> ModelInfo:
-    import dataclasses
+class _Pinned:
+    """The model's requests pinned to one endpoint, for ``alignment.check_alignment``."""
 
-    return dataclasses.replace(info, server=server)
+    def __init__(self, model: OpenAIServerModel, endpoint: Endpoint):
+        self.model = model
+        self.endpoint = endpoint
+        self._bos = model._bos
+        self._empty_prefix = model._empty_prefix
+
+    def _encode(self, text: str) -> list[int]:
+        return self.model._encode(text)
+
+    def echo(self, sequences, extra: dict | None = None) -> list[dict]:
+        return self.model.echo(sequences, extra, endpoint=self.endpoint)
+
+    def next_token(self, ids):
+        return self.model.next_token(ids, endpoint=self.endpoint)
+
+
+def _each(fn, items: Sequence[Any]) -> list[Any]:
+    """``fn(x)`` for every item at once (one thread each: start-up checks of each endpoint);
+    per item its result or the exception it raised."""
+    if len(items) <= 1:
+        out: list[Any] = []
+        for x in items:
+            try:
+                out.append(fn(x))
+            except Exception as e:  # noqa: BLE001 - returned to the caller, who decides
+                out.append(e)
+        return out
+    with ThreadPoolExecutor(len(items), thread_name_prefix="bias-audit-endpoint") as ex:
+        futures = [ex.submit(fn, x) for x in items]
+        return [f.exception() or f.result() for f in futures]
+
+
+def _refusal(url: str, reference: str, why: str) -> str:
+    return (
+        f"endpoint {url} is refused: {why} (the first endpoint that answered, {reference}, is the "
+        "reference; every endpoint of a pool must serve the same model with the same engine, "
+        "tokenizer and dtype)"
+    )
+
+
+def _tokenizer_differs(ids: list[int], reference: list[int]) -> str:
+    return (
+        f"its /tokenize splits a fixed sentence otherwise ({ids[:8]}... vs {reference[:8]}...): "
+        "another tokenizer, so another model"
+    )
 
 
 # -- connecting -------------------------------------------------------------------------------------
@@ -513,7 +699,7 @@ def _local_tokenizer(name: str | None, root: str | None):
 
 
 def connect(
-    base_url: str,
+    base_url: str | Sequence[str],
     model: str | None,
     *,
     api_key_env: str = "OPENAI_API_KEY",
@@ -524,44 +710,165 @@ def connect(
     transport=None,
     check: bool = True,
 ) -> OpenAIServerModel:
-    """Connect to the server at ``base_url`` serving ``model`` and run the alignment check.
+    """Connect to the server(s) at ``base_url`` serving ``model`` and run the alignment check.
+
+    Several URLs make a pool (``pool.EndpointPool``): each endpoint is inspected at start-up,
+    concurrently. One that cannot be reached is left out (a warning; it is probed again during
+    the run); the first one that answers is the reference; every other one must serve the same
+    model name with the same engine, tokenize like it and pass the alignment check with the same
+    log-probabilities, or it is refused and the run stops (``ModelError``).
 
     Fingerprint (``ModelInfo.fingerprint``, part of the cache key): the sha256 of the weight
-    files when the folder the server reports as the model's ``root`` exists on this machine (a
-    local server, as in the suite's tests), else ``server-metadata:sha256:<hex>`` of the served
-    name, ``root`` and ``max_model_len`` from ``/v1/models`` and the server's version: that
-    identifies the deployment, not the weights, which a remote server does not disclose.
+    files when the folder the reference server reports as the model's ``root`` exists on this
+    machine (a local server, as in the suite's tests), else ``server-metadata:sha256:<hex>`` of
+    the served name, ``root`` and ``max_model_len`` from ``/v1/models`` and the server's version:
+    that identifies the deployment, not the weights, which a remote server does not disclose.
 
     Args:
-        base_url: the API root, ``http://host:port/v1``.
+        base_url: the API root, ``http://host:port/v1``, or several (a pool).
         model: the served model name (``--model``), also tried as a local tokenizer; None: the
             server's only model.
-        api_key_env: the environment variable holding the API key (unset: no key sent).
+        api_key_env: the environment variable holding the API key (unset: no key sent); the
+            same key goes to every endpoint.
         tokenizer: a zoo name, folder or hub id of the same model's tokenizer (default: try
             ``model``, then the server's model folder).
-        max_concurrency, timeout, max_retries: see ``ServerClient``.
+        max_concurrency: requests in flight per endpoint; timeout, max_retries: per request
+            (see ``ServerClient``).
         transport: an ``httpx`` transport (tests).
         check: run the alignment check now.
     Raises:
-        ModelError: the server is unreachable, does not serve ``model`` (the served names are
-            listed), or neither ``/tokenize`` nor a local tokenizer exists; the local tokenizer
-            and the server's disagree on a fixed sentence.
-        ConfigError: a malformed URL or setting.
+        ModelError: no server can be reached, one does not serve ``model`` (the served names are
+            listed) or disagrees with the reference, or neither ``/tokenize`` nor a local
+            tokenizer exists; the local tokenizer and the server's disagree on a fixed sentence.
+        ConfigError: a malformed URL or setting, or a URL given twice.
     """
     from ..errors import ConfigError
 
-    try:
-        client = ServerClient(
-            base_url,
-            os.environ.get(api_key_env) or None,
-            max_concurrency=max_concurrency,
-            timeout=timeout,
-            max_retries=max_retries,
-            transport=transport,
+    urls = [base_url] if isinstance(base_url, str) else list(base_url)
+    if not urls:
+        raise ConfigError("--backend openai needs --base-url (the server's API root)")
+    key = os.environ.get(api_key_env) or None
+    clients = []
+    for url in urls:
+        try:
+            clients.append(
+                ServerClient(
+                    url,
+                    key,
+                    max_concurrency=max_concurrency,
+                    timeout=timeout,
+                    max_retries=max_retries,
+                    transport=transport,
+                )
+            )
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    public = [_public_url(c.base_url) for c in clients]
+    twice = sorted({u for u in public if public.count(u) > 1})
+    if twice:
+        raise ConfigError(f"--base-url {twice[0]} is given twice (each endpoint once)")
+    pool = EndpointPool(clients, public)
+    found = _each(lambda c: _inspect(c, model), clients)
+    for e, f in zip(pool.endpoints, found):
+        if isinstance(f, ServerUnavailable) and len(clients) > 1:
+            pool.take_out(e, str(f))
+        elif isinstance(f, BaseException):
+            if len(clients) > 1 and isinstance(f, ModelError):
+                raise ModelError(f"endpoint {e.url} is refused: {f}") from None
+            raise f
+    if not pool.up:
+        raise ModelError(
+            "no endpoint of the pool answers: " + "; ".join(f"{e.url}: {e.reason}" for e in pool.endpoints)
         )
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    listing = client.get("/v1/models")
+    reference = pool.up[0]
+    ref: _Inspected = found[reference.index]
+    for e in pool.up[1:]:
+        why = _static_difference(ref, found[e.index])
+        if why:
+            raise ModelError(_refusal(e.url, reference.url, why))
+    model = ref.model
+    tok, tok_source, why = _local_tokenizer(tokenizer or model, ref.root)
+    if tokenizer and tok is None:
+        raise ModelError(
+            f"--tokenizer {tokenizer!r}: no tokenizer could be loaded from it ({why}; "
+            "a hub id must be in the local Hugging Face cache under HF_HUB_OFFLINE=1, "
+            "or pass a local folder)"
+        )
+    weights = ref.root if ref.root and Path(ref.root).is_dir() else None
+    if weights is not None:
+        from .zoo import weights_fingerprint
+
+        fingerprint = weights_fingerprint(Path(weights))
+    else:
+        meta = json.dumps(
+            {"id": model, "root": ref.root, "max_model_len": ref.max_len, "engine": ref.engine},
+            sort_keys=True,
+        )
+        fingerprint = f"server-metadata:sha256:{hashlib.sha256(meta.encode()).hexdigest()}"
+    server = {
+        "base_url": reference.url,
+        "served_model": model,
+        "engine": ref.engine,
+        "root": ref.root,
+        "max_model_len": ref.max_len,
+        "tokenizer": "server /tokenize" if ref.remote else tok_source,
+        "local_tokenizer": tok_source,
+        "api_key_env": api_key_env,
+        "api_key_set": bool(os.environ.get(api_key_env)),
+        "fingerprint_basis": "weights in the server's model folder" if weights else "server metadata",
+    }
+    where = reference.url if len(public) == 1 else ", ".join(public)
+    info = ModelInfo(
+        name=model,
+        source=f"server:{where} ({ref.engine})"
+        if len(public) == 1
+        else f"server pool:{where} ({ref.engine})",
+        fingerprint=fingerprint,
+        dtype="server-side (not reported)",
+        device=where,
+        n_parameters=0,
+        kind="causal",
+        server=server,
+    )
+    m = OpenAIServerModel(
+        pool,
+        model,
+        info,
+        max_model_len=min(found[e.index].max_len for e in pool.up),
+        tokenizer=tok,
+        remote_tokenize=ref.remote,
+        vllm=ref.vllm,
+    )
+    m.reference = reference.index
+    m.inspected = {e.index: found[e.index] for e in pool.up}
+    m._check_replica_tokenizers()
+    if ref.remote and tok is not None:
+        _check_same_tokenizer(m, tok, tok_source)
+    if check:
+        m.check_alignment()
+    return m
+
+
+@dataclasses.dataclass
+class _Inspected:
+    """What one endpoint says about itself (``_inspect``)."""
+
+    model: str
+    engine: str
+    vllm: bool
+    root: str | None
+    max_len: int
+    remote: bool
+
+
+def _inspect(client: ServerClient, model: str | None, timeout: float | None = None) -> _Inspected:
+    """The model ``client``'s server serves as ``model`` (None: its only one), its engine and
+    version, context window and whether it has ``/tokenize``.
+
+    Raises:
+        ServerUnavailable: it cannot be reached. ModelError: it does not serve ``model``.
+    """
+    listing = client.get("/v1/models", retry=timeout is None, timeout=timeout)
     entries = [m for m in listing.get("data", []) if isinstance(m, dict)]
     if model is None and len(entries) == 1:  # no --model: the one model the server serves
         model = str(entries[0].get("id"))
@@ -576,55 +883,30 @@ def connect(
     vllm = entry.get("owned_by") == "vllm" and version is not None
     engine = f"vllm {version}" if vllm else (f"{entry.get('owned_by') or 'unknown'} {version or ''}").strip()
     root = entry.get("root") if isinstance(entry.get("root"), str) else None
-    max_len = int(entry.get("max_model_len") or 2048)
-    remote = _has_tokenize(client, model)
-    tok, tok_source, why = _local_tokenizer(tokenizer or model, root)
-    if tokenizer and tok is None:
-        raise ModelError(
-            f"--tokenizer {tokenizer!r}: no tokenizer could be loaded from it ({why}; "
-            "a hub id must be in the local Hugging Face cache under HF_HUB_OFFLINE=1, "
-            "or pass a local folder)"
-        )
-    weights = root if root and Path(root).is_dir() else None
-    if weights is not None:
-        from .zoo import weights_fingerprint
+    return _Inspected(
+        model=str(model),
+        engine=engine,
+        vllm=vllm,
+        root=root,
+        max_len=int(entry.get("max_model_len") or 2048),
+        remote=_has_tokenize(client, str(model)),
+    )
 
-        fingerprint = weights_fingerprint(Path(weights))
-    else:
-        meta = json.dumps(
-            {"id": model, "root": root, "max_model_len": max_len, "engine": engine}, sort_keys=True
+
+def _static_difference(reference: _Inspected, other: _Inspected) -> str:
+    """Why ``other`` cannot stand in for ``reference`` by what the servers say about themselves
+    ('' when nothing differs). A different context window or model folder is allowed: replicas
+    on other machines, with other memory, serve the same weights."""
+    if other.model != reference.model:
+        return f"it serves {other.model!r}, the reference {reference.model!r}"
+    if other.engine != reference.engine:
+        return (
+            f"it runs {other.engine!r}, the reference {reference.engine!r} (another engine or version "
+            "computes other numbers, which one result cache would mix)"
         )
-        fingerprint = f"server-metadata:sha256:{hashlib.sha256(meta.encode()).hexdigest()}"
-    server = {
-        "base_url": _public_url(client.base_url),
-        "served_model": model,
-        "engine": engine,
-        "root": root,
-        "max_model_len": max_len,
-        "tokenizer": "server /tokenize" if remote else tok_source,
-        "local_tokenizer": tok_source,
-        "api_key_env": api_key_env,
-        "api_key_set": bool(os.environ.get(api_key_env)),
-        "fingerprint_basis": "weights in the server's model folder" if weights else "server metadata",
-    }
-    info = ModelInfo(
-        name=model,
-        source=f"server:{_public_url(client.base_url)} ({engine})",
-        fingerprint=fingerprint,
-        dtype="server-side (not reported)",
-        device=_public_url(client.base_url),
-        n_parameters=0,
-        kind="causal",
-        server=server,
-    )
-    m = OpenAIServerModel(
-        client, model, info, max_model_len=max_len, tokenizer=tok, remote_tokenize=remote, vllm=vllm
-    )
-    if remote and tok is not None:
-        _check_same_tokenizer(m, tok, tok_source)
-    if check:
-        m.check_alignment()
-    return m
+    if other.remote != reference.remote:
+        return "one of them has a /tokenize endpoint and the other not"
+    return ""
 
 
 def _server_version(client: ServerClient) -> str | None:

@@ -1,13 +1,12 @@
-"""HTTP to an OpenAI-compatible inference server (vLLM, SGLang, TGI, llama.cpp): JSON posts with
-timeouts, retries with backoff on 429/5xx and connection errors, and bounded concurrency. Knows
-nothing about models or scoring; ``openai_server`` builds the requests."""
+"""HTTP to one OpenAI-compatible inference server (vLLM, SGLang, TGI, llama.cpp): JSON posts with
+timeouts and retries with backoff on 429/5xx and connection errors. Knows nothing about models or
+scoring; ``openai_server`` builds the requests and ``pool`` spreads them over several servers."""
 
 from __future__ import annotations
 
 import random
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
 
 import httpx
 
@@ -25,7 +24,8 @@ class ServerUnavailable(ModelError):
 
 
 class ServerClient:
-    """A pooled ``httpx.Client`` for one server.
+    """A pooled ``httpx.Client`` for one server (thread-safe: ``pool.EndpointPool`` runs several
+    requests on it at once).
 
     Args:
         base_url: the OpenAI API root, e.g. ``http://127.0.0.1:8000/v1``; server-specific
@@ -33,7 +33,8 @@ class ServerClient:
             (``root_url``: the same URL without a trailing ``/v1``).
         api_key: sent as ``Authorization: Bearer``; never logged (removed from every message
             this client raises). None: no header.
-        max_concurrency: requests in flight at once from this process (``map``), >= 1.
+        max_concurrency: requests in flight at once to this server from this process (the
+            pool's slots for it; also the size of the connection pool), >= 1.
         timeout: seconds for one request (connect, read, write), > 0.
         max_retries: retries of one request after a retryable failure (>= 0); the wait doubles
             from ``backoff`` seconds up to 30 s, with jitter, or follows ``Retry-After``.
@@ -77,15 +78,16 @@ class ServerClient:
             transport=transport,
             limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
         )
-        self._pool: ThreadPoolExecutor | None = None
         #: retries made so far (any request), for the run's provenance.
         self.retries = 0
+        self._count = threading.Lock()
+        #: Set by the pool while other servers can take this one's requests: a connection error
+        #: is then tried once more at once (a dropped keep-alive connection) and a timeout not
+        #: at all, instead of waiting out the backoff on a server that is gone.
+        self.failover = False
 
     def close(self) -> None:
-        """Close connections and the worker threads."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        """Close the connections."""
         self._http.close()
 
     def _redact(self, text: str) -> str:
@@ -96,26 +98,37 @@ class ServerClient:
         return self.root_url + path
 
     def request(
-        self, method: str, path: str, payload: dict | None = None, *, retry: bool = True
+        self,
+        method: str,
+        path: str,
+        payload: dict | None = None,
+        *,
+        retry: bool = True,
+        timeout: float | None = None,
     ) -> httpx.Response:
         """One request with retries; returns the final response, whatever its status (the
-        caller decides what a 404 means).
+        caller decides what a 404 means). ``timeout``: seconds for this request instead of the
+        client's (the pool's probes of a server that went away).
 
         Raises:
-            ModelError: the server could not be reached, or kept answering a retryable status,
-                after ``max_retries`` retries (the message names the URL, the last status or
-                error and the number of tries).
+            ServerUnavailable: the server could not be reached, or kept answering a retryable
+                status, after ``max_retries`` retries (the message names the URL, the last
+                status or error and the number of tries).
         """
         url = self.url(path)
+        extra = {} if timeout is None else {"timeout": timeout}
         attempt = 0
         while True:
             try:
-                resp = self._http.request(method, url, json=payload)
+                resp = self._http.request(method, url, json=payload, **extra)
                 if not retry or resp.status_code not in RETRY_STATUSES or attempt >= self.max_retries:
                     return resp
                 wait = _retry_after(resp) or self._wait(attempt)
             except httpx.TransportError as e:
-                if not retry or attempt >= self.max_retries:
+                limit = self.max_retries
+                if self.failover:
+                    limit = 0 if isinstance(e, httpx.TimeoutException) else min(1, limit)
+                if not retry or attempt >= limit:
                     raise ServerUnavailable(
                         self._redact(
                             f"{method} {url}: {type(e).__name__}: {e} (after {attempt + 1} tries; is the "
@@ -123,8 +136,11 @@ class ServerClient:
                         )
                     ) from None
                 wait = self._wait(attempt)
+                if self.failover:
+                    wait = min(wait, 0.1)
             attempt += 1
-            self.retries += 1
+            with self._count:
+                self.retries += 1
             time.sleep(wait)
 
     def _wait(self, attempt: int) -> float:
@@ -141,9 +157,10 @@ class ServerClient:
         resp = self.request("POST", path, payload)
         return self._json(resp, "POST", path)
 
-    def get(self, path: str) -> dict:
-        """GET and return the decoded JSON body (errors as ``post``)."""
-        return self._json(self.request("GET", path), "GET", path)
+    def get(self, path: str, *, retry: bool = True, timeout: float | None = None) -> dict:
+        """GET and return the decoded JSON body (errors as ``post``; ``retry`` and ``timeout``
+        as ``request``)."""
+        return self._json(self.request("GET", path, retry=retry, timeout=timeout), "GET", path)
 
     def _json(self, resp: httpx.Response, method: str, path: str) -> dict:
         if resp.status_code >= 400:
@@ -162,20 +179,6 @@ class ServerClient:
             raise ModelError(
                 self._redact(f"{method} {self.url(path)}: the answer is not JSON: {resp.text[:200]!r}")
             ) from None
-
-    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-        """``[fn(x) for x in items]`` with at most ``max_concurrency`` calls in flight, in order;
-        the first exception is raised once every call has ended."""
-        if len(items) <= 1 or self.max_concurrency == 1:
-            return [fn(x) for x in items]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="bias-audit-http")
-        futures = [self._pool.submit(fn, x) for x in items]
-        errors = [f.exception() for f in futures]
-        for e in errors:
-            if e is not None:
-                raise e
-        return [f.result() for f in futures]
 
 
 def _retry_after(resp: httpx.Response) -> float | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .charts import chart_data_uri
-from .markdown import modified_files
+from .markdown import endpoint_lines, modified_files
 from .results import (
     INVALID_FLAG,
     coverage_lines,
@@ -168,6 +168,7 @@ def render_html(results: Mapping[str, Any]) -> str:
         "exit_codes": exit_codes,
         "baseline": results.get("baseline"),
         "items_scored": items_scored_text(results),
+        "endpoints": endpoint_lines(results.get("model") or {}),
         "coverage": coverage_lines(results),
         "invalid_flag": INVALID_FLAG,
     }

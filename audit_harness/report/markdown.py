@@ -44,6 +44,22 @@ def modified_files(results: Mapping[str, Any]) -> list[str]:
     )
 
 
+def endpoint_lines(model: Mapping[str, Any]) -> list[str]:
+    """One line per inference-server endpoint the run used (``model.server.endpoints``): its URL,
+    state and what it computed; none for an in-process model."""
+    server = model.get("server") or {}
+    out = []
+    for e in server.get("endpoints") or []:
+        state = e.get("state", "?") + (f" ({e['reason']})" if e.get("reason") else "")
+        out.append(
+            f"{e.get('base_url')}: {state}; {e.get('requests', 0)} requests, {e.get('scored', 0)} "
+            f"sequences scored, {e.get('generated', 0)} generations, {e.get('tokens', 0)} tokens, "
+            f"{e.get('retries', 0)} retries, {e.get('failures', 0)} failed requests (sent to "
+            f"another endpoint), {e.get('seconds', 0)} s, {e.get('groups', 0)} prefix groups"
+        )
+    return out
+
+
 def render_markdown(results: Mapping[str, Any]) -> str:
     """The report as Markdown text: provenance, gate verdicts, metrics per category with
     intervals, exclusions. Pure function of ``results`` (see ``report.results.build_results``)."""
@@ -98,6 +114,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         f"- suite: bias-audit {suite.get('version', '?')}, commit `{commit}`{dirty}",
         f"- model: `{model.get('source', '?')}`; weights `{model.get('fingerprint', '?')}`; "
         f"{model.get('dtype', '?')} on {model.get('device', '?')}; {model.get('n_parameters', '?')} parameters",
+        *[f"- server endpoint {line}" for line in endpoint_lines(model)],
         f"- items scored: {items_scored_text(results)} (seed {opts.get('seed')}); intervals: "
         f"{opts.get('confidence')} confidence, {opts.get('n_resamples')} bootstrap resamples",
         f"- gates ({results['thresholds']}, sha256 `{results.get('run', {}).get('thresholds_sha256', '?')[:16]}…`): "

@@ -82,7 +82,10 @@ def finish(run: AuditRun, exitstatus, presses: Presses) -> int | None:
     ]
     junit_unrun_gates(run, unrun, model_error or why, "error" if model_error else "not run")
 
-    model = next((p["model"] for p in parts if p["model"]), None)
+    from ..models.pool import merge_worker_models
+
+    # Each xdist worker has its own pool of servers: their counts add up.
+    model = merge_worker_models([p["model"] for p in parts])
     touched = (
         {o["benchmark"] for o in outcomes}
         | {v["benchmark"] for v in verdicts}

@@ -2,19 +2,24 @@
 /v1/models, /version, /tokenize, /v1/completions (echo + logprobs, token-id prompts, greedy
 generation), /v1/chat/completions. Faults on demand: failures before success (``fail_next``),
 prompt log-probabilities shifted by one position (``shift``, as llama.cpp's server returns them),
-no /tokenize (``tokenize``). Listens on 127.0.0.1 only; ``stop()`` ends it."""
+no /tokenize (``tokenize``), a slow server (``delay``), a server that dies after answering a number
+of completion requests (``die_after``: the requests in flight then get no answer and new
+connections are refused, as when its process is killed). Listens on 127.0.0.1 only; ``stop()``
+ends it."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
 
 
 class FakeServer:
-    """Serve ``model`` (an ``HFCausalLM``) as ``name`` on a free port of 127.0.0.1.
+    """Serve ``model`` (an ``HFCausalLM``) as ``name`` on a free port of 127.0.0.1 (or ``port``:
+    a server restarted where one stopped).
 
     Attributes:
         url: the API root (``http://127.0.0.1:PORT/v1``).
@@ -25,6 +30,11 @@ class FakeServer:
         echo: answer echo requests (False: HTTP 400, as a server without prompt log-probabilities).
         tokenize: serve /tokenize.
         owned_by: ``/v1/models``' owned_by (``vllm`` turns on the vLLM extensions).
+        delay: seconds each /v1/completions request waits before it is computed.
+        die_after: after answering this many /v1/completions requests (counted from the start),
+            the server dies: what is in flight is dropped unanswered, new connections refused.
+        answered: (path, JSON body) of every request answered with 200, in order.
+        dead: whether it died (``die_after``, ``kill``).
     """
 
     def __init__(
@@ -37,6 +47,7 @@ class FakeServer:
         owned_by: str = "vllm",
         root: str | None = None,
         echo: bool = True,
+        port: int = 0,
     ):
         self.model, self.name, self.shift, self.tokenize = model, name, shift, tokenize
         self.echo = echo
@@ -44,6 +55,11 @@ class FakeServer:
         self.requests: list[tuple[str, str, dict | None]] = []
         self.headers: list[dict] = []
         self.fail_next: list[int] = []
+        self.delay = 0.0
+        self.die_after: int | None = None
+        self.answered: list[tuple[str, dict | None]] = []
+        self.dead = False
+        self._completions_answered = 0
         self._lock = threading.Lock()
         server = self
 
@@ -62,6 +78,9 @@ class FakeServer:
             def _handle(self, method: str) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
+                if server.dead:
+                    self.close_connection = True  # no answer at all, as from a killed process
+                    return
                 with server._lock:
                     server.requests.append((method, self.path, body))
                     server.headers.append(dict(self.headers))
@@ -69,10 +88,23 @@ class FakeServer:
                 if status is not None:
                     self._reply(status, {"error": {"message": f"injected {status}"}})
                     return
+                completion = self.path == "/v1/completions"
+                if completion and server.delay:
+                    time.sleep(server.delay)
                 try:
                     status, answer = server.answer(method, self.path, body, dict(self.headers))
                 except Exception as e:  # noqa: BLE001 - a test server reports, never dies
                     status, answer = 500, {"error": {"message": f"{type(e).__name__}: {e}"}}
+                with server._lock:
+                    if server.dead:  # died while this request was being computed
+                        self.close_connection = True
+                        return
+                    if status == 200:
+                        server.answered.append((self.path, body))
+                    if completion and status == 200:
+                        server._completions_answered += 1
+                        if server.die_after is not None and server._completions_answered >= server.die_after:
+                            server.kill()
                 self._reply(status, answer)
 
             def do_GET(self):
@@ -81,14 +113,29 @@ class FakeServer:
             def do_POST(self):
                 self._handle("POST")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
+        self.dead = True
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def kill(self) -> None:
+        """Die now: requests in flight and later ones get no answer, new connections are
+        refused (the listening socket closes)."""
+        self.dead = True
+        # shutdown() waits for the serving loop, which may be this very request's caller chain:
+        # from another thread.
+        threading.Thread(target=self.stop, daemon=True).start()
+
+    def completions(self, answered: bool = True) -> list[dict]:
+        """Bodies of the /v1/completions requests answered (or, ``answered=False``, received)."""
+        if answered:
+            return [b for p, b in self.answered if p == "/v1/completions"]
+        return self.paths("/v1/completions")
 
     def paths(self, path: str) -> list[dict]:
         """Bodies of the requests to ``path``."""

@@ -54,19 +54,23 @@ def test_scores_and_token_ids_equal_the_in_process_backend(fake, tiny, data_dir)
     model = connect(fake.url, "tiny-random-gpt2")
     assert model.alignment.ok and model.alignment.max_error < 1e-4
     requests = bbq_requests(data_dir) + [("", "Unknown"), ("Answer: ", "A")]
-    assert model.encode_pairs(requests) == [tiny.encode_pair(c, x) for c, x in requests]
+    encoded = model.encode_pairs(requests)
+    assert encoded == [tiny.encode_pair(c, x) for c, x in requests]
+    before = len(fake.paths("/v1/completions"))
     served = Engine(model).loglikelihood(requests)
     local = Engine(tiny).loglikelihood(requests)
     assert max(abs(a - b) for a, b in zip(served, local)) < 1e-4
-    # Every scoring request sends token ids, at most 8 prompts, in lexicographic order: the
-    # three choices of one context travel together.
-    # (The requests go out concurrently, so they arrive in any order: each one holds a
-    # consecutive run of the sorted sequences.)
-    bodies = sorted([b["prompt"] for b in fake.paths("/v1/completions") if b.get("echo")][-2:])
+    # Every scoring request sends token ids, at most 8 prompts, in lexicographic order, and
+    # whole prefix groups: the three choices of one context travel together.
+    bodies = [b["prompt"] for b in fake.paths("/v1/completions")[before:]]
     scored = [p for b in bodies for p in b]
     assert all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in scored)
-    assert [len(b) for b in bodies] == [8, 3] and scored == sorted(scored)
+    assert all(len(b) <= 8 and b == sorted(b) for b in bodies)
     assert len(scored) == len({tuple(p) for p in scored}) == len(requests)
+    request_of = {tuple(p): n for n, b in enumerate(bodies) for p in b}
+    for item in range(3):
+        choices = {request_of[tuple(c + x)] for c, x in encoded[3 * item : 3 * item + 3]}
+        assert len(choices) == 1, f"item {item}'s choices went out in several requests"
 
 
 def test_token_logprobs_for_pair_benchmarks(fake, tiny):
@@ -120,18 +124,19 @@ def test_another_model_behind_the_name_is_refused(tiny):
 
 def test_retries_429_and_5xx_then_succeeds(fake, tiny):
     model = connect(fake.url, "tiny-random-gpt2")
-    model.client.backoff = 0.01
+    model.pool.endpoints[0].client.backoff = 0.01
     fake.fail_next = [429, 503, 500]
     value = Engine(model).loglikelihood([("The nun", " prayed")])[0]
     assert abs(value - Engine(tiny).loglikelihood([("The nun", " prayed")])[0]) < 1e-4
-    assert model.client.retries == 3 and fake.fail_next == []
+    assert model.pool.retries == 3 and fake.fail_next == []
+    assert model.info.server["endpoints"][0]["retries"] == 3
 
 
 def test_gives_up_after_max_retries_and_never_shows_the_key(fake, monkeypatch):
     monkeypatch.setenv("FAKE_SERVER_KEY", "sk-very-secret-123")
     model = connect(fake.url, "tiny-random-gpt2", api_key_env="FAKE_SERVER_KEY", max_retries=2)
     assert fake.headers[-1]["Authorization"] == "Bearer sk-very-secret-123"
-    model.client.backoff = 0.01
+    model.pool.endpoints[0].client.backoff = 0.01
     fake.fail_next = [503] * 50
     with pytest.raises(ModelError, match=r"HTTP 503 after 2 retries") as err:
         Engine(model).loglikelihood([("The monk", " sang")])
