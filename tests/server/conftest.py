@@ -1,29 +1,20 @@
-"""The real vLLM server for the ``server`` tests: started once per session from ``.venv-vllm``
-(``make setup-server``) on a free port of 127.0.0.1 with the embedded SmolLM2 (the zoo's
-converted folder), stopped by its process id at the end."""
+"""Real vLLM servers for the ``server`` tests, started from ``.venv-vllm`` (``make setup-server``)
+on free ports of 127.0.0.1 with the embedded SmolLM2 (the zoo's converted folder) and stopped by
+their process ids; and the in-process audit they are compared with, run once per session."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-
-from audit_harness.models.zoo import DEFAULT_MODEL
-
-REPO = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
-SERVED_NAME = DEFAULT_MODEL  # the embedded SmolLM2-135M-Instruct
+from vllm_runs import PARITY, SERVED_NAME, VLLM_PYTHON, audit, finish, need_vllm
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
-    """A ``serving.LocalServer`` running vLLM (CPU, fp32) with SmolLM2-135M-Instruct."""
-    if not VLLM_PYTHON.exists():
-        why = f"{VLLM_PYTHON.parent.parent.name} is absent: `make setup-server` installs vLLM (CPU) for these tests"
-        if os.environ.get("CI") == "true":  # CI installs it: a missing one is a broken set-up
-            pytest.fail(f"CI=true and {why}", pytrace=False)
-        pytest.skip(why)
+    """A ``serving.LocalServer`` running vLLM (CPU, fp32) with SmolLM2-135M-Instruct, on every
+    core; stopped when its module's tests are done (the two-server tests start their own)."""
+    need_vllm()
     from audit_harness.models.zoo import materialize
     from audit_harness.serving import start_vllm
 
@@ -31,3 +22,13 @@ def vllm_server(tmp_path_factory):
     server = start_vllm(VLLM_PYTHON, materialize(SERVED_NAME), SERVED_NAME, log)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def in_process_run(tmp_path_factory, data_dir) -> Path:
+    """The parity audits in process (the run every server run is compared with), once per
+    session and before any vLLM starts: a vLLM worker bound to a core stalls beside a second
+    process computing on it."""
+    need_vllm()
+    results = tmp_path_factory.mktemp("in-process")
+    return finish(audit(results, data_dir, PARITY), results)

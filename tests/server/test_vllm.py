@@ -1,17 +1,15 @@
 """Against a real vLLM (CPU build, fp32) serving the embedded SmolLM2: an audit through the
 server predicts exactly what the in-process backend predicts on the same items, the alignment
 check passes, and tokenization, per-token scores and generation agree with the in-process
-model. Marked ``server``: ``make test-server`` runs them (``make test`` does not)."""
+model. Marked ``server``: ``make test-server`` runs them (``make test`` does not). The two-server
+pool is tested in test_vllm_pool.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from vllm_runs import PARITY, audit, finish, records
 
 from audit_harness.engine.executor import Engine
 from audit_harness.models import load_model
@@ -20,7 +18,6 @@ from audit_harness.models.openai_server import connect
 from audit_harness.models.zoo import DEFAULT_MODEL as SERVED_NAME
 
 pytestmark = pytest.mark.server
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -33,70 +30,14 @@ def served(vllm_server):
     return connect(vllm_server.url, vllm_server.name)
 
 
-def _audit(tmp_path: Path, data_dir: Path, name: str, *extra: str) -> tuple[subprocess.Popen, Path]:
-    """Start ``pytest audits/test_bbq.py audits/test_esbbq.py audits/test_cabbq.py --limit 8`` (the in-process run
-    goes first and alone: vLLM's worker is bound to every core, and a second process on them
-    would stall its threads)."""
-    results = tmp_path / name
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "audits/test_bbq.py",
-        "audits/test_esbbq.py",
-        "audits/test_cabbq.py",
-        "--model",
-        SERVED_NAME,
-        "--limit",
-        "8",
-        "--data-dir",
-        str(data_dir),
-        "--min-n",
-        "1",
-        "--results-dir",
-        str(results),
-        "--no-cache",
-        "--bootstrap-resamples",
-        "0",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        *extra,
-    ]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": str(len(os.sched_getaffinity(0)))},
+def test_audit_through_vllm_predicts_what_the_in_process_run_predicts(
+    in_process_run, vllm_server, tmp_path, data_dir
+):
+    results = tmp_path / "server"
+    server_run = finish(
+        audit(results, data_dir, PARITY, "--backend", "openai", "--base-url", vllm_server.url), results
     )
-    return proc, results
-
-
-def _finish(run: tuple[subprocess.Popen, Path]) -> Path:
-    proc, results = run
-    out, _ = proc.communicate(timeout=3000)
-    assert proc.returncode in (0, 1), out[-4000:]  # gate verdicts (pass or fail), not errors
-    (run_dir,) = list(results.iterdir())
-    return run_dir
-
-
-def _records(run: Path) -> dict[str, dict]:
-    out = {}
-    for path in sorted((run / "records").rglob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            out[f"{path.parent.name}/{row['id']}"] = row
-    return out
-
-
-def test_audit_through_vllm_predicts_what_the_in_process_run_predicts(vllm_server, tmp_path, data_dir):
-    local_run = _finish(_audit(tmp_path, data_dir, "local"))
-    server_run = _finish(
-        _audit(tmp_path, data_dir, "server", "--backend", "openai", "--base-url", vllm_server.url)
-    )
-    served, local = _records(server_run), _records(local_run)
+    served, local = records(server_run), records(in_process_run)
     assert served.keys() == local.keys() and len(served) == 8 * (11 + 10 + 10)
     worst = max(
         abs(a - b) for k in served for a, b in zip(served[k]["loglikelihoods"], local[k]["loglikelihoods"])
@@ -108,7 +49,8 @@ def test_audit_through_vllm_predicts_what_the_in_process_run_predicts(vllm_serve
     model = results["model"]
     assert model["server"]["engine"].startswith("vllm ") and model["server"]["alignment"]["ok"]
     assert (
-        model["fingerprint"] == json.loads((local_run / "results.json").read_text())["model"]["fingerprint"]
+        model["fingerprint"]
+        == json.loads((in_process_run / "results.json").read_text())["model"]["fingerprint"]
     )
 
 
