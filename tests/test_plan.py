@@ -136,14 +136,18 @@ def test_plan_counts_what_a_real_run_computes(planned, real):
 
 
 def test_generation_budgets_are_each_benchmarks(planned):
+    from audit_harness.benchmarks import registry
+
     _, _, plan = planned
     rows = _rows(plan)
+    benchmarks = registry()
     kobbq = rows[("kobbq", "age")]
-    # 4 rows x 1 template x 3 option orders, 30 new tokens each (the authors' --max-tokens).
+    # 4 rows x 1 template x 3 option orders, each with KoBBQ's budget.
     assert kobbq["generations"] == kobbq["whole"]["generation_requests"] == 12
-    assert kobbq["tokens_to_generate"] == 12 * 30
-    assert rows[("kgquiz", "Task1-ConceptNet")]["tokens_to_generate"] == 4 * 8
-    assert rows[("kgquiz", "Task3-ConceptNet")]["tokens_to_generate"] == 4 * 16
+    assert kobbq["tokens_to_generate"] == 12 * benchmarks["kobbq"].max_new_tokens
+    budgets = benchmarks["kgquiz"].protocol.max_new_tokens
+    assert rows[("kgquiz", "Task1-ConceptNet")]["tokens_to_generate"] == 4 * budgets["Task1"]
+    assert rows[("kgquiz", "Task3-ConceptNet")]["tokens_to_generate"] == 4 * budgets["Task3"]
     # KoBBQ's letters are scored too: 3 requests a generation (read from its first step).
     assert kobbq["requests"] == 12 + 3 * 12
     # Task3's answers and golds go to the embedding model, which the plan does not load.
