@@ -249,8 +249,7 @@ def build_plan(
             f"{NOTHING_SCORED}: requests were built and counted with the model's tokenizer and "
             "config; no weights were loaded and no gate was judged.",
             "forward tokens: tokens fed to the model (scored sequences through the prefix tree "
-            "and packed rows, generation prompts with a shared prefix once per batch), as a run "
-            "with BIAS_AUDIT_FORWARD_SECONDS=0 (forwards sized by tokens) feeds them; 'whole': "
+            "and packed rows, generation prompts with a shared prefix once per batch); 'whole': "
             "every request forwarded whole on its own, as lm-evaluation-harness does.",
             "tokens to generate: max_new_tokens per distinct generation, an upper bound "
             "(a batch stops when all its rows have ended).",

@@ -127,10 +127,12 @@ def _duration(seconds: float) -> str:
     """``3 h 05 min``, ``12 min 40 s`` or ``7.2 s``."""
     if seconds >= 86400:
         return f"{seconds / 86400:.1f} days"
-    if seconds >= 3600:
-        return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
-    if seconds >= 60:
-        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    if seconds >= 3600 - 30:
+        hours, minutes = divmod(round(seconds / 60), 60)
+        return f"{hours} h {minutes:02d} min"
+    if seconds >= 60 - 0.5:
+        minutes, secs = divmod(round(seconds), 60)
+        return f"{minutes} min {secs:02d} s"
     return f"{seconds:.1f} s"
 
 
@@ -226,12 +228,13 @@ def write_plan(tr, plan: Mapping[str, Any], path) -> None:
         tr.write_line(f"ERROR: {e['benchmark']}/{e['category']}: {e['message']}", red=True)
     if plan.get("model_error"):
         tr.write_line(f"ERROR: the model could not be opened: {plan['model_error']}", red=True)
-    for note in plan["notes"][1:]:
-        tr.write_line(note)
-    tr.write_line(
-        f"this plan took {_duration(plan['seconds_planning'])} of tokenizing and prefix trees "
-        f"({_duration(plan['duration_s'])} in all); a run spends about as long on them"
-    )
+    if plan["benchmarks"]:
+        for note in plan["notes"][1:]:
+            tr.write_line(note)
+        tr.write_line(
+            f"this plan took {_duration(plan['seconds_planning'])} of tokenizing and prefix trees "
+            f"({_duration(plan['duration_s'])} in all); a run spends about as long on them"
+        )
     code = plan["exit_status"]
     tr.write_line(
         f"{plan['plan']}; exit code {code}",
