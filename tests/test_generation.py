@@ -204,6 +204,9 @@ def test_the_decoding_loop_equals_transformers_generate(model, monkeypatch):
     stopped = model.generate_tokens(ids, 10, stop=[[stop]] * len(ids))[0]
     assert [_cut(t, stop) for t in stopped] == [_cut(t, stop) for t in ours[0]]
     monkeypatch.undo()
+    # A cache that cannot be batch-indexed: no shared prefix (the backend turns sharing off for
+    # good, so restored after), finished rows stay in the batch, fed padding.
+    monkeypatch.setattr(model, "_can_share", model._can_share)
     monkeypatch.setattr(hf, "_batch_indexable", lambda cache: False)
     kept = model.generate_tokens(ids, 10, stop=[[stop]] * len(ids))[0]
     assert [_cut(t, stop) for t in kept] == [_cut(t, stop) for t in ours[0]]
@@ -321,3 +324,22 @@ def test_compare_generation_counts_identical_outputs_and_token_inputs():
     assert cg.compare_token_inputs({"a": [1, 2], "b": [3]}, {"a": [1, 2], "b": [3, 4]}) == ["b"]
     assert cg.compare_token_inputs({"a": [1]}, {}) == ["a"]
     assert cg.result_line(3.0, 360, 360) == "speedup 3.00x, outputs identical 360/360"
+
+
+def test_the_prompt_trie_runs_each_distinct_prompt_prefix_once(model):
+    from audit_harness.models.hf import _trie
+
+    ids = [model.encode_prompt(p) for p in PROMPTS]
+    tokens, parents, paths = _trie(ids)
+    assert [[tokens[i] for i in path] for path in paths] == ids
+    assert all(parents[i] < i for i in range(len(tokens)))  # parents come first
+    assert model._tree_prefill_ok(ids)
+    texts, forwarded, _ = model.generate_tokens(ids, 5)
+    # Each distinct prompt token once, then one per generated token (a row may end early).
+    assert len(tokens) + len(ids) <= forwarded <= len(tokens) + 5 * len(ids) < sum(map(len, ids))
+    model.tree_prefill_tokens = len(tokens) - 1  # over the cap: the two-level shared prefix path
+    try:
+        assert not model._tree_prefill_ok(ids)
+        assert model.generate_tokens(ids, 5)[0] == texts
+    finally:
+        del model.tree_prefill_tokens

@@ -487,6 +487,15 @@ class HFCausalLM(Backend):
         from .errors import PrefixUnsupported
 
         stops = [tuple(s for s in row if s) for row in stop] if stop is not None else [()] * len(prompts)
+        if self._own_loop() and self._tree_prefill_ok(prompts):
+            try:
+                state, forwarded = self._tree_prefill(prompts)
+            except PrefixUnsupported:
+                self.disable_prefix_sharing()
+            else:
+                tokens, first = self._greedy(state, max_new_tokens, stops, score_tokens)
+                texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
+                return texts, forwarded + sum(len(row) for row in tokens), first
         groups = (
             share_groups(prompts)
             if self.prefix_sharing and self._can_share and not self._sliding
@@ -503,9 +512,8 @@ class HFCausalLM(Backend):
             ids, mask, _ = self._left_pad(prompts)
             forwarded = sum(len(p) for p in prompts)
         if self._own_loop():
-            tokens, first = self._greedy(
-                ids, mask, kwargs.get(self._cache_arg), max_new_tokens, stops, score_tokens
-            )
+            state = self._padded_prefill(ids, mask, kwargs.get(self._cache_arg))
+            tokens, first = self._greedy(state, max_new_tokens, stops, score_tokens)
         else:
             tokens, first = self._generate_hf(ids, mask, kwargs, max_new_tokens, stops, score_tokens)
         texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
@@ -534,42 +542,135 @@ class HFCausalLM(Backend):
         text = self.tokenizer.decode(tokens, skip_special_tokens=True).rstrip("\ufffd")
         return any(s in text for s in stops)
 
-    @torch.inference_mode()
-    def _greedy(self, ids, mask, cache, max_new_tokens: int, stops, score_tokens):
-        """(new token ids per row, first-step log-probabilities of ``score_tokens`` or None):
-        greedy decoding of left-padded ``ids`` (``mask`` its attention mask), continuing
-        ``cache`` when given (it holds the first columns of ``ids``: a shared prefix).
+    #: Most tokens a generation batch's prompts may hold, once each, for ``_tree_prefill``: the
+    #: packed row attends over all of them, so its attention grows with the square of this.
+    tree_prefill_tokens = 2048
 
-        Inputs as ``generate`` builds them: position ids from the mask (padding at 0), each
-        step one token per live row at its row's next position, the mask dropped when it has
-        no padding, logits of the last position only, argmax in float32. A row is finished at
-        an end-of-sequence token (kept, as ``generate`` keeps it), at ``max_new_tokens``, or at
-        one of its stop strings. Finished rows are dropped from the batch and from the cache;
-        a cache whose rows cannot be selected keeps them, fed padding, their output ignored.
+    def _tree_prefill_ok(self, prompts) -> bool:
+        return (
+            self.prefix_sharing
+            and self._can_share
+            and self.can_pack
+            and len(prompts) > 1
+            and len(_trie(prompts)[0]) <= self.tree_prefill_tokens
+        )
+
+    @torch.inference_mode()
+    def _tree_prefill(self, prompts: list[list[int]]):
+        """``_greedy``'s starting state from one packed forward of the batch's prompt trie: every
+        distinct prompt prefix runs once (the instruction all prompts share, then each context,
+        then each prompt's own end), token i attending to its ancestors only (a 4-D mask, as in
+        ``forward_packed``) at position id = its depth. Each prompt's key/value cache is then
+        gathered from the packed row along its path, left-padded, so decoding continues as after
+        a left-padded prompt forward; no padding is computed. Returns (state, tokens run).
+
+        Raises:
+            PrefixUnsupported: the model's cache cannot be batch-indexed.
         """
-        eos = self._eos()
+        import numpy as np
+
+        from .errors import PrefixUnsupported
+
+        tokens, parents, paths = _trie(prompts)
+        n, width = len(tokens), max(len(p) for p in prompts)
+        allowed = np.zeros((n, n), dtype=bool)
+        depth = [0] * n
+        for i, p in enumerate(parents):  # parents precede children
+            if p >= 0:
+                allowed[i] = allowed[p]
+                depth[i] = depth[p] + 1
+            allowed[i, i] = True
+        dtype = self.model.dtype
+        mask4 = torch.zeros((1, 1, n, n), dtype=dtype)
+        mask4.masked_fill_(~torch.from_numpy(allowed), torch.finfo(dtype).min)
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        pos = torch.tensor([depth], dtype=torch.long, device=self.device)
+        last = torch.tensor([path[-1] for path in paths], device=self.device)
+        try:
+            out = self.model.base_model(
+                input_ids=ids, attention_mask=mask4.to(self.device), position_ids=pos, use_cache=True
+            )
+            logits = self.model.get_output_embeddings()(out.last_hidden_state[0, last]).float()
+        except torch.OutOfMemoryError as e:
+            from .errors import BackendOutOfMemory
+
+            raise BackendOutOfMemory(str(e)) from None
+        if self._softcap:
+            logits = torch.tanh(logits / self._softcap) * self._softcap
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        del out
+        if not _batch_indexable(cache):
+            raise PrefixUnsupported(f"{type(cache).__name__} cache cannot be batch-indexed")
+        # Row r of the new cache holds the packed columns of prompt r's path, left-padded (the
+        # padding columns copy column 0 and are masked).
+        gather = torch.zeros((len(prompts), width), dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for r, path in enumerate(paths):
+            gather[r, width - len(path) :] = torch.tensor(path)
+            mask[r, width - len(path) :] = 1
+        gather, mask = gather.to(self.device), mask.to(self.device)
+        for layer in cache.layers:
+            layer.keys = layer.keys[0][:, gather].transpose(0, 1).contiguous()
+            layer.values = layer.values[0][:, gather].transpose(0, 1).contiguous()
+        pos = torch.tensor([[len(p) - 1] for p in prompts], dtype=torch.long, device=self.device)
+        return (logits, cache, mask, pos, True), n
+
+    @torch.inference_mode()
+    def _padded_prefill(self, ids, mask, cache):
+        """``_greedy``'s starting state from a forward of left-padded ``ids`` (``mask`` its
+        attention mask) as ``generate`` builds it: position ids from the mask (padding at 0), the
+        mask dropped when it has no padding, logits of the last position only, continuing
+        ``cache`` when given (it holds the first columns of ``ids``: a shared prefix)."""
         past = 0 if cache is None else cache.get_seq_length()
         pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
-        inp = ids[:, past:]
         padded = not bool(mask.all())
-        live = list(range(ids.shape[0]))  # the prompt of each batch row; -1: finished, kept
+        extra = {"logits_to_keep": 1} if self._keeps_logits else {}
+        if cache is not None:
+            extra[self._cache_arg] = cache
+        res = self._forward(
+            input_ids=ids[:, past:],
+            attention_mask=mask if padded else None,
+            position_ids=pos,
+            use_cache=True,
+            **extra,
+        )
+        logits = res.logits[:, -1, :].float()
+        cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
+        return logits, cache, mask, pos[:, -1:], padded
+
+    @torch.inference_mode()
+    def _greedy(self, state, max_new_tokens: int, stops, score_tokens):
+        """(new token ids per row, first-step log-probabilities of ``score_tokens`` or None):
+        greedy decoding from a prefill ``state`` (logits after each row's prompt, its cache,
+        attention mask, last position id, whether the mask has padding).
+
+        Each step feeds one token per live row at its row's next position, as ``generate``
+        does, the mask dropped when it has no padding, argmax in float32. A row is finished at
+        an end-of-sequence token (kept, as ``generate`` keeps it), at ``max_new_tokens``, or at
+        one of its stop strings. Finished rows are dropped from the batch and from the cache; a
+        cache whose rows cannot be selected keeps them, fed padding, their output ignored.
+        """
+        eos = self._eos()
+        logits, cache, mask, pos, padded = state
+        live = list(range(logits.shape[0]))  # the prompt of each batch row; -1: finished, kept
         tokens: list[list[int]] = [[] for _ in live]
         first = None
         extra = {"logits_to_keep": 1} if self._keeps_logits else {}
         selectable = None
+        inp = None
         for step in range(max_new_tokens):
-            if cache is not None:
+            if step:
                 extra[self._cache_arg] = cache
-            res = self._forward(
-                input_ids=inp,
-                attention_mask=mask if padded else None,
-                position_ids=pos,
-                use_cache=True,
-                **extra,
-            )
-            logits = res.logits[:, -1, :].float()
-            cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
-            del res
+                res = self._forward(
+                    input_ids=inp,
+                    attention_mask=mask if padded else None,
+                    position_ids=pos,
+                    use_cache=True,
+                    **extra,
+                )
+                logits = res.logits[:, -1, :].float()
+                cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
+                del res
             if step == 0 and score_tokens is not None:
                 # The model's own forward has applied any final soft-capping already.
                 logp = torch.log_softmax(logits, dim=-1)
@@ -606,7 +707,7 @@ class HFCausalLM(Backend):
                 dead = torch.tensor([i < 0 for i in live], device=self.device)
                 chosen = chosen.masked_fill(dead, self._pad)
             inp = chosen.unsqueeze(-1)
-            pos = pos[:, -1:] + 1
+            pos = pos + 1
             if padded:
                 mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
         return tokens, first
@@ -754,6 +855,43 @@ def plain_greedy(config) -> bool:
         (True, False)
     """
     return all(getattr(config, k, None) in neutral for k, neutral in _NEUTRAL_GREEDY.items())
+
+
+def _trie(prompts: Sequence[Sequence[int]]) -> tuple[list[int], list[int], list[list[int]]]:
+    """The prompts as one prefix tree in depth-first order: (token per node, parent per node
+    (-1: a root), per prompt the node of each of its tokens).
+
+    Examples:
+        >>> _trie([[1, 2, 3], [1, 2, 4], [5]])
+        ([1, 2, 3, 4, 5], [-1, 0, 1, 1, -1], [[0, 1, 2], [0, 1, 3], [4]])
+    """
+    children: list[dict[int, int]] = [{}]  # node 0: a virtual root
+    tok, par, ends = [-1], [0], []
+    for p in prompts:
+        node = 0
+        for t in p:
+            nxt = children[node].get(t)
+            if nxt is None:
+                nxt = children[node][t] = len(tok)
+                children.append({})
+                tok.append(t)
+                par.append(node)
+            node = nxt
+        ends.append(node)
+    order, stack = [], list(reversed(children[0].values()))
+    while stack:  # depth first, children in first-seen order
+        node = stack.pop()
+        order.append(node)
+        stack.extend(reversed(children[node].values()))
+    index = {node: i for i, node in enumerate(order)}
+    paths = []
+    for end in ends:
+        path, node = [], end
+        while node:
+            path.append(index[node])
+            node = par[node]
+        paths.append(path[::-1])
+    return [tok[v] for v in order], [index[par[v]] if par[v] else -1 for v in order], paths
 
 
 def share_groups(prompts: Sequence[Sequence[int]], min_shared: int = 16) -> list[tuple[int, list[int]]]:

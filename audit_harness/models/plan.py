@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ModelError
 from .base import ModelInfo
-from .hf import HFCausalLM, share_groups
+from .hf import HFCausalLM, _trie, share_groups
 from .hf_masked import HFMaskedLM
 
 #: What every planned log-probability is: a placeholder, never a measurement.
@@ -120,7 +120,8 @@ class PlanCausalLM(_Counting, HFCausalLM):
         score_tokens: Sequence[Sequence[int]] | None = None,
     ) -> tuple[list[str], int, list[list[float]] | None]:
         """Empty texts, and the tokens ``HFCausalLM.generate_tokens`` would run with every row
-        generating ``max_new_tokens`` (its upper bound): the same ``share_groups`` split, so a
+        generating ``max_new_tokens`` (its upper bound): the same prompt forward (the batch's
+        prompt trie when ``_tree_prefill`` applies, else the ``share_groups`` split), so a
         prefix shared within the batch counts once. Assumes the model's key/value cache can be
         batch-indexed (true of the full-attention transformers models; a model whose cache
         cannot be runs every prompt whole, which only a real forward finds out).
@@ -137,7 +138,9 @@ class PlanCausalLM(_Counting, HFCausalLM):
             if self.prefix_sharing and self._can_share and not self._sliding
             else [(0, list(range(len(prompts))))]
         )
-        if groups[0][0]:
+        if self._own_loop() and self._tree_prefill_ok(prompts):
+            prompt_tokens = len(_trie(prompts)[0])
+        elif groups[0][0]:
             prompt_tokens = sum(length for length, _ in groups) + sum(
                 len(prompts[i]) - length for length, members in groups for i in members
             )
