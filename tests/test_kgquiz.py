@@ -549,7 +549,7 @@ def test_protocol_errors(tmp_path):
     bad = tmp_path / "p.yaml"
     bad.write_text(
         text.replace(
-            'prompt: "{question}"\n    max_new_tokens: 16', 'prompt: "{query}"\n    max_new_tokens: 16', 1
+            'name: blank-filling\n    prompt: "{question}"', 'name: blank-filling\n    prompt: "{query}"', 1
         )
     )
     with pytest.raises(ConfigError, match=r"Task3.prompt must use exactly the fields \['question'\]"):
