@@ -325,7 +325,9 @@ def run_vllm(args, folder: Path, workdir: Path) -> dict | None:
         wall = time.perf_counter() - t0
         load = (load + os.getloadavg()[0]) / 2
         outputs = {it.item_id: r.raw_prediction for it, r in zip(items, records)}
-        model.client.close()
+        close = getattr(getattr(model, "client", model), "close", None)
+        if close is not None:
+            close()
     finally:
         server.stop()
     return {"outputs": outputs, "wall": wall, "startup": startup, "load": load}
@@ -392,7 +394,21 @@ def main(argv: list[str] | None = None) -> int:
     token_diff = compare_token_inputs({k: v["ids"] for k, v in before["items"].items()}, their_ids)
     identical, n, differing = compare_outputs(ours_out, lm_out)
     same_twice, _, _ = compare_outputs(ours_out, {k: v["output"] for k, v in after["items"].items()})
-    vllm = None if args.no_vllm else run_vllm(args, folder, workdir)
+    # Kept on disk before the vLLM row runs, which a server or client failure may cut short.
+    (workdir / "timings.json").write_text(
+        json.dumps(
+            {
+                "wall": {"ours_before": t_before, "lmeval": t_lm, "ours_after": t_after},
+                "cpu": CPU,
+                "load": LOADS,
+            }
+        )
+    )
+    try:
+        vllm = None if args.no_vllm else run_vllm(args, folder, workdir)
+    except Exception as e:  # the comparison with lm-eval stands without this row
+        print(f"vLLM row failed: {type(e).__name__}: {e}")
+        vllm = None
 
     tokens = {
         "ours": generated_tokens(folder, ours_out.values()),
