@@ -463,9 +463,11 @@ def _whole_sentence_reference(model, text: str) -> float:
     prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
     ids = [prefix] + tok(text, add_special_tokens=False)["input_ids"]
     with torch.no_grad():
-        logits = model.model(torch.tensor([ids])).logits[0].float()
-    logprobs = torch.log_softmax(logits, -1)
-    # Summed in float64, as the engine sums: a float32 running sum of ~60 tokens drifts by 1e-4.
+        logits = model.model(torch.tensor([ids])).logits[0]
+    # The model's fp32 logits, normalised and summed in float64: torch's fp32 log_softmax on CPU
+    # drifts by about 1e-5 nats a token (4e-4 over a 44-token CrowS sentence with SmolLM2), and so
+    # would a float32 running sum, so neither may stand in for the exact value.
+    logprobs = torch.log_softmax(logits.double(), -1)
     return sum(float(logprobs[p - 1, ids[p]]) for p in range(1, len(ids)))
 
 
