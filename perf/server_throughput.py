@@ -3,6 +3,7 @@ in-process backend on the same items, measured side by side in one run.
 
     python perf/server_throughput.py --per-category 10                 # starts vLLM from .venv-vllm
     python perf/server_throughput.py --base-url http://127.0.0.1:8000/v1 --model NAME
+    python perf/server_throughput.py --replicas 2 --concurrency 8      # one server vs a pool
 
 Items: the first N rows of every BBQ category (3 choices each, the default protocol). Each
 configuration scores them from scratch (no result cache), through the engine as an audit does.
@@ -11,6 +12,11 @@ the vLLM prefix-cache hit rate of the scoring requests (from its /metrics; vLLM 
 look up the cache for a request that asks for prompt log-probabilities) next to a control that
 sends the same prompts without asking for them, and the ratio to the in-process backend; then
 predictions identical and the largest |dLL| between the two backends.
+
+``--replicas N``: instead, one vLLM on every core against N replicas started side by side (each
+worker on its own cores) as a pool, at the same total concurrency (``--concurrency`` is the
+total: each replica gets its share), with the pool's accounting per endpoint: how the prefix
+groups (an item's context) were spread, and how many went to more than one server.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ def main() -> None:
         "--data-dir", default=os.environ.get("AUDIT_DATA_DIR") or str(REPO.parent / "shared" / "data")
     )
     ap.add_argument("--threads", type=int, default=2, help="torch threads of the in-process backend")
+    ap.add_argument("--replicas", type=int, default=0, help="compare one server with a pool of N replicas")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -77,6 +84,9 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     items, requests = bbq_items(Path(args.data_dir), args.per_category)
+    if args.replicas:
+        replicas(args, items, requests)
+        return
     server = None
     if args.base_url is None:
         from audit_harness.models.zoo import materialize
@@ -107,12 +117,12 @@ def main() -> None:
             wall, values, stats = timed(model, requests, Engine)
             after = prefix_counters(args.base_url)
             rows.append((f"vLLM, concurrency {c}", wall, stats.computed, _hit_rate(before, after), values))
-            model.client.close()
+            model.pool.close()
         # The same prompts as plain 1-token generations, one request at a time: the prefix
         # cache may serve each request's shared context from the requests before it.
         model = connect(args.base_url, args.model, max_concurrency=1)
         rows.append(_control(model, requests, args.base_url))
-        model.client.close()
+        model.pool.close()
         base = rows[0][1]
         print(
             f"{len(items)} BBQ items ({args.per_category} per category), {len(requests)} choices; "
@@ -163,7 +173,7 @@ def _control(model, requests, url: str):
     }
     before = prefix_counters(url)
     start = time.perf_counter()
-    model.client.map(lambda g: model.client.post("/v1/completions", {**payload, "prompt": g}), groups)
+    model.pool.map(lambda c, g: c.post("/v1/completions", {**payload, "prompt": g}), groups)
     wall = time.perf_counter() - start
     after = prefix_counters(url)
     return (
@@ -173,6 +183,62 @@ def _control(model, requests, url: str):
         _hit_rate(before, after),
         None,
     )
+
+
+def replicas(args, items, requests) -> None:
+    """One server on every core, then ``args.replicas`` servers side by side, each on its share of
+    the cores, as a pool: the same requests through the engine at the same total concurrency."""
+    from audit_harness.engine.executor import Engine
+    from audit_harness.models import load_model
+    from audit_harness.models.openai_server import connect
+    from audit_harness.models.zoo import materialize
+    from audit_harness.serving import start_vllm, wait_ready
+
+    python = REPO / ".venv-vllm" / "bin" / "python"
+    folder = materialize(args.model)
+    log = Path("/tmp") / f"bias-audit-perf-vllm-{os.getpid()}"
+    total = int(args.concurrency.split(",")[-1])
+    ref = Engine(load_model(args.model, device="cpu", dtype="float32", batch_size=16)).loglikelihood(requests)
+    cores = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cores) // args.replicas)
+    spans = [cores[i * share : (i + 1) * share] or cores[-1:] for i in range(args.replicas)]
+    binds = [str(c[0]) if len(c) == 1 else f"{c[0]}-{c[-1]}" for c in spans]
+    rows = []
+    for name, cpus, per in (
+        ("one server, every core", [f"{cores[0]}-{cores[-1]}"], total),
+        (f"{args.replicas} replicas as a pool", binds, max(1, total // args.replicas)),
+    ):
+        servers = [
+            start_vllm(python, folder, args.model, Path(f"{log}-{i}.log"), cpus=c, wait=False)
+            for i, c in enumerate(cpus)
+        ]
+        try:
+            for s in servers:
+                wait_ready(s)
+            model = connect([s.url for s in servers], args.model, max_concurrency=per)
+            model.encode_pairs(requests)  # tokenization is not what is measured
+            wall, values, _ = timed(model, requests, Engine)
+            rows.append((name, per, wall, values, model.info.server))
+            model.pool.close()
+        finally:
+            for s in servers:
+                s.stop()
+    print(
+        f"{len(items)} BBQ items ({args.per_category} per category), {len(requests)} choices, total concurrency {total}"
+    )
+    print(
+        "| configuration | concurrency per endpoint | wall s | items/s | scored per endpoint | prefix groups per endpoint | groups split | predictions identical | max abs dLL |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, per, wall, values, server in rows:
+        scored = " / ".join(str(e["scored"]) for e in server["endpoints"])
+        groups = " / ".join(str(e["groups"]) for e in server["endpoints"])
+        same = sum(_argmax(values, i) == _argmax(ref, i) for i in range(len(items)))
+        worst = max(abs(a - b) for a, b in zip(values, ref))
+        print(
+            f"| {name} | {per} | {wall:.1f} | {len(items) / wall:.2f} | {scored} | {groups} | "
+            f"{server['pool']['groups_split']} | {same}/{len(items)} | {worst:.1e} |"
+        )
 
 
 def _argmax(values, item: int, k: int = 3) -> int:
