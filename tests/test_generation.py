@@ -198,7 +198,8 @@ def test_the_decoding_loop_equals_transformers_generate(model, monkeypatch):
     theirs = model.generate_tokens(ids, 10, tokens)
     assert ours[0] == theirs[0]
     assert [v for row in ours[2] for v in row] == pytest.approx(
-        [v for row in theirs[2] for v in row], abs=1e-6
+        [v for row in theirs[2] for v in row],
+        abs=1e-4,  # the engine's contract, in nats
     )
     stop = _stops_in(ours[0])[1]
     stopped = model.generate_tokens(ids, 10, stop=[[stop]] * len(ids))[0]

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import FROM_COUNTS
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "perf" / "compare_lmeval.py"
 LMEVAL_PYTHON = REPO / ".venv-lmeval" / "bin" / "python"
@@ -107,4 +109,4 @@ def test_predictions_equal_lmeval(data_dir, tmp_path, benchmark):
     assert summary["max_abs_dll"] < 1e-3
     if benchmark == "crows_pairs":
         pct = summary["pct_stereotype"]
-        assert pct["equal"] and pct["ours_bias_score"] == pytest.approx(100 * pct["lmeval"], abs=1e-9)
+        assert pct["equal"] and pct["ours_bias_score"] == pytest.approx(100 * pct["lmeval"], abs=FROM_COUNTS)
