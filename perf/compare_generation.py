@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compare_lmeval import CPU, LOADS, lmeval_python, timed  # noqa: E402
+from compare_lmeval import CPU, LOADS, lmeval_env, lmeval_python, run_lmeval_cli, timed  # noqa: E402
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 
@@ -226,48 +226,9 @@ def write_task(workdir: Path, prompts: dict[str, str], max_new_tokens: int) -> s
     return task
 
 
-def lmeval_env(workdir: Path, threads: int) -> dict:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "HF_HOME": str(workdir / "hf_home"),
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": str(threads),
-    }
-    env.pop("PYTHONPATH", None)  # keep our packages out of the lm-eval interpreter
-    return env
-
-
 def run_lmeval(python: Path, folder: Path, task: str, workdir: Path, args) -> tuple[list[dict], float, int]:
-    out = workdir / "lmeval_out"
-    cmd = [
-        str(python),
-        "-m",
-        "lm_eval",
-        "--model",
-        "hf",
-        "--model_args",
-        f"pretrained={folder},dtype=float32",
-        "--device",
-        "cpu",
-        "--batch_size",
-        str(args.batch_size),
-        "--tasks",
-        task,
-        "--include_path",
-        str(workdir / "tasks"),
-        "--log_samples",
-        "--output_path",
-        str(out),
-    ]
-    seconds, rss, rc = timed(cmd, lmeval_env(workdir, args.threads), workdir, workdir / "lm_eval.log")
-    if rc != 0:
-        print((workdir / "lm_eval.log").read_text(encoding="utf-8")[-4000:], file=sys.stderr)
-        print(f"lm_eval failed (rc {rc}); log {workdir / 'lm_eval.log'}", file=sys.stderr)
-        sys.exit(2)
-    (samples,) = [p for p in out.rglob(f"samples_{task}_*.jsonl")][-1:]
-    return [json.loads(line) for line in samples.open(encoding="utf-8")], seconds, rss
+    docs, _, seconds, rss = run_lmeval_cli(python, folder, task, workdir, args)
+    return docs, seconds, rss
 
 
 #: Run in the lm-eval interpreter, untimed: lm-eval's own encoding of each logged context.

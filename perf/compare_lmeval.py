@@ -208,16 +208,26 @@ def timed(cmd: list[str], env: dict, cwd: Path, log: Path) -> tuple[float, int, 
     return time.perf_counter() - t0, usage.ru_maxrss * 1024, proc.returncode
 
 
-def run_lmeval(python: Path, folder: Path, task: str, workdir: Path, args) -> tuple[dict, float, int]:
+def lmeval_env(workdir: Path, threads: int) -> dict:
+    """The lm-eval interpreter's environment: offline, its own HF home, ``threads`` OpenMP threads."""
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
         "HF_HOME": str(workdir / "hf_home"),
         "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": str(args.threads),
+        "OMP_NUM_THREADS": str(threads),
     }
     env.pop("PYTHONPATH", None)  # keep our packages out of the lm-eval interpreter
+    return env
+
+
+def run_lmeval_cli(
+    python: Path, folder: Path, task: str, workdir: Path, args
+) -> tuple[list[dict], Path, float, int]:
+    """Run ``lm_eval`` on ``task`` (fp32, CPU, ``args.batch_size``), timed; exit 2 if it fails.
+
+    Returns its logged samples, its output folder, the wall seconds and the peak RSS."""
     out = workdir / "lmeval_out"
     cmd = [
         str(python),
@@ -239,13 +249,17 @@ def run_lmeval(python: Path, folder: Path, task: str, workdir: Path, args) -> tu
         "--output_path",
         str(out),
     ]
-    seconds, rss, rc = timed(cmd, env, workdir, workdir / "lm_eval.log")
+    seconds, rss, rc = timed(cmd, lmeval_env(workdir, args.threads), workdir, workdir / "lm_eval.log")
     if rc != 0:
         print((workdir / "lm_eval.log").read_text(encoding="utf-8")[-4000:], file=sys.stderr)
         print(f"lm_eval failed (rc {rc}); log {workdir / 'lm_eval.log'}", file=sys.stderr)
         sys.exit(2)
     (samples,) = [p for p in out.rglob(f"samples_{task}_*.jsonl")][-1:]
-    docs = [json.loads(line) for line in samples.open(encoding="utf-8")]
+    return [json.loads(line) for line in samples.open(encoding="utf-8")], out, seconds, rss
+
+
+def run_lmeval(python: Path, folder: Path, task: str, workdir: Path, args) -> tuple[dict, float, int]:
+    docs, out, seconds, rss = run_lmeval_cli(python, folder, task, workdir, args)
     (results,) = [p for p in out.rglob("results_*.json")][-1:]
     aggregate = json.loads(results.read_text(encoding="utf-8"))["results"][task]
     return {"docs": docs, "results": aggregate}, seconds, rss
