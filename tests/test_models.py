@@ -12,7 +12,7 @@ import torch
 from audit_harness.engine.executor import Engine
 from audit_harness.errors import ModelError
 from audit_harness.models import load_model
-from audit_harness.models.base import GenerationRequest
+from audit_harness.models.base import GenerationRequest, check_token_positions
 from audit_harness.models.hf import resolve_device, resolve_dtype
 from audit_harness.models.zoo import ZOO
 
@@ -136,6 +136,26 @@ def test_token_logprobs_equal_one_forward_per_prefix(tiny_model):
             assert v == pytest.approx(float(torch.log_softmax(logits, -1)[enc.ids[p]]), abs=1e-4)
     with pytest.raises(ValueError, match="position 0"):
         Engine(tiny_model).token_logprobs([encs[0].ids], [[0]])
+
+
+@pytest.mark.parametrize(
+    "sequences, positions, first, message",
+    [
+        ([[1, 2]], [], 0, r"1 sequences but 0 position lists"),
+        ([[1, 2], [1] * 9], [[1], [1]], 0, r"sequence 1: 9 tokens exceed the model's 8-token window"),
+        ([[1, 2, 3]], [[2, 3]], 0, r"sequence 0: position 3 is outside \[0, 3\)$"),
+        (
+            [[1, 2, 3]],
+            [[0]],
+            1,
+            r"sequence 0: position 0 is outside \[1, 3\) \(position 0 has no left context\)",
+        ),
+    ],
+)
+def test_token_positions_are_checked_once_for_every_backend(sequences, positions, first, message):
+    check_token_positions([[1, 2, 3]], [[first, 2]], 8, first=first)  # in range: no error
+    with pytest.raises(ValueError, match=message):
+        check_token_positions(sequences, positions, 8, first=first)
 
 
 def test_unknown_model_lists_the_zoo():

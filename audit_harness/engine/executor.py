@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from ..models.base import GenerationRequest
+from ..models.base import GenerationRequest, check_token_positions
 from ..models.errors import BackendOutOfMemory, PrefixUnsupported
 from .cache import ResultCache, request_key
 from .generation import run_generation
@@ -245,17 +245,7 @@ class Engine:
         if len(sequences) != len(positions):
             raise ValueError(f"{len(sequences)} sequences but {len(positions)} position lists")
         if hasattr(m, "forward_full"):
-            for n, (seq, pos) in enumerate(zip(sequences, positions)):
-                if len(seq) > m.max_length:
-                    raise ValueError(
-                        f"sequence {n}: {len(seq)} tokens exceed the model's {m.max_length}-token window"
-                    )
-                bad = [p for p in pos if not 1 <= p < len(seq)]
-                if bad:
-                    raise ValueError(
-                        f"sequence {n}: position {bad[0]} is outside [1, {len(seq)}) "
-                        "(position 0 has no left context)"
-                    )
+            check_token_positions(sequences, positions, m.max_length, first=1)
         if not hasattr(m, "forward_full") and self._model_key() is None:
             values = m.token_logprobs(sequences, positions)
             self.stats.requests += len(sequences)

@@ -84,6 +84,27 @@ class SentenceEncoding:
     special: tuple[bool, ...]
 
 
+def check_token_positions(
+    sequences: Sequence[Sequence[int]], positions: Sequence[Sequence[int]], max_length: int, first: int = 0
+) -> None:
+    """The one input check of every ``token_logprobs``: one position list per sequence, no
+    sequence longer than the model's window, every position in ``[first, len(sequence))``
+    (``first`` is 1 for causal LMs: position 0 has no left context).
+
+    Raises:
+        ValueError: naming the first sequence that fails and why.
+    """
+    if len(sequences) != len(positions):
+        raise ValueError(f"{len(sequences)} sequences but {len(positions)} position lists")
+    for n, (seq, pos) in enumerate(zip(sequences, positions)):
+        if len(seq) > max_length:
+            raise ValueError(f"sequence {n}: {len(seq)} tokens exceed the model's {max_length}-token window")
+        bad = [p for p in pos if not first <= p < len(seq)]
+        if bad:
+            why = " (position 0 has no left context)" if first == 1 and bad[0] == 0 else ""
+            raise ValueError(f"sequence {n}: position {bad[0]} is outside [{first}, {len(seq)}){why}")
+
+
 class Backend:
     """A model backend. Implementations must be deterministic for a fixed input.
 

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import torch
 
-from .base import TOKEN_LOGPROBS, Backend, ModelInfo, SentenceEncoding
+from .base import TOKEN_LOGPROBS, Backend, ModelInfo, SentenceEncoding, check_token_positions
 
 
 class HFMaskedLM(Backend):
@@ -80,18 +80,9 @@ class HFMaskedLM(Backend):
             ValueError: lengths differ, a sequence exceeds the model's window, or a position is
                 outside ``[0, len(sequence))``.
         """
-        if len(sequences) != len(positions):
-            raise ValueError(f"{len(sequences)} sequences but {len(positions)} position lists")
-        rows: list[tuple[int, int, int]] = []  # (sequence, slot in its output, position)
-        for n, (seq, pos) in enumerate(zip(sequences, positions)):
-            if len(seq) > self.max_length:
-                raise ValueError(
-                    f"sequence {n}: {len(seq)} tokens exceed the model's {self.max_length}-token window"
-                )
-            for slot, p in enumerate(pos):
-                if not 0 <= p < len(seq):
-                    raise ValueError(f"sequence {n}: position {p} is outside [0, {len(seq)})")
-                rows.append((n, slot, p))
+        check_token_positions(sequences, positions, self.max_length)
+        # (sequence, slot in its output, position)
+        rows = [(n, slot, p) for n, pos in enumerate(positions) for slot, p in enumerate(pos)]
         out = [[0.0] * len(pos) for pos in positions]
         # Rows of one sequence have one length: sorting by length keeps padding small.
         rows.sort(key=lambda r: -len(sequences[r[0]]))

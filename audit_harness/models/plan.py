@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ModelError
-from .base import ModelInfo
+from .base import ModelInfo, check_token_positions
 from .hf import HFCausalLM, _trie, share_groups
 from .hf_masked import HFMaskedLM
 
@@ -170,17 +170,9 @@ class PlanMaskedLM(_Counting, HFMaskedLM):
         Raises:
             ValueError: as ``HFMaskedLM.token_logprobs``.
         """
-        if len(sequences) != len(positions):
-            raise ValueError(f"{len(sequences)} sequences but {len(positions)} position lists")
+        check_token_positions(sequences, positions, self.max_length)
         rows = 0
-        for n, (seq, pos) in enumerate(zip(sequences, positions)):
-            if len(seq) > self.max_length:
-                raise ValueError(
-                    f"sequence {n}: {len(seq)} tokens exceed the model's {self.max_length}-token window"
-                )
-            bad = [p for p in pos if not 0 <= p < len(seq)]
-            if bad:
-                raise ValueError(f"sequence {n}: position {bad[0]} is outside [0, {len(seq)})")
+        for seq, pos in zip(sequences, positions):
             rows += len(pos)
             self.counts.masked_tokens += len(seq) * len(pos)
         self.counts.masked_forwards += -(-rows // self.batch_size)
