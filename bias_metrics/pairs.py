@@ -182,9 +182,11 @@ def pair_bias_scores(
 
     For CrowS-Pairs pass ``sent_more`` as x whatever the pair's direction: upstream swaps the
     sentences of ``antistereo`` pairs and then counts sent2 > sent1, i.e. again sent_more > sent_less.
-    Use ``name="crows_pairs_bias_score"`` so the two benchmarks' numbers are never merged, and only
-    with shared-token (pseudo-)log-likelihoods: lm-eval's full-sentence ``crows_pairs`` is a
-    different metric (§1.6 discrepancy (a)).
+    Use ``name="crows_pairs_bias_score"`` so the two benchmarks' numbers are never merged. The
+    papers' score takes shared-token (pseudo-)log-likelihoods rounded to 3 decimals; given
+    whole-sentence log-likelihoods and ``decimals=None`` it is lm-eval's ``crows_pairs``
+    ``pct_stereotype`` x 100, a different metric (§1.6 discrepancy (a)), so a result must say which
+    scores it came from (the harness records its ``--pairs-protocol``).
 
     Source: Felkner et al. 2023, winoqueer code/metric.py; docs/metrics.md §1.6, toy W1 (§3.4).
 
