@@ -20,6 +20,9 @@ Subcommands:
   or results.json files) with both intervals, marking those whose intervals do not overlap, and
   the gates whose verdict changed; printed and written as ``compare-vs-<old run id>.md``/``.json``
   (default: into NEW's run folder).
+- ``bias-audit keygen``, ``sign``, ``verify``: an Ed25519 key pair; a run folder signed (signer.json,
+  the reports rendered again naming the signer, manifest.json and manifest.sig); its check, which
+  exits 1 naming the first file that differs (``compliance.signing``, docs/signing.md).
 
 ``bias-audit`` alone prints the usage. Bad input ends with one line on stderr and exit code 4
 (``exit_codes.USAGE_ERROR``, as an audit's), never a traceback; ``score`` and ``run`` exit with
@@ -172,7 +175,47 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="where to write compare-vs-<old run id>.md/.json (default: NEW's run folder)",
     )
+    _add_signing_parsers(sub)
     return parser
+
+
+def _add_signing_parsers(sub) -> None:
+    """``keygen``, ``sign`` and ``verify``: a run folder signed and checked (docs/signing.md)."""
+    keygen = sub.add_parser(
+        "keygen", help="make an Ed25519 key pair to sign runs with; prints its fingerprint"
+    )
+    keygen.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write DIR/bias-audit-signing-key.pem and DIR/bias-audit-signing-key.pub.pem",
+    )
+    keygen.add_argument(
+        "--private-key", type=Path, default=None, metavar="PATH", help="the private key's file"
+    )
+    keygen.add_argument("--public-key", type=Path, default=None, metavar="PATH", help="the public key's file")
+    passphrase_help = (
+        "encrypt (keygen) or unlock (sign) the private key with the passphrase held in "
+        "environment variable NAME"
+    )
+    keygen.add_argument("--passphrase-env", default=None, metavar="NAME", help=passphrase_help)
+    sign = sub.add_parser(
+        "sign",
+        help="sign a run folder: signer.json, the reports rendered again naming the signer, "
+        "manifest.json (every file's sha256) and manifest.sig",
+    )
+    sign.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run folder")
+    sign.add_argument("--key", required=True, type=Path, metavar="KEY", help="the private key (PEM)")
+    sign.add_argument("--signer", required=True, metavar="NAME", help="the responsible person's name")
+    sign.add_argument("--passphrase-env", default=None, metavar="NAME", help=passphrase_help)
+    verify = sub.add_parser(
+        "verify", help="check a signed run folder: the signature, every file's hash, no file added or removed"
+    )
+    verify.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run folder")
+    verify.add_argument(
+        "--public-key", required=True, type=Path, metavar="PUB", help="the signer's public key (PEM)"
+    )
 
 
 def _audits_dir() -> str:
@@ -320,6 +363,90 @@ def _compare(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _passphrase(env_name: str | None) -> bytes | None:
+    """The passphrase held in environment variable ``env_name`` (never on the command line,
+    where other users and the shell history would see it)."""
+    if env_name is None:
+        return None
+    value = os.environ.get(env_name)
+    if not value:
+        raise _Error(f"bias-audit: --passphrase-env {env_name}: the environment variable is unset or empty")
+    return value.encode("utf-8")
+
+
+def _keygen(ns: argparse.Namespace) -> int:
+    from .compliance.signing import PRIVATE_KEY_NAME, PUBLIC_KEY_NAME, generate_key_pair
+
+    if ns.out is not None:
+        if ns.private_key or ns.public_key:
+            raise _Error("bias-audit keygen: give --out DIR or --private-key and --public-key, not both")
+        if not ns.out.is_dir():
+            raise _Error(f"bias-audit keygen: --out {ns.out}: not a folder")
+        private, public = ns.out / PRIVATE_KEY_NAME, ns.out / PUBLIC_KEY_NAME
+    elif ns.private_key and ns.public_key:
+        private, public = ns.private_key, ns.public_key
+    else:
+        raise _Error("bias-audit keygen: give --out DIR, or both --private-key PATH and --public-key PATH")
+    fp = generate_key_pair(private, public, _passphrase(ns.passphrase_env))
+    print(f"wrote {private} (private key, mode 0600: keep it secret)")
+    print(f"wrote {public} (public key: give it to whoever verifies)")
+    print(f"fingerprint: {fp}")
+    return 0
+
+
+def _rerender_reports(run_dir: Path) -> None:
+    """Render the run's reports again through ``bias-audit report`` itself (``_report``, given
+    the options its own parser makes), so a signed run's reports name their signer; a run folder
+    holding report.pdf has it printed again too (``report --pdf``)."""
+    args = ["report", str(run_dir)] + (["--pdf"] if (run_dir / "report.pdf").exists() else [])
+    _report(_build_parser().parse_args(args))
+
+
+def _sign(ns: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from .compliance.signer import Signer
+    from .compliance.signing import fingerprint, load_private_key, sign_run
+    from .report.results import ResultsDocument
+
+    results = ResultsDocument.read(ns.run_dir)  # a run folder, or stop before writing anything
+    run_dir = results.folder
+    key = load_private_key(ns.key, _passphrase(ns.passphrase_env))
+    if not ns.signer.strip():
+        raise _Error("bias-audit sign: --signer: give the responsible person's name")
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    signer = Signer(name=ns.signer.strip(), date=date, key_fingerprint=fingerprint(key.public_key()))
+    print(f"wrote {signer.write(run_dir)}")
+    _rerender_reports(run_dir)
+    manifest, signature = sign_run(run_dir, key, signer)
+    print(f"wrote {manifest}")
+    print(f"wrote {signature}")
+    print(f"signed by {signer.name} on {signer.date}, key {signer.key_fingerprint}")
+    return 0
+
+
+#: ``bias-audit verify``'s exit code when the run does not verify: 1, as ``bias-audit data verify``
+#: when a file failed (4 stays bad input: no run folder, no key file).
+VERIFY_FAILED = 1
+
+
+def _verify(ns: argparse.Namespace) -> int:
+    from .compliance.signing import VerificationError, load_public_key, verify_run
+
+    key = load_public_key(ns.public_key)
+    try:
+        verified = verify_run(ns.run_dir, key)
+    except VerificationError as e:
+        print(f"bias-audit verify: {ns.run_dir}: FAILED: {e}", file=sys.stderr)
+        return VERIFY_FAILED
+    s = verified.signer
+    print(
+        f"verified: {ns.run_dir}: {verified.files} files as signed by {s.name} on {s.date}, "
+        f"key {s.key_fingerprint} (bias-audit {verified.suite_version})"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``bias-audit``. ``argv`` defaults to ``sys.argv[1:]``.
 
@@ -350,7 +477,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             args, extra = args[:cut], args[cut + 1 :]
         ns = _build_parser().parse_args(args)
         ns.pytest_args = extra
-        return {"report": _report, "compare": _compare}.get(ns.command, _score)(ns)
+        commands = {
+            "report": _report,
+            "compare": _compare,
+            "keygen": _keygen,
+            "sign": _sign,
+            "verify": _verify,
+        }
+        return commands.get(ns.command, _score)(ns)
     except SystemExit as e:  # --help
         return int(e.code or 0) if isinstance(e.code, int) else 0
     except (_Error, AuditError) as e:
