@@ -23,6 +23,8 @@ Subcommands:
 - ``bias-audit keygen``, ``sign``, ``verify``: an Ed25519 key pair; a run folder signed (signer.json,
   the reports rendered again naming the signer, manifest.json and manifest.sig); its check, which
   exits 1 naming the first file that differs (``compliance.signing``, docs/signing.md).
+- ``bias-audit model-card RUN_DIR [--output FILE]``: a Hugging Face model card of the run
+  (``report.model_card``).
 
 ``bias-audit`` alone prints the usage. Bad input ends with one line on stderr and exit code 4
 (``exit_codes.USAGE_ERROR``, as an audit's), never a traceback; ``score`` and ``run`` exit with
@@ -180,7 +182,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _add_signing_parsers(sub) -> None:
-    """``keygen``, ``sign`` and ``verify``: a run folder signed and checked (docs/signing.md)."""
+    """``keygen``, ``sign``, ``verify`` and ``model-card``: what a reviewer
+    files beside a run (docs/signing.md)."""
     keygen = sub.add_parser(
         "keygen", help="make an Ed25519 key pair to sign runs with; prints its fingerprint"
     )
@@ -215,6 +218,17 @@ def _add_signing_parsers(sub) -> None:
     verify.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run folder")
     verify.add_argument(
         "--public-key", required=True, type=Path, metavar="PUB", help="the signer's public key (PEM)"
+    )
+    card = sub.add_parser(
+        "model-card", help="write a Hugging Face model card (README.md) from a run's results"
+    )
+    card.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (or its results.json)")
+    card.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="where to write it (default: RUN_DIR/README.md)",
     )
 
 
@@ -447,6 +461,15 @@ def _verify(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _model_card(ns: argparse.Namespace) -> int:
+    from .report.model_card import write_model_card
+    from .report.results import ResultsDocument
+
+    results = ResultsDocument.read(ns.run_dir)
+    print(f"wrote {write_model_card(ns.output or results.folder / 'README.md', results)}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``bias-audit``. ``argv`` defaults to ``sys.argv[1:]``.
 
@@ -483,6 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "keygen": _keygen,
             "sign": _sign,
             "verify": _verify,
+            "model-card": _model_card,
         }
         return commands.get(ns.command, _score)(ns)
     except SystemExit as e:  # --help

@@ -1,0 +1,207 @@
+"""A Hugging Face model card (README.md) from a run's results.json (``bias-audit model-card``).
+
+The YAML front matter is built by ``huggingface_hub``'s card classes, so its ``model-index`` is
+the structure the Hub parses and validates: one result per benchmark and category (the dataset's
+``config``; aggregates as ``aggregate: <label>``), one metric per defined metric value, and each
+gate's verdict as a metric ``<metric>_gate`` whose value is ``PASS``, ``FAIL``, ... The run's
+overall verdict, which the model-index has no field for, is the card's ``bias_audit`` entry.
+The Markdown body is the "Bias evaluation" section: per benchmark and category each metric with
+its interval, n, gate and verdict; what the benchmark does not show; the data files' hashes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from .results import overall_labels
+from .verdict import overall_verdict
+
+#: The model-index task of a model kind (results.json ``model.kind``); a causal LM, a served
+#: model and saved predictions are all text generation.
+TASK_TYPES = {"masked": ("fill-mask", "Fill-Mask")}
+DEFAULT_TASK = ("text-generation", "Text Generation")
+#: The dataset config of a benchmark's aggregate rows (pooled, size-weighted, reporting groups).
+AGGREGATE_PREFIX = "aggregate: "
+
+
+def _groups(results: Mapping[str, Any], bench: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """(dataset config, {metric: result}) of each scored category of ``bench``, then of each of
+    its aggregates; errored categories have no metrics and are left out."""
+    out = [
+        (cat, entry.get("metrics") or {})
+        for cat, entry in results["benchmarks"][bench].items()
+        if entry.get("status", "ok") == "ok"
+    ]
+    overall = (results.get("overall") or {}).get(bench) or {}
+    out += [(AGGREGATE_PREFIX + label, overall[label]) for label in overall_labels(results, bench)]
+    return out
+
+
+def _bounds(gate: Mapping[str, Any]) -> str:
+    """A gate's rule in a few words: ``max 0.1 (point)``; a regression gate names its baseline."""
+    bounds = ", ".join(f"{k} {b:g}" for k, b in (gate.get("bounds") or {}).items()) or "no bound"
+    if gate.get("kind") == "regression":
+        return f"max_regression {gate.get('max_regression', 0):g} vs baseline ({bounds})"
+    return f"{bounds} ({gate.get('mode', '?')})"
+
+
+def _eval_result(
+    task: tuple[str, str], bench: str, title: str, config: str, metric_type: str, value: Any, name: str
+) -> EvalResult:
+    """One metric of one benchmark's category (``config``) on the model-index's terms."""
+    return EvalResult(
+        task_type=task[0],
+        task_name=task[1],
+        dataset_type=bench,
+        dataset_name=title,
+        dataset_config=config,
+        metric_type=metric_type,
+        metric_name=name,
+        metric_value=value,
+    )
+
+
+def eval_results(results: Mapping[str, Any]) -> list[EvalResult]:
+    """Every defined metric of the run (categories and aggregates) and every gate verdict that
+    has a category, as ``EvalResult``s. Undefined metrics (value null) are left out: the Hub
+    wants a value, and the Markdown section says why each is undefined."""
+    task = TASK_TYPES.get((results.get("model") or {}).get("kind"), DEFAULT_TASK)
+    info = results.get("benchmark_info") or {}
+    out = []
+    for bench in results["benchmarks"]:
+        title = (info.get(bench) or {}).get("title") or bench
+        for config, metrics in _groups(results, bench):
+            for name, m in metrics.items():
+                if m.get("value") is not None:
+                    out.append(
+                        _eval_result(task, bench, title, config, name, m["value"], f"{name} ({config})")
+                    )
+        for g in results.get("gates") or []:
+            if g["benchmark"] == bench:
+                kind = "_regression_gate" if g.get("kind") == "regression" else "_gate"
+                out.append(
+                    _eval_result(
+                        task,
+                        bench,
+                        title,
+                        g["category"],
+                        g["metric"] + kind,
+                        g["status"].upper(),
+                        f"gate {g['metric']}: {_bounds(g)} ({g['category']})",
+                    )
+                )
+    return out
+
+
+def card_data(results: Mapping[str, Any]) -> ModelCardData:
+    """The card's metadata: the model-index of ``eval_results`` and the run's verdict."""
+    verdict = overall_verdict(results)
+    run = results.get("run") or {}
+    return ModelCardData(
+        model_name=(results.get("model") or {}).get("name") or "unknown model",
+        eval_results=eval_results(results),
+        tags=["bias-audit", "bias-evaluation"],
+        bias_audit={
+            "verdict": verdict.label,
+            "reason": verdict.reason,
+            "exit_code": verdict.exit_code,
+            "run_id": results["run_id"],
+            "created": results.get("created"),
+            "suite_version": (run.get("suite") or {}).get("version"),
+        },
+    )
+
+
+def _value(m: Mapping[str, Any] | None) -> tuple[str, str, str]:
+    """(value, interval, n) of one metric result as table cells."""
+    if m is None:
+        return "-", "-", "-"
+    n = "-" if m.get("n") is None else str(m["n"])
+    if m.get("value") is None:
+        return f"undefined ({m['reason']})" if m.get("reason") else "undefined", "-", n
+    lo, hi = m.get("ci") or (None, None)
+    interval = f"[{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "-"
+    return f"{m['value']:.3f}", interval, n
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def bias_section(results: Mapping[str, Any]) -> str:
+    """The card's "Bias evaluation" section (Markdown)."""
+    verdict = overall_verdict(results)
+    model = results.get("model") or {}
+    suite = (results.get("run") or {}).get("suite") or {}
+    code = "?" if verdict.exit_code is None else verdict.exit_code
+    out = [
+        f"# {model.get('name', 'Model')}",
+        "",
+        "## Bias evaluation",
+        "",
+        f"**Verdict: {verdict.label}** ({verdict.reason}; exit code {code}).",
+        "",
+        f"Audited by bias-audit {suite.get('version', '?')} (commit `{suite.get('git_commit', '?')}`), "
+        f"run `{results['run_id']}` ({results.get('created', '?')}); model `{model.get('source', '?')}`, "
+        f"weights `{model.get('fingerprint', '?')}`. Intervals: "
+        f"{(results.get('options') or {}).get('confidence', '?')} confidence.",
+    ]
+    gates = {(g["benchmark"], g["category"], g["metric"]): g for g in results.get("gates") or []}
+    info = results.get("benchmark_info") or {}
+    for bench, cats in results["benchmarks"].items():
+        out += [
+            "",
+            f"### {(info.get(bench) or {}).get('title') or bench}",
+            "",
+            "| category | metric | value | interval | n | gate | verdict |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for cat, entry in cats.items():
+            if entry.get("status") == "error":
+                out.append(f"| {_cell(cat)} | - | **ERROR**: {_cell(entry.get('error'))} | | | | |")
+        for config, metrics in _groups(results, bench):
+            label = (
+                f"*{config.removeprefix(AGGREGATE_PREFIX)}*"
+                if config.startswith(AGGREGATE_PREFIX)
+                else config
+            )
+            for name, m in metrics.items():
+                gate = gates.get((bench, config, name))
+                value, interval, n = _value(m)
+                rule, status = (_bounds(gate), f"**{gate['status'].upper()}**") if gate else ("-", "-")
+                out.append(
+                    f"| {_cell(label)} | {name} | {_cell(value)} | {interval} | {n} | {_cell(rule)} | {status} |"
+                )
+        # The run's "What this does not show" lines, as results.json carries them.
+        limitations = (info.get(bench) or {}).get("limitations") or []
+        out += ["", "What this does not show:", ""]
+        out += [f"- {line}" for line in limitations] or [
+            "- The benchmark declares no limitations; read its paper before drawing conclusions."
+        ]
+    out += ["", "### Data files", "", "| file | rows | sha256 | release |", "|---|---|---|---|"]
+    out += [
+        f"| {_cell(p)} | {d.get('rows', '?')} | `{d.get('sha256', '?')}` | {_cell(d.get('status', '?'))} |"
+        for p, d in sorted((results.get("data_files") or {}).items())
+    ]
+    out += [
+        "",
+        f"Generated by bias-audit {suite.get('version', '?')} from the run's results.json; the run "
+        "folder holds the records, report.md and report.html.",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def render_model_card(results: Mapping[str, Any]) -> ModelCard:
+    """The model card: front matter (``card_data``) and the bias section."""
+    return ModelCard(f"---\n{card_data(results).to_yaml()}\n---\n\n{bias_section(results)}")
+
+
+def write_model_card(path: Path, results: Mapping[str, Any]) -> Path:
+    """Write the model card to ``path``; returns the path."""
+    path = Path(path)
+    render_model_card(results).save(path)
+    return path

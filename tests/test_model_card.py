@@ -1,0 +1,135 @@
+"""bias-audit model-card on a real run: the YAML front matter parses back through huggingface_hub
+(ModelCard.load, metadata_load, model_index_to_eval_results) with every defined metric of the
+run and every gate verdict; the Markdown section has each metric, gate, limitation and data
+hash."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from huggingface_hub import ModelCard, metadata_load
+from huggingface_hub.repocard_data import model_index_to_eval_results
+from test_report_html import audit
+
+from audit_harness import cli
+from audit_harness.report.model_card import eval_results
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory, data_dir) -> Path:
+    """A real run of two benchmarks on the tiny model (as test_report_html's): bbq has a pooled
+    aggregate and undefined metrics, crows_pairs a category named ``overall``."""
+    return audit(
+        tmp_path_factory.mktemp("card"),
+        data_dir,
+        "(test_bbq and (Religion or Age)) or (test_crows_pairs and (religion or overall))",
+    )
+
+
+@pytest.fixture(scope="module")
+def results(real_run) -> dict:
+    return json.loads((real_run / "results.json").read_text())
+
+
+def expected_metrics(results: dict) -> set[tuple]:
+    """(benchmark, config, metric, value) of every defined metric, read from results.json here
+    rather than through the module under test."""
+    out = set()
+    for bench, cats in results["benchmarks"].items():
+        for cat, entry in cats.items():
+            out |= {
+                (bench, cat, n, m["value"]) for n, m in entry["metrics"].items() if m["value"] is not None
+            }
+        for label, metrics in results["overall"].get(bench, {}).items():
+            if label != "categories":
+                out |= {
+                    (bench, f"aggregate: {label}", n, m["value"])
+                    for n, m in metrics.items()
+                    if m["value"] is not None
+                }
+    return out
+
+
+def test_model_card_yaml_round_trips_through_huggingface_hub(real_run, results, tmp_path, capsys):
+    card_path = tmp_path / "card" / "README.md"
+    assert cli.main(["model-card", str(real_run), "--output", str(card_path)]) == 0
+    assert f"wrote {card_path}" in capsys.readouterr().out
+    # The Hub's own parsers, on the file as written.
+    name, parsed = model_index_to_eval_results(metadata_load(card_path)["model-index"])
+    card = ModelCard.load(card_path)
+    assert name == results["model"]["name"] == card.data.model_name
+    assert len(card.data.eval_results) == len(parsed)
+    assert {r.task_type for r in parsed} == {"text-generation"}
+    metrics = {
+        (r.dataset_type, r.dataset_config, r.metric_type, r.metric_value)
+        for r in parsed
+        if not r.metric_type.endswith("_gate")
+    }
+    expected = expected_metrics(results)
+    assert len(expected) > 20 and metrics == expected
+    titles = {b: i["title"] for b, i in results["benchmark_info"].items()}
+    assert {(r.dataset_type, r.dataset_name) for r in parsed} == set(titles.items())
+    gates = {(r.dataset_type, r.dataset_config, r.metric_type, r.metric_value) for r in parsed} - metrics
+    assert gates == {
+        (g["benchmark"], g["category"], g["metric"] + "_gate", g["status"].upper()) for g in results["gates"]
+    }
+    assert {"FAIL", "PASS", "UNDEFINED"} <= {g[3] for g in gates}
+    # The run's verdict, which the model-index has no field for.
+    outcome = results["run"]["outcome"]
+    audit_entry = card.data.to_dict()["bias_audit"]
+    assert (audit_entry["verdict"], audit_entry["exit_code"]) == (outcome["label"], outcome["exit_code"])
+    assert audit_entry["run_id"] == results["run_id"]
+    assert audit_entry["suite_version"] == results["run"]["suite"]["version"]
+
+
+def test_bias_section_names_every_metric_gate_limitation_and_data_hash(real_run, results, tmp_path):
+    run = Path(shutil.copytree(real_run, tmp_path / "run"))
+    assert cli.main(["model-card", str(run)]) == 0  # default: README.md in the run folder
+    text = ModelCard.load(run / "README.md").text
+    assert "## Bias evaluation" in text
+    assert f"**Verdict: {results['run']['outcome']['label']}**" in text
+    for bench, cats in results["benchmarks"].items():
+        assert results["benchmark_info"][bench]["title"] in text
+        for line in results["benchmark_info"][bench]["limitations"]:
+            assert f"- {line}" in text
+        for cat, entry in cats.items():
+            for name, m in entry["metrics"].items():
+                row = next(r for r in text.splitlines() if r.startswith(f"| {cat} | {name} |"))
+                cells = [c.strip() for c in row.strip("|").split("|")]
+                if m["value"] is None:
+                    assert cells[2].startswith("undefined") and (m["reason"] or "") in cells[2]
+                else:
+                    assert cells[2] == f"{m['value']:.3f}" and cells[4] == str(m["n"])
+                    assert cells[3] == f"[{m['ci'][0]:.3f}, {m['ci'][1]:.3f}]"
+                gate = next(
+                    (
+                        g
+                        for g in results["gates"]
+                        if (g["benchmark"], g["category"], g["metric"]) == (bench, cat, name)
+                    ),
+                    None,
+                )
+                assert cells[6] == (f"**{gate['status'].upper()}**" if gate else "-")
+    for path, d in results["data_files"].items():
+        assert f"| {path} | {d['rows']} | `{d['sha256']}` |" in text
+    assert f"bias-audit {results['run']['suite']['version']}" in text
+
+
+def test_a_masked_model_is_fill_mask_and_errors_are_left_out(results):
+    doc = json.loads(json.dumps(results))
+    doc["model"]["kind"] = "masked"
+    doc["benchmarks"]["bbq"]["Age"] = {"status": "error", "error": "CUDA error"}
+    out = eval_results(doc)
+    assert {r.task_type for r in out} == {"fill-mask"}
+    # An errored category has no metrics; its gates still carry their verdict.
+    assert {r.metric_type for r in out if r.dataset_config == "Age"} == {
+        g["metric"] + "_gate" for g in results["gates"] if g["category"] == "Age"
+    }
+
+
+def test_a_bad_run_folder_is_exit_4(tmp_path, capsys):
+    assert cli.main(["model-card", str(tmp_path)]) == 4
+    assert f"{tmp_path / 'results.json'}: not found" in capsys.readouterr().err
