@@ -24,7 +24,8 @@ Subcommands:
   the reports rendered again naming the signer, manifest.json and manifest.sig); its check, which
   exits 1 naming the first file that differs (``compliance.signing``, docs/signing.md).
 - ``bias-audit model-card RUN_DIR [--output FILE]``: a Hugging Face model card of the run
-  (``report.model_card``).
+  (``report.model_card``); ``bias-audit export mlflow RUN_DIR --tracking-uri URI``: the run logged
+  to MLflow (``report.mlflow_export``, the extra ``bias-audit[mlflow]``).
 
 ``bias-audit`` alone prints the usage. Bad input ends with one line on stderr and exit code 4
 (``exit_codes.USAGE_ERROR``, as an audit's), never a traceback; ``score`` and ``run`` exit with
@@ -182,7 +183,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _add_signing_parsers(sub) -> None:
-    """``keygen``, ``sign``, ``verify`` and ``model-card``: what a reviewer
+    """``keygen``, ``sign``, ``verify``, ``model-card`` and ``export mlflow``: what a reviewer
     files beside a run (docs/signing.md)."""
     keygen = sub.add_parser(
         "keygen", help="make an Ed25519 key pair to sign runs with; prints its fingerprint"
@@ -229,6 +230,23 @@ def _add_signing_parsers(sub) -> None:
         default=None,
         metavar="FILE",
         help="where to write it (default: RUN_DIR/README.md)",
+    )
+    export = sub.add_parser(
+        "export", help="log a run to an experiment tracker (bias-audit export mlflow --help)"
+    )
+    targets = export.add_subparsers(dest="target", required=True, parser_class=_Parser)
+    mlflow = targets.add_parser(
+        "mlflow", help="log metrics, intervals, gate verdicts, params and the run's files to MLflow"
+    )
+    mlflow.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (or its results.json)")
+    mlflow.add_argument(
+        "--tracking-uri",
+        required=True,
+        metavar="URI",
+        help="MLflow tracking URI (file:DIR, http://HOST:PORT, ...)",
+    )
+    mlflow.add_argument(
+        "--experiment", default="bias-audit", metavar="NAME", help="experiment (default bias-audit)"
     )
 
 
@@ -470,6 +488,21 @@ def _model_card(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _export(ns: argparse.Namespace) -> int:
+    from .report.mlflow_export import MlflowMissing, export_run
+    from .report.results import ResultsDocument
+
+    results = ResultsDocument.read(ns.run_dir)
+    try:
+        run_id = export_run(results, results.folder, ns.tracking_uri, ns.experiment)
+    except MlflowMissing as e:
+        raise _Error(str(e)) from None
+    print(
+        f"logged run {results.run_id} to MLflow at {ns.tracking_uri}: experiment {ns.experiment!r}, run {run_id}"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``bias-audit``. ``argv`` defaults to ``sys.argv[1:]``.
 
@@ -507,6 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "sign": _sign,
             "verify": _verify,
             "model-card": _model_card,
+            "export": _export,
         }
         return commands.get(ns.command, _score)(ns)
     except SystemExit as e:  # --help
