@@ -142,6 +142,24 @@ def add_suite_options(g) -> None:
         "published release (sha256 of the pinned source table)",
     )
     g.addoption(
+        "--audit-meta",
+        dest="audit_meta",
+        default=os.environ.get("AUDIT_META"),
+        metavar="FILE",
+        help="YAML file describing the audited system (name, version, intended use, responsible "
+        "person and organisation, training-data cutoff, notes): validated at start-up, recorded "
+        "in results.json and shown first in the reports (env AUDIT_META; docs/compliance.md)",
+    )
+    g.addoption(
+        "--regulatory-mapping",
+        dest="audit_regulatory_mapping",
+        default=os.environ.get("AUDIT_REGULATORY_MAPPING"),
+        metavar="FILE",
+        help="which regulatory clause each benchmark and gate gives evidence for, and when each "
+        "benchmark's data was published (env AUDIT_REGULATORY_MAPPING; default: the packaged "
+        "regulatory_mapping.yaml)",
+    )
+    g.addoption(
         "--results-json",
         dest="audit_results_json",
         default=None,

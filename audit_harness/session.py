@@ -67,6 +67,10 @@ class AuditOptions:
     #: and FLOPs for (``--plan-params``; default the model's).
     plan: bool = False
     plan_params: float | None = None
+    #: ``--audit-meta``: the audited system's description (``compliance.meta``), and
+    #: ``--regulatory-mapping``: the clause mapping to use instead of the packaged one.
+    audit_meta: str | None = None
+    regulatory_mapping: str | None = None
 
     @property
     def metric_settings(self) -> MetricSettings:
@@ -685,6 +689,8 @@ def options_from_config(config) -> AuditOptions:
         progress=_progress_mode(config),
         plan=get("audit_plan"),
         plan_params=get("audit_plan_params"),
+        audit_meta=get("audit_meta"),
+        regulatory_mapping=get("audit_regulatory_mapping"),
         **backend_options(config),
     )
     opts.validate()

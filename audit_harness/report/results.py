@@ -77,6 +77,18 @@ def data_status(path: str, sha256: str) -> str:
     return {"published": "published release", "unknown": "not in the pinned source table"}.get(status, status)
 
 
+def data_origin(path: str) -> dict[str, Any]:
+    """What the pinned source table says of a data file: its ``license`` (an SPDX id, or None
+    where the authors grant none) and ``source`` (``repo@commit:path``); ``{}`` for a file the
+    table does not list."""
+    from ..sources import entry
+
+    pinned = entry(path)
+    if pinned is None:
+        return {}
+    return {"license": pinned.license, "source": f"{pinned.repo}@{pinned.commit[:10]}:{pinned.upstream}"}
+
+
 def build_results(
     *,
     run_id: str,
@@ -91,6 +103,8 @@ def build_results(
     errors: list[Mapping[str, Any]] | None = None,
     benchmark_info: Mapping[str, Any] | None = None,
     baseline: Mapping[str, Any] | None = None,
+    audit_meta: Mapping[str, Any] | None = None,
+    regulatory_mapping: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The results document. ``outcomes`` and ``verdicts`` come from every process of the run;
     ``overall`` holds each benchmark's aggregates (``session.overall_from_records``);
@@ -102,17 +116,27 @@ def build_results(
     benchmark with ``status: error`` so nothing vanishes; ``benchmark_info`` what the report says
     about each benchmark besides its numbers (``Benchmark.report_info``: title, limitations,
     charted metrics, rates, metric ranges); ``baseline`` the ``--baseline`` run (path, run id,
-    model) when regression gates ran."""
+    model) when regression gates ran; ``audit_meta`` the ``--audit-meta`` file's fields
+    (``compliance.meta.AuditMeta.to_dict``) and ``regulatory_mapping`` the mapping the reports
+    render (``compliance.mapping.RegulatoryMapping.to_dict``). Each data file records the
+    benchmarks that read it and, from the pinned source table, its licence and origin."""
     outcomes = sorted(outcomes, key=lambda o: (o["benchmark"], o["category"] == "overall", o["category"]))
     errors = list(errors or [])
     data_files: dict[str, dict[str, Any]] = {}
     for o in outcomes:
         for f in o["files"]:
-            data_files[f["path"]] = {
-                "sha256": f["sha256"],
-                "rows": f["rows"],
-                "status": data_status(f["path"], f["sha256"]),
-            }
+            entry = data_files.setdefault(
+                f["path"],
+                {
+                    "sha256": f["sha256"],
+                    "rows": f["rows"],
+                    "status": data_status(f["path"], f["sha256"]),
+                    **data_origin(f["path"]),
+                    "benchmarks": [],
+                },
+            )
+            if o["benchmark"] not in entry["benchmarks"]:
+                entry["benchmarks"].append(o["benchmark"])
     status_counts: dict[str, int] = {}
     for v in verdicts:
         status_counts[v["status"]] = status_counts.get(v["status"], 0) + 1
@@ -169,6 +193,8 @@ def build_results(
         "protocols": {b: dict(v) for b, v in sorted((provenance or {}).items())},
         "benchmark_info": {b: dict(v) for b, v in sorted((benchmark_info or {}).items())},
         "baseline": dict(baseline) if baseline else None,
+        "audit_meta": dict(audit_meta) if audit_meta else None,
+        "regulatory_mapping": dict(regulatory_mapping) if regulatory_mapping else None,
         "gates": sorted(verdicts, key=lambda v: (v["benchmark"], v["category"], v["metric"])),
         "gate_summary": status_counts,
     }

@@ -62,6 +62,7 @@ class AuditRun:
         baseline: BaselineRun | None = None,
         thresholds_warnings: list[str] | None = None,
         gpus: list | None = None,
+        compliance: tuple | None = None,
     ):
         self.config = config
         self.session = session
@@ -70,6 +71,8 @@ class AuditRun:
         self.baseline = baseline
         self.thresholds_warnings = list(thresholds_warnings or [])
         self.gpus = gpus
+        #: ``(AuditMeta | None, RegulatoryMapping)`` read at start-up (the controller only).
+        self.audit_meta, self.mapping = compliance or (None, None)
         self.started = time.time()
         self.is_worker = hasattr(config, "workerinput")
         #: whether the start-up checks ran (at configure time, or after collection).
@@ -120,13 +123,14 @@ class AuditRun:
                 config.issue_config_time_warning(warning, stacklevel=2)
             run_id, worker_index = _new_run_id(options), None
             gpus = startup.gpu_plan(config, options, startup.targets_audits(config))
+            compliance = startup.compliance_inputs(options, benchmarks)
         else:
             from ..devices import pin
 
             pin(workerinput.get("bias_audit_gpu"))  # before anything initializes CUDA
             run_id = workerinput["bias_audit_run_id"]
             worker_index = int(re.sub(r"\D", "", workerinput.get("workerid", "gw0")) or 0)
-            gpus = None
+            gpus = compliance = None
         session = AuditSession(
             options, benchmarks, Path(options.results_dir).resolve() / run_id, worker_index
         )
@@ -137,7 +141,16 @@ class AuditRun:
             gates = add_regression_gates(gates, baseline.document)
         # ...and is kept for the results and both reports, which outlive pytest's warnings summary.
         kept = list(dict.fromkeys(str(w.message) for w in caught))
-        return cls(config, session, gates, run_id, baseline=baseline, thresholds_warnings=kept, gpus=gpus)
+        return cls(
+            config,
+            session,
+            gates,
+            run_id,
+            baseline=baseline,
+            thresholds_warnings=kept,
+            gpus=gpus,
+            compliance=compliance,
+        )
 
     def start(self) -> None:
         """With the audits folder on the command line (the controller only): check what every

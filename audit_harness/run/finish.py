@@ -168,6 +168,8 @@ def build(run: AuditRun, model, outcomes, verdicts, errors, touched) -> tuple[di
         errors=errors,
         benchmark_info={n: session.benchmarks[n].report_info() for n in touched},
         baseline=run.baseline.summary if run.baseline else None,
+        audit_meta=run.audit_meta.to_dict() if run.audit_meta else None,
+        regulatory_mapping=run.mapping.to_dict() if run.mapping else None,
     )
     return results, run_error
 

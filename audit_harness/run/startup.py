@@ -190,3 +190,19 @@ def gpu_plan(config, options, audit_run: bool) -> list | None:
     if not isinstance(workers, int) or workers < 1 or not uses_gpus(options.backend, options.device):
         return None
     return assign(workers, visible_gpus(), options.device, share=not audit_run)
+
+
+def compliance_inputs(options, benchmarks: Mapping[str, Any]):
+    """The ``--audit-meta`` file (None without one) and the regulatory mapping (the packaged one
+    without ``--regulatory-mapping``), validated before anything else runs; the mapping's
+    benchmark and metric names are checked against the suite's.
+
+    Raises:
+        ConfigError: naming the file and the field (exit 4, as any bad option).
+    """
+    from ..compliance.mapping import load_mapping
+    from ..compliance.meta import load_audit_meta
+
+    meta = load_audit_meta(options.audit_meta) if options.audit_meta else None
+    known = {name: tuple(b.metric_names) for name, b in benchmarks.items()}
+    return meta, load_mapping(options.regulatory_mapping, known)

@@ -1,0 +1,337 @@
+"""The regulatory mapping: which clause of which text each benchmark and gate gives evidence for,
+and when each benchmark's data was published. Shipped as data (``regulatory_mapping.yaml``, its
+format explained at its top and in docs/compliance.md) so a reviewer can edit a copy and pass it
+with ``--regulatory-mapping FILE``; the run records the mapping it used in results.json, and the
+reports render that record.
+
+Also the contamination status of a benchmark's data: published before the model's training-data
+cutoff (``--audit-meta``) means the items may be in its training data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any, Collection, Iterable, Mapping
+
+import yaml
+
+from ..errors import ConfigError
+from .meta import _Loader
+
+#: The mapping shipped with the suite (used when no ``--regulatory-mapping`` is given).
+PACKAGED_MAPPING = Path(__file__).with_name("regulatory_mapping.yaml")
+#: What a row's gates are for its clause: records it asks for, or information short of that.
+KINDS = ("evidence", "context")
+_CLAUSE_KEYS = ("id", "framework", "reference", "title", "rows")
+_ROW_KEYS = ("kind", "benchmarks", "metrics", "evidence", "not_covered")
+_RELEASE_KEYS = ("files", "published", "source")
+
+
+@dataclass(frozen=True)
+class Row:
+    """The gates that speak to a clause, and how.
+
+    Attributes:
+        kind: ``evidence`` or ``context`` (``KINDS``).
+        benchmarks, metrics: the gates it covers; None for all.
+        evidence: what their results show for the clause. not_covered: what they do not.
+    """
+
+    kind: str
+    benchmarks: tuple[str, ...] | None
+    metrics: tuple[str, ...] | None
+    evidence: str
+    not_covered: str
+
+    def covers(self, gate: Mapping[str, Any]) -> bool:
+        """Whether ``gate`` (a results.json gate verdict) is one of this row's: its benchmark is
+        listed, and its metric is, or is a listed one in another answer mode (``<metric>-letter``)."""
+        if self.benchmarks is not None and gate.get("benchmark") not in self.benchmarks:
+            return False
+        if self.metrics is None:
+            return True
+        metric = str(gate.get("metric", ""))
+        return any(metric == m or metric.startswith(f"{m}-") for m in self.metrics)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "benchmarks": "all" if self.benchmarks is None else list(self.benchmarks),
+            "metrics": "all" if self.metrics is None else list(self.metrics),
+            "evidence": self.evidence,
+            "not_covered": self.not_covered,
+        }
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One requirement: ``id`` (stable, for tools), the ``framework`` (law, standard or practice),
+    the ``reference`` in it, a paraphrased ``title``, and its ``rows``."""
+
+    id: str
+    framework: str
+    reference: str
+    title: str
+    rows: tuple[Row, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "framework": self.framework,
+            "reference": self.reference,
+            "title": self.title,
+            "rows": [r.to_dict() for r in self.rows],
+        }
+
+
+@dataclass(frozen=True)
+class Release:
+    """When a benchmark's data files under the prefix ``files`` were first public, and the
+    ``source`` of that date."""
+
+    files: str
+    published: date
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"files": self.files, "published": self.published.isoformat(), "source": self.source}
+
+
+@dataclass(frozen=True)
+class BenchmarkData:
+    """What the mapping says of one benchmark's data: a licence note and its releases."""
+
+    licence_note: str | None
+    releases: tuple[Release, ...]
+
+    def release_for(self, paths: Iterable[str]) -> Release | None:
+        """The first release whose prefix matches one of ``paths`` (the data files the run read,
+        relative to the data folder), or None."""
+        paths = list(paths)
+        return next((r for r in self.releases if any(p.startswith(r.files) for p in paths)), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"releases": [r.to_dict() for r in self.releases]}
+        if self.licence_note:
+            out["licence_note"] = self.licence_note
+        return out
+
+
+@dataclass(frozen=True)
+class RegulatoryMapping:
+    """A validated mapping, with the file it came from (``packaged`` for the shipped one) and
+    that file's sha256."""
+
+    clauses: tuple[Clause, ...]
+    benchmarks: dict[str, BenchmarkData]
+    file: str
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, in the file's own shape (results.json ``regulatory_mapping``), so
+        ``from_dict`` validates it again as a file is."""
+        return {
+            "file": self.file,
+            "sha256": self.sha256,
+            "version": 1,
+            "clauses": [c.to_dict() for c in self.clauses],
+            "benchmarks": {name: b.to_dict() for name, b in self.benchmarks.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "regulatory_mapping") -> RegulatoryMapping:
+        """A recorded mapping (``to_dict``) back, validated.
+
+        Raises:
+            ConfigError: as ``load_mapping``, naming ``where``.
+        """
+        doc = {k: v for k, v in data.items() if k not in ("file", "sha256")}
+        return _parse(doc, where, data.get("file", ""), data.get("sha256", ""), None)
+
+
+@dataclass(frozen=True)
+class Contamination:
+    """A benchmark's contamination status: ``before`` (may be in the training data), ``after``
+    (not in it by date) or ``unknown``, and the sentence the reports print."""
+
+    status: str
+    text: str
+
+
+def contamination(published: date | None, cutoff: date | None) -> Contamination:
+    """Whether data published on ``published`` can be in training data that ends on ``cutoff``.
+
+    Data published on the cutoff day counts as before it: the check errs towards "may be in the
+    training data".
+
+    Examples
+    --------
+    >>> contamination(date(2021, 10, 15), date(2024, 6, 30)).status
+    'before'
+    >>> contamination(date(2025, 7, 15), date(2024, 6, 30)).text
+    'after: published 2025-07-15, after the training-data cutoff 2024-06-30: not in the training data by date'
+    >>> contamination(date(2021, 10, 15), None).status
+    'unknown'
+    """
+    if cutoff is None:
+        return Contamination(
+            "unknown", "unknown: no training-data cutoff given (training_data_cutoff in --audit-meta)"
+        )
+    if published is None:
+        return Contamination(
+            "unknown", "unknown: the regulatory mapping gives no publication date for this data"
+        )
+    if published <= cutoff:
+        return Contamination(
+            "before",
+            f"before: published {published.isoformat()}, before the training-data cutoff "
+            f"{cutoff.isoformat()}: may be in the training data",
+        )
+    return Contamination(
+        "after",
+        f"after: published {published.isoformat()}, after the training-data cutoff "
+        f"{cutoff.isoformat()}: not in the training data by date",
+    )
+
+
+def load_mapping(
+    path: str | Path | None = None,
+    known: Mapping[str, Collection[str]] | None = None,
+    option: str = "--regulatory-mapping",
+) -> RegulatoryMapping:
+    """Read and validate a mapping file (the packaged one when ``path`` is None).
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        The YAML file.
+    known : mapping, optional
+        ``{benchmark: metric names}`` of the suite: a row naming another benchmark or metric is
+        an error (a typo would otherwise map nothing, silently).
+    option : str
+        The option that named the file, put before every message.
+
+    Raises
+    ------
+    ConfigError
+        Unreadable, not YAML, or a field missing, unknown or of the wrong type or value: the
+        message names the file and the field (``clauses[2].rows[0].kind``).
+    """
+    file = Path(path) if path is not None else PACKAGED_MAPPING
+    where = f"{option} {file}" if path is not None else str(file)
+    try:
+        raw = file.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read it ({e.strerror or e})") from None
+    try:
+        doc = yaml.load(raw.decode("utf-8"), Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except (UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"{where}: not a YAML file ({' '.join(str(e).split())})") from None
+    name = str(path) if path is not None else "packaged"
+    return _parse(doc, where, name, hashlib.sha256(raw).hexdigest(), known)
+
+
+def _parse(doc: Any, where: str, file: str, sha256: str, known) -> RegulatoryMapping:
+    def fail(field: str, problem: str):
+        raise ConfigError(f"{where}: {field}: {problem}")
+
+    def mapping_of(value: Any, field: str, keys: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
+        if not isinstance(value, dict):
+            fail(field, f"expected a mapping with {', '.join(keys)}")
+        for k in value:
+            if k not in keys:
+                fail(f"{field}.{k}", f"unknown field (the fields: {', '.join(keys)})")
+        for k in keys:
+            if k not in value and k not in optional:
+                fail(f"{field}.{k}", "missing")
+        return value
+
+    def text(value: Any, field: str) -> str:
+        if not isinstance(value, str) or not value.strip():
+            fail(field, f"must be non-empty text, got {value!r}")
+        return " ".join(value.split())
+
+    def names(value: Any, field: str, allowed: Collection[str] | None) -> tuple[str, ...] | None:
+        if value == "all":
+            return None
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            fail(field, f"must be 'all' or a non-empty list of names, got {value!r}")
+        if allowed is not None:
+            for v in value:
+                if v not in allowed:
+                    fail(field, f"unknown name {v!r} (known: {', '.join(sorted(allowed))})")
+        return tuple(value)
+
+    mapping_of(doc, "top level", ("version", "clauses", "benchmarks"))
+    if doc["version"] != 1:
+        fail("version", f"must be 1, got {doc['version']!r}")
+    if not isinstance(doc["clauses"], list) or not doc["clauses"]:
+        fail("clauses", "must be a non-empty list")
+    clauses, ids = [], set()
+    for i, raw in enumerate(doc["clauses"]):
+        at = f"clauses[{i}]"
+        mapping_of(raw, at, _CLAUSE_KEYS)
+        cid = text(raw["id"], f"{at}.id")
+        if cid in ids:
+            fail(f"{at}.id", f"{cid!r} is listed twice")
+        ids.add(cid)
+        if not isinstance(raw["rows"], list) or not raw["rows"]:
+            fail(f"{at}.rows", "must be a non-empty list")
+        rows = []
+        for j, r in enumerate(raw["rows"]):
+            rat = f"{at}.rows[{j}]"
+            mapping_of(r, rat, _ROW_KEYS)
+            if r["kind"] not in KINDS:
+                fail(f"{rat}.kind", f"must be {' or '.join(KINDS)}, got {r['kind']!r}")
+            benches = names(r["benchmarks"], f"{rat}.benchmarks", known)
+            metrics_known = None
+            if known is not None:
+                metrics_known = {m for b in (benches or known) for m in known[b]}
+            rows.append(
+                Row(
+                    kind=r["kind"],
+                    benchmarks=benches,
+                    metrics=names(r["metrics"], f"{rat}.metrics", metrics_known),
+                    evidence=text(r["evidence"], f"{rat}.evidence"),
+                    not_covered=text(r["not_covered"], f"{rat}.not_covered"),
+                )
+            )
+        clauses.append(
+            Clause(
+                id=cid,
+                framework=text(raw["framework"], f"{at}.framework"),
+                reference=text(raw["reference"], f"{at}.reference"),
+                title=text(raw["title"], f"{at}.title"),
+                rows=tuple(rows),
+            )
+        )
+    if not isinstance(doc["benchmarks"], dict):
+        fail("benchmarks", "must be a mapping of benchmark names")
+    benchmarks = {}
+    for bench, raw in doc["benchmarks"].items():
+        at = f"benchmarks.{bench}"
+        if known is not None and bench not in known:
+            fail(at, f"unknown benchmark (known: {', '.join(sorted(known))})")
+        mapping_of(raw, at, ("licence_note", "releases"), optional=("licence_note",))
+        if not isinstance(raw["releases"], list):
+            fail(f"{at}.releases", "must be a list")
+        releases = []
+        for j, rel in enumerate(raw["releases"]):
+            rat = f"{at}.releases[{j}]"
+            mapping_of(rel, rat, _RELEASE_KEYS)
+            published = text(rel["published"], f"{rat}.published")
+            try:
+                day = date.fromisoformat(published)
+            except ValueError:
+                fail(f"{rat}.published", f"not a date YYYY-MM-DD: {published!r}")
+            releases.append(
+                Release(text(rel["files"], f"{rat}.files"), day, text(rel["source"], f"{rat}.source"))
+            )
+        note = raw.get("licence_note")
+        benchmarks[bench] = BenchmarkData(
+            text(note, f"{at}.licence_note") if note is not None else None, tuple(releases)
+        )
+    return RegulatoryMapping(tuple(clauses), benchmarks, file, sha256)

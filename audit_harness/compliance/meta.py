@@ -1,0 +1,167 @@
+"""The audit's metadata (``--audit-meta FILE``): which system was audited, for what use, who is
+responsible for it, and when its model's training data ends. A YAML file a reviewer writes once
+per system release; the run validates it at start-up, records it in results.json (``audit_meta``)
+and both reports show it first, after the signature block.
+
+Example::
+
+    system_name: Acme Support Assistant
+    system_version: "2.3.0"
+    intended_use: Answering customer questions about Acme products, in English and Spanish.
+    responsible_person: Jane Doe
+    organisation: Acme GmbH
+    training_data_cutoff: 2024-06-30
+    notes: Fine-tuned from an open-weights model; see the model card.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from ..errors import ConfigError
+
+#: Every field of the file: ``{name: (required, what it holds)}``, in the order the reports show.
+FIELDS: dict[str, tuple[bool, str]] = {
+    "system_name": (True, "the AI system audited"),
+    "system_version": (True, "its version (quote it in YAML: '2.10', not 2.10)"),
+    "intended_use": (True, "what the system is for, and for whom"),
+    "responsible_person": (True, "who answers for this audit"),
+    "organisation": (True, "the organisation placing the system on the market or using it"),
+    "training_data_cutoff": (False, "the last date of the model's training data, YYYY-MM-DD"),
+    "notes": (False, "anything else a reviewer should know"),
+}
+
+#: The fields' labels in the reports.
+LABELS = {
+    "system_name": "System",
+    "system_version": "Version",
+    "intended_use": "Intended use",
+    "responsible_person": "Responsible person",
+    "organisation": "Organisation",
+    "training_data_cutoff": "Training-data cutoff",
+    "notes": "Notes",
+}
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that reads dates as plain strings: PyYAML turns ``2024-13-01`` into an
+    exception with no field name, and ``2024-06-30`` into a date the checks below then have to
+    tell apart from a string; one parse, here, names the field either way."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+@dataclass(frozen=True)
+class AuditMeta:
+    """A validated ``--audit-meta`` file.
+
+    Attributes:
+        system_name, system_version, intended_use, responsible_person, organisation: as given.
+        training_data_cutoff: the model's training-data cutoff, or None when not given (then
+            every benchmark's contamination status is "unknown").
+        notes: free text, or None.
+        file: the path as given on the command line; sha256: of the file's bytes.
+    """
+
+    system_name: str
+    system_version: str
+    intended_use: str
+    responsible_person: str
+    organisation: str
+    training_data_cutoff: date | None = None
+    notes: str | None = None
+    file: str = ""
+    sha256: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (results.json ``audit_meta``): the cutoff as ``YYYY-MM-DD``."""
+        out = asdict(self)
+        out["training_data_cutoff"] = self.training_data_cutoff and self.training_data_cutoff.isoformat()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AuditMeta:
+        """Back from ``to_dict`` (a results file's ``audit_meta``)."""
+        cutoff = data.get("training_data_cutoff")
+        return cls(
+            **{k: data.get(k) for k in FIELDS if k != "training_data_cutoff"},
+            training_data_cutoff=date.fromisoformat(cutoff) if cutoff else None,
+            file=data.get("file", ""),
+            sha256=data.get("sha256", ""),
+        )
+
+
+def load_audit_meta(path: str | Path, option: str = "--audit-meta") -> AuditMeta:
+    """Read and validate an audit metadata file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The YAML file.
+    option : str
+        The option that named it, put before every message.
+
+    Raises
+    ------
+    ConfigError
+        The file is missing or not YAML, a key is unknown, a required field is missing or empty,
+        a field has the wrong type, or the cutoff is not a real ``YYYY-MM-DD`` date: the message
+        names the file and the field.
+    """
+    where = f"{option} {path}"
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read it ({e.strerror or e})") from None
+    try:
+        doc = yaml.load(raw.decode("utf-8"), Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except (UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"{where}: not a YAML file ({' '.join(str(e).split())})") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{where}: expected a mapping of fields ({', '.join(FIELDS)})")
+    unknown = [str(k) for k in doc if k not in FIELDS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown field {unknown[0]!r} (the fields: {', '.join(FIELDS)})")
+    values: dict[str, Any] = {}
+    for name, (required, what) in FIELDS.items():
+        value = doc.get(name)
+        if value is None:
+            if required:
+                raise ConfigError(f"{where}: field {name!r} is missing ({what})")
+            continue
+        if not isinstance(value, str):
+            kind = (
+                "a number"
+                if isinstance(value, (int, float)) and not isinstance(value, bool)
+                else (f"a {type(value).__name__}")
+            )
+            raise ConfigError(f"{where}: field {name!r} must be text, got {kind} ({value!r}): {what}")
+        if not value.strip():
+            if required:
+                raise ConfigError(f"{where}: field {name!r} is empty ({what})")
+            continue
+        values[name] = value.strip()
+    cutoff = values.pop("training_data_cutoff", None)
+    if cutoff is not None:
+        try:
+            cutoff = date.fromisoformat(cutoff)
+        except ValueError:
+            raise ConfigError(
+                f"{where}: field 'training_data_cutoff' is not a date YYYY-MM-DD: {cutoff!r}"
+            ) from None
+    return AuditMeta(
+        **values,
+        training_data_cutoff=cutoff,
+        file=str(path),
+        sha256=hashlib.sha256(raw).hexdigest(),
+    )
