@@ -46,7 +46,9 @@ window.addEventListener('load', () => {
 </script>"""
 
 
-def audit(tmp_path: Path, data_dir: Path, keyword: str) -> Path:
+def audit(tmp_path: Path, data_dir: Path, keyword: str, *extra: str) -> Path:
+    """A real run of the audits selected by ``keyword`` on the tiny model (``extra``: further
+    options, e.g. ``--audit-meta FILE``); its run folder."""
     results = tmp_path / "results"
     cmd = [
         sys.executable,
@@ -71,6 +73,7 @@ def audit(tmp_path: Path, data_dir: Path, keyword: str) -> Path:
         str(tmp_path / "cache"),
         "-k",
         keyword,
+        *extra,
     ]
     proc = subprocess.run(
         cmd,
@@ -161,7 +164,9 @@ def test_model_text_is_escaped(two_benchmark_run):
     assert "<script>" not in html and 'src="http://evil' not in html and "<b>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "B &amp; C" in html
     md = (two_benchmark_run / "report.md").read_text()
-    assert md.startswith("# Bias audit report: tiny-random-gpt2\n\n**Verdict: FAIL**")
+    # The title, then the signature block and the audited system, then the verdict.
+    assert md.startswith("# Bias audit report: tiny-random-gpt2\n\n**Signature:** Unsigned")
+    assert md.index("Audited system: not described") < md.index("**Verdict: FAIL**") < md.index("## Gates")
 
 
 # --- headless Chromium --------------------------------------------------------------------------

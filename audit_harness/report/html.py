@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from .charts import chart_data_uri
 from .markdown import endpoint_lines, modified_files
+from .regulatory import clause_summary, limitations_view, mapping_view, meta_rows, signature_text
 from .results import (
     INVALID_FLAG,
     coverage_lines,
@@ -37,7 +38,19 @@ def _environment():
     )
     env.filters["num"] = _num
     env.filters["interval"] = _interval
+    env.filters["ticks"] = _ticks
     return env
+
+
+def _ticks(text: str):
+    """Escaped ``text`` with its Markdown code spans (between backticks) as ``<code>``: the
+    sentences both reports share are written once, in Markdown."""
+    from markupsafe import Markup, escape
+
+    parts = str(text).split("`")
+    return Markup(
+        "".join(f"<code>{escape(p)}</code>" if i % 2 else str(escape(p)) for i, p in enumerate(parts))
+    )
 
 
 def _num(x: Any, digits: int = 3) -> str:
@@ -56,7 +69,7 @@ def _bound_text(v: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {b:g}" for k, b in (v.get("bounds") or {}).items())
 
 
-def _benchmark_view(results: Mapping[str, Any], bench: str) -> dict[str, Any]:
+def _benchmark_view(results: Mapping[str, Any], bench: str, mapping) -> dict[str, Any]:
     """Everything the template shows for one benchmark, computed from the results document."""
     entries = results["benchmarks"][bench]
     info = (results.get("benchmark_info") or {}).get(bench) or {}
@@ -136,7 +149,7 @@ def _benchmark_view(results: Mapping[str, Any], bench: str) -> dict[str, Any]:
         "rate_metrics": info.get("rate_metrics", []),
         "excluded": excluded,
         "examples": examples,
-        "limitations": info.get("limitations", []),
+        "limits": limitations_view(results, bench, mapping),
         "chart": chart_data_uri(results, bench),
         "chart_metrics": info.get("chart_metrics", []),
         "regressions": regressions,
@@ -146,21 +159,31 @@ def _benchmark_view(results: Mapping[str, Any], bench: str) -> dict[str, Any]:
     }
 
 
-def render_html(results: Mapping[str, Any]) -> str:
-    """The report as one HTML document. Pure function of ``results``
-    (``report.results.build_results``; keys it lacks, as in an older results file, render empty)."""
+def render_html(results: Mapping[str, Any], printing: bool = False) -> str:
+    """The report as one HTML document. A function of ``results``
+    (``report.results.build_results``; keys it lacks, as in an older results file, render empty)
+    and of the run folder's ``signer.json`` (the signature block). ``printing``: the copy
+    ``--pdf`` prints, with every ``<details>`` open (paper cannot be clicked)."""
     from .. import exit_codes
     from ..gates import MODE_RULES
 
     verdict = overall_verdict(results)
     modes = sorted({v.get("mode", "point") for v in results["gates"]})
+    mapping = mapping_view(results)
+    signature = signature_text(results)
     context = {
         "r": results,
+        "printing": printing,
+        "signature": signature,
+        "signed": not signature.startswith("Unsigned"),
+        "meta_rows": meta_rows(results),
+        "mapping": mapping,
+        "clause_summary": clause_summary,
         "verdict": verdict,
         "model": results.get("model") or {},
         "run": results.get("run") or {},
         "options": results.get("options") or {},
-        "benchmarks": [_benchmark_view(results, b) for b in results["benchmarks"]],
+        "benchmarks": [_benchmark_view(results, b, mapping["mapping"]) for b in results["benchmarks"]],
         "modes": [(m, MODE_RULES.get(m, "")) for m in modes],
         "modified": modified_files(results),
         "summary": sorted((results.get("gate_summary") or {}).items()),
@@ -175,7 +198,7 @@ def render_html(results: Mapping[str, Any]) -> str:
     return _environment().get_template("report.html.j2").render(**context)
 
 
-def write_html(path: Path, results: Mapping[str, Any]) -> Path:
-    """Write ``render_html(results)`` to ``path``; returns the path."""
-    path.write_text(render_html(results), encoding="utf-8")
+def write_html(path: Path, results: Mapping[str, Any], printing: bool = False) -> Path:
+    """Write ``render_html(results, printing)`` to ``path``; returns the path."""
+    path.write_text(render_html(results, printing), encoding="utf-8")
     return path

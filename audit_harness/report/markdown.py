@@ -6,6 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from .regulatory import (
+    clause_summary,
+    limitations_view,
+    mapping_view,
+    meta_rows,
+    signature_text,
+    verdict_line,
+)
 from .results import (
     INVALID_FLAG,
     coverage_lines,
@@ -60,6 +68,52 @@ def endpoint_lines(model: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def audited_system(results: Mapping[str, Any]) -> list[str]:
+    """The ``--audit-meta`` table (or a line saying none was given), before the verdict."""
+    rows = meta_rows(results)
+    if not rows:
+        return ["Audited system: not described (no `--audit-meta FILE` given).", ""]
+    return ["## Audited system", "", "| | |", "|---|---|", *[f"| {k} | {_cell(v)} |" for k, v in rows], ""]
+
+
+def regulatory_section(view: Mapping[str, Any]) -> list[str]:
+    """The "Regulatory mapping" section: per clause its rows, each with the gates it covers and
+    their verdicts (``regulatory.mapping_view``)."""
+    out = [
+        "## Regulatory mapping",
+        "",
+        f"{view['note']} A row marked *evidence* gives records the clause asks for; *context* "
+        "informs it without meeting it. The titles paraphrase the texts: read the texts themselves.",
+    ]
+    for clause in view["clauses"]:
+        out += ["", f"### {clause['heading']}", "", clause["title"], "", f"**{clause_summary(clause)}**", ""]
+        for row in clause["rows"]:
+            out.append(f"- *{row['kind']}* ({row['scope']}): {row['evidence']}")
+            out.append(f"  - does not cover: {row['not_covered']}")
+            if not row["groups"]:
+                out.append("  - gates: none in this run")
+            for group in row["groups"]:
+                out.append(f"  - gates: {_cell(verdict_line(group))}")
+    return out
+
+
+def limitations_section(results: Mapping[str, Any], bench: str, mapping) -> list[str]:
+    """A benchmark's "Limitations": what it does not show, its data licence, its contamination
+    status (``regulatory.limitations_view``)."""
+    lim = limitations_view(results, bench, mapping)
+    out = [f"### {bench}: limitations", ""]
+    if lim["does_not_show"]:
+        out += ["What this does not show:", ""] + [f"- {x}" for x in lim["does_not_show"]] + [""]
+    out += [f"- data licence: {x}" for x in lim["licences"]]
+    if lim["licence_note"]:
+        out.append(f"- licence note: {lim['licence_note']}")
+    source = lim["published_source"]
+    out.append(
+        f"- contamination: {lim['contamination_text']}" + (f" (publication date: {source})" if source else "")
+    )
+    return out
+
+
 def render_markdown(results: Mapping[str, Any]) -> str:
     """The report as Markdown text: provenance, gate verdicts, metrics per category with
     intervals, exclusions. Pure function of ``results`` (see ``report.results.build_results``)."""
@@ -72,6 +126,9 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     out = [
         f"# Bias audit report: {model.get('name', '?')}",
         "",
+        f"**Signature:** {signature_text(results)}",
+        "",
+        *audited_system(results),
         f"**Verdict: {verdict.label}** ({verdict.reason}; exit code "
         f"{'?' if verdict.exit_code is None else verdict.exit_code})",
         "",
@@ -190,6 +247,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     if skipped:
         out += ["", "Skipped gates (their data is missing; a skipped gate is not a pass):", ""]
         out += [f"- {v['benchmark']}/{v['category']}/{v['metric']}: {v['message']}" for v in skipped]
+    view = mapping_view(results)
+    out += ["", *regulatory_section(view)]
     for bench, all_cats in results["benchmarks"].items():
         from .results import column_groups, table_metrics
 
@@ -230,9 +289,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
                 "",
             ]
             out += [f"- {cat}: {n} ({reason})" for cat, reason, n in excluded]
-        limitations = ((results.get("benchmark_info") or {}).get(bench) or {}).get("limitations")
-        if limitations:
-            out += ["", "What this does not show:", ""] + [f"- {line}" for line in limitations]
+        out += ["", *limitations_section(results, bench, view["mapping"])]
     sens = sensitivity_rows(results)
     if sens:
         out += [

@@ -1,0 +1,202 @@
+"""What both reports say for a compliance reviewer, computed once from a results document: the
+signature block (``signer.json`` in the run folder), the audited system (``audit_meta``), the
+regulatory mapping with the verdicts of the gates each clause rests on, and each benchmark's
+limitations (what it does not show, its data licence, its contamination status).
+
+Markdown and HTML only lay these out, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..compliance.mapping import RegulatoryMapping, contamination, load_mapping
+from ..compliance.meta import FIELDS, LABELS, AuditMeta
+from ..compliance.signer import read_signer
+from ..errors import ConfigError
+
+#: How ``bias-audit verify`` is called, as the signature block shows it.
+VERIFY_HINT = "check with `bias-audit verify RUN_DIR --public-key PUB`"
+#: The order verdicts are listed in: what needs a reviewer's eye first.
+_STATUS_ORDER = ("fail", "undefined", "insufficient", "error", "not run", "skipped", "pass")
+
+
+def signature_text(results: Mapping[str, Any]) -> str:
+    """The signature block: who signed the run folder the results were read from, or
+    ``Unsigned``. A results document with no folder (rendered from memory) is unsigned.
+
+    Raises:
+        ConfigError: the folder's ``signer.json`` is not a signer record (names file and field).
+    """
+    folder = getattr(results, "folder", None)
+    try:
+        signer = read_signer(Path(folder)) if folder is not None else None
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if signer is None:
+        return "Unsigned (no signer.json in the run folder; `bias-audit sign` signs a run)"
+    return (
+        f"Signed by {signer.name} on {signer.date}, Ed25519 key sha256:{signer.key_fingerprint} "
+        f"({VERIFY_HINT})"
+    )
+
+
+def meta_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(label, value)`` of every ``--audit-meta`` field given, then the file and its sha256;
+    empty when the run had no metadata."""
+    data = results.get("audit_meta")
+    if not data:
+        return []
+    rows = [(LABELS[k], str(data[k])) for k in FIELDS if data.get(k)]
+    if not data.get("training_data_cutoff"):
+        rows.append((LABELS["training_data_cutoff"], "not given (contamination status unknown)"))
+    rows.append(("Metadata file", f"{data.get('file', '?')} (sha256 {data.get('sha256', '?')})"))
+    return rows
+
+
+def _cutoff(results: Mapping[str, Any]):
+    data = results.get("audit_meta")
+    return AuditMeta.from_dict(data).training_data_cutoff if data else None
+
+
+def recorded_mapping(results: Mapping[str, Any]) -> tuple[RegulatoryMapping, str]:
+    """The mapping the run recorded (validated again) and a sentence saying which it is; the
+    packaged one, saying so, for a results file written before runs recorded one."""
+    data = results.get("regulatory_mapping")
+    if data:
+        mapping = RegulatoryMapping.from_dict(data, "results.json regulatory_mapping")
+        name = "the packaged mapping" if mapping.file == "packaged" else f"`{mapping.file}`"
+        return mapping, f"Mapping: {name} (sha256 `{mapping.sha256[:16]}…`), as recorded by the run."
+    mapping = load_mapping()
+    return mapping, (
+        "Mapping: this results file records none (it predates them); the packaged mapping "
+        f"(sha256 `{mapping.sha256[:16]}…`) is shown."
+    )
+
+
+def _scope(names: tuple[str, ...] | None, what: str) -> str:
+    return f"all {what}" if names is None else ", ".join(names)
+
+
+def _gate_groups(gates: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per benchmark: its gates' verdicts, each verdict with the test ids that have it."""
+    out = []
+    for bench in dict.fromkeys(g["benchmark"] for g in gates):
+        mine = [g for g in gates if g["benchmark"] == bench]
+        statuses = sorted(
+            {g["status"] for g in mine},
+            key=lambda s: _STATUS_ORDER.index(s) if s in _STATUS_ORDER else len(_STATUS_ORDER),
+        )
+        out.append(
+            {
+                "benchmark": bench,
+                "count": len(mine),
+                "verdicts": [
+                    {
+                        "status": s,
+                        "tests": [
+                            g.get("test_id") or f"{g['category']}-{g['metric']}"
+                            for g in mine
+                            if g["status"] == s
+                        ],
+                    }
+                    for s in statuses
+                ],
+            }
+        )
+    return out
+
+
+def mapping_view(results: Mapping[str, Any]) -> dict[str, Any]:
+    """Every clause of the recorded mapping with, per row, the run's gates it covers grouped by
+    benchmark and verdict; ``evidence_gates`` counts a clause's gates on evidence rows (0: no
+    gate of this run gives evidence for it); ``mapping`` the mapping itself."""
+    mapping, note = recorded_mapping(results)
+    gates = list(results.get("gates") or [])
+    clauses = []
+    for clause in mapping.clauses:
+        rows = []
+        for row in clause.rows:
+            covered = [g for g in gates if row.covers(g)]
+            rows.append(
+                {
+                    "kind": row.kind,
+                    "scope": f"{_scope(row.benchmarks, 'benchmarks')}; {_scope(row.metrics, 'metrics')}",
+                    "evidence": row.evidence,
+                    "not_covered": row.not_covered,
+                    "n_gates": len(covered),
+                    "groups": _gate_groups(covered),
+                }
+            )
+        clauses.append(
+            {
+                "id": clause.id,
+                "heading": f"{clause.framework}: {clause.reference}",
+                "title": clause.title,
+                "rows": rows,
+                "evidence_gates": sum(r["n_gates"] for r in rows if r["kind"] == "evidence"),
+                "context_gates": sum(r["n_gates"] for r in rows if r["kind"] == "context"),
+            }
+        )
+    return {"note": note, "clauses": clauses, "mapping": mapping}
+
+
+def clause_summary(clause: Mapping[str, Any]) -> str:
+    """One sentence: how many of the run's gates give evidence for the clause, or that none does."""
+    if clause["evidence_gates"]:
+        return f"{clause['evidence_gates']} gate(s) of this run give evidence for this clause."
+    if clause["context_gates"]:
+        return (
+            f"No gate of this run gives evidence for this clause; {clause['context_gates']} "
+            "gate(s) give context only."
+        )
+    return "No gate of this run gives evidence for this clause."
+
+
+def verdict_line(group: Mapping[str, Any]) -> str:
+    """``bbq (6 gates): FAIL Age-acc_disambig, Religion-acc_disambig; UNDEFINED ...``, plain."""
+    parts = [f"{v['status'].upper()} {', '.join(v['tests'])}" for v in group["verdicts"]]
+    return f"{group['benchmark']} ({group['count']} gates): " + "; ".join(parts)
+
+
+def _licence_lines(results: Mapping[str, Any], bench: str) -> tuple[list[str], list[str]]:
+    """(one line per licence of the files ``bench`` read, those files' paths)."""
+    files = {
+        p: d for p, d in (results.get("data_files") or {}).items() if bench in (d.get("benchmarks") or ())
+    }
+    by_licence: dict[tuple[str, str], int] = {}
+    for d in files.values():
+        if "license" not in d:
+            key = ("not in the pinned source table: licence unknown", "")
+        else:
+            licence = d["license"] or "none: the authors grant no licence"
+            key = (licence, str(d.get("source", "")).split(":", 1)[0].replace("@", " at "))
+        by_licence[key] = by_licence.get(key, 0) + 1
+    lines = [
+        f"{licence}" + (f" ({origin}; {n} file(s) read)" if origin else f" ({n} file(s) read)")
+        for (licence, origin), n in by_licence.items()
+    ]
+    if not files:
+        lines = ["not recorded (no data file of this benchmark in the results)"]
+    return lines, list(files)
+
+
+def limitations_view(results: Mapping[str, Any], bench: str, mapping: RegulatoryMapping) -> dict[str, Any]:
+    """A benchmark's Limitations: what it does not show (from its paper), its data licence per the
+    pinned source table (and the mapping's licence note), and its contamination status."""
+    info = (results.get("benchmark_info") or {}).get(bench) or {}
+    licences, paths = _licence_lines(results, bench)
+    data = mapping.benchmarks.get(bench)
+    release = None
+    if data is not None:
+        release = data.release_for(paths) or (data.releases[0] if len(data.releases) == 1 else None)
+    status = contamination(release.published if release else None, _cutoff(results))
+    return {
+        "does_not_show": list(info.get("limitations") or []),
+        "licences": licences,
+        "licence_note": data.licence_note if data else None,
+        "contamination": status.status,
+        "contamination_text": status.text,
+        "published_source": release.source if release else None,
+    }
