@@ -90,7 +90,7 @@ def eval_results(results: Mapping[str, Any]) -> list[EvalResult]:
                         g["category"],
                         g["metric"] + kind,
                         g["status"].upper(),
-                        f"gate {g['metric']}: {_bounds(g)} ({g['category']})",
+                        f"{g['metric']} gate ({g['category']}): {_bounds(g)}",
                     )
                 )
     return out
