@@ -234,7 +234,9 @@ def _add_signing_parsers(sub) -> None:
     export = sub.add_parser(
         "export", help="log a run to an experiment tracker (bias-audit export mlflow --help)"
     )
-    targets = export.add_subparsers(dest="target", required=True, parser_class=_Parser)
+    targets = export.add_subparsers(
+        dest="target", metavar="TARGET (mlflow)", required=True, parser_class=_Parser
+    )
     mlflow = targets.add_parser(
         "mlflow", help="log metrics, intervals, gate verdicts, params and the run's files to MLflow"
     )
