@@ -14,8 +14,9 @@ Subcommands:
 - ``bias-audit run [PYTEST ARGS...]``: ``pytest <the packaged audits> [PYTEST ARGS...]`` from any
   directory (the process is replaced by pytest, so its exit code is the audit's, ``exit_codes``);
   ``run --help`` shows the audit options first, then pytest's.
-- ``bias-audit report RUN_DIR [--output-dir DIR]``: render ``report.md`` and ``report.html`` again
-  from the run's ``results.json`` alone.
+- ``bias-audit report RUN_DIR [--output-dir DIR] [--pdf]``: render ``report.md`` and
+  ``report.html`` again from the run's ``results.json`` (and its ``signer.json``); ``--pdf`` also
+  prints ``report.pdf`` with headless Chromium (module ``report.pdf``).
 - ``bias-audit compare OLD NEW [--output-dir DIR]``: every metric's change between two runs (folders
   or results.json files) with both intervals, marking those whose intervals do not overlap, and
   the gates whose verdict changed; printed and written as ``compare-vs-<old run id>.md``/``.json``
@@ -165,6 +166,11 @@ def _build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="where to write the reports (default: the run folder)",
+    )
+    report.add_argument(
+        "--pdf",
+        action="store_true",
+        help="also print report.html to report.pdf with headless Chromium (docs/compliance.md)",
     )
     compare = sub.add_parser(
         "compare", help="compare two runs: metric changes with intervals, gates that changed verdict"
@@ -381,6 +387,11 @@ def _report(ns: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"wrote {write_markdown(out / 'report.md', results)}")
     print(f"wrote {write_html(out / 'report.html', results)}")
+    if ns.pdf:
+        from .report.html import render_html
+        from .report.pdf import print_pdf
+
+        print(f"wrote {print_pdf(render_html(results, printing=True), out / 'report.pdf')}")
     return 0
 
 
