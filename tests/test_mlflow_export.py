@@ -15,7 +15,8 @@ import pytest
 from test_report_html import audit
 
 from audit_harness import cli
-from audit_harness.report.mlflow_export import mlflow_key
+from audit_harness.errors import DataError
+from audit_harness.report.mlflow_export import metrics_of, mlflow_key
 
 HAS_MLFLOW = importlib.util.find_spec("mlflow") is not None
 needs_mlflow = pytest.mark.skipif(
@@ -117,3 +118,10 @@ def test_keys_keep_only_characters_mlflow_accepts():
         "bbq/Gender_identity _names_/bias_score_ambig"
     )
     assert mlflow_key("kobbq", "나이", "acc") == "kobbq/나이/acc"  # \w: MLflow takes any letter
+
+
+def test_two_metrics_on_one_key_stop_the_export():
+    metric = {"value": 0.5, "ci": [0.1, 0.9], "n": 10}
+    doc = {"benchmarks": {"bbq": {"A (b)": {"metrics": {"m": metric}}, "A _b_": {"metrics": {"m": metric}}}}}
+    with pytest.raises(DataError, match=r"bbq/A _b_/m: its MLflow key 'bbq/A _b_/m' is taken"):
+        metrics_of(doc)

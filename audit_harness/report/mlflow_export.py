@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..errors import DataError
 from .results import overall_labels
 from .verdict import overall_verdict
 
@@ -56,7 +57,7 @@ def metrics_of(results: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, 
     """(every metric to log, the undefined ones with their reasons), keyed as the module says.
 
     Raises:
-        ValueError: two metrics of the run map to one key (names that differ only in characters
+        DataError: two metrics of the run map to one key (names that differ only in characters
             MLflow refuses).
     """
     logged: dict[str, float] = {}
@@ -69,8 +70,8 @@ def metrics_of(results: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, 
             for name, m in metrics.items():
                 key = mlflow_key(bench, group, name)
                 if key in logged or key in undefined:
-                    raise ValueError(
-                        f"{bench}/{group}/{name}: its MLflow key {key!r} is taken by another metric"
+                    raise DataError(
+                        f"results.json: {bench}/{group}/{name}: its MLflow key {key!r} is taken by another metric"
                     )
                 if m.get("value") is None:
                     undefined[key] = m.get("reason") or "undefined"
