@@ -425,8 +425,9 @@ def _keygen(ns: argparse.Namespace) -> int:
     if ns.out is not None:
         if ns.private_key or ns.public_key:
             raise _Error("bias-audit keygen: give --out DIR or --private-key and --public-key, not both")
-        if not ns.out.is_dir():
+        if ns.out.exists() and not ns.out.is_dir():
             raise _Error(f"bias-audit keygen: --out {ns.out}: not a folder")
+        ns.out.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new key folder: the owner's only
         private, public = ns.out / PRIVATE_KEY_NAME, ns.out / PUBLIC_KEY_NAME
     elif ns.private_key and ns.public_key:
         private, public = ns.private_key, ns.public_key

@@ -77,10 +77,10 @@ def every_file(folder: Path) -> set[str]:
 
 
 def test_keygen_writes_an_ed25519_pair_and_prints_its_fingerprint(tmp_path, capsys):
-    folder = tmp_path / "k"
-    folder.mkdir()
+    folder = tmp_path / "k"  # made by keygen, for its owner only
     code, out, err = bias_audit(capsys, "keygen", "--out", folder)
     assert code == 0, err
+    assert folder.stat().st_mode & 0o777 == 0o700
     private, public = folder / PRIVATE, folder / PUBLIC
     assert private.stat().st_mode & 0o777 == 0o600
     assert private.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")  # PKCS8, unencrypted
@@ -96,6 +96,8 @@ def test_keygen_writes_an_ed25519_pair_and_prints_its_fingerprint(tmp_path, caps
     assert code == 4 and f"{private}: already exists" in err and private.read_bytes() == before
     code, _, err = bias_audit(capsys, "keygen", "--private-key", tmp_path / "b.pem")
     assert code == 4 and "--public-key" in err
+    code, _, err = bias_audit(capsys, "keygen", "--out", private)
+    assert code == 4 and f"--out {private}: not a folder" in err
 
 
 def test_a_signed_run_verifies_end_to_end(run_dir, tmp_path):
