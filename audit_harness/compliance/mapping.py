@@ -19,7 +19,7 @@ from typing import Any, Collection, Iterable, Mapping
 import yaml
 
 from ..errors import ConfigError
-from .meta import _Loader
+from .meta import TextDateLoader
 
 #: The mapping shipped with the suite (used when no ``--regulatory-mapping`` is given).
 PACKAGED_MAPPING = Path(__file__).with_name("regulatory_mapping.yaml")
@@ -227,7 +227,7 @@ def load_mapping(
     except OSError as e:
         raise ConfigError(f"{where}: cannot read it ({e.strerror or e})") from None
     try:
-        doc = yaml.load(raw.decode("utf-8"), Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        doc = yaml.load(raw.decode("utf-8"), Loader=TextDateLoader)  # a SafeLoader
     except (UnicodeDecodeError, yaml.YAMLError) as e:
         raise ConfigError(f"{where}: not a YAML file ({' '.join(str(e).split())})") from None
     name = str(path) if path is not None else "packaged"

@@ -49,13 +49,13 @@ LABELS = {
 }
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that reads dates as plain strings: PyYAML turns ``2024-13-01`` into an
-    exception with no field name, and ``2024-06-30`` into a date the checks below then have to
-    tell apart from a string; one parse, here, names the field either way."""
+class TextDateLoader(yaml.SafeLoader):
+    """SafeLoader that reads dates as plain strings: PyYAML's own date parsing turns
+    ``2024-13-01`` into an exception that names no field; read as text, the date is parsed where
+    the message can name its field (here and in ``mapping``)."""
 
 
-_Loader.yaml_implicit_resolvers = {
+TextDateLoader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
@@ -124,7 +124,7 @@ def load_audit_meta(path: str | Path, option: str = "--audit-meta") -> AuditMeta
     except OSError as e:
         raise ConfigError(f"{where}: cannot read it ({e.strerror or e})") from None
     try:
-        doc = yaml.load(raw.decode("utf-8"), Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        doc = yaml.load(raw.decode("utf-8"), Loader=TextDateLoader)  # a SafeLoader
     except (UnicodeDecodeError, yaml.YAMLError) as e:
         raise ConfigError(f"{where}: not a YAML file ({' '.join(str(e).split())})") from None
     if not isinstance(doc, dict):
@@ -140,11 +140,8 @@ def load_audit_meta(path: str | Path, option: str = "--audit-meta") -> AuditMeta
                 raise ConfigError(f"{where}: field {name!r} is missing ({what})")
             continue
         if not isinstance(value, str):
-            kind = (
-                "a number"
-                if isinstance(value, (int, float)) and not isinstance(value, bool)
-                else (f"a {type(value).__name__}")
-            )
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            kind = "a number" if number else f"a {type(value).__name__}"
             raise ConfigError(f"{where}: field {name!r} must be text, got {kind} ({value!r}): {what}")
         if not value.strip():
             if required:

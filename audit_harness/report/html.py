@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from .charts import chart_data_uri
 from .markdown import endpoint_lines, modified_files
-from .regulatory import clause_summary, limitations_view, mapping_view, meta_rows, signature_text
+from .regulatory import clause_summary, limitations_view, mapping_view, meta_rows, signature
 from .results import (
     INVALID_FLAG,
     coverage_lines,
@@ -170,12 +170,12 @@ def render_html(results: Mapping[str, Any], printing: bool = False) -> str:
     verdict = overall_verdict(results)
     modes = sorted({v.get("mode", "point") for v in results["gates"]})
     mapping = mapping_view(results)
-    signature = signature_text(results)
+    signed, signature_line = signature(results)
     context = {
         "r": results,
         "printing": printing,
-        "signature": signature,
-        "signed": not signature.startswith("Unsigned"),
+        "signature": signature_line,
+        "signed": signed,
         "meta_rows": meta_rows(results),
         "mapping": mapping,
         "clause_summary": clause_summary,

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..compliance.mapping import RegulatoryMapping
 from .regulatory import (
     clause_summary,
     limitations_view,
     mapping_view,
     meta_rows,
-    signature_text,
+    signature,
     verdict_line,
 )
 from .results import (
@@ -97,7 +98,7 @@ def regulatory_section(view: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def limitations_section(results: Mapping[str, Any], bench: str, mapping) -> list[str]:
+def limitations_section(results: Mapping[str, Any], bench: str, mapping: RegulatoryMapping) -> list[str]:
     """A benchmark's "Limitations": what it does not show, its data licence, its contamination
     status (``regulatory.limitations_view``)."""
     lim = limitations_view(results, bench, mapping)
@@ -126,7 +127,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     out = [
         f"# Bias audit report: {model.get('name', '?')}",
         "",
-        f"**Signature:** {signature_text(results)}",
+        f"**Signature:** {signature(results)[1]}",
         "",
         *audited_system(results),
         f"**Verdict: {verdict.label}** ({verdict.reason}; exit code "

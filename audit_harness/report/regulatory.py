@@ -22,9 +22,10 @@ VERIFY_HINT = "check with `bias-audit verify RUN_DIR --public-key PUB`"
 _STATUS_ORDER = ("fail", "undefined", "insufficient", "error", "not run", "skipped", "pass")
 
 
-def signature_text(results: Mapping[str, Any]) -> str:
-    """The signature block: who signed the run folder the results were read from, or
-    ``Unsigned``. A results document with no folder (rendered from memory) is unsigned.
+def signature(results: Mapping[str, Any]) -> tuple[bool, str]:
+    """The signature block: (signed, its sentence): who signed the run folder the results were
+    read from, or ``Unsigned``. A results document with no folder (rendered from memory) is
+    unsigned.
 
     Raises:
         ConfigError: the folder's ``signer.json`` is not a signer record (names file and field).
@@ -35,8 +36,8 @@ def signature_text(results: Mapping[str, Any]) -> str:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if signer is None:
-        return "Unsigned (no signer.json in the run folder; `bias-audit sign` signs a run)"
-    return (
+        return False, "Unsigned (no signer.json in the run folder; `bias-audit sign` signs a run)"
+    return True, (
         f"Signed by {signer.name} on {signer.date}, Ed25519 key sha256:{signer.key_fingerprint} "
         f"({VERIFY_HINT})"
     )
