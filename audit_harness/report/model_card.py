@@ -2,9 +2,9 @@
 
 The YAML front matter is built by ``huggingface_hub``'s card classes, so its ``model-index`` is
 the structure the Hub parses and validates: one result per benchmark and category (the dataset's
-``config``; aggregates as ``aggregate: <label>``), one metric per defined metric value, and each
-gate's verdict as a metric ``<metric>_gate`` whose value is ``PASS``, ``FAIL``, ... The run's
-overall verdict, which the model-index has no field for, is the card's ``bias_audit`` entry.
+``config``; aggregates as ``aggregate: <label>``), one metric per defined metric value: numbers
+only, as leaderboards and the Hub's widgets read them. The gates' verdicts and the run's overall
+verdict, which the model-index has no field for, are the card's ``bias_audit`` entry.
 The Markdown body is the "Bias evaluation" section: per benchmark and category each metric with
 its interval, n, gate and verdict; what the benchmark does not show; the data files' hashes.
 """
@@ -65,9 +65,9 @@ def _eval_result(
 
 
 def eval_results(results: Mapping[str, Any]) -> list[EvalResult]:
-    """Every defined metric of the run (categories and aggregates) and every gate verdict that
-    has a category, as ``EvalResult``s. Undefined metrics (value null) are left out: the Hub
-    wants a value, and the Markdown section says why each is undefined."""
+    """Every defined metric of the run (categories and aggregates) as ``EvalResult``s. Undefined
+    metrics (value null) are left out: the model-index wants a number, and the Markdown section
+    says why each is undefined."""
     task = TASK_TYPES.get((results.get("model") or {}).get("kind"), DEFAULT_TASK)
     info = results.get("benchmark_info") or {}
     out = []
@@ -79,25 +79,26 @@ def eval_results(results: Mapping[str, Any]) -> list[EvalResult]:
                     out.append(
                         _eval_result(task, bench, title, config, name, m["value"], f"{name} ({config})")
                     )
-        for g in results.get("gates") or []:
-            if g["benchmark"] == bench:
-                kind = "_regression_gate" if g.get("kind") == "regression" else "_gate"
-                out.append(
-                    _eval_result(
-                        task,
-                        bench,
-                        title,
-                        g["category"],
-                        g["metric"] + kind,
-                        g["status"].upper(),
-                        f"{g['metric']} gate ({g['category']}): {_bounds(g)}",
-                    )
-                )
     return out
 
 
+def gate_entries(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each gate of the run: benchmark, category, metric, kind, rule and verdict."""
+    return [
+        {
+            "benchmark": g["benchmark"],
+            "category": g["category"],
+            "metric": g["metric"],
+            "kind": g.get("kind") or "threshold",
+            "rule": _bounds(g),
+            "verdict": g["status"].upper(),
+        }
+        for g in results.get("gates") or []
+    ]
+
+
 def card_data(results: Mapping[str, Any]) -> ModelCardData:
-    """The card's metadata: the model-index of ``eval_results`` and the run's verdict."""
+    """The card's metadata: the model-index of ``eval_results``, the gates and the run's verdict."""
     verdict = overall_verdict(results)
     run = results.get("run") or {}
     return ModelCardData(
@@ -111,6 +112,7 @@ def card_data(results: Mapping[str, Any]) -> ModelCardData:
             "run_id": results["run_id"],
             "created": results.get("created"),
             "suite_version": (run.get("suite") or {}).get("version"),
+            "gates": gate_entries(results),
         },
     )
 
