@@ -303,3 +303,29 @@ def test_a_results_file_without_a_recorded_mapping_renders_the_packaged_one(mapp
     md = render_markdown(doc)
     assert "Mapping: this results file records none (it predates them); the packaged mapping" in md
     assert "Test framework" not in md
+
+
+def test_a_clause_names_what_did_not_pass_and_counts_many_passes():
+    from audit_harness.report.regulatory import NAMED_PASSES, _gate_groups, verdict_line
+
+    gates = [
+        {
+            "benchmark": "bbq",
+            "category": f"C{i}",
+            "metric": "acc_disambig",
+            "status": "pass",
+            "test_id": f"p{i}",
+        }
+        for i in range(NAMED_PASSES + 2)
+    ] + [
+        {"benchmark": "bbq", "category": "Age", "metric": "bias_score", "status": s, "test_id": s}
+        for s in ("fail", "undefined")
+    ]
+    (group,) = _gate_groups(gates)
+    line = verdict_line(group)
+    assert (
+        line
+        == f"bbq ({NAMED_PASSES + 4} gates): FAIL fail; UNDEFINED undefined; PASS {NAMED_PASSES + 2} gates"
+    )
+    few = _gate_groups(gates[:NAMED_PASSES])
+    assert verdict_line(few[0]).endswith("PASS " + ", ".join(f"p{i}" for i in range(NAMED_PASSES)))
