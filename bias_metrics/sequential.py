@@ -1,0 +1,824 @@
+"""Sequential release gates: anytime-valid confidence sequences and the PASS / FAIL / CONTINUE rule.
+
+Items of a category are scored in rounds. After each round every gate gets a confidence sequence
+(CS) for its metric, an interval that covers the metric's value *at every round at once* with
+probability at least 1 - alpha, however the rounds are chosen and whenever scoring stops. A gate is
+decided PASS when its CS lies wholly inside its band, FAIL when the CS is disjoint from the band,
+and otherwise scoring goes on; when the items run out the suite's ordinary fixed-n verdict applies
+(the rule may still say CONTINUE then, see ``sequential_gate``). A fixed-n interval checked after
+every round does not have this property: its error rate grows with the number of looks
+(``tests/test_sequential_stats.py`` measures it; docs/metrics.md §5).
+
+The CS is the hedged-capital betting CS of Waudby-Smith & Ramdas (2023, JRSS-B 86(1), "Estimating
+means of bounded random variables by betting", §4 and §6), in its *without-replacement* form: the
+metric's target is the value over all items of the category (what the fixed-n run would report),
+and items are drawn from that finite population in a uniformly random order. It is computed on a
+grid of candidate values. The ``confseq`` package (Howard, Ramdas, Waudby-Smith) was not used: it
+ships no wheel, only a source distribution with a C++ extension (Boost, pybind11) that needs a
+compiler at install time, for a computation of a few lines of numpy.
+
+Metrics that are not plain means are composed (``s_dis_cs``, ``s_amb_cs``, ``diff_bias_cs``,
+``pair_score_cs``); regression gates are shifted bands (``regression_band``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+__all__ = [
+    "PASS",
+    "FAIL",
+    "CONTINUE",
+    "SequentialDecision",
+    "betting_cs",
+    "betting_cs_path",
+    "decide",
+    "sequential_gate",
+    "difference_interval",
+    "product_interval",
+    "s_dis_cs",
+    "s_amb_cs",
+    "diff_bias_cs",
+    "pair_score_cs",
+    "regression_band",
+]
+
+PASS, FAIL, CONTINUE = "PASS", "FAIL", "CONTINUE"
+
+#: Default candidate means: 2001 points, step 0.0005.
+DEFAULT_GRID_POINTS = 2001
+
+_HEDGE = 0.5  # theta: weight of the capital betting on "mean above m"; the rest bets on "below"
+_TRUNCATION = 0.5  # c: a bet never risks more than half of the current capital
+_FEASIBLE_SLACK = 1e-9  # floating-point allowance when a candidate's remaining mean is at 0 or 1
+
+_SOURCE = (
+    "Waudby-Smith & Ramdas 2023 (JRSS-B), hedged-capital betting CS, sampling without replacement "
+    "(§4, §6); docs/metrics.md §5"
+)
+
+
+def _check_alpha(alpha: float, label: str = "alpha") -> float:
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{label} must be a number in (0, 1), got {alpha!r}") from exc
+    if not 0.0 < a < 1.0:
+        raise ValueError(f"{label} must be in (0, 1), got {alpha!r}")
+    return a
+
+
+def _check_values(values, label: str = "values", *, low: float = 0.0, high: float = 1.0) -> np.ndarray:
+    """The one input check: numbers in [low, high] or NaN (an item outside the metric's denominator)."""
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"{label} must be numbers in [{low:g}, {high:g}] or NaN, could not convert: {exc}"
+        ) from exc
+    if arr.ndim == 0:
+        raise ValueError(f"{label} must be a sequence of per-item values, got a scalar {values!r}")
+    finite = arr[~np.isnan(arr)]
+    bad = finite[(finite < low) | (finite > high)]
+    if bad.size:
+        raise ValueError(
+            f"{label} must lie in [{low:g}, {high:g}] (NaN for items outside the denominator), got {float(bad[0])!r}"
+        )
+    return arr
+
+
+def _check_population(population_size, n_seen: int, label: str = "population_size") -> int | None:
+    if population_size is None:
+        return None
+    try:
+        whole = not isinstance(population_size, bool) and float(population_size).is_integer()
+    except (TypeError, ValueError):
+        whole = False
+    if not whole:
+        raise ValueError(f"{label} must be a whole number of items or None, got {population_size!r}")
+    size = int(population_size)
+    if size < 1 or size < n_seen:
+        raise ValueError(f"{label} must be >= 1 and >= the {n_seen} items scored so far, got {size}")
+    return size
+
+
+def _check_grid(grid) -> np.ndarray:
+    if grid is None:
+        return np.linspace(0.0, 1.0, DEFAULT_GRID_POINTS)
+    g = np.asarray(grid, dtype=np.float64)
+    if g.ndim != 1 or g.size < 2 or np.isnan(g).any() or (g < 0).any() or (g > 1).any():
+        raise ValueError(f"grid must be a 1-D array of >= 2 candidate means in [0, 1], got {grid!r}")
+    if (np.diff(g) <= 0).any():
+        raise ValueError("grid must be strictly increasing")
+    return g
+
+
+def _check_band(band) -> tuple[float, float]:
+    try:
+        lo, hi = (float(b) for b in band)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"band must be a pair (lo, hi) of numbers, got {band!r}") from exc
+    if math.isnan(lo) or math.isnan(hi):
+        raise ValueError(f"band must not contain NaN, got {band!r}")
+    if lo > hi:
+        raise ValueError(f"band is empty: lo = {lo} > hi = {hi}")
+    return lo, hi
+
+
+def betting_cs_path(
+    values,
+    alpha: float = 0.05,
+    *,
+    population_size: int | None = None,
+    grid=None,
+    checkpoints: Sequence[int] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hedged-capital betting confidence sequence after every item (or at checkpoints).
+
+    For each candidate mean m of the grid two gamblers start with capital 1/2 each; before item i
+    one bets that the item exceeds the mean the remaining items must have if the population mean is
+    m, the other that it falls short:
+
+    ``K+_i(m) = K+_{i-1}(m) (1 + lam+_i(m) (z_i - mu_i(m)))``,
+    ``K-_i(m) = K-_{i-1}(m) (1 - lam-_i(m) (z_i - mu_i(m)))``.
+
+    Without replacement (``population_size`` N given) ``mu_i(m) = (N m - sum_{j<i} z_j) / (N - i + 1)``
+    is the mean of the items not yet drawn (Waudby-Smith & Ramdas 2023, §6); with ``None`` it is m
+    (i.i.d. items, §4). The bets are the predictable plug-in ones of §4 (eq. for lambda^PrPl,
+    ``lam_i = sqrt(2 log(2/alpha) / (sigma2_{i-1} i log(1 + i)))`` from the running variance),
+    truncated at ``c / mu_i(m)`` and ``c / (1 - mu_i(m))`` with c = 1/2 so that no factor is
+    negative. At the true mean both capitals are non-negative martingales, so the hedged capital
+    ``theta K+ + (1 - theta) K-`` (theta = 1/2, both starting at 1) is one of mean 1 and exceeds
+    1/alpha at *any* time with probability <= alpha (Ville's inequality). m is rejected from the
+    first item on which ``max(theta K+, (1 - theta) K-) >= 1/alpha`` (the paper's hedged process,
+    below the sum), and stays rejected: the CS is the running intersection over items.
+    A candidate whose remaining mean would leave [0, 1] is impossible and is rejected at once.
+
+    **Sampling.** With ``population_size`` the CS is for the mean over all N items of the category
+    (the value the fixed-n run reports) and assumes only that the items are scored in a *uniformly
+    random order*, drawn without replacement: no independence between items is assumed, so items
+    that share a template are fine, and the CS collapses to the exact value when all N are scored.
+    If the order is not random (dataset order), there is no guarantee; shuffle with a recorded seed.
+    With ``None`` the items must be i.i.d. draws and the target is their distribution's mean: valid
+    for a random permutation of a finite population too but conservative, as it ignores that the
+    items not yet drawn are fewer and fewer (use the population form when N is known).
+
+    **Items outside the denominator** (NaN: an unknown answer for a share of biased answers, an
+    invalid or out-of-choice answer for an accuracy) are part of the population but not of the
+    metric. For a candidate m such an item counts as m: the population mean of these values is m
+    exactly when the mean over the other items is m, so the test of m stays exact although the
+    metric's denominator is not known before the end. N counts these items too.
+
+    **Grid.** The CS is the hull of the candidates not rejected and of the running mean, widened to
+    the next grid point on each side (to 0 or 1 past the grid's ends). It is exact for a true mean on
+    the grid; a true mean between two grid points is covered whenever either neighbour is (the
+    default grid's step is 0.0005).
+
+    Parameters
+    ----------
+    values : array_like of float
+        Shape (t,) or (runs, t): per-item values in [0, 1] in the order scored, NaN for items outside
+        the metric's denominator. A 2-D array computes independent sequences (simulations) at once.
+    alpha : float, default=0.05
+        Error probability over the whole sequence, in (0, 1).
+    population_size : int or None, default=None
+        N, the items of the category (NaN items included) sampled without replacement; >= t.
+    grid : array_like of float, optional
+        Strictly increasing candidate means in [0, 1]; default 2001 equally spaced points.
+    checkpoints : sequence of int, optional
+        Item counts (1..t) after which to report the CS; default every item.
+
+    Returns
+    -------
+    low, high : numpy.ndarray
+        Shape (len(checkpoints),) or (runs, len(checkpoints)); [0, 1] before any value is defined.
+
+    Raises
+    ------
+    ValueError
+        Values outside [0, 1], alpha outside (0, 1), a bad grid, a population smaller than the items
+        scored, or checkpoints outside 1..t.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bias_metrics.sequential import betting_cs_path
+    >>> x = np.random.default_rng(0).permutation(np.repeat([1.0, 0.0], [700, 300]))
+    >>> low, high = betting_cs_path(x, 0.05, population_size=1000, checkpoints=[100, 500, 1000])
+    >>> bool((low <= 0.7).all() and (0.7 <= high).all()), bool(np.all(np.diff(high - low) < 0))
+    (True, True)
+    >>> float(low[-1]) <= 0.7 <= float(high[-1]) and float(high[-1] - low[-1]) < 0.0011
+    True
+    """
+    a = _check_alpha(alpha)
+    x = _check_values(values)
+    single = x.ndim == 1
+    if single:
+        x = x[None, :]
+    if x.ndim != 2:
+        raise ValueError(f"values must be 1-D (items) or 2-D (runs, items), got shape {x.shape}")
+    runs, t_total = x.shape
+    n_pop = _check_population(population_size, t_total)
+    g = _check_grid(grid)
+    if checkpoints is None:
+        checks = np.arange(1, t_total + 1)
+    else:
+        checks = np.asarray(checkpoints, dtype=np.int64)
+        if checks.ndim != 1 or (checks < 1).any() or (checks > t_total).any():
+            raise ValueError(f"checkpoints must be item counts in 1..{t_total}, got {checkpoints!r}")
+    want = np.zeros(t_total + 1, dtype=bool)
+    want[checks] = True
+
+    # Reject m once the hedged capital max(theta K+, (1 - theta) K-) reaches 1/alpha, theta = 1/2.
+    threshold = math.log(1.0 / a) - math.log(_HEDGE)
+    bet_scale = 2.0 * math.log(2.0 / a)
+    m = g[None, :]
+    log_up = np.zeros((runs, g.size))
+    log_down = np.zeros((runs, g.size))
+    rejected = np.zeros((runs, g.size), dtype=bool)
+    sum_x = np.zeros((runs, 1))  # sum of defined values so far
+    n_def = np.zeros((runs, 1))  # how many values were defined
+    n_nan = np.zeros((runs, 1))  # how many items were outside the denominator
+    sq_sum = np.full((runs, 1), 0.25)  # 1/4 + sum of (x_j - mu-hat_j)^2
+    lows: dict[int, np.ndarray] = {}
+    highs: dict[int, np.ndarray] = {}
+
+    for i in range(t_total):
+        xi = x[:, i : i + 1]
+        is_nan = np.isnan(xi)
+        # z_i(m): the item's value, or m itself for an item outside the denominator.
+        z = np.where(is_nan, m, np.nan_to_num(xi))
+        if n_pop is None:
+            mu = np.broadcast_to(m, (runs, g.size))
+        else:
+            # Mean of the N - i items not yet drawn if the population mean is m.
+            mu = np.clip((m * (n_pop - n_nan) - sum_x) / (n_pop - i), 0.0, 1.0)
+        k = n_def + 1.0  # this item's index among the defined values
+        sigma2 = sq_sum / k
+        lam = np.sqrt(bet_scale / (sigma2 * k * np.log1p(k)))
+        floor = _TRUNCATION / lam  # min(lam, c / mu) == c / max(mu, c / lam)
+        lam_up = _TRUNCATION / np.maximum(mu, floor)
+        lam_down = _TRUNCATION / np.maximum(1.0 - mu, floor)
+        d = z - mu
+        log_up += np.log1p(lam_up * d)
+        log_down += np.log1p(-lam_down * d)
+        rejected |= np.maximum(log_up, log_down) >= threshold
+        # Running statistics of the defined values (they set the next bet).
+        defined = ~is_nan
+        xv = np.where(defined, xi, 0.0)
+        sum_x = sum_x + xv
+        n_def = n_def + defined
+        n_nan = n_nan + is_nan
+        if n_pop is not None:
+            # m is impossible once the items not yet drawn would need a total outside [0, left].
+            left_total = m * (n_pop - n_nan) - sum_x
+            slack = _FEASIBLE_SLACK * n_pop
+            rejected |= (left_total < -slack) | (left_total > n_pop - (i + 1) + slack)
+        # The paper's mu-hat_i = (1/2 + sum x) / (i + 1) includes item i itself.
+        mean_hat = (0.5 + sum_x) / (n_def + 1.0)
+        sq_sum = sq_sum + np.where(defined, (xv - mean_hat) ** 2, 0.0)
+        if want[i + 1]:
+            lo, hi = _hull(g, rejected, sum_x[:, 0], n_def[:, 0])
+            lows[i + 1], highs[i + 1] = lo, hi
+
+    low = np.stack([lows[int(c)] for c in checks], axis=1)
+    high = np.stack([highs[int(c)] for c in checks], axis=1)
+    if single:
+        return low[0], high[0]
+    return low, high
+
+
+def _hull(g: np.ndarray, rejected: np.ndarray, sum_x: np.ndarray, n_def: np.ndarray):
+    """Per run: hull of the candidates not rejected and the running mean, out to the next grid point."""
+    alive = ~rejected
+    any_alive = alive.any(axis=1)
+    first = np.where(any_alive, alive.argmax(axis=1), g.size - 1)
+    last = np.where(any_alive, g.size - 1 - alive[:, ::-1].argmax(axis=1), 0)
+    lo_in = np.where(any_alive, g[first], np.inf)
+    hi_in = np.where(any_alive, g[last], -np.inf)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(n_def > 0, sum_x / np.maximum(n_def, 1), np.nan)
+    has_mean = ~np.isnan(mean)
+    lo_in = np.where(has_mean, np.minimum(lo_in, np.nan_to_num(mean, nan=np.inf)), lo_in)
+    hi_in = np.where(has_mean, np.maximum(hi_in, np.nan_to_num(mean, nan=-np.inf)), hi_in)
+    # Widen to the next grid point strictly outside (0 or 1 past the grid's ends).
+    j_lo = np.searchsorted(g, lo_in, side="left") - 1
+    j_hi = np.searchsorted(g, hi_in, side="right")
+    low = np.where(j_lo >= 0, g[np.clip(j_lo, 0, g.size - 1)], 0.0)
+    high = np.where(j_hi < g.size, g[np.clip(j_hi, 0, g.size - 1)], 1.0)
+    nothing = ~any_alive & ~has_mean
+    low = np.where(nothing, 0.0, low)
+    high = np.where(nothing, 1.0, high)
+    return low, high
+
+
+def betting_cs(
+    values,
+    alpha: float = 0.05,
+    *,
+    population_size: int | None = None,
+    grid=None,
+) -> tuple[float, float]:
+    """The betting confidence sequence after the items scored so far (``betting_cs_path``'s last).
+
+    Parameters
+    ----------
+    values : array_like of float
+        Shape (t,): per-item values in [0, 1] in the order scored; NaN for an item outside the
+        metric's denominator. t = 0 gives (0.0, 1.0).
+    alpha : float, default=0.05
+        Error probability over the whole sequence, in (0, 1).
+    population_size : int or None, default=None
+        Items of the category, sampled without replacement in random order (see
+        ``betting_cs_path``, "Sampling"); None for i.i.d. items.
+    grid : array_like of float, optional
+        Candidate means; default 2001 points.
+
+    Returns
+    -------
+    low, high : float
+        Covers the mean at every t simultaneously with probability >= 1 - alpha.
+
+    Raises
+    ------
+    ValueError
+        As ``betting_cs_path``.
+
+    Examples
+    --------
+    >>> from bias_metrics.sequential import betting_cs
+    >>> low, high = betting_cs([1, 0, 1, 1] * 50, 0.05, population_size=1000)
+    >>> bool(low < 0.75 < high), round(high - low, 2) < 0.35
+    (True, True)
+    >>> betting_cs([], 0.05)
+    (0.0, 1.0)
+    >>> betting_cs([1.5], 0.05)
+    Traceback (most recent call last):
+    ...
+    ValueError: values must lie in [0, 1] (NaN for items outside the denominator), got 1.5
+    """
+    x = _check_values(values)
+    if x.ndim != 1:
+        raise ValueError(f"values must be 1-D (one value per item), got shape {x.shape}")
+    if x.size == 0:
+        _check_alpha(alpha)
+        _check_population(population_size, 0)
+        _check_grid(grid)
+        return (0.0, 1.0)
+    low, high = betting_cs_path(x, alpha, population_size=population_size, grid=grid, checkpoints=[x.size])
+    return (float(low[0]), float(high[0]))
+
+
+def decide(interval: tuple[float, float], band: tuple[float, float]) -> str:
+    """PASS when the interval lies inside the closed band, FAIL when disjoint from it, else CONTINUE.
+
+    Parameters
+    ----------
+    interval : (float, float)
+        A confidence sequence's current (low, high) on the metric's scale.
+    band : (float, float)
+        The gate's allowed values [lo, hi], closed; -inf / inf for a one-sided gate.
+
+    Returns
+    -------
+    str
+        ``PASS``, ``FAIL`` or ``CONTINUE``.
+
+    Raises
+    ------
+    ValueError
+        An empty band (lo > hi), NaN in the band or interval, or low > high.
+
+    Examples
+    --------
+    >>> from bias_metrics.sequential import decide
+    >>> decide((-0.03, 0.04), (-0.05, 0.05)), decide((0.06, 0.2), (-0.05, 0.05)), decide((0.0, 0.1), (-0.05, 0.05))
+    ('PASS', 'FAIL', 'CONTINUE')
+    """
+    lo, hi = _check_band(band)
+    try:
+        low, high = (float(v) for v in interval)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"interval must be a pair (low, high), got {interval!r}") from exc
+    if math.isnan(low) or math.isnan(high) or low > high:
+        raise ValueError(f"interval must be (low, high) with low <= high, got {interval!r}")
+    if lo <= low and high <= hi:
+        return PASS
+    if high < lo or low > hi:
+        return FAIL
+    return CONTINUE
+
+
+@dataclass(frozen=True)
+class SequentialDecision:
+    """One gate's state after a round: the decision and the confidence sequence it rests on.
+
+    Parameters
+    ----------
+    decision : str
+        ``PASS``, ``FAIL`` or ``CONTINUE``.
+    low, high : float
+        The CS on the metric's scale.
+    n : int
+        Items scored so far (NaN items included).
+    alpha : float
+        The gate's error probability over the whole run.
+    exhausted : bool
+        True when all ``population_size`` items are scored: a CONTINUE then hands the gate to the
+        ordinary fixed-n verdict.
+    method : str
+        How the CS was made, e.g. ``"betting-wor"``.
+    source : str
+        The paper and section followed.
+
+    Examples
+    --------
+    >>> from bias_metrics.sequential import sequential_gate
+    >>> sequential_gate([1.0] * 200, (0.5, 1.0), 0.05, population_size=1000).decision
+    'PASS'
+    """
+
+    decision: str
+    low: float
+    high: float
+    n: int
+    alpha: float
+    exhausted: bool
+    method: str
+    source: str = _SOURCE
+
+
+def _method(population_size: int | None) -> str:
+    return "betting-iid" if population_size is None else "betting-wor"
+
+
+def sequential_gate(
+    values,
+    band: tuple[float, float],
+    alpha: float = 0.05,
+    *,
+    population_size: int | None = None,
+    grid=None,
+) -> SequentialDecision:
+    """The sequential rule for a gate on a mean: the betting CS, then ``decide``.
+
+    PASS / FAIL are final (the CS is anytime-valid, so stopping at the first decision keeps the
+    error below alpha); CONTINUE asks for another round. **At exhaustion** (all
+    ``population_size`` items scored) the CS has shrunk to the exact value, within a grid step, yet
+    the rule may still say CONTINUE, e.g. for a value within a grid step of a bound, or for a metric
+    with no defined item; ``exhausted`` is then True and the caller must apply the suite's ordinary
+    fixed-n verdict (this function never does).
+
+    Parameters
+    ----------
+    values : array_like of float
+        Per-item values in [0, 1] so far, in the order scored; NaN outside the denominator.
+    band : (float, float)
+        The gate's band [lo, hi] on the mean's scale (closed; -inf / inf allowed).
+    alpha : float, default=0.05
+        The gate's probability of a wrong PASS or FAIL over the whole run.
+    population_size : int or None, default=None
+        Items of the category (without replacement, random order); None for i.i.d. items.
+    grid : array_like of float, optional
+        Candidate means (``betting_cs_path``).
+
+    Returns
+    -------
+    SequentialDecision
+
+    Raises
+    ------
+    ValueError
+        An empty band, alpha outside (0, 1), values outside [0, 1] (as ``betting_cs_path``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bias_metrics.sequential import sequential_gate
+    >>> x = np.random.default_rng(1).permutation(np.repeat([1.0, 0.0], [800, 200]))
+    >>> [sequential_gate(x[:n], (0.5, 1.0), 0.05, population_size=1000).decision for n in (10, 20)]
+    ['CONTINUE', 'PASS']
+    >>> sequential_gate(x[:20], (0.6, 0.5), 0.05)
+    Traceback (most recent call last):
+    ...
+    ValueError: band is empty: lo = 0.6 > hi = 0.5
+    """
+    band = _check_band(band)
+    x = _check_values(values)
+    n_pop = _check_population(population_size, x.size)
+    low, high = betting_cs(x, alpha, population_size=n_pop, grid=grid)
+    return SequentialDecision(
+        decision=decide((low, high), band),
+        low=low,
+        high=high,
+        n=int(x.size),
+        alpha=_check_alpha(alpha),
+        exhausted=n_pop is not None and x.size == n_pop,
+        method=_method(n_pop),
+    )
+
+
+def difference_interval(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    """Interval of a - b for a in ``a`` and b in ``b``: (a_low - b_high, a_high - b_low).
+
+    Examples
+    --------
+    >>> from bias_metrics.sequential import difference_interval
+    >>> difference_interval((0.7, 0.9), (0.6, 0.65))
+    (0.04999999999999993, 0.30000000000000004)
+    """
+    return (float(a[0]) - float(b[1]), float(a[1]) - float(b[0]))
+
+
+def product_interval(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    """Interval of a x b for a in ``a`` and b in ``b``: min and max of the four corner products.
+
+    Examples
+    --------
+    >>> from bias_metrics.sequential import product_interval
+    >>> product_interval((0.2, 0.5), (-0.4, 0.6))
+    (-0.2, 0.3)
+    """
+    corners = [float(x) * float(y) for x in a for y in b]
+    return (min(corners), max(corners))
+
+
+def _codes(codes, label: str) -> np.ndarray:
+    arr = _check_values(codes, label, low=-1.0, high=1.0)
+    finite = arr[~np.isnan(arr)]
+    if not np.isin(finite, (-1.0, 0.0, 1.0)).all():
+        raise ValueError(f"{label} must be +1 (biased), -1 (counter-biased), 0 (unknown) or NaN (invalid)")
+    return arr
+
+
+def s_dis_cs(
+    codes, alpha: float = 0.05, *, population_size: int | None = None, grid=None
+) -> tuple[float, float]:
+    """CS for BBQ's s_DIS = 2 n_B / (n_B + n_C) - 1 (docs/metrics.md §1.1): one mean, no alpha split.
+
+    The share p = n_B / (n_B + n_C) is a mean over the non-unknown answers; unknown and invalid
+    answers are outside its denominator (NaN items of ``betting_cs_path``), and s_DIS = 2p - 1 is
+    increasing in p, so the CS maps endpoint by endpoint.
+
+    Parameters
+    ----------
+    codes : array_like of float
+        Per disambiguated item in scored order: +1 biased answer, -1 counter-biased, 0 unknown,
+        NaN invalid output.
+    alpha : float, default=0.05
+        In (0, 1).
+    population_size : int or None, default=None
+        Disambiguated items of the category (every answer class counted).
+    grid : array_like of float, optional
+        Candidate values of p.
+
+    Returns
+    -------
+    low, high : float
+        In [-1, 1].
+
+    Raises
+    ------
+    ValueError
+        Codes other than -1, 0, 1, NaN; alpha outside (0, 1).
+
+    Examples
+    --------
+    >>> from bias_metrics.sequential import s_dis_cs
+    >>> low, high = s_dis_cs([1, 1, -1, 0] * 100, 0.05, population_size=1000)
+    >>> bool(low < 1 / 3 < high)
+    True
+    """
+    c = _codes(codes, "codes")
+    share = np.where(c == 0, np.nan, (c + 1.0) / 2.0)
+    lo, hi = betting_cs(share, alpha, population_size=population_size, grid=grid)
+    return (2.0 * lo - 1.0, 2.0 * hi - 1.0)
+
+
+def s_amb_cs(
+    codes,
+    alpha: float = 0.05,
+    *,
+    population_size: int | None = None,
+    grid=None,
+    method: str = "product",
+) -> tuple[float, float]:
+    """CS for BBQ's s_AMB = (1 - acc_ambig) x (2 n_B / (n_B + n_C) - 1) over ambiguous items.
+
+    ``method="product"`` (the paper's form): a CS at alpha/2 for 1 - acc_ambig, the share of
+    non-unknown answers among valid ones, and one at alpha/2 for s = 2p - 1 as in ``s_dis_cs``; by
+    the union bound both hold at all times with probability >= 1 - alpha, and then s_AMB lies in
+    their ``product_interval``. ``method="identity"`` uses s_AMB = (n_B - n_C)/n
+    (docs/metrics.md §1.1): a single mean of (code + 1)/2 at the full alpha, narrower; it also covers
+    the all-unknown case where the product form is undefined (value 0).
+
+    Parameters
+    ----------
+    codes : array_like of float
+        Per ambiguous item: +1 biased, -1 counter-biased, 0 unknown (correct), NaN invalid.
+    alpha : float, default=0.05
+        In (0, 1).
+    population_size : int or None, default=None
+        Ambiguous items of the category.
+    grid : array_like of float, optional
+        Candidate means of each part.
+    method : {"product", "identity"}, default="product"
+
+    Returns
+    -------
+    low, high : float
+        In [-1, 1].
+
+    Raises
+    ------
+    ValueError
+        Bad codes, alpha outside (0, 1) or an unknown method.
+
+    Examples
+    --------
+    Toy B1's ambiguous half (4 biased, 2 counter-biased, 4 unknown; s_AMB = 0.2), repeated:
+
+    >>> from bias_metrics.sequential import s_amb_cs
+    >>> codes = [1, 1, -1, 0, 0, 1, 1, -1, 0, 0] * 40
+    >>> p_lo, p_hi = s_amb_cs(codes, 0.05, population_size=1000)
+    >>> i_lo, i_hi = s_amb_cs(codes, 0.05, population_size=1000, method="identity")
+    >>> bool(p_lo < 0.2 < p_hi and i_lo < 0.2 < i_hi), bool(i_hi - i_lo < p_hi - p_lo)
+    (True, True)
+    """
+    c = _codes(codes, "codes")
+    a = _check_alpha(alpha)
+    if method == "identity":
+        lo, hi = betting_cs((c + 1.0) / 2.0, a, population_size=population_size, grid=grid)
+        return (2.0 * lo - 1.0, 2.0 * hi - 1.0)
+    if method != "product":
+        raise ValueError(f"method must be 'product' or 'identity', got {method!r}")
+    not_unknown = np.where(np.isnan(c), np.nan, (c != 0).astype(np.float64))
+    factor = betting_cs(not_unknown, a / 2.0, population_size=population_size, grid=grid)
+    score = s_dis_cs(c, a / 2.0, population_size=population_size, grid=grid)
+    return product_interval(factor, score)
+
+
+def diff_bias_cs(
+    correct_aligned,
+    correct_nonaligned,
+    alpha: float = 0.05,
+    *,
+    population_sizes: tuple[int, int] | None = None,
+    grid=None,
+) -> tuple[float, float]:
+    """CS for KoBBQ's diff-bias_d = acc(aligned) - acc(non-aligned) (docs/metrics.md §1.3).
+
+    Each accuracy gets a CS at alpha/2 (union bound); the difference lies in their
+    ``difference_interval``. Each side is its own finite population: the aligned (b/d) and the
+    non-aligned (a/c) disambiguated rows, which a random order of all disambiguated rows visits in
+    random order. Also EsBBQ's ``bias_score_disambig``.
+
+    Parameters
+    ----------
+    correct_aligned, correct_nonaligned : array_like of float
+        Per row in scored order: 1 correct, 0 wrong, NaN out-of-choice / invalid.
+    alpha : float, default=0.05
+        In (0, 1).
+    population_sizes : (int, int) or None, default=None
+        Aligned and non-aligned rows of the category; None for i.i.d. rows.
+    grid : array_like of float, optional
+        Candidate accuracies.
+
+    Returns
+    -------
+    low, high : float
+        In [-1, 1].
+
+    Raises
+    ------
+    ValueError
+        Values outside [0, 1], alpha outside (0, 1), a bad ``population_sizes``.
+
+    Examples
+    --------
+    Toy B1: aligned accuracy 4/5, non-aligned 2/5 (diff-bias_d 0.4), each repeated 100 times:
+
+    >>> from bias_metrics.sequential import diff_bias_cs
+    >>> low, high = diff_bias_cs([1, 1, 0, 1, 1] * 100, [1, 0, 1, 0, 0] * 100, 0.05, population_sizes=(600, 600))
+    >>> bool(low < 0.4 < high), bool(low > 0)
+    (True, True)
+    """
+    a = _check_alpha(alpha)
+    if population_sizes is None:
+        n_a = n_n = None
+    else:
+        try:
+            n_a, n_n = population_sizes
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"population_sizes must be a pair (aligned, non-aligned), got {population_sizes!r}"
+            ) from exc
+    acc_a = betting_cs(
+        _check_values(correct_aligned, "correct_aligned"), a / 2.0, population_size=n_a, grid=grid
+    )
+    acc_n = betting_cs(
+        _check_values(correct_nonaligned, "correct_nonaligned"), a / 2.0, population_size=n_n, grid=grid
+    )
+    return difference_interval(acc_a, acc_n)
+
+
+def pair_score_cs(
+    outcomes, alpha: float = 0.05, *, population_size: int | None = None, grid=None
+) -> tuple[float, float]:
+    """CS for the WinoQueer / CrowS-Pairs bias score in PERCENT (docs/metrics.md §1.6).
+
+    The score is 100 x the share of stereotyped pairs with ties kept in the denominator as
+    non-stereotyped (as upstream), so each pair is worth 1 (stereotyped) or 0 (tie or not): a plain
+    mean, no alpha split.
+
+    Parameters
+    ----------
+    outcomes : array_like of float
+        Per pair in scored order: 1 stereotyped (score(x) > score(y)), 0 tie, -1 not.
+    alpha : float, default=0.05
+        In (0, 1).
+    population_size : int or None, default=None
+        Pairs of the subset.
+    grid : array_like of float, optional
+        Candidate shares.
+
+    Returns
+    -------
+    low, high : float
+        In [0, 100].
+
+    Raises
+    ------
+    ValueError
+        Outcomes other than -1, 0, 1 or alpha outside (0, 1).
+
+    Examples
+    --------
+    >>> from bias_metrics.sequential import pair_score_cs
+    >>> low, high = pair_score_cs([1, 1, 0, -1] * 100, 0.05, population_size=500)
+    >>> bool(low < 50.0 < high)
+    True
+    """
+    o = _check_values(outcomes, "outcomes", low=-1.0, high=1.0)
+    if np.isnan(o).any() or not np.isin(o, (-1.0, 0.0, 1.0)).all():
+        raise ValueError("outcomes must be 1 (stereotyped), 0 (tie) or -1 (not stereotyped)")
+    lo, hi = betting_cs((o == 1).astype(np.float64), alpha, population_size=population_size, grid=grid)
+    return (100.0 * lo, 100.0 * hi)
+
+
+def regression_band(
+    baseline: float, max_regression: float, kind: str, *, center: float = 0.0
+) -> tuple[float, float]:
+    """The band of a regression gate (docs/gates.md): the baseline is fixed, so it is just a band.
+
+    With b the baseline value and r the allowed regression, no regression means x >= b - r for a
+    ``min`` gate, x <= b + r for a ``max`` gate, and |x - c| <= |b - c| + r for ``abs_max`` (c = 0)
+    and ``target`` (c = the target) gates.
+
+    Parameters
+    ----------
+    baseline : float
+        The old run's value b.
+    max_regression : float
+        r >= 0.
+    kind : {"min", "max", "abs_max", "target"}
+        The gate's bound type.
+    center : float, default=0.0
+        c for ``target`` gates.
+
+    Returns
+    -------
+    lo, hi : float
+        -inf / inf on the open side.
+
+    Raises
+    ------
+    ValueError
+        A NaN baseline, a negative or NaN ``max_regression``, an unknown kind.
+
+    Examples
+    --------
+    >>> from bias_metrics.sequential import regression_band
+    >>> regression_band(0.03, 0.02, "abs_max")
+    (-0.05, 0.05)
+    >>> regression_band(0.8, 0.02, "min")
+    (0.78, inf)
+    """
+    b, r, c = float(baseline), float(max_regression), float(center)
+    if math.isnan(b) or math.isnan(c):
+        raise ValueError(f"baseline and center must be numbers, got {baseline!r}, {center!r}")
+    if math.isnan(r) or r < 0:
+        raise ValueError(f"max_regression must be >= 0, got {max_regression!r}")
+    if kind == "min":
+        return (b - r, math.inf)
+    if kind == "max":
+        return (-math.inf, b + r)
+    if kind in ("abs_max", "target"):
+        c = 0.0 if kind == "abs_max" else c
+        w = abs(b - c) + r
+        return (c - w, c + w)
+    raise ValueError(f"kind must be 'min', 'max', 'abs_max' or 'target', got {kind!r}")
