@@ -377,12 +377,13 @@ def _score(ns: argparse.Namespace) -> int:
     return 0  # only reached when execv is replaced (tests)
 
 
-def _report(ns: argparse.Namespace) -> int:
+def _report(ns: argparse.Namespace, being_signed: bool = False) -> int:
     from .report.html import write_html
     from .report.markdown import write_markdown
     from .report.results import ResultsDocument
 
     results = ResultsDocument.read(ns.run_dir)
+    results.being_signed = being_signed
     out = ns.output_dir or results.folder
     out.mkdir(parents=True, exist_ok=True)
     print(f"wrote {write_markdown(out / 'report.md', results)}")
@@ -445,7 +446,7 @@ def _rerender_reports(run_dir: Path) -> None:
     the options its own parser makes), so a signed run's reports name their signer; a run folder
     holding report.pdf has it printed again too (``report --pdf``)."""
     args = ["report", str(run_dir)] + (["--pdf"] if (run_dir / "report.pdf").exists() else [])
-    _report(_build_parser().parse_args(args))
+    _report(_build_parser().parse_args(args), being_signed=True)
 
 
 def _sign(ns: argparse.Namespace) -> int:

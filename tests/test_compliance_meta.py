@@ -159,18 +159,27 @@ def test_the_reports_show_the_signature_then_the_metadata_then_the_verdict(meta_
 
 def test_a_signed_run_folder_names_its_signer_first(meta_run, tmp_path, capsys):
     """``bias-audit sign`` writes signer.json and renders the reports again through
-    ``bias-audit report``: the reports then name the signer, key and how to check it."""
+    ``bias-audit report``: the reports then name the signer, key and how to check it. A
+    signer.json without manifest.sig beside it (copied into an unsigned folder) is not a
+    signature, and the reports say the folder is not signed."""
     run = tmp_path / meta_run.name
     shutil.copytree(meta_run, run)
     Signer("Jane Doe", "2026-12-02T08:00:00Z", "ab" * 32).write(run)
     assert cli.main(["report", str(run)]) == 0
+    not_signed = "NOT SIGNED: signer.json names Jane Doe (2026-12-02T08:00:00Z), but the run folder has no manifest.sig"
+    for name in ("report.md", "report.html"):
+        text = (run / name).read_text()
+        assert not_signed in text and "Signed by" not in text, name
+    (run / "manifest.sig").write_text("c2ln\n")  # what sign leaves; verify checks it, not the report
+    assert cli.main(["report", str(run)]) == 0
     line = (
-        f"Signed by Jane Doe on 2026-12-02T08:00:00Z, Ed25519 key sha256:{'ab' * 32} "
-        "(check with `bias-audit verify RUN_DIR --public-key PUB`)"
+        f"Signed by Jane Doe on 2026-12-02T08:00:00Z, Ed25519 key sha256:{'ab' * 32}. This line is part "
+        "of what was signed, not a proof of it: check with `bias-audit verify RUN_DIR --public-key PUB` "
+        "before relying on it"
     )
     md = (run / "report.md").read_text()
     assert f"**Signature:** {line}" in md and md.index(line) < md.index("## Audited system")
-    assert "Unsigned" not in md
+    assert "Unsigned" not in md and "NOT SIGNED" not in md
     html = (run / "report.html").read_text()
     assert "Signed by Jane Doe on 2026-12-02T08:00:00Z" in html
     assert "<code>bias-audit verify RUN_DIR --public-key PUB</code>" in html

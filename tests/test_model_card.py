@@ -130,3 +130,31 @@ def test_a_masked_model_is_fill_mask_and_errors_are_left_out(results):
 def test_a_bad_run_folder_is_exit_4(tmp_path, capsys):
     assert cli.main(["model-card", str(tmp_path)]) == 4
     assert f"{tmp_path / 'results.json'}: not found" in capsys.readouterr().err
+
+
+def test_a_partial_run_says_so_beside_its_verdict(results):
+    """A card's verdict carries its scope: a run of a few categories (this one) is flagged as a
+    partial audit in the YAML and in the text; a run of every configured gate on every row is not."""
+    from audit_harness.report.model_card import bias_section, card_data
+
+    partial = card_data(results).to_dict()["bias_audit"]["scope"]
+    assert partial["partial"] and partial["gates_evaluated"] == len(results["gates"])
+    assert (
+        f"{len(results['gates'])} of {results['run']['gates_configured']} configured gates evaluated"
+        in (partial["partial_reasons"])
+    )
+    assert "**This verdict covers a partial audit**" in bias_section(results)
+    full = json.loads(json.dumps(results))
+    full["run"]["gates_configured"] = len(full["gates"])
+    full["options"]["min_n"] = None
+    for cats in full["benchmarks"].values():
+        for entry in cats.values():
+            if "n_scored" in entry:
+                entry["n_available"] = entry["n_scored"]
+    whole = card_data(full).to_dict()["bias_audit"]["scope"]
+    assert not whole["partial"] and whole["partial_reasons"] == []
+    assert "partial audit" not in bias_section(full)
+    full["options"]["min_n"] = 1
+    assert card_data(full).to_dict()["bias_audit"]["scope"]["partial_reasons"] == [
+        "--min-n 1 instead of each gate's own min_n"
+    ]

@@ -160,11 +160,12 @@ def test_sign_renders_the_reports_again_through_bias_audit_report(run_dir, keys,
     calls = []
     report = cli._report
 
-    def spy(ns):
+    def spy(ns, being_signed=False):
         calls.append(ns)
+        assert being_signed  # the reports may name the signer before manifest.sig exists
         assert (run_dir / "signer.json").is_file()  # rendered after the signer is known
         assert not (run_dir / "manifest.json").exists()  # and before the files are hashed
-        return report(ns)
+        return report(ns, being_signed)
 
     monkeypatch.setattr(cli, "_report", spy)
     (run_dir / "report.md").write_text("stale\n")
@@ -172,6 +173,7 @@ def test_sign_renders_the_reports_again_through_bias_audit_report(run_dir, keys,
     assert code == 0, err
     assert [Path(ns.run_dir) for ns in calls] == [run_dir]
     assert (run_dir / "report.md").read_text().startswith("# Bias audit report")
+    assert "**Signature:** Signed by Ada on " in (run_dir / "report.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -233,7 +235,8 @@ def test_a_manifest_rewritten_to_match_a_changed_file_fails(signed, keys, capsys
     manifest["files"]["report.html"] = hashlib.sha256(report.read_bytes()).hexdigest()
     (signed / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     code, _, err = bias_audit(capsys, "verify", signed, "--public-key", keys / PUBLIC)
-    assert code == 1 and "signature does not match the public key" in err
+    assert code == 1 and "manifest.json: changed after signing" in err
+    assert raw_fingerprint(keys / PUBLIC) in err
     (signed / "manifest.sig").unlink()
     code, _, err = bias_audit(capsys, "verify", signed, "--public-key", keys / PUBLIC)
     assert code == 1 and "manifest.sig: missing" in err

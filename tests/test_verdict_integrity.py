@@ -512,12 +512,12 @@ _render = html.render_html
 PRESSES = int(os.environ.get("PRESSES", "1"))
 
 
-def render_html(results):
+def render_html(results, printing=False):
     global PRESSES
     if PRESSES:
         PRESSES -= 1
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the report is rendered
-    return _render(results)
+    return _render(results, printing)
 
 
 html.render_html = render_html

@@ -259,9 +259,14 @@ def verify_run(run_dir: Path, public_key: Ed25519PublicKey) -> Verified:
     try:
         public_key.verify(signature, body)
     except InvalidSignature:
+        claimed, actual = _manifest_fingerprint(body), fingerprint(public_key)
+        if claimed == actual:
+            raise VerificationError(
+                f"{MANIFEST_FILE}: changed after signing (its signature does not verify with this "
+                f"public key, which is the key it names: {actual})"
+            ) from None
         raise VerificationError(
-            f"signature does not match the public key (fingerprint {fingerprint(public_key)}, "
-            f"manifest says {_manifest_fingerprint(body)})"
+            f"signature does not match the public key (fingerprint {actual}, manifest says {claimed})"
         ) from None
     # From here on the manifest is what the key holder signed: its contents can be trusted.
     manifest = json.loads(body.decode("utf-8"))

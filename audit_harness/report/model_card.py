@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .results import overall_labels
+from .results import items_scored_text, overall_labels
 from .verdict import overall_verdict
 
 #: The model-index task of a model kind (results.json ``model.kind``); a causal LM, a served
@@ -97,6 +97,41 @@ def gate_entries(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def scope(results: Mapping[str, Any]) -> dict[str, Any]:
+    """What the verdict covers: benchmarks, items scored, gates evaluated of those configured,
+    the options that narrow a run (``--limit``, ``--min-n``), and ``partial`` with its reasons.
+    A verdict read off a card without its scope could pass a smoke run off as an audit."""
+    run = results.get("run") or {}
+    opts = results.get("options") or {}
+    evaluated, configured = len(results.get("gates") or []), run.get("gates_configured")
+    entries = [
+        e
+        for cats in (results.get("benchmarks") or {}).values()
+        for e in cats.values()
+        if e.get("status", "ok") == "ok" and "n_scored" in e
+    ]
+    reasons = []
+    if configured is None or evaluated < configured:
+        reasons.append(
+            f"{evaluated} of {configured if configured is not None else '?'} configured gates evaluated"
+        )
+    if any(e.get("n_available") is None or e["n_scored"] < e["n_available"] for e in entries):
+        reasons.append(f"items sampled (--limit {opts.get('limit')}), not every row")
+    if opts.get("min_n") is not None:
+        reasons.append(f"--min-n {opts['min_n']} instead of each gate's own min_n")
+    return {
+        "benchmarks": list(results.get("benchmarks") or {}),
+        "items_scored": items_scored_text(results),
+        "gates_evaluated": evaluated,
+        "gates_configured": configured,
+        "limit": opts.get("limit"),
+        "min_n": opts.get("min_n"),
+        "partial": bool(reasons),
+        "partial_reasons": reasons,
+        "command_line": run.get("command_line"),
+    }
+
+
 def card_data(results: Mapping[str, Any]) -> ModelCardData:
     """The card's metadata: the model-index of ``eval_results``, the gates and the run's verdict."""
     verdict = overall_verdict(results)
@@ -112,6 +147,7 @@ def card_data(results: Mapping[str, Any]) -> ModelCardData:
             "run_id": results["run_id"],
             "created": results.get("created"),
             "suite_version": (run.get("suite") or {}).get("version"),
+            "scope": scope(results),
             "gates": gate_entries(results),
         },
     )
@@ -146,6 +182,7 @@ def bias_section(results: Mapping[str, Any]) -> str:
         "",
         f"**Verdict: {verdict.label}** ({verdict.reason}; exit code {code}).",
         "",
+        *_scope_lines(scope(results)),
         f"Audited by bias-audit {suite.get('version', '?')} (commit `{suite.get('git_commit', '?')}`), "
         f"run `{results['run_id']}` ({results.get('created', '?')}); model `{model.get('source', '?')}`, "
         f"weights `{model.get('fingerprint', '?')}`. Intervals: "
@@ -195,6 +232,24 @@ def bias_section(results: Mapping[str, Any]) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _scope_lines(sc: Mapping[str, Any]) -> list[str]:
+    """The verdict's scope under it, with a warning first when the run was partial."""
+    out = []
+    if sc["partial"]:
+        out += [
+            f"**This verdict covers a partial audit** ({'; '.join(sc['partial_reasons'])}): it is not "
+            "the verdict of a full audit of these benchmarks.",
+            "",
+        ]
+    out += [
+        f"Scope: {', '.join(sc['benchmarks']) or 'no benchmark'}; items scored: {sc['items_scored']}; "
+        f"{sc['gates_evaluated']} of {sc['gates_configured'] if sc['gates_configured'] is not None else '?'} "
+        "configured gates evaluated.",
+        "",
+    ]
+    return out
 
 
 def render_model_card(results: Mapping[str, Any]) -> ModelCard:

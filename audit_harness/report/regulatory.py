@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from ..compliance.mapping import RegulatoryMapping, contamination, load_mapping
 from ..compliance.meta import FIELDS, LABELS, AuditMeta
 from ..compliance.signer import read_signer
+from ..compliance.signing import SIGNATURE_FILE
 from ..errors import ConfigError
 
 #: How ``bias-audit verify`` is called, as the signature block shows it.
@@ -23,9 +24,11 @@ _STATUS_ORDER = ("fail", "undefined", "insufficient", "error", "not run", "skipp
 
 
 def signature(results: Mapping[str, Any]) -> tuple[bool, str]:
-    """The signature block: (signed, its sentence): who signed the run folder the results were
-    read from, or ``Unsigned``. A results document with no folder (rendered from memory) is
-    unsigned.
+    """The signature block: (signed, its sentence). A report cannot prove its own signature (it is
+    one of the files signed), so the sentence names who signed, when and with which key, and says
+    that only ``bias-audit verify`` shows the folder is as signed. A folder with ``signer.json``
+    but no ``manifest.sig`` (a signer record copied in, or a signing that did not finish) is not
+    signed and says so; a results document with no folder (rendered from memory) is unsigned.
 
     Raises:
         ConfigError: the folder's ``signer.json`` is not a signer record (names file and field).
@@ -37,9 +40,14 @@ def signature(results: Mapping[str, Any]) -> tuple[bool, str]:
         raise ConfigError(str(e)) from None
     if signer is None:
         return False, "Unsigned (no signer.json in the run folder; `bias-audit sign` signs a run)"
+    if not getattr(results, "being_signed", False) and not (Path(folder) / SIGNATURE_FILE).is_file():
+        return False, (
+            f"NOT SIGNED: signer.json names {signer.name} ({signer.date}), but the run folder has no "
+            f"{SIGNATURE_FILE}: no signature covers these files"
+        )
     return True, (
-        f"Signed by {signer.name} on {signer.date}, Ed25519 key sha256:{signer.key_fingerprint} "
-        f"({VERIFY_HINT})"
+        f"Signed by {signer.name} on {signer.date}, Ed25519 key sha256:{signer.key_fingerprint}. "
+        f"This line is part of what was signed, not a proof of it: {VERIFY_HINT} before relying on it"
     )
 
 

@@ -468,6 +468,10 @@ class ResultsDocument(dict):
         super().__init__(data)
         #: the results.json this document was read from or last written to.
         self.path = path
+        #: True only while ``bias-audit sign`` renders the reports it is about to sign (its
+        #: manifest.sig does not exist yet); any other rendering of a folder whose signer.json
+        #: has no manifest.sig beside it reports the folder as not signed.
+        self.being_signed = False
 
     @classmethod
     def read(cls, path: Path, option: str = "") -> "ResultsDocument":
