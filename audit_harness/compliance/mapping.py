@@ -16,10 +16,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Collection, Iterable, Mapping
 
-import yaml
-
 from ..errors import ConfigError
-from .meta import TextDateLoader
+from .meta import read_yaml_file
 
 #: The mapping shipped with the suite (used when no ``--regulatory-mapping`` is given).
 PACKAGED_MAPPING = Path(__file__).with_name("regulatory_mapping.yaml")
@@ -222,14 +220,7 @@ def load_mapping(
     """
     file = Path(path) if path is not None else PACKAGED_MAPPING
     where = f"{option} {file}" if path is not None else str(file)
-    try:
-        raw = file.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"{where}: cannot read it ({e.strerror or e})") from None
-    try:
-        doc = yaml.load(raw.decode("utf-8"), Loader=TextDateLoader)  # a SafeLoader
-    except (UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ConfigError(f"{where}: not a YAML file ({' '.join(str(e).split())})") from None
+    doc, raw = read_yaml_file(file, where)
     name = str(path) if path is not None else "packaged"
     return _parse(doc, where, name, hashlib.sha256(raw).hexdigest(), known)
 

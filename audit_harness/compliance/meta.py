@@ -101,6 +101,23 @@ class AuditMeta:
         )
 
 
+def read_yaml_file(path: Path, where: str) -> tuple[Any, bytes]:
+    """A compliance YAML file (dates kept as text, ``TextDateLoader``) and its raw bytes (for its
+    sha256).
+
+    Raises:
+        ConfigError: it cannot be read or is not YAML, naming ``where`` (the option and the file).
+    """
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read it ({e.strerror or e})") from None
+    try:
+        return yaml.load(raw.decode("utf-8"), Loader=TextDateLoader), raw  # a SafeLoader
+    except (UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"{where}: not a YAML file ({' '.join(str(e).split())})") from None
+
+
 def load_audit_meta(path: str | Path, option: str = "--audit-meta") -> AuditMeta:
     """Read and validate an audit metadata file.
 
@@ -119,14 +136,7 @@ def load_audit_meta(path: str | Path, option: str = "--audit-meta") -> AuditMeta
         names the file and the field.
     """
     where = f"{option} {path}"
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise ConfigError(f"{where}: cannot read it ({e.strerror or e})") from None
-    try:
-        doc = yaml.load(raw.decode("utf-8"), Loader=TextDateLoader)  # a SafeLoader
-    except (UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ConfigError(f"{where}: not a YAML file ({' '.join(str(e).split())})") from None
+    doc, raw = read_yaml_file(path, where)
     if not isinstance(doc, dict):
         raise ConfigError(f"{where}: expected a mapping of fields ({', '.join(FIELDS)})")
     unknown = [str(k) for k in doc if k not in FIELDS]
