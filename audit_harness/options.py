@@ -116,6 +116,16 @@ def add_suite_options(g) -> None:
         "worse than there by more than the gate's max_regression (env AUDIT_BASELINE)",
     )
     g.addoption(
+        "--sequential",
+        dest="audit_sequential",
+        action="store_true",
+        default=os.environ.get("AUDIT_SEQUENTIAL", "") not in ("", "0"),
+        help="score each category in seeded, balanced rounds and decide every gate on an "
+        "anytime-valid confidence sequence, stopping a category once all its gates are decided "
+        "(as `sequential: true` in the thresholds file does per gate; env AUDIT_SEQUENTIAL; "
+        "docs/gates.md#sequential-gates)",
+    )
+    g.addoption(
         "--strict-baseline",
         dest="audit_strict_baseline",
         action="store_true",

@@ -48,6 +48,9 @@ class Gate:
         max_regression: how much worse than the baseline the metric may get (metric units, >= 0).
         confidence: the interval level the gate is signed off at (thresholds.yaml ``confidence``).
         baseline: set on a regression gate (``regression.add_regression_gates``), else None.
+        sequential: thresholds.yaml ``sequential: true`` (file, section or gate): the gate's
+            category is scored in rounds and the gate decided on a confidence sequence
+            (``audit_harness.sequential``); ``--sequential`` turns it on for every gate.
     """
 
     benchmark: str
@@ -63,6 +66,7 @@ class Gate:
     max_regression: float = 0.0
     confidence: float = DEFAULT_CONFIDENCE
     baseline: Baseline | None = None
+    sequential: bool = False
 
     @property
     def kind(self) -> str:
@@ -239,6 +243,9 @@ class Verdict:
     #: generate mode: the same gate under the other answer-parsing profile (``answer_parsing``,
     #: ``status``, ``value``, ``ci``, ``verdict_differs``); None where nothing is parsed.
     other_parse: dict[str, Any] | None = None
+    #: a sequential gate (``audit_harness.sequential.GateTrack.to_dict``): the decision, the n it
+    #: was decided at, the confidence sequence there, the items saved; None for a fixed-n gate.
+    sequential: dict[str, Any] | None = None
 
     @classmethod
     def error(cls, gate: Gate, message: str) -> "Verdict":
@@ -295,6 +302,8 @@ class Verdict:
             out["cause"] = self.cause
         if self.other_parse is not None:
             out["other_parse"] = dict(self.other_parse)
+        if self.sequential is not None:
+            out["sequential"] = dict(self.sequential)
         if g.baseline is not None:
             out["baseline"] = g.baseline.to_dict()
             out["max_regression"] = g.max_regression

@@ -2,11 +2,12 @@
 
 Schema (one section per benchmark)::
 
-    min_n: 30                         # optional file-wide defaults: min_n, mode, confidence
+    min_n: 30                         # optional file-wide defaults: min_n, mode, confidence,
+                                      # sequential
     confidence: 0.95                  # the interval level the gates are signed off at
     bbq:
       mode: point                     # optional section defaults: min_n, mode, max_regression,
-                                      # confidence
+                                      # confidence, sequential
       max_regression: 0.02
       defaults:                       # gates applied to every category of the benchmark
         bias_score_ambig: {abs_max: 0.05}
@@ -20,7 +21,10 @@ A gate is any of ``min``, ``max``, ``abs_max``, or ``target`` with ``tolerance``
 (``point``, ``ci_inside``, ``ci_overlap``: ``gates.modes``), ``min_n`` (the fewest items in the
 metric's denominator a verdict may rest on; below it the verdict is ``insufficient``) and
 ``max_regression`` (how much worse than a ``--baseline`` run the metric may get,
-``gates.regression``). A gate's key wins over its section's, which wins over the file's. The
+``gates.regression``), and ``sequential`` (``true``: decide the gate on a confidence sequence while
+its category is scored in rounds, stopping early once every gate of the category is settled;
+``audit_harness.sequential``, docs/gates.md). A gate's key wins over its section's, which wins
+over the file's. The
 old ``basis: point | ci`` is still read (``ci`` = ``ci_inside``) with a deprecation warning.
 
 ``confidence`` (file or section; default 0.95) is the interval level the gates were signed off
@@ -47,10 +51,10 @@ from ..errors import ConfigError
 from .gate import BOUND_KEYS, DEFAULT_CONFIDENCE, DEFAULT_MIN_N, Gate
 from .modes import MODES
 
-GATE_KEYS = BOUND_KEYS + ("mode", "min_n", "max_regression", "basis")
-SECTION_KEYS = ("defaults", "categories", "min_n", "mode", "max_regression", "confidence")
+GATE_KEYS = BOUND_KEYS + ("mode", "min_n", "max_regression", "sequential", "basis")
+SECTION_KEYS = ("defaults", "categories", "min_n", "mode", "max_regression", "confidence", "sequential")
 #: Keys of the file's top level besides the benchmark sections.
-FILE_KEYS = ("min_n", "mode", "confidence")
+FILE_KEYS = ("min_n", "mode", "confidence", "sequential")
 #: ``basis`` values of the old schema and the mode each now means.
 DEPRECATED_BASES = {"point": "point", "ci": "ci_inside"}
 
@@ -132,6 +136,14 @@ def _confidence(value: Any, where: str) -> float:
     value = _number(value, where)
     if not 0.0 < value < 1.0:
         raise ConfigError(f"{where}: confidence must be in (0, 1), e.g. 0.95, got {value:g}")
+    return value
+
+
+def _sequential(value: Any, where: str) -> bool:
+    # Only YAML booleans: a string such as "no" or "false" in quotes would be truthy in Python,
+    # and a gate that silently became sequential (or did not) changes how it is decided.
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: sequential must be true or false, got {value!r}")
     return value
 
 
@@ -226,6 +238,11 @@ def _parse_gate(
         if "max_regression" in spec
         else inherited["max_regression"]
     )
+    sequential = (
+        _sequential(spec["sequential"], f"{where}.sequential")
+        if "sequential" in spec
+        else inherited["sequential"]
+    )
     check_scale(bounds, max_regression, value_range, where)
     return Gate(
         benchmark,
@@ -235,6 +252,7 @@ def _parse_gate(
         min_n=min_n,
         max_regression=max_regression,
         confidence=inherited["confidence"],
+        sequential=sequential,
         **bounds,
     )
 
@@ -289,6 +307,7 @@ def load_thresholds(
             if "confidence" in raw
             else DEFAULT_CONFIDENCE
         ),
+        "sequential": _sequential(raw["sequential"], f"{path}: sequential") if "sequential" in raw else False,
     }
     for bench, section in raw.items():
         if bench in FILE_KEYS:
@@ -311,6 +330,8 @@ def load_thresholds(
             inherited["mode"] = _mode(section["mode"], f"{path}: {bench}.mode")
         if "confidence" in section:
             inherited["confidence"] = _confidence(section["confidence"], f"{path}: {bench}.confidence")
+        if "sequential" in section:
+            inherited["sequential"] = _sequential(section["sequential"], f"{path}: {bench}.sequential")
         if "max_regression" in section:
             inherited["max_regression"] = _max_regression(
                 section["max_regression"], f"{path}: {bench}.max_regression"
