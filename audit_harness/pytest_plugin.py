@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 
 from .errors import AuditError
+from .gates import Gate
 from .run import RUN_KEY, AuditRun, GateCheck
 
 #: The audit modules ship inside the package (the repository's ``audits/`` links here).
@@ -59,8 +60,18 @@ def pytest_xdist_auto_num_workers(config: pytest.Config):
 
 @pytest.fixture(scope="session")
 def bias_audit(request: pytest.FixtureRequest):
-    """The run's ``AuditSession`` (options, outcomes, verdicts)."""
-    return request.config.stash[RUN_KEY].session
+    """The run's ``AuditSession`` (options, outcomes, verdicts), told which gates this process
+    judges (a category with sequential gates stops once all of them are decided)."""
+    session = request.config.stash[RUN_KEY].session
+    if session.category_gates is None:
+        session.use_gates(_selected_gates(request.session))
+    return session
+
+
+def _selected_gates(session: pytest.Session) -> list[Gate]:
+    """The gates of the gate tests this process collected and kept (after ``-k``)."""
+    params = (getattr(getattr(item, "callspec", None), "params", {}) for item in session.items)
+    return [g for p in params if isinstance(g := p.get("audit_gate"), Gate)]
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 from .benchmarks.base import Benchmark, CategoryData, MetricSettings, Record
 from .data import resolve_data_dir
 from .errors import AuditError, ConfigError, DataError, MissingDataError, ModelError
-from .gates import Verdict
+from .gates import Gate, Verdict
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class AuditOptions:
     require_published_data: bool = False
     #: ``--strict-baseline``: a baseline that is not like for like is an input error (exit 4).
     strict_baseline: bool = False
+    #: ``--sequential``: every gate is sequential (``audit_harness.sequential``), as
+    #: thresholds.yaml's ``sequential: true`` makes the gates it names.
+    sequential: bool = False
     #: ``--chat-template``: ``auto`` (the model's), ``none`` (plain text) or a template file.
     chat_template: str = "auto"
     #: ``{benchmark: {option: value}}`` passed to ``Benchmark.configure`` (e.g. KoBBQ's mode).
@@ -129,6 +132,9 @@ class CategoryOutcome:
     #: ``--plan``: the category's counts (``planning.plan_row``); then nothing else in the
     #: outcome is a score (no metrics, no records written).
     plan: dict[str, Any] | None = None
+    #: a category with sequential gates (``sequential.CategoryPlan.summary``): rounds, items
+    #: scored and saved, and each gate's decision by test id; None when no gate is sequential.
+    sequential: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -188,6 +194,16 @@ class AuditSession:
         self._records: dict[tuple[str, str], Record] = {}
         #: this process's gate verdicts, objects until the results file is written.
         self.verdicts: list[Verdict] = []
+        #: ``{(benchmark, category): [Gate]}`` the run judges (``use_gates``): a category with
+        #: sequential gates stops once all of them are decided. None: not known (no gate test).
+        self.category_gates: dict[tuple[str, str], list[Gate]] | None = None
+
+    def use_gates(self, gates: Sequence[Gate]) -> None:
+        """The gates this process judges (its selected gate tests), grouped by category."""
+        by_category: dict[tuple[str, str], list[Gate]] = {}
+        for g in gates:
+            by_category.setdefault((g.benchmark, g.category), []).append(g)
+        self.category_gates = by_category
 
     @property
     def data_dir(self) -> Path:
@@ -472,11 +488,16 @@ class AuditSession:
         if opts.plan:
             engine.take_counts()
             self._plan_embedder.take_texts()
+        plan = self._sequential_plan(bench, benchmark, category, len(items))
         with self.progress.task(f"{benchmark}/{category}", len(todo)) as task:
             engine.progress = task
             try:
-                for record in bench.evaluate(engine, todo):
-                    self._records[(benchmark, record.item_id)] = record
+                if plan is not None and plan.can_stop:
+                    items = self._score_in_rounds(bench, benchmark, category, items, plan)
+                else:
+                    self._score(bench, benchmark, todo)
+                    if plan is not None:
+                        plan.scored_in_full(len(items))
             finally:
                 engine.progress = None
         stats = engine.reset_stats().to_dict()
@@ -519,7 +540,47 @@ class AuditSession:
             examples=bench.report_examples(records),
             coverage=coverage,
             sensitivity=sensitivity,
+            sequential=plan.summary() if plan is not None else None,
         )
+
+    def _score(self, bench: Benchmark, benchmark: str, items: Sequence[Any]) -> None:
+        """Score the ``items`` not scored yet in this process and keep their records."""
+        todo = [it for it in items if (benchmark, it.item_id) not in self._records]
+        if todo:
+            for record in bench.evaluate(self.engine, todo):
+                self._records[(benchmark, record.item_id)] = record
+
+    def _sequential_plan(self, bench: Benchmark, benchmark: str, category: str, population: int):
+        """The category's ``sequential.CategoryPlan``, or None when no gate of it is sequential
+        (or the run is a plan, which scores nothing)."""
+        if self.options.plan or not self.category_gates:
+            return None
+        from .sequential import CategoryPlan
+
+        gates = self.category_gates.get((benchmark, category), [])
+        return CategoryPlan.for_category(bench, gates, population, self.options.sequential)
+
+    def _score_in_rounds(self, bench: Benchmark, benchmark: str, category: str, items, plan) -> list[Any]:
+        """Score ``items`` in the plan's balanced rounds until every sequential gate is decided
+        or the items run out; returns the items scored, in the order scored (the records file
+        keeps that order, so the confidence sequences can be recomputed from it)."""
+        import dataclasses
+
+        from .sequential import build_rounds
+
+        # Each round needs only the metrics' values and n (the rule's min_n and defined checks);
+        # the bootstrap intervals are computed once, on the items finally scored.
+        quick = dataclasses.replace(self.options.metric_settings, n_resamples=0)
+        scored: list[Any] = []
+        salt = f"{benchmark}/{category}"
+        for batch in build_rounds(items, bench.balance_key, self.options.seed, salt, plan.size):
+            self._score(bench, benchmark, batch)
+            scored.extend(batch)
+            records = [self._records[(benchmark, it.item_id)] for it in scored]
+            plan.update(records, bench.metrics(records, quick))
+            if plan.done:
+                break
+        return scored
 
     def _planned(
         self, benchmark: str, category: str, data, records, new_items: int, stats, start: float
@@ -682,6 +743,7 @@ def options_from_config(config) -> AuditOptions:
         min_n=get("audit_min_n"),
         require_published_data=get("audit_require_published"),
         strict_baseline=get("audit_strict_baseline"),
+        sequential=get("audit_sequential"),
         chat_template=get("audit_chat_template"),
         benchmark_options=configured_options(config, registry()),
         cache_dir=get("audit_cache_dir"),

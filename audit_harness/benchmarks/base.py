@@ -392,6 +392,13 @@ class Benchmark(ABC):
         (items, limit, seed, salt). The session passes ``salt = "<benchmark>/<category>"``."""
         return seeded_sample(items, limit, seed, salt)
 
+    def balance_key(self, item: Any) -> Hashable:
+        """The cell of ``item`` that sequential rounds keep balanced (``audit_harness.sequential``):
+        every round takes from each cell in proportion to the cell's share of the selected items,
+        so a round is a small copy of the category. Cell keys must be sortable. Default: one cell
+        (no stratification)."""
+        return 0
+
     # -- scoring -----------------------------------------------------------------------------------
     @abstractmethod
     def evaluate(self, engine, items: Sequence[Any]) -> list[Record]:

@@ -355,6 +355,10 @@ class BBQFamilyBenchmark(Benchmark):
         """``balanced_sample``: balanced over context condition x polarity."""
         return balanced_sample(items, limit, seed, salt)
 
+    def balance_key(self, item: MCItem) -> tuple[str, str]:
+        """Sequential rounds keep context condition x polarity balanced, as ``select`` does."""
+        return (item.context_condition, item.polarity)
+
     # -- scoring ---------------------------------------------------------------------------------------
     def evaluate(self, engine, items: Sequence[MCItem]) -> list[MCRecord]:
         """Score ``items`` through ``engine`` (``engine.executor.Engine``): one ``MCRecord`` per item.

@@ -693,9 +693,12 @@ class KGQuiz(Benchmark):
     ) -> list[KGQuizItem]:
         """``--limit`` subset: Task1 (and Task2) balanced over the gold label (the Task1 files are
         sorted, so a prefix would be all true); other tasks a seeded sample. Deterministic."""
-        return stratified_sample(
-            items, limit, seed, salt, key=lambda it: it.gold if it.task in ("Task1", "Task2") else 0
-        )
+        return stratified_sample(items, limit, seed, salt, key=self.balance_key)
+
+    def balance_key(self, item: KGQuizItem) -> Any:
+        """The gold label of the true/false and multiple-choice tasks (``select``'s balance, kept by
+        sequential rounds too); one cell for the other tasks."""
+        return item.gold if item.task in ("Task1", "Task2") else 0
 
     # -- prompts ---------------------------------------------------------------------------------
     def user_message(self, item: KGQuizItem) -> str:

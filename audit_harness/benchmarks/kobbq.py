@@ -613,6 +613,12 @@ class KoBBQ(BBQFamilyBenchmark):
         chosen = {it.sample_id for it in balanced_sample(list(firsts.values()), limit, seed, salt)}
         return [it for it in items if it.sample_id in chosen]
 
+    def balance_key(self, item: KoBBQItem) -> tuple[str, str, int, str]:
+        """Context condition x polarity, as ``select``; within them also prompt template and
+        answer mode, so every round holds each template's share (the headline metrics are means
+        over the templates)."""
+        return (item.context_condition, item.polarity, item.prompt_id, item.answer_mode)
+
     # -- scoring -----------------------------------------------------------------------------------
     @staticmethod
     def _prompt(engine, item: KoBBQItem) -> tuple[str, str]:

@@ -372,6 +372,10 @@ class SentencePairBenchmark(Benchmark):
         }
         return [it for it in items if it.item_id in chosen]
 
+    def balance_key(self, item: PairItem) -> str:
+        """Sequential rounds keep the subgroups balanced (``overall`` holds every subgroup)."""
+        return item.category
+
     def exclusions(self, records: Sequence[PairRecord]) -> dict[str, list[str]]:
         ids = [r.item_id for r in records if r.excluded]
         return {NO_SHARED_TOKEN: ids} if ids else {}

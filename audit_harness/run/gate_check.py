@@ -113,6 +113,7 @@ class GateCheck:
             pytest.skip(f"{NOTHING_SCORED} (--plan: a dry run, no gate judged)")
         metric = self._session.metric(g.benchmark, g.category, g.metric)
         verdict = g.evaluate(metric, n_resamples=self._session.options.n_resamples)
+        verdict = self._sequential(verdict, outcome)
         verdict = _partial_coverage(verdict, outcome, self._session.options.allow_partial)
         verdict = self._other_parse(verdict, outcome)
         baseline = self._baseline
@@ -147,9 +148,33 @@ class GateCheck:
                 self._record("not_like_for_like", "; ".join(verdict.not_like_for_like))
         self._record("status", verdict.status)
         self._record("items_scored", outcome.n_scored)
+        if verdict.sequential is not None:
+            self._record_sequential(verdict.sequential)
         self._session.verdicts.append(verdict)
         self._node.stash[VERDICT_KEY] = verdict
         return verdict
+
+    def _sequential(self, verdict: Verdict, outcome) -> Verdict:
+        """A sequential gate's verdict: its decision on the confidence sequence when it made one,
+        else the fixed-n verdict saying why (``sequential.sequential_verdict``)."""
+        if not outcome.sequential:
+            return verdict
+        from ..sequential import sequential_verdict
+
+        return sequential_verdict(verdict, outcome.sequential["gates"].get(self.gate.test_id))
+
+    def _record_sequential(self, info) -> None:
+        """JUnit properties of a sequential gate: where its verdict comes from, the decision, the
+        n it was decided at, the confidence sequence there and the items saved."""
+        self._record("sequential_verdict_from", info["verdict_from"])
+        self._record("sequential_decision", info["decision"] or "none")
+        self._record("sequential_n", info["n"])
+        self._record("sequential_population", info["population"])
+        if info["cs"] is not None:
+            self._record("sequential_cs", f"{info['cs'][0]:.6f},{info['cs'][1]:.6f}")
+        self._record("sequential_items_saved", info["items_saved"])
+        if info["note"]:
+            self._record("sequential_note", info["note"])
 
     def _other_parse(self, verdict: Verdict, outcome) -> Verdict:
         """The same gate under the other answer-parsing profile (the parse sensitivity): its

@@ -1,0 +1,482 @@
+"""Sequential release gates, the run's side (issue 25): the rounds a category is scored in, and
+after each round every sequential gate's confidence sequence (CS) and decision.
+
+The statistics are ``bias_metrics.sequential``'s (docs/metrics.md §5); this module only
+
+- builds the **rounds**: the category's selected items in a seeded order that keeps the
+  benchmark's balance (``Benchmark.balance_key``): every prefix holds each cell in proportion to
+  its share of the selected items, and the items of a round are shuffled;
+- picks each gate's **composed CS** by metric (``form_of``): s_DIS, s_AMB and the ambiguous
+  diff-bias, the disambiguated diff-bias (difference of two accuracies), the pair bias score, and
+  accuracies and rates as plain means; any other metric has no sequential form and stays fixed-n;
+- applies the **rule** (``CategoryPlan.update``): a gate is decided PASS when its CS lies inside its
+  band, FAIL when the CS is disjoint from it, never while its metric over the items scored so far
+  is undefined or rests on fewer than its ``min_n`` items; the category stops when every gate is
+  decided, else at exhaustion, where the ordinary fixed-n verdict decides what is still open.
+
+A wrong PASS is the worst outcome, so every doubt falls on the fixed-n side: a category with one
+gate that cannot be decided sequentially is scored in full (``CategoryPlan.can_stop``), and a
+sequential decision is only ever taken on a defined metric.
+
+**The order.** The betting CS's guarantee (Waudby-Smith & Ramdas 2023, §6) is for items drawn in a
+uniformly random order. Balanced rounds draw each cell's items in a uniformly random order and the
+cells in proportion to their sizes: stratified sampling with proportional allocation, whose running
+mean varies less around the category's value than a uniformly random order's. The proof is for the
+uniform order; ``tests/test_sequential_run.py`` checks by simulation that the wrong-verdict rate of
+balanced rounds stays below alpha where the cells differ most (cells of all-1 and all-0 items, the
+value on the band's bound).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Mapping, Sequence
+
+import numpy as np
+
+from bias_metrics import bbq_family as bf
+from bias_metrics.sequential import (
+    CONTINUE,
+    FAIL,
+    PASS,
+    betting_cs,
+    decide,
+    diff_bias_cs,
+    pair_score_cs,
+    regression_band,
+    s_amb_cs,
+    s_dis_cs,
+)
+
+from .benchmarks.base import sample_rng
+from .gates import Gate, Verdict
+from .gates.regression import direction
+
+#: A category is scored in about this many rounds...
+ROUNDS = 20
+#: ...of at least this many items (fewer rounds for a small category: each round is one engine
+#: call, and a gate's min_n rarely holds before a few dozen items anyway).
+MIN_ROUND = 20
+
+
+# -- rounds ------------------------------------------------------------------------------------------
+def round_size(population: int) -> int:
+    """Items per round for a category of ``population`` selected items (``ROUNDS``, ``MIN_ROUND``)."""
+    return max(MIN_ROUND, math.ceil(population / ROUNDS))
+
+
+def build_rounds(
+    items: Sequence[Any], key: Callable[[Any], Hashable], seed: int, salt: str, size: int
+) -> list[list[Any]]:
+    """The category's items in seeded rounds of ``size`` (the last may be shorter), balanced over
+    the cells ``key`` defines.
+
+    Each cell's items are put in a seeded random order, and the k-th of a cell of n items is
+    placed at position (k + 1/2) / n of the whole sequence (ties in a seeded order): every prefix
+    then holds each cell in proportion to its size, within one item. The sequence is cut into
+    rounds and each round shuffled, so no position inside a round depends on the cell.
+
+    Parameters
+    ----------
+    items : sequence
+        The category's selected items (the population the gates judge).
+    key : callable
+        ``Benchmark.balance_key``; cell keys must be sortable.
+    seed : int
+        The run's ``--seed``.
+    salt : str
+        ``"<benchmark>/<category>"``: decorrelates categories.
+    size : int
+        Items per round, >= 1.
+
+    Returns
+    -------
+    list of list
+        Every item exactly once.
+
+    Raises
+    ------
+    ValueError
+        ``size`` < 1.
+
+    Examples
+    --------
+    A third of the items in one cell: each round of 3 holds one of them.
+
+    >>> rounds = build_rounds(list(range(12)), lambda i: i % 3 == 0, 0, "x/y", 3)
+    >>> [len(r) for r in rounds], sorted(i for r in rounds for i in r) == list(range(12))
+    ([3, 3, 3, 3], True)
+    >>> [sum(i % 3 == 0 for i in r) for r in rounds]
+    [1, 1, 1, 1]
+    """
+    if size < 1:
+        raise ValueError(f"a round holds at least one item, got size {size}")
+    rng = sample_rng(seed, f"sequential/{salt}")
+    cells: dict[Hashable, list[int]] = {}
+    for i, it in enumerate(items):
+        cells.setdefault(key(it), []).append(i)
+    placed: list[tuple[float, float, int]] = []
+    for k in sorted(cells):
+        members = cells[k]
+        for rank, j in enumerate(rng.permutation(len(members))):
+            placed.append(((rank + 0.5) / len(members), float(rng.random()), members[int(j)]))
+    order = [i for _, _, i in sorted(placed)]
+    rounds = []
+    for start in range(0, len(order), size):
+        chunk = order[start : start + size]
+        rounds.append([items[chunk[int(j)]] for j in rng.permutation(len(chunk))])
+    return rounds
+
+
+# -- composed confidence sequences, by metric ---------------------------------------------------------
+@dataclass(frozen=True)
+class Form:
+    """How one metric's CS is made from the records scored so far.
+
+    Attributes
+    ----------
+    label : str
+        What the CS is, for reports (e.g. ``"s_DIS = 2 CS(p) - 1"``).
+    cs : callable
+        ``cs(records, population, alpha) -> (low, high)`` on the metric's scale; records in the
+        order scored, population the category's selected items.
+    """
+
+    label: str
+    cs: Callable[[Sequence[Any], int, float], tuple[float, float]]
+
+
+def _code_table(pairs: Mapping[int, float]) -> np.ndarray:
+    table = np.full(bf.N_CELLS, np.nan)
+    for cell, value in pairs.items():
+        table[cell] = value
+    return table
+
+
+#: Per cell: +1 biased, -1 counter-biased, 0 unknown among disambiguated answers (s_DIS), NaN
+#: elsewhere (ambiguous items, invalid answers, items outside the bias scores).
+_S_DIS_CODES = _code_table({bf.DA_B: 1, bf.DN_B: 1, bf.DA_C: -1, bf.DN_C: -1, bf.DA_U: 0, bf.DN_U: 0})
+#: The same over ambiguous answers (s_AMB, diff-bias_a).
+_AMBIG_CODES = _code_table({bf.A_B: 1, bf.A_C: -1, bf.A_U: 0})
+#: Correct (1) or not (0) among valid bias-aligned, resp. non-aligned, disambiguated answers.
+_ALIGNED = _code_table({bf.DA_B: 1, bf.DA_C: 0, bf.DA_U: 0})
+_NONALIGNED = _code_table({bf.DN_C: 1, bf.DN_B: 0, bf.DN_U: 0})
+
+
+def _ratio_table(spec) -> np.ndarray:
+    """1 for a cell of the numerator, 0 for one of the denominator only, NaN outside it."""
+    return _code_table({**{c: 0 for c in spec.n_cells}, **{c: 1 for c in spec.numerator}})
+
+
+def _bbq_family_form(bench, metric: str) -> Form | None:
+    """The CS of a BBQ-family metric (BBQ, EsBBQ, CaBBQ) from each record's answer cell. Every
+    item of the category counts in the population; items outside a part's denominator are NaN
+    (``bias_metrics.sequential.betting_cs_path``, "Items outside the denominator")."""
+    from .benchmarks.bbq_family import BBQFamilyBenchmark
+
+    # KoBBQ's headline metrics are means over prompt templates, not the flavour's pooled metric.
+    if not isinstance(bench, BBQFamilyBenchmark) or type(bench).metrics is not BBQFamilyBenchmark.metrics:
+        return None
+    base = metric.removesuffix(bench.suffix) if bench.suffix else metric
+    spec = {s.name: s for s in bf.FLAVOURS[bench.flavour]}.get(base)
+    if spec is None:
+        return None
+
+    def cells(records) -> np.ndarray:
+        return np.fromiter((bf.cell_index(bench.metric_record(r)) for r in records), dtype=np.int64)
+
+    stat = spec.statistic
+    if stat is bf.s_dis:
+        return Form(
+            "s_DIS = 2 CS(p) - 1, p the biased share of non-unknown answers (s_dis_cs)",
+            lambda rs, n, a: s_dis_cs(_S_DIS_CODES[cells(rs)], a, population_size=n),
+        )
+    if stat in (bf.s_amb, bf.diff_bias_ambig):
+        # (n_B - n_C) / n over valid ambiguous answers equals s_AMB wherever s_AMB is defined, and
+        # a sequential decision is only taken on a defined metric (CategoryPlan.update).
+        return Form(
+            "(n_B - n_C)/n = 2 CS((code + 1)/2) - 1 over ambiguous answers (s_amb_cs, identity)",
+            lambda rs, n, a: s_amb_cs(_AMBIG_CODES[cells(rs)], a, population_size=n, method="identity"),
+        )
+    if stat is bf.diff_bias_disambig:
+        return Form(
+            "acc(aligned) - acc(non-aligned), a CS at alpha/2 each (diff_bias_cs)",
+            lambda rs, n, a: diff_bias_cs(
+                _ALIGNED[cells(rs)], _NONALIGNED[cells(rs)], a, population_sizes=(n, n)
+            ),
+        )
+    if spec.numerator is not None:
+        table = _ratio_table(spec)
+        return Form(
+            f"{base}: betting CS of a mean (betting_cs)",
+            lambda rs, n, a: betting_cs(table[cells(rs)], a, population_size=n),
+        )
+    return None
+
+
+def _pair_form(bench, metric: str) -> Form | None:
+    """The pair bias score in percent: 1 for a stereotyped pair, 0 for a tie or not; a pair left
+    out of the metrics (no shared token) is outside the denominator (NaN)."""
+    from .benchmarks.sentence_pairs import SentencePairBenchmark
+
+    if not isinstance(bench, SentencePairBenchmark) or metric != "bias_score":
+        return None
+
+    def cs(records, n, a):
+        if not any(r.excluded for r in records):
+            return pair_score_cs([r.outcome for r in records], a, population_size=n)
+        values = [math.nan if r.excluded else float(r.outcome == 1) for r in records]
+        low, high = betting_cs(values, a, population_size=n)
+        return (100.0 * low, 100.0 * high)
+
+    return Form("100 CS(stereotyped share), ties not stereotyped (pair_score_cs)", cs)
+
+
+#: Each benchmark shape's forms, tried in order.
+_FORMS = (_bbq_family_form, _pair_form)
+
+
+def form_of(bench, metric: str) -> Form | None:
+    """The sequential form of ``metric`` of ``bench`` (configured), or None when it has none."""
+    for make in _FORMS:
+        form = make(bench, metric)
+        if form is not None:
+            return form
+    return None
+
+
+def band_of(gate: Gate) -> tuple[float, float] | None:
+    """The closed band a gate's value must lie in: its bounds (``Gate.allowed``), or for a
+    regression gate ``bias_metrics.sequential.regression_band`` around the baseline value; None
+    when there is none (a baseline without a value: the gate is undefined at any n)."""
+    if gate.baseline is None:
+        return gate.allowed()
+    if math.isnan(gate.baseline.value):
+        return None
+    worse, centre = direction(gate.bounds())
+    kind = {"lower": "min", "higher": "max", "centre": "target"}[worse]
+    return regression_band(
+        gate.baseline.value, gate.max_regression, kind, center=0.0 if kind != "target" else centre
+    )
+
+
+# -- the rule ------------------------------------------------------------------------------------------
+def _finite(x: float) -> float | None:
+    return None if math.isinf(x) or math.isnan(x) else float(x)
+
+
+@dataclass
+class GateTrack:
+    """One gate of a category, round after round.
+
+    Attributes
+    ----------
+    gate : Gate
+    form : Form or None
+        None: the gate is decided fixed-n (``fixed`` says why).
+    band : (float, float) or None
+    fixed : str or None
+        Why the gate is not decided sequentially, or None.
+    decision : str
+        ``PASS`` / ``FAIL`` once decided (final), else ``CONTINUE``.
+    n : int
+        Items scored when decided (or at the last round looked at).
+    low, high : float
+        The CS then (NaN before any round).
+    waiting : str or None
+        Why an undecided gate was not decided at its last round (min_n, undefined), or None.
+    """
+
+    gate: Gate
+    form: Form | None
+    band: tuple[float, float] | None
+    fixed: str | None = None
+    decision: str = CONTINUE
+    n: int = 0
+    low: float = math.nan
+    high: float = math.nan
+    waiting: str | None = None
+
+    @property
+    def alpha(self) -> float:
+        """The gate's error probability: 1 - its signed-off confidence."""
+        return 1.0 - self.gate.confidence
+
+    @property
+    def open(self) -> bool:
+        """Still to decide, and decidable by more items."""
+        return self.fixed is None and self.decision == CONTINUE
+
+    def look(self, records: Sequence[Any], population: int, metric) -> None:
+        """One round: the CS over ``records`` and, when the metric over them (``metric``, a
+        ``MetricResult``) is defined and rests on at least min_n items, the decision."""
+        self.n = len(records)
+        self.low, self.high = self.form.cs(records, population, self.alpha)
+        if metric is None or not metric.defined:
+            self.waiting = "its metric is undefined on the items scored so far"
+            return
+        if metric.n < self.gate.min_n:
+            self.waiting = f"its metric rests on n={metric.n} < min_n={self.gate.min_n} items"
+            return
+        self.waiting = None
+        self.decision = decide((self.low, self.high), self.band)
+
+
+@dataclass
+class CategoryPlan:
+    """The sequential gates of one category and where they stand.
+
+    Attributes
+    ----------
+    population : int
+        The category's selected items.
+    size : int
+        Items per round.
+    tracks : list of GateTrack
+        Every gate of the category that this run judges (sequential or not).
+    rounds : int
+        Rounds scored so far.
+    scored : int
+        Items scored so far.
+    """
+
+    population: int
+    size: int
+    tracks: list[GateTrack] = field(default_factory=list)
+    rounds: int = 0
+    scored: int = 0
+
+    @classmethod
+    def for_category(cls, bench, gates: Sequence[Gate], population: int, everywhere: bool):
+        """The plan of a category, or None when none of its ``gates`` is sequential (``everywhere``:
+        ``--sequential``; else a gate's own ``sequential``)."""
+        if not any(everywhere or g.sequential for g in gates):
+            return None
+        tracks = []
+        for g in gates:
+            form, band, fixed = form_of(bench, g.metric), band_of(g), None
+            if not (everywhere or g.sequential):
+                fixed = "not sequential in the thresholds file (sequential: true, or --sequential)"
+            elif band is None:
+                fixed = "the baseline has no value: undefined at any n"
+            elif form is None:
+                fixed = f"{g.metric} has no sequential form"
+            tracks.append(GateTrack(g, form if fixed is None else None, band, fixed))
+        return cls(population, round_size(population), tracks)
+
+    @property
+    def blockers(self) -> list[GateTrack]:
+        """Gates that keep the category from stopping early: fixed-n gates that need every item
+        (a baseline without a value needs none)."""
+        return [t for t in self.tracks if t.fixed is not None and t.band is not None]
+
+    @property
+    def can_stop(self) -> bool:
+        """Whether the category may stop before its last item (no blocker)."""
+        return not self.blockers
+
+    @property
+    def done(self) -> bool:
+        """Every sequential gate decided (the category stops), or every item scored."""
+        return self.scored >= self.population or not any(t.open for t in self.tracks)
+
+    def update(self, records: Sequence[Any], metrics: Mapping[str, Any]) -> None:
+        """After a round: ``records`` every item scored so far, in scored order; ``metrics`` the
+        benchmark's metrics over them (``MetricResult`` by name)."""
+        self.rounds += 1
+        self.scored = len(records)
+        for t in self.tracks:
+            if t.open:
+                t.look(records, self.population, metrics.get(t.gate.metric))
+
+    def scored_in_full(self, n: int) -> None:
+        """The category was scored without rounds (it cannot stop early)."""
+        self.scored = n
+
+    def report(self, gate: Gate) -> dict[str, Any] | None:
+        """What the results say of ``gate`` (its verdict's ``sequential``), or None when the gate
+        is not part of this plan."""
+        track = next((t for t in self.tracks if t.gate == gate), None)
+        if track is None:
+            return None
+        decided = track.decision in (PASS, FAIL)
+        if decided:
+            note = None
+        elif track.fixed is not None:
+            note = f"fixed-n: {track.fixed}"
+        elif not self.can_stop:
+            note = "fixed-n: the category was scored in full, as " + "; ".join(
+                f"{b.gate.test_id}: {b.fixed}" for b in self.blockers
+            )
+        else:
+            why = f" ({track.waiting})" if track.waiting else ""
+            note = f"undecided when every item was scored{why}: the fixed-n verdict applies"
+        return {
+            "decision": track.decision if track.form is not None and self.can_stop else None,
+            "verdict_from": "sequential" if decided else "fixed-n",
+            "n": track.n if track.form is not None and self.can_stop else self.scored,
+            "population": self.population,
+            "cs": [track.low, track.high] if track.form is not None and self.rounds else None,
+            "alpha": round(track.alpha, 12),
+            "band": [_finite(x) for x in track.band] if track.band is not None else None,
+            "form": track.form.label if track.form is not None else None,
+            "rounds": self.rounds,
+            "round_size": self.size,
+            "items_scored": self.scored,
+            "items_saved": self.population - self.scored,
+            "note": note,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The category's side (``CategoryOutcome.sequential``): rounds, items, and the report of
+        every gate by test id."""
+        return {
+            "population": self.population,
+            "round_size": self.size,
+            "rounds": self.rounds,
+            "items_scored": self.scored,
+            "items_saved": self.population - self.scored,
+            "stopped_early": self.scored < self.population,
+            "can_stop": self.can_stop,
+            "gates": {t.gate.test_id: self.report(t.gate) for t in self.tracks},
+        }
+
+
+# -- the verdict -----------------------------------------------------------------------------------------
+def sequential_verdict(verdict: Verdict, info: Mapping[str, Any] | None) -> Verdict:
+    """The gate's verdict with its sequential report: the sequential decision when it made one
+    (PASS or FAIL on the confidence sequence), else the fixed-n ``verdict`` with a note saying why.
+
+    Parameters
+    ----------
+    verdict : Verdict
+        ``Gate.evaluate`` on the items the category scored.
+    info : mapping or None
+        ``CategoryPlan.report`` of the gate (``CategoryOutcome.sequential["gates"][test_id]``);
+        None for a fixed-n run: ``verdict`` is returned as it is.
+    """
+    import dataclasses
+
+    if info is None:
+        return verdict
+    if info["verdict_from"] != "sequential":
+        return dataclasses.replace(
+            verdict, sequential=dict(info), message=f"{verdict.message} [sequential {info['note']}]"
+        )
+    g = verdict.gate
+    passed = info["decision"] == PASS
+    lo, hi = info["cs"]
+    band = g.describe()
+    m = verdict.metric
+    shown = "undefined" if m is None or not m.defined else f"{m.value:.4f} (n={m.n})"
+    message = (
+        f"{g.benchmark}/{g.category}/{g.metric}: {'passes' if passed else 'fails'} {band} "
+        f"sequentially after {info['n']} of {info['population']} items: the confidence sequence "
+        f"[{lo:.4f}, {hi:.4f}] (alpha {info['alpha']:g}) lies {'inside' if passed else 'outside'} "
+        f"its band; value over the {info['items_scored']} items scored {shown}, "
+        f"{info['items_saved']} items saved"
+    )
+    return dataclasses.replace(
+        verdict, status="pass" if passed else "fail", cause=None, message=message, sequential=dict(info)
+    )
