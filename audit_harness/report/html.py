@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .charts import chart_data_uri
-from .markdown import endpoint_lines, modified_files
+from .markdown import endpoint_lines, modified_files, sequential_rows, sequential_totals
 from .regulatory import clause_summary, limitations_view, mapping_view, meta_rows, signature
 from .results import (
     INVALID_FLAG,
@@ -188,6 +188,8 @@ def render_html(results: Mapping[str, Any], printing: bool = False) -> str:
         "modified": modified_files(results),
         "summary": sorted((results.get("gate_summary") or {}).items()),
         "problems": [v for v in results["gates"] if v["status"] not in ("pass",)],
+        "sequential": sequential_rows(results),
+        "sequential_totals": sequential_totals(results),
         "exit_codes": exit_codes,
         "baseline": results.get("baseline"),
         "items_scored": items_scored_text(results),

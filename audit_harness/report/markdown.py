@@ -77,6 +77,76 @@ def audited_system(results: Mapping[str, Any]) -> list[str]:
     return ["## Audited system", "", "| | |", "|---|---|", *[f"| {k} | {_cell(v)} |" for k, v in rows], ""]
 
 
+def sequential_rows(results: Mapping[str, Any]) -> list[dict[str, str]]:
+    """One row per sequential gate (a verdict with ``sequential``), as both reports show it: the
+    decision, the n it was decided at of the category's selected items, the confidence sequence
+    there, the band, the items the category saved, and where the verdict comes from."""
+    rows = []
+    for v in results["gates"]:
+        s = v.get("sequential")
+        if not s:
+            continue
+        lo, hi = s.get("band") or [None, None]
+        cs = s.get("cs")
+        rows.append(
+            {
+                "benchmark": v["benchmark"],
+                "category": v["category"],
+                "metric": v["metric"] + (" (vs baseline)" if v.get("kind") == "regression" else ""),
+                "decision": s.get("decision") or "-",
+                "n": f"{s['n']} of {s['population']}",
+                "cs": f"[{cs[0]:.3f}, {cs[1]:.3f}]" if cs else "-",
+                "band": f"[{'-inf' if lo is None else format(lo, '.3f')}, {'inf' if hi is None else format(hi, '.3f')}]",
+                "saved": str(s["items_saved"]),
+                "verdict_from": s["verdict_from"],
+                "status": v["status"],
+                "note": s.get("note") or "",
+            }
+        )
+    return rows
+
+
+def sequential_totals(results: Mapping[str, Any]) -> str | None:
+    """Items scored of those selected over the categories with sequential gates, one sentence;
+    None when no gate was sequential."""
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for v in results["gates"]:
+        if v.get("sequential"):
+            seen[(v["benchmark"], v["category"])] = v["sequential"]
+    if not seen:
+        return None
+    scored = sum(s["items_scored"] for s in seen.values())
+    population = sum(s["population"] for s in seen.values())
+    early = sum(s["items_scored"] < s["population"] for s in seen.values())
+    return (
+        f"{scored:,} of {population:,} selected items scored ({100.0 * scored / max(population, 1):.1f} %) "
+        f"in {len(seen)} categories with sequential gates; {early} stopped early"
+    )
+
+
+def sequential_section(results: Mapping[str, Any]) -> list[str]:
+    """The "Sequential gates" section (empty when no gate was sequential)."""
+    rows = sequential_rows(results)
+    if not rows:
+        return []
+    out = [
+        "## Sequential gates",
+        "",
+        f"{sequential_totals(results)}. A gate is decided PASS when its anytime-valid confidence "
+        "sequence (CS) lies inside its band, FAIL when outside; a category stops once all its gates "
+        "are decided, else every item is scored and the fixed-n verdict applies (docs/gates.md).",
+        "",
+        "| benchmark | category | metric | decision | n at decision | CS there | band | items saved | verdict from | note |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['benchmark']} | {r['category']} | {r['metric']} | {r['decision']} | {r['n']} | "
+            f"{r['cs']} | {r['band']} | {r['saved']} | {r['verdict_from']} | {_cell(r['note'])} |"
+        )
+    return out
+
+
 def regulatory_section(view: Mapping[str, Any]) -> list[str]:
     """The "Regulatory mapping" section: per clause its rows, each with the gates it covers and
     their verdicts (``regulatory.mapping_view``)."""
@@ -249,6 +319,9 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         out += ["", "Skipped gates (their data is missing; a skipped gate is not a pass):", ""]
         out += [f"- {v['benchmark']}/{v['category']}/{v['metric']}: {v['message']}" for v in skipped]
     view = mapping_view(results)
+    seq = sequential_section(results)
+    if seq:
+        out += ["", *seq]
     out += ["", *regulatory_section(view)]
     for bench, all_cats in results["benchmarks"].items():
         from .results import column_groups, table_metrics
