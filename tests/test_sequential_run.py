@@ -1,0 +1,184 @@
+"""Issue 25, the run's side: sequential gates end to end (`pytest audits` with the tiny random model
+on real BBQ rows; it answers "unknown" to everything, so acc_ambig is 1, acc_disambig 0, the
+ambiguous diff-bias 0 and s_DIS undefined), the thresholds file's `sequential:` key, and a
+simulation of the balanced rounds' wrong-verdict rate."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_release_gate import audit, run_dir_of
+
+from audit_harness.errors import ConfigError
+from audit_harness.gates import load_thresholds
+from audit_harness.sequential import build_rounds
+from bias_metrics.sequential import betting_cs_path, decide
+
+KEYWORD = "Religion"
+#: A gate the tiny model clearly passes, decided in the first round.
+CLEAR_PASS = """
+bbq:
+  sequential: true
+  defaults:
+    acc_ambig: {min: 0.5}
+"""
+
+
+def gates_of(run_dir: Path) -> dict[str, dict]:
+    results = json.loads((run_dir / "results.json").read_text())
+    return {v["test_id"]: v for v in results["gates"]}
+
+
+def junit_properties(run_dir: Path) -> dict[str, dict[str, str]]:
+    root = ET.parse(run_dir / "junit.xml").getroot()
+    return {
+        case.get("name"): {p.get("name"): p.get("value") for p in case.findall("./properties/property")}
+        for case in root.iter("testcase")
+    }
+
+
+def run(tmp_path: Path, data_dir: Path, gates: str, *extra: str, limit: int = 200, name: str = "results"):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(gates)
+    proc, results = audit(
+        tmp_path,
+        data_dir,
+        "--thresholds",
+        str(path),
+        "--limit",
+        str(limit),
+        *extra,
+        name=name,
+        keyword=KEYWORD,
+    )
+    return proc, run_dir_of(results) if results.exists() else None
+
+
+@pytest.fixture(scope="module")
+def early_pass(tmp_path_factory, data_dir):
+    tmp = tmp_path_factory.mktemp("early")
+    return tmp, *run(tmp, data_dir, CLEAR_PASS)
+
+
+def test_a_clear_pass_stops_early_and_says_so_everywhere(early_pass):
+    _, proc, run_dir = early_pass
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (verdict,) = gates_of(run_dir).values()
+    seq = verdict["sequential"]
+    assert verdict["status"] == "pass" and seq["decision"] == "PASS" and seq["verdict_from"] == "sequential"
+    assert seq["population"] == 200 and seq["n"] == seq["items_scored"] < 200
+    assert seq["items_saved"] == 200 - seq["n"]
+    assert 0.5 <= seq["cs"][0] <= seq["cs"][1] <= 1.0 and seq["band"] == [0.5, None]
+    assert "sequentially after" in verdict["message"]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["benchmarks"]["bbq"][KEYWORD]["n_scored"] == seq["items_scored"]
+    props = junit_properties(run_dir)[f"test_bbq[{KEYWORD}-acc_ambig]"]
+    assert props["sequential_decision"] == "PASS" and props["sequential_n"] == str(seq["n"])
+    assert props["sequential_items_saved"] == str(seq["items_saved"]) and "sequential_cs" in props
+    md = (run_dir / "report.md").read_text()
+    assert "## Sequential gates" in md and f"| {seq['n']} of 200 |" in md
+    assert "Sequential gates" in (run_dir / "report.html").read_text()
+
+
+def test_a_later_full_run_reuses_every_item_the_sequential_run_scored(early_pass, data_dir):
+    tmp, _, seq_dir = early_pass
+    scored = gates_of(seq_dir)[f"{KEYWORD}-acc_ambig"]["sequential"]["items_scored"]
+    fixed = CLEAR_PASS.replace("sequential: true", "sequential: false")
+    proc, run_dir = run(tmp, data_dir, fixed, name="full")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    entry = json.loads((run_dir / "results.json").read_text())["benchmarks"]["bbq"][KEYWORD]
+    assert entry["n_scored"] == 200
+    # Three choices per item, each one request; the sequential run's items come from the cache.
+    assert entry["requests"]["from_cache"] == 3 * scored
+    assert "sequential" not in gates_of(run_dir)[f"{KEYWORD}-acc_ambig"]
+
+
+def test_a_clear_failure_stops_early_and_blocks_the_release(tmp_path, data_dir):
+    gates = "bbq:\n  defaults:\n    acc_disambig: {min: 0.5}\n"
+    proc, run_dir = run(tmp_path, data_dir, gates, "--sequential")  # the flag, not the file
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (verdict,) = gates_of(run_dir).values()
+    seq = verdict["sequential"]
+    assert verdict["status"] == "fail" and seq["decision"] == "FAIL" and seq["n"] < 200
+    assert seq["cs"][1] < 0.5
+
+
+def test_an_undecidable_gate_falls_back_to_the_fixed_n_verdict_at_full_n(tmp_path, data_dir):
+    # The ambiguous diff-bias is exactly 0 for the tiny model: a confidence sequence never fits
+    # inside the band [0, 0] nor leaves it, so every item is scored and the point verdict decides.
+    gates = "bbq:\n  sequential: true\n  defaults:\n    diff_bias_ambig: {abs_max: 0.0}\n"
+    proc, run_dir = run(tmp_path, data_dir, gates, limit=40)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (verdict,) = gates_of(run_dir).values()
+    seq = verdict["sequential"]
+    assert verdict["status"] == "pass" and seq["verdict_from"] == "fixed-n"
+    assert seq["decision"] == "CONTINUE" and seq["items_scored"] == seq["population"] == 40
+    assert seq["items_saved"] == 0 and "undecided when every item was scored" in seq["note"]
+
+
+def test_a_bad_sequential_value_is_an_input_error_naming_file_and_key(tmp_path, data_dir):
+    gates = "bbq:\n  defaults:\n    acc_ambig: {min: 0.5, sequential: maybe}\n"
+    proc, run_dir = run(tmp_path, data_dir, gates)
+    assert proc.returncode == 4 and run_dir is None
+    out = proc.stdout + proc.stderr
+    assert (
+        "results.yaml: bbq.defaults.acc_ambig.sequential: sequential must be true or false, got 'maybe'"
+        in out
+    )
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("sequential: 1\nbbq: {defaults: {acc_ambig: {min: 0.5}}}\n", "sequential"),
+        ("bbq: {sequential: 'yes', defaults: {acc_ambig: {min: 0.5}}}\n", "bbq.sequential"),
+    ],
+)
+def test_sequential_must_be_a_yaml_boolean_at_every_level(tmp_path, text, where):
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"t\.yaml: {where}: sequential must be true or false"):
+        load_thresholds(path, {"bbq": (("Age",), ("acc_ambig",))})
+
+
+def test_a_gate_key_wins_over_its_section_which_wins_over_the_file(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        "sequential: true\nbbq:\n  sequential: false\n  defaults:\n"
+        "    acc_ambig: {min: 0.5, sequential: true}\n    acc_disambig: {min: 0.5}\n"
+    )
+    gates = load_thresholds(path, {"bbq": (("Age",), ("acc_ambig", "acc_disambig"))})["bbq"]
+    assert [(g.metric, g.sequential) for g in gates] == [("acc_ambig", True), ("acc_disambig", False)]
+
+
+@pytest.mark.parametrize(
+    "high_cell, band, wrong",
+    [
+        # All 1 in one cell and all 0 in the other: the mean 0.5 is on the band's bound, so any
+        # FAIL is wrong; the case where a balanced order departs most from a uniform one.
+        ([1.0] * 100, (0.5, 1.0), "FAIL"),
+        # Mean 0.45, outside the band [0.46, 1]: any PASS is wrong (the worst bug).
+        ([1.0] * 90 + [0.0] * 10, (0.46, 1.0), "PASS"),
+    ],
+)
+def test_balanced_rounds_keep_wrong_verdicts_below_alpha_where_cells_differ_most(high_cell, band, wrong):
+    # Without the shuffle inside each round (the high cell's items first) the second case gives a
+    # wrong PASS in about a third of the runs: the CS is an intersection over items, not rounds.
+    items = list(range(200))
+    value = np.array(high_cell + [0.0] * 100)
+    orders = np.array(
+        [
+            [value[i] for r in build_rounds(items, lambda i: i < 100, seed, "sim/x", 20) for i in r]
+            for seed in range(300)
+        ]
+    )
+    low, high = betting_cs_path(orders, 0.05, population_size=200, checkpoints=list(range(20, 201, 20)))
+    decisions = [
+        next((d for lo, hi in zip(low[r], high[r]) if (d := decide((lo, hi), band)) != "CONTINUE"), None)
+        for r in range(len(orders))
+    ]
+    assert sum(d == wrong for d in decisions) / len(orders) <= 0.05
