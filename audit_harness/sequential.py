@@ -140,11 +140,12 @@ class Form:
         What the CS is, for reports (e.g. ``"s_DIS = 2 CS(p) - 1"``).
     cs : callable
         ``cs(records, population, alpha) -> (low, high)`` on the metric's scale; records in the
-        order scored, population the category's selected items.
+        order scored, population the category's selected items (the items the metric's value at
+        full n would rest on).
     """
 
     label: str
-    cs: Callable[[Sequence[Any], int, float], tuple[float, float]]
+    cs: Callable[[Sequence[Any], Sequence[Any], float], tuple[float, float]]
 
 
 def _code_table(pairs: Mapping[int, float]) -> np.ndarray:
@@ -163,56 +164,111 @@ _AMBIG_CODES = _code_table({bf.A_B: 1, bf.A_C: -1, bf.A_U: 0})
 _ALIGNED = _code_table({bf.DA_B: 1, bf.DA_C: 0, bf.DA_U: 0})
 _NONALIGNED = _code_table({bf.DN_C: 1, bf.DN_B: 0, bf.DN_U: 0})
 
+#: ``cs(cells, population size, alpha)`` of a BBQ-family metric from the answer cells
+#: (``bias_metrics.bbq_family.cell_index``) of the items scored, in order.
+CellCS = Callable[[np.ndarray, int, float], tuple[float, float]]
 
-def _ratio_table(spec) -> np.ndarray:
-    """1 for a cell of the numerator, 0 for one of the denominator only, NaN outside it."""
-    return _code_table({**{c: 0 for c in spec.n_cells}, **{c: 1 for c in spec.numerator}})
 
-
-def _bbq_family_form(bench, metric: str) -> Form | None:
-    """The CS of a BBQ-family metric (BBQ, EsBBQ, CaBBQ) from each record's answer cell. Every
-    item of the category counts in the population; items outside a part's denominator are NaN
-    (``bias_metrics.sequential.betting_cs_path``, "Items outside the denominator")."""
-    from .benchmarks.bbq_family import BBQFamilyBenchmark
-
-    # KoBBQ's headline metrics are means over prompt templates, not the flavour's pooled metric.
-    if not isinstance(bench, BBQFamilyBenchmark) or type(bench).metrics is not BBQFamilyBenchmark.metrics:
-        return None
-    base = metric.removesuffix(bench.suffix) if bench.suffix else metric
-    spec = {s.name: s for s in bf.FLAVOURS[bench.flavour]}.get(base)
+def _cell_cs(flavour: str, name: str) -> tuple[str, CellCS] | None:
+    """The CS of the flavour's metric ``name`` from answer cells, with its label; None for a
+    metric without a sequential form (the EsBBQ upper bounds). Every item of the population
+    counts in N; items outside a part's denominator are NaN (``bias_metrics.sequential
+    .betting_cs_path``, "Items outside the denominator")."""
+    spec = {s.name: s for s in bf.FLAVOURS[flavour]}.get(name)
     if spec is None:
         return None
-
-    def cells(records) -> np.ndarray:
-        return np.fromiter((bf.cell_index(bench.metric_record(r)) for r in records), dtype=np.int64)
-
     stat = spec.statistic
     if stat is bf.s_dis:
-        return Form(
+        return (
             "s_DIS = 2 CS(p) - 1, p the biased share of non-unknown answers (s_dis_cs)",
-            lambda rs, n, a: s_dis_cs(_S_DIS_CODES[cells(rs)], a, population_size=n),
+            lambda c, n, a: s_dis_cs(_S_DIS_CODES[c], a, population_size=n),
         )
     if stat in (bf.s_amb, bf.diff_bias_ambig):
         # (n_B - n_C) / n over valid ambiguous answers equals s_AMB wherever s_AMB is defined, and
-        # a sequential decision is only taken on a defined metric (CategoryPlan.update).
-        return Form(
+        # a sequential decision is only taken on a defined metric (GateTrack.look).
+        return (
             "(n_B - n_C)/n = 2 CS((code + 1)/2) - 1 over ambiguous answers (s_amb_cs, identity)",
-            lambda rs, n, a: s_amb_cs(_AMBIG_CODES[cells(rs)], a, population_size=n, method="identity"),
+            lambda c, n, a: s_amb_cs(_AMBIG_CODES[c], a, population_size=n, method="identity"),
         )
     if stat is bf.diff_bias_disambig:
-        return Form(
+        return (
             "acc(aligned) - acc(non-aligned), a CS at alpha/2 each (diff_bias_cs)",
-            lambda rs, n, a: diff_bias_cs(
-                _ALIGNED[cells(rs)], _NONALIGNED[cells(rs)], a, population_sizes=(n, n)
-            ),
+            lambda c, n, a: diff_bias_cs(_ALIGNED[c], _NONALIGNED[c], a, population_sizes=(n, n)),
         )
     if spec.numerator is not None:
-        table = _ratio_table(spec)
-        return Form(
-            f"{base}: betting CS of a mean (betting_cs)",
-            lambda rs, n, a: betting_cs(table[cells(rs)], a, population_size=n),
+        # 1 for a cell of the numerator, 0 for one of the denominator only, NaN outside it.
+        table = _code_table({**{k: 0 for k in spec.n_cells}, **{k: 1 for k in spec.numerator}})
+        return (
+            f"{name}: betting CS of a mean (betting_cs)",
+            lambda c, n, a: betting_cs(table[c], a, population_size=n),
         )
     return None
+
+
+def _cells(bench, records: Sequence[Any]) -> np.ndarray:
+    return np.fromiter((bf.cell_index(bench.metric_record(r)) for r in records), dtype=np.int64)
+
+
+def _bbq_family_form(bench, metric: str) -> Form | None:
+    """BBQ, EsBBQ, CaBBQ: the flavour's metric over every item of the category."""
+    from .benchmarks.bbq_family import BBQFamilyBenchmark
+    from .benchmarks.kobbq import KoBBQ
+
+    if not isinstance(bench, BBQFamilyBenchmark) or isinstance(bench, KoBBQ):
+        return None
+    made = _cell_cs(bench.flavour, metric.removesuffix(bench.suffix) if bench.suffix else metric)
+    if made is None:
+        return None
+    label, cs = made
+    return Form(label, lambda rs, pop, a: cs(_cells(bench, rs), len(pop), a))
+
+
+def _kobbq_form(bench, metric: str) -> Form | None:
+    """KoBBQ (docs/metrics.md §1.3), one answer mode's records: a headline metric is the mean over
+    the prompt templates run, so its CS is the mean of the templates' CSs at alpha / templates
+    (union bound: all hold at once with probability >= 1 - alpha); ``_pooled``, ``_p<k>`` and
+    ``_o<j>`` are the flavour's metric over all, one template's or one order's items. The spreads
+    (max - min over templates) have no sequential form."""
+    import re
+
+    from .benchmarks.kobbq import KoBBQ
+
+    if not isinstance(bench, KoBBQ):
+        return None
+    mode = "letter" if metric.endswith("-letter") else "generate"
+    base = metric.removesuffix("-letter")
+    subset = re.fullmatch(r"(.+)_(pooled|p(\d)|o(\d))", base)
+    if subset is None:
+        made = _cell_cs(bench.flavour, base)
+        if made is None:
+            return None
+        label, cs = made
+        groups = [lambda x, k=k: x.answer_mode == mode and x.prompt_id == k for k in bench.prompts]
+        return Form(
+            f"mean over {len(groups)} prompt template(s) of: {label}, each at alpha/{len(groups)}",
+            lambda rs, pop, a: _mean_of(bench, cs, groups, rs, pop, a / len(groups)),
+        )
+    made = _cell_cs(bench.flavour, subset.group(1))
+    if made is None:
+        return None
+    label, cs = made
+    field_name, wanted = (
+        ("prompt_id", subset.group(3)) if subset.group(3) else ("permutation", subset.group(4))
+    )
+
+    def keep(x) -> bool:
+        return x.answer_mode == mode and (wanted is None or getattr(x, field_name) == int(wanted))
+
+    return Form(label, lambda rs, pop, a: _mean_of(bench, cs, [keep], rs, pop, a))
+
+
+def _mean_of(bench, cs: CellCS, groups, records, population, alpha) -> tuple[float, float]:
+    """The mean over ``groups`` (predicates on items and records) of each group's CS."""
+    parts = [
+        cs(_cells(bench, [r for r in records if keep(r)]), sum(1 for x in population if keep(x)), alpha)
+        for keep in groups
+    ]
+    return (float(np.mean([lo for lo, _ in parts])), float(np.mean([hi for _, hi in parts])))
 
 
 def _pair_form(bench, metric: str) -> Form | None:
@@ -223,7 +279,8 @@ def _pair_form(bench, metric: str) -> Form | None:
     if not isinstance(bench, SentencePairBenchmark) or metric != "bias_score":
         return None
 
-    def cs(records, n, a):
+    def cs(records, population, a):
+        n = len(population)
         if not any(r.excluded for r in records):
             return pair_score_cs([r.outcome for r in records], a, population_size=n)
         values = [math.nan if r.excluded else float(r.outcome == 1) for r in records]
@@ -234,7 +291,7 @@ def _pair_form(bench, metric: str) -> Form | None:
 
 
 #: Each benchmark shape's forms, tried in order.
-_FORMS = (_bbq_family_form, _pair_form)
+_FORMS = (_bbq_family_form, _kobbq_form, _pair_form)
 
 
 def form_of(bench, metric: str) -> Form | None:
@@ -308,7 +365,7 @@ class GateTrack:
         """Still to decide, and decidable by more items."""
         return self.fixed is None and self.decision == CONTINUE
 
-    def look(self, records: Sequence[Any], population: int, metric) -> None:
+    def look(self, records: Sequence[Any], population: Sequence[Any], metric) -> None:
         """One round: the CS over ``records`` and, when the metric over them (``metric``, a
         ``MetricResult``) is defined and rests on at least min_n items, the decision."""
         self.n = len(records)
@@ -329,8 +386,8 @@ class CategoryPlan:
 
     Attributes
     ----------
-    population : int
-        The category's selected items.
+    items : sequence
+        The category's selected items (the population the gates judge).
     size : int
         Items per round.
     tracks : list of GateTrack
@@ -341,16 +398,16 @@ class CategoryPlan:
         Items scored so far.
     """
 
-    population: int
+    items: Sequence[Any]
     size: int
     tracks: list[GateTrack] = field(default_factory=list)
     rounds: int = 0
     scored: int = 0
 
     @classmethod
-    def for_category(cls, bench, gates: Sequence[Gate], population: int, everywhere: bool):
-        """The plan of a category, or None when none of its ``gates`` is sequential (``everywhere``:
-        ``--sequential``; else a gate's own ``sequential``)."""
+    def for_category(cls, bench, gates: Sequence[Gate], items: Sequence[Any], everywhere: bool):
+        """The plan of a category of selected ``items``, or None when none of its ``gates`` is
+        sequential (``everywhere``: ``--sequential``; else a gate's own ``sequential``)."""
         if not any(everywhere or g.sequential for g in gates):
             return None
         tracks = []
@@ -363,7 +420,12 @@ class CategoryPlan:
             elif form is None:
                 fixed = f"{g.metric} has no sequential form"
             tracks.append(GateTrack(g, form if fixed is None else None, band, fixed))
-        return cls(population, round_size(population), tracks)
+        return cls(list(items), round_size(len(items)), tracks)
+
+    @property
+    def population(self) -> int:
+        """How many items the category selected."""
+        return len(self.items)
 
     @property
     def blockers(self) -> list[GateTrack]:
@@ -388,7 +450,7 @@ class CategoryPlan:
         self.scored = len(records)
         for t in self.tracks:
             if t.open:
-                t.look(records, self.population, metrics.get(t.gate.metric))
+                t.look(records, self.items, metrics.get(t.gate.metric))
 
     def scored_in_full(self, n: int) -> None:
         """The category was scored without rounds (it cannot stop early)."""

@@ -488,7 +488,7 @@ class AuditSession:
         if opts.plan:
             engine.take_counts()
             self._plan_embedder.take_texts()
-        plan = self._sequential_plan(bench, benchmark, category, len(items))
+        plan = self._sequential_plan(bench, benchmark, category, items)
         with self.progress.task(f"{benchmark}/{category}", len(todo)) as task:
             engine.progress = task
             try:
@@ -550,7 +550,7 @@ class AuditSession:
             for record in bench.evaluate(self.engine, todo):
                 self._records[(benchmark, record.item_id)] = record
 
-    def _sequential_plan(self, bench: Benchmark, benchmark: str, category: str, population: int):
+    def _sequential_plan(self, bench: Benchmark, benchmark: str, category: str, items: Sequence[Any]):
         """The category's ``sequential.CategoryPlan``, or None when no gate of it is sequential
         (or the run is a plan, which scores nothing)."""
         if self.options.plan or not self.category_gates:
@@ -558,7 +558,7 @@ class AuditSession:
         from .sequential import CategoryPlan
 
         gates = self.category_gates.get((benchmark, category), [])
-        return CategoryPlan.for_category(bench, gates, population, self.options.sequential)
+        return CategoryPlan.for_category(bench, gates, items, self.options.sequential)
 
     def _score_in_rounds(self, bench: Benchmark, benchmark: str, category: str, items, plan) -> list[Any]:
         """Score ``items`` in the plan's balanced rounds until every sequential gate is decided

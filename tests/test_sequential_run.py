@@ -182,3 +182,44 @@ def test_balanced_rounds_keep_wrong_verdicts_below_alpha_where_cells_differ_most
         for r in range(len(orders))
     ]
     assert sum(d == wrong for d in decisions) / len(orders) <= 0.05
+
+
+def random_records(bench, items, seed: int, invalid: float = 0.1):
+    """Records of ``items`` with seeded random answers (some invalid): every answer cell occurs."""
+    rng = np.random.default_rng(seed)
+    options = [int(rng.integers(3)) if rng.random() > invalid else -1 for _ in items]
+    if hasattr(bench, "_kobbq_record"):
+        return [bench._kobbq_record(it, o, "plain", None, None) for it, o in zip(items, options)]
+    return [bench._record(it, o) for it, o in zip(items, options)]
+
+
+@pytest.mark.parametrize(
+    "benchmark, options, category, limit",
+    [
+        ("bbq", {}, "Religion", 160),
+        ("bbq", {"flavour": "esbbq"}, "Religion", 160),  # the accuracy-gap bias scores
+        ("kobbq", {}, "religion", 24),  # means over prompt templates, subsets, pooled
+    ],
+)
+def test_every_form_covers_the_fixed_n_value_when_every_item_is_scored(data_dir, benchmark, options, category, limit):
+    # At exhaustion a confidence sequence without replacement shrinks to the exact value: a CS
+    # that misses the value computed by the benchmark's own metrics maps an answer cell wrongly.
+    from audit_harness.benchmarks import registry
+    from audit_harness.benchmarks.base import MetricSettings
+    from audit_harness.sequential import form_of
+
+    bench = registry()[benchmark].configure(**options)
+    items = bench.select(bench.load_category(data_dir, category).items, limit, 0, f"{benchmark}/{category}")
+    records = random_records(bench, items, seed=3)
+    metrics = bench.metrics(records, MetricSettings(n_resamples=0))
+    checked = 0
+    for name, metric in metrics.items():
+        form = form_of(bench, name)
+        if form is None or not metric.defined:
+            continue
+        low, high = form.cs(records, items, 0.05)
+        step = 0.002 * (100 if "bias_score" == name else 1)  # a grid step either side (x2 composed)
+        assert low - step <= metric.value <= high + step, (name, metric.value, low, high)
+        assert high - low <= 4 * step, (name, low, high)
+        checked += 1
+    assert checked >= 4
