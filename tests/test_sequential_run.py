@@ -201,7 +201,9 @@ def random_records(bench, items, seed: int, invalid: float = 0.1):
         ("kobbq", {}, "religion", 24),  # means over prompt templates, subsets, pooled
     ],
 )
-def test_every_form_covers_the_fixed_n_value_when_every_item_is_scored(data_dir, benchmark, options, category, limit):
+def test_every_form_covers_the_fixed_n_value_when_every_item_is_scored(
+    data_dir, benchmark, options, category, limit
+):
     # At exhaustion a confidence sequence without replacement shrinks to the exact value: a CS
     # that misses the value computed by the benchmark's own metrics maps an answer cell wrongly.
     from audit_harness.benchmarks import registry
