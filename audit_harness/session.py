@@ -645,6 +645,9 @@ class AuditSession:
 
         outcome = self.outcomes[(benchmark, category)]
         model = self.export()["model"]
+        # A sequential category judges the value over every selected item, whatever it stopped
+        # at: those are the items to compare with the baseline's.
+        judged = outcome.sequential["population"] if outcome.sequential else outcome.n_scored
         return {
             "options": dict(self.options.__dict__),
             "model": model,
@@ -653,7 +656,7 @@ class AuditSession:
                 "engine_version": ENGINE_VERSION,
             },
             "protocols": {benchmark: self.protocol(benchmark, model)},
-            "benchmarks": {benchmark: {category: {"n_scored": outcome.n_scored}}},
+            "benchmarks": {benchmark: {category: {"n_scored": judged}}},
             "data_files": {f["path"]: {"sha256": f["sha256"]} for f in outcome.files},
         }
 

@@ -84,17 +84,40 @@ def test_a_clear_pass_stops_early_and_says_so_everywhere(early_pass):
     assert "Sequential gates" in (run_dir / "report.html").read_text()
 
 
-def test_a_later_full_run_reuses_every_item_the_sequential_run_scored(early_pass, data_dir):
-    tmp, _, seq_dir = early_pass
+#: The same gate, fixed-n, with room for a regression of 0.2 against a baseline.
+FIXED = CLEAR_PASS.replace("sequential: true", "max_regression: 0.2")
+
+
+@pytest.fixture(scope="module")
+def full_after(early_pass, data_dir):
+    """A fixed-n run after the sequential one, on the same result cache."""
+    tmp = early_pass[0]
+    return run(tmp, data_dir, FIXED, name="full")
+
+
+def test_a_later_full_run_reuses_every_item_the_sequential_run_scored(early_pass, full_after):
+    _, _, seq_dir = early_pass
     scored = gates_of(seq_dir)[f"{KEYWORD}-acc_ambig"]["sequential"]["items_scored"]
-    fixed = CLEAR_PASS.replace("sequential: true", "sequential: false")
-    proc, run_dir = run(tmp, data_dir, fixed, name="full")
+    proc, run_dir = full_after
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     entry = json.loads((run_dir / "results.json").read_text())["benchmarks"]["bbq"][KEYWORD]
     assert entry["n_scored"] == 200
     # Three choices per item, each one request; the sequential run's items come from the cache.
     assert entry["requests"]["from_cache"] == 3 * scored
     assert "sequential" not in gates_of(run_dir)[f"{KEYWORD}-acc_ambig"]
+
+
+def test_a_regression_gate_is_decided_on_the_band_around_the_baseline(early_pass, full_after, data_dir):
+    tmp = early_pass[0]
+    _, baseline_dir = full_after
+    proc, run_dir = run(tmp, data_dir, FIXED, "--sequential", "--baseline", str(baseline_dir), name="regr")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    verdict = gates_of(run_dir)[f"{KEYWORD}-acc_ambig-vs-baseline"]
+    seq = verdict["sequential"]
+    # The baseline's acc_ambig is 1.0 and "worse" is lower: no regression is x >= 1.0 - 0.2.
+    assert seq["band"] == [pytest.approx(0.8), None] and seq["decision"] == "PASS" and seq["n"] < 200
+    # The run stopped early, yet it judges the same 200 items as the baseline: like for like.
+    assert verdict["like_for_like"] is True, verdict["not_like_for_like"]
 
 
 def test_a_clear_failure_stops_early_and_blocks_the_release(tmp_path, data_dir):
