@@ -12,7 +12,9 @@ The statistics are ``bias_metrics.sequential``'s (docs/metrics.md §5); this mod
 - applies the **rule** (``CategoryPlan.update``): a gate is decided PASS when its CS lies inside its
   band, FAIL when the CS is disjoint from it, never while its metric over the items scored so far
   is undefined or rests on fewer than its ``min_n`` items; the category stops when every gate is
-  decided, else at exhaustion, where the ordinary fixed-n verdict decides what is still open.
+  decided, else at exhaustion, where the ordinary fixed-n verdict decides what is still open
+  (also a gate the last round would settle: no item was saved, so the run says what a fixed-n
+  run of the same items says).
 
 A wrong PASS is the worst outcome, so every doubt falls on the fixed-n side: a category with one
 gate that cannot be decided sequentially is scored in full (``CategoryPlan.can_stop``), and a
@@ -367,9 +369,15 @@ class GateTrack:
 
     def look(self, records: Sequence[Any], population: Sequence[Any], metric) -> None:
         """One round: the CS over ``records`` and, when the metric over them (``metric``, a
-        ``MetricResult``) is defined and rests on at least min_n items, the decision."""
+        ``MetricResult``) is defined and rests on at least min_n items, the decision; none once
+        every item is scored (the fixed-n verdict applies)."""
         self.n = len(records)
         self.low, self.high = self.form.cs(records, population, self.alpha)
+        if self.n >= len(population):
+            # Every item is scored: the ordinary fixed-n verdict decides (the issue's rule), so a
+            # run that saved nothing says what a fixed-n run of the same items says.
+            self.waiting = "not settled before the last round"
+            return
         if metric is None or not metric.defined:
             self.waiting = "its metric is undefined on the items scored so far"
             return
