@@ -113,8 +113,14 @@ class ServerClient:
         Raises:
             ServerUnavailable: the server could not be reached, or kept answering a retryable
                 status, after ``max_retries`` retries (the message names the URL, the last
-                status or error and the number of tries).
+                status or error and the retries made, as the ``retries`` counter counts them).
         """
+        return self._send(method, path, payload, retry=retry, timeout=timeout)[0]
+
+    def _send(
+        self, method: str, path: str, payload: dict | None, *, retry: bool, timeout: float | None
+    ) -> tuple[httpx.Response, int]:
+        """``request``, and the retries it made (for the message of a final failure status)."""
         url = self.url(path)
         extra = {} if timeout is None else {"timeout": timeout}
         attempt = 0
@@ -122,7 +128,7 @@ class ServerClient:
             try:
                 resp = self._http.request(method, url, json=payload, **extra)
                 if not retry or resp.status_code not in RETRY_STATUSES or attempt >= self.max_retries:
-                    return resp
+                    return resp, attempt
                 wait = _retry_after(resp) or self._wait(attempt)
             except httpx.TransportError as e:
                 limit = self.max_retries
@@ -131,7 +137,7 @@ class ServerClient:
                 if not retry or attempt >= limit:
                     raise ServerUnavailable(
                         self._redact(
-                            f"{method} {url}: {type(e).__name__}: {e} (after {attempt + 1} tries; is the "
+                            f"{method} {url}: {type(e).__name__}: {e} ({retried(attempt)}; is the "
                             "server running, and is --base-url right?)"
                         )
                     ) from None
@@ -154,18 +160,19 @@ class ServerClient:
             ModelError: a non-2xx answer (status and the start of the body), a body that is not
                 JSON, or the failures of ``request``.
         """
-        resp = self.request("POST", path, payload)
-        return self._json(resp, "POST", path)
+        resp, attempts = self._send("POST", path, payload, retry=True, timeout=None)
+        return self._json(resp, "POST", path, attempts)
 
     def get(self, path: str, *, retry: bool = True, timeout: float | None = None) -> dict:
         """GET and return the decoded JSON body (errors as ``post``; ``retry`` and ``timeout``
         as ``request``)."""
-        return self._json(self.request("GET", path, retry=retry, timeout=timeout), "GET", path)
+        resp, attempts = self._send("GET", path, None, retry=retry, timeout=timeout)
+        return self._json(resp, "GET", path, attempts)
 
-    def _json(self, resp: httpx.Response, method: str, path: str) -> dict:
+    def _json(self, resp: httpx.Response, method: str, path: str, attempts: int) -> dict:
         if resp.status_code >= 400:
             retryable = resp.status_code in RETRY_STATUSES
-            tries = f" after {self.max_retries} retries" if retryable else ""
+            tries = f" {retried(attempts)}" if retryable else ""
             error = ServerUnavailable if retryable else ModelError
             raise error(
                 self._redact(
@@ -179,6 +186,15 @@ class ServerClient:
             raise ModelError(
                 self._redact(f"{method} {self.url(path)}: the answer is not JSON: {resp.text[:200]!r}")
             ) from None
+
+
+def retried(n: int) -> str:
+    """How many times a request was retried, in the words every message uses: ``not retried``,
+    ``after 1 retry``, ``after N retries`` (the count ``ServerClient.retries`` adds up, which
+    results.json records per endpoint as ``retries``)."""
+    if n == 0:
+        return "not retried"
+    return f"after {n} retr{'y' if n == 1 else 'ies'}"
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
