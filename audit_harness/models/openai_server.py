@@ -45,7 +45,7 @@ from typing import Any, Sequence
 
 from ..errors import ModelError
 from .base import GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, Backend, ModelInfo, SentenceEncoding
-from .pool import Endpoint, EndpointPool, Job, ReplicaRefused, group_key
+from .pool import Endpoint, EndpointPool, Job, ReplicaRefused, endpoint_notices, group_key
 from .server_client import ServerClient, ServerUnavailable
 from .tokenization import encode_pair, special_ids, texts_to_encode
 
@@ -138,10 +138,12 @@ class OpenAIServerModel(Backend):
     @property
     def info(self) -> ModelInfo:
         """Provenance, with every endpoint's accounting as of now (``pool.Endpoint.accounting``:
-        read when the run's results are written, so they hold the whole run's counts)."""
+        read when the run's results are written, so they hold the whole run's counts) and a
+        line for each endpoint taken out (``pool.endpoint_notices``)."""
         server = dict(self._info.server or {})
         server["endpoints"] = self.pool.accounting()
         server["pool"] = self.pool.summary()
+        server["notices"] = endpoint_notices(server["endpoints"])
         return dataclasses.replace(self._info, server=server)
 
     @property
@@ -371,36 +373,24 @@ class OpenAIServerModel(Backend):
 
     def check_alignment(self) -> None:
         """Run the start-up alignment check once (``alignment.check_alignment``) on every
-        endpoint that is up, concurrently. The reference endpoint's report is the model's; every
-        other endpoint must agree with it (``alignment.compare_replicas``). On a failed check the
-        model keeps only the ``generate`` capability and a warning goes to stderr.
+        endpoint that is up, concurrently. The report of the first endpoint that answers (the
+        reference) is the model's; every other endpoint must agree with it
+        (``alignment.compare_replicas``). On a failed check the model keeps only the
+        ``generate`` capability and a warning goes to stderr.
 
         Raises:
             ModelError: an endpoint disagrees with the reference (it is named, with the reason).
-            ServerUnavailable: the reference endpoint could not be reached (another endpoint that
-                cannot be reached is taken out, as at start-up).
+            ServerUnavailable: no endpoint answered (each one is named, with why): endpoints
+                that cannot be reached are taken out, as at start-up, and the reference moves
+                to the first one that answered.
         """
         from .alignment import check_alignment, compare_replicas
 
         if self.alignment is not None:
             return
-        up = self.pool.up
-        reports = _each(lambda e: check_alignment(_Pinned(self, e)), up)
-        by_index = {e.index: r for e, r in zip(up, reports)}
-        reference = self.pool.endpoints[self.reference]
-        report = by_index.get(self.reference)
-        if report is None or isinstance(report, BaseException):
-            if isinstance(report, BaseException):
-                raise report
-            raise ServerUnavailable(f"{reference.url}: {reference.reason or 'not answering'}")
-        for e, other in zip(up, reports):
-            if e is reference:
-                continue
-            if isinstance(other, ServerUnavailable):
-                self.pool.take_out(e, str(other))
-                continue
-            if isinstance(other, BaseException):
-                raise other
+        answered = self._answering(lambda e: check_alignment(_Pinned(self, e)))
+        reference, report = answered[0]
+        for e, other in answered[1:]:
             why = compare_replicas(report, other)
             if why:
                 raise ModelError(_refusal(e.url, reference.url, why))
@@ -417,23 +407,55 @@ class OpenAIServerModel(Backend):
             )
 
     def _check_replica_tokenizers(self) -> None:
-        """Every endpoint's ``/tokenize`` of a fixed sentence must be the reference's.
+        """Every endpoint's ``/tokenize`` of a fixed sentence must be the reference's (the first
+        endpoint that answers it: ``_answering``).
 
         Raises:
             ModelError: one differs (it is named, with both token lists).
+            ServerUnavailable: no endpoint answered.
         """
         if not self.remote_tokenize:
             return
-        reference = self.pool.endpoints[self.reference]
-        self._probe_ids = self._tokenize(_PROBE, endpoint=reference)
-        others = [e for e in self.pool.up if e is not reference]
-        for e, ids in zip(others, _each(lambda e: self._tokenize(_PROBE, endpoint=e), others)):
-            if isinstance(ids, ServerUnavailable):
-                self.pool.take_out(e, str(ids))
-            elif isinstance(ids, BaseException):
-                raise ids
-            elif ids != self._probe_ids:
+        answered = self._answering(lambda e: self._tokenize(_PROBE, endpoint=e))
+        reference, self._probe_ids = answered[0]
+        for e, ids in answered[1:]:
+            if ids != self._probe_ids:
                 raise ModelError(_refusal(e.url, reference.url, _tokenizer_differs(ids, self._probe_ids)))
+
+    def _answering(self, check) -> list[tuple[Endpoint, Any]]:
+        """``check(endpoint)`` on every endpoint up, concurrently: (endpoint, result) of those
+        that answered, in the order given. One that cannot be reached is taken out, its reason
+        recorded (it is probed again later), as at start-up; the first that answered becomes
+        the reference (``_set_reference``): a reference that stops answering during the
+        start-up checks hands over to the next endpoint instead of stopping the run.
+
+        Raises:
+            ServerUnavailable: none answered (``_none_answered``: each endpoint and why; a
+                single server's own error). Exception: another error of an endpoint's check.
+        """
+        up = self.pool.up
+        answered = []
+        for e, result in zip(up, _each(check, up)):
+            if isinstance(result, ServerUnavailable) and len(self.pool.endpoints) > 1:
+                self.pool.take_out(e, str(result))
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                answered.append((e, result))
+        if not answered:
+            raise _none_answered(self.pool)
+        self._set_reference(answered[0][0])
+        return answered
+
+    def _set_reference(self, e: Endpoint) -> None:
+        """Make ``e`` the reference: the provenance (``info``: URL, model folder, context
+        window, fingerprint) becomes its own."""
+        if e.index == self.reference:
+            return
+        self.reference = e.index
+        fingerprint, fields = _reference_fields(self.inspected[e.index], e.url, self.served_name)
+        server = {**(self._info.server or {}), **fields}
+        self._info = dataclasses.replace(self._info, fingerprint=fingerprint, server=server)
 
     def _admit(self, e: Endpoint) -> None:
         """The checks an endpoint that went away passes before it takes requests again: the
@@ -655,6 +677,37 @@ def _each(fn, items: Sequence[Any]) -> list[Any]:
         return [f.exception() or f.result() for f in futures]
 
 
+def _none_answered(pool: EndpointPool) -> ServerUnavailable:
+    """Start-up found no endpoint that answers: each one and why (one server: its own error)."""
+    if len(pool.endpoints) == 1:
+        e = pool.endpoints[0]
+        return ServerUnavailable(e.reason or f"{e.url} does not answer")
+    listed = "; ".join(f"{e.url}: {e.reason or e.state}" for e in pool.endpoints)
+    return ServerUnavailable(f"no endpoint of the pool answers the start-up checks: {listed}")
+
+
+def _reference_fields(ref: "_Inspected", url: str, model: str) -> tuple[str, dict[str, Any]]:
+    """The fingerprint (``connect``'s doc) and the reference's own entries of
+    ``ModelInfo.server``, from what the reference endpoint at ``url`` said about itself."""
+    weights = ref.root if ref.root and Path(ref.root).is_dir() else None
+    if weights is not None:
+        from .zoo import weights_fingerprint
+
+        fingerprint = weights_fingerprint(Path(weights))
+    else:
+        meta = json.dumps(
+            {"id": model, "root": ref.root, "max_model_len": ref.max_len, "engine": ref.engine},
+            sort_keys=True,
+        )
+        fingerprint = f"server-metadata:sha256:{hashlib.sha256(meta.encode()).hexdigest()}"
+    return fingerprint, {
+        "base_url": url,
+        "root": ref.root,
+        "max_model_len": ref.max_len,
+        "fingerprint_basis": "weights in the server's model folder" if weights else "server metadata",
+    }
+
+
 def _refusal(url: str, reference: str, why: str) -> str:
     return (
         f"endpoint {url} is refused: {why} (the first endpoint that answered, {reference}, is the "
@@ -713,10 +766,12 @@ def connect(
     """Connect to the server(s) at ``base_url`` serving ``model`` and run the alignment check.
 
     Several URLs make a pool (``pool.EndpointPool``): each endpoint is inspected at start-up,
-    concurrently. One that cannot be reached is left out (a warning; it is probed again during
-    the run); the first one that answers is the reference; every other one must serve the same
-    model name with the same engine, tokenize like it and pass the alignment check with the same
-    log-probabilities, or it is refused and the run stops (``ModelError``).
+    concurrently. One that cannot be reached, at any start-up check, is taken out (a warning and
+    its reason in the accounting; it is probed again during the run); the first one that answers
+    every check is the reference; every other one must serve the same model name with the same
+    engine, tokenize like it and pass the alignment check with the same log-probabilities, or it
+    is refused and the run stops (``ModelError``). Only when no endpoint answers does start-up
+    fail for being unreachable (``ServerUnavailable`` naming each endpoint and why).
 
     Fingerprint (``ModelInfo.fingerprint``, part of the cache key): the sha256 of the weight
     files when the folder the reference server reports as the model's ``root`` exists on this
@@ -737,9 +792,10 @@ def connect(
         transport: an ``httpx`` transport (tests).
         check: run the alignment check now.
     Raises:
-        ModelError: no server can be reached, one does not serve ``model`` (the served names are
-            listed) or disagrees with the reference, or neither ``/tokenize`` nor a local
-            tokenizer exists; the local tokenizer and the server's disagree on a fixed sentence.
+        ModelError: no endpoint can be reached (``ServerUnavailable``), one does not serve
+            ``model`` (the served names are listed) or disagrees with the reference, or neither
+            ``/tokenize`` nor a local tokenizer exists; the local tokenizer and the server's
+            disagree on a fixed sentence.
         ConfigError: a malformed URL or setting, or a URL given twice.
     """
     from ..errors import ConfigError
@@ -771,15 +827,15 @@ def connect(
     found = _each(lambda c: _inspect(c, model), clients)
     for e, f in zip(pool.endpoints, found):
         if isinstance(f, ServerUnavailable) and len(clients) > 1:
-            pool.take_out(e, str(f))
+            pool.take_out(e, str(f))  # probed again during the run
         elif isinstance(f, BaseException):
             if len(clients) > 1 and isinstance(f, ModelError):
                 raise ModelError(f"endpoint {e.url} is refused: {f}") from None
             raise f
     if not pool.up:
-        raise ModelError(
-            "no endpoint of the pool answers: " + "; ".join(f"{e.url}: {e.reason}" for e in pool.endpoints)
-        )
+        raise _none_answered(pool)
+    # The reference for now: the start-up checks below move it to the next endpoint when this
+    # one stops answering (``OpenAIServerModel._answering``).
     reference = pool.up[0]
     ref: _Inspected = found[reference.index]
     for e in pool.up[1:]:
@@ -794,28 +850,15 @@ def connect(
             "a hub id must be in the local Hugging Face cache under HF_HUB_OFFLINE=1, "
             "or pass a local folder)"
         )
-    weights = ref.root if ref.root and Path(ref.root).is_dir() else None
-    if weights is not None:
-        from .zoo import weights_fingerprint
-
-        fingerprint = weights_fingerprint(Path(weights))
-    else:
-        meta = json.dumps(
-            {"id": model, "root": ref.root, "max_model_len": ref.max_len, "engine": ref.engine},
-            sort_keys=True,
-        )
-        fingerprint = f"server-metadata:sha256:{hashlib.sha256(meta.encode()).hexdigest()}"
+    fingerprint, fields = _reference_fields(ref, reference.url, model)
     server = {
-        "base_url": reference.url,
+        **fields,
         "served_model": model,
         "engine": ref.engine,
-        "root": ref.root,
-        "max_model_len": ref.max_len,
         "tokenizer": "server /tokenize" if ref.remote else tok_source,
         "local_tokenizer": tok_source,
         "api_key_env": api_key_env,
         "api_key_set": bool(os.environ.get(api_key_env)),
-        "fingerprint_basis": "weights in the server's model folder" if weights else "server metadata",
     }
     where = reference.url if len(public) == 1 else ", ".join(public)
     info = ModelInfo(

@@ -631,6 +631,34 @@ class EndpointPool:
             e.client.close()
 
 
+def endpoint_notices(endpoints: Sequence[dict]) -> list[str]:
+    """One line per endpoint of a pool that was taken out during the run (start-up included),
+    from the endpoints' accounting (``Endpoint.accounting``, summed over xdist workers by
+    ``merge_worker_models``). results.json keeps them as ``model.server.notices`` and the
+    terminal prints them with the run's end-of-run notes: the warning printed when it happened
+    sits in one test's captured output, or a worker's. Worded as the accounting: state, reason
+    (which says how often the failed request was retried), ``taken_out``, ``retries``,
+    ``failures``. None for one server (its failure is the run's error) or a pool that lost none."""
+    if len(endpoints) < 2:
+        return []
+    out = []
+    for e in endpoints:
+        if e.get("state") == UP and not e.get("taken_out"):
+            continue
+        state = {
+            UP: f"back in the pool (readmitted {e.get('readmitted', 0)} time(s))",
+            DOWN: "down at the end of the run",
+            REFUSED: "refused for the run",
+        }.get(e.get("state"), str(e.get("state")))
+        why = f": {e['reason']}" if e.get("reason") else ""
+        out.append(
+            f"endpoint {e.get('base_url')} taken out {e.get('taken_out', 0)} time(s), {state}{why}; "
+            f"requests: {e.get('requests', 0)}, scored: {e.get('scored', 0)}, retries: "
+            f"{e.get('retries', 0)}, failures: {e.get('failures', 0)} (model.server.endpoints)"
+        )
+    return out
+
+
 #: Counters of an endpoint that add up over the processes of a run (xdist workers).
 _SUMMED = (
     "requests",
@@ -679,5 +707,6 @@ def merge_worker_models(models: Sequence[dict | None]) -> dict | None:
         pool[k] = sum((s.get("pool") or {}).get(k, 0) for s in servers)
     pool["processes"] = len(servers)
     server["pool"] = pool
+    server["notices"] = endpoint_notices(server["endpoints"])
     first["server"] = server
     return first

@@ -117,6 +117,8 @@ def notices(results: Mapping[str, Any], outcome, moved: bool = False) -> list[tu
         (f"COVERAGE: {line}", "red" if "INSUFFICIENT" in line else None) for line in coverage_lines(results)
     ]
     out += [(f"PARSING: {line}", "yellow") for line in sensitivity_lines(results)]
+    server = (results.get("model") or {}).get("server") or {}
+    out += [(f"SERVER: {line}", "yellow") for line in server.get("notices") or []]
     unlike = (results.get("baseline") or {}).get("not_like_for_like") or []
     if unlike:
         out.append((f"BASELINE not like for like: {'; '.join(unlike)}", "yellow"))

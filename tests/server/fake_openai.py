@@ -4,8 +4,9 @@ generation), /v1/chat/completions. Faults on demand: failures before success (``
 prompt log-probabilities shifted by one position (``shift``, as llama.cpp's server returns them),
 no /tokenize (``tokenize``), a slow server (``delay``), a server that dies after answering a number
 of completion requests (``die_after``: the requests in flight then get no answer and new
-connections are refused, as when its process is killed). Listens on 127.0.0.1 only; ``stop()``
-ends it."""
+connections are refused, as when its process is killed), a server that takes connections and
+answers its listing but never a completion (``hang``: a cold vLLM compiling its kernels).
+Listens on 127.0.0.1 only; ``stop()`` ends it."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ class FakeServer:
         tokenize: serve /tokenize.
         owned_by: ``/v1/models``' owned_by (``vllm`` turns on the vLLM extensions).
         delay: seconds each /v1/completions request waits before it is computed.
+        hang: /v1/completions requests get no answer until the server stops (the client's
+            timeout ends them); the other routes answer.
         die_after: after answering this many /v1/completions requests (counted from the start),
             the server dies: what is in flight is dropped unanswered, new connections refused.
         answered: (path, JSON body) of every request answered with 200, in order.
@@ -56,6 +59,8 @@ class FakeServer:
         self.headers: list[dict] = []
         self.fail_next: list[int] = []
         self.delay = 0.0
+        self.hang = False
+        self._stopping = threading.Event()  # ends the requests ``hang`` holds
         self.die_after: int | None = None
         self.answered: list[tuple[str, dict | None]] = []
         self.dead = False
@@ -89,6 +94,10 @@ class FakeServer:
                     self._reply(status, {"error": {"message": f"injected {status}"}})
                     return
                 completion = self.path == "/v1/completions"
+                if completion and server.hang:
+                    server._stopping.wait()
+                    self.close_connection = True
+                    return
                 if completion and server.delay:
                     time.sleep(server.delay)
                 try:
@@ -120,6 +129,7 @@ class FakeServer:
 
     def stop(self) -> None:
         self.dead = True
+        self._stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 

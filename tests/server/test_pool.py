@@ -3,7 +3,9 @@ in-process model (``fake_openai.py``): every prefix group on one endpoint, the s
 process; a replica killed mid-run loses and duplicates nothing; a slow replica's work is stolen;
 a replica serving another model, tokenizer or dtype is refused; a run whose endpoints are all
 gone stops with exit 3 and a rerun (with xdist) resumes from the cache, its per-endpoint counts
-summed over the workers. The real two-server run is in test_vllm_pool.py."""
+summed over the workers; a first endpoint that hangs or refuses connections at start-up hands
+the reference to the next one (the run says so at its end), and none answering is exit 4
+naming each. The real two-server run is in test_vllm_pool.py."""
 
 from __future__ import annotations
 
@@ -312,3 +314,86 @@ def test_base_url_file_and_repeated_flags(tmp_path):
         base_urls([f"@{empty}"])
     with pytest.raises(ConfigError, match="cannot read"):
         base_urls([f"@{tmp_path / 'missing.txt'}"])
+
+
+def first_down(tiny, fault: str) -> tuple[FakeServer, FakeServer]:
+    """Two fake servers of one model, the first not answering at start-up: ``hangs`` (it lists
+    its model and tokenizes, but no completion comes back: a cold server compiling its kernels)
+    or ``refuses`` (stopped: connections refused)."""
+    a, b = FakeServer(tiny, NAME), FakeServer(tiny, NAME)
+    if fault == "hangs":
+        a.hang = True
+    else:
+        a.stop()
+    return a, b
+
+
+@pytest.mark.parametrize("fault", ["hangs", "refuses"])
+def test_a_first_endpoint_that_does_not_answer_at_start_up_hands_the_reference_on(tiny, data_dir, fault):
+    a, b = first_down(tiny, fault)
+    try:
+        # 20 s: the second server must answer within it on a busy machine (the first never does).
+        model = connect([a.url, b.url], NAME, timeout=20)
+        assert [e.state for e in model.pool.endpoints] == ["down", "up"]
+        assert model.reference == 1 and model.info.server["base_url"] == b.url
+        assert model.alignment.ok and model.info.server["alignment"]["ok"]
+        out = model.info.server["endpoints"]
+        reason = out[0]["reason"]
+        # The reason says how often the failed request was retried, as the accounting counts it.
+        if fault == "hangs":
+            assert "POST" in reason and "ReadTimeout" in reason and "not retried" in reason
+            assert out[0]["retries"] == 0
+        else:
+            assert "ConnectError" in reason and "after 1 retry;" in reason and out[0]["retries"] == 1
+        assert out[0]["taken_out"] == 1
+        requests = bbq_requests(data_dir, rows=4)
+        values = Engine(model).loglikelihood(requests)
+        assert max(abs(x - y) for x, y in zip(values, Engine(tiny).loglikelihood(requests))) < 1e-4
+        out = model.info.server["endpoints"]
+        assert out[0]["scored"] == 0 and out[1]["scored"] == len(requests)
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_no_endpoint_answering_at_start_up_names_each_one(tiny):
+    a, b = first_down(tiny, "hangs")
+    b.stop()
+    try:
+        with pytest.raises(ModelError, match="no endpoint of the pool answers the start-up checks") as err:
+            connect([a.url, b.url], NAME, timeout=2, max_retries=0)
+    finally:
+        a.stop()
+    assert f"{a.url.removesuffix('/v1')}/v1/completions: ReadTimeout" in str(err.value)
+    assert f"{b.url}/models: ConnectError" in str(err.value)
+
+
+def test_an_audit_whose_first_endpoint_hangs_runs_on_the_second_and_says_so(tiny, tmp_path, data_dir):
+    a, b = first_down(tiny, "hangs")
+    try:
+        proc = run_audit(tmp_path, data_dir, [a.url, b.url], "--request-timeout", "20")
+    finally:
+        b.stop()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode in (0, 1), out[-3000:]  # every gate decided: not exit 4
+    run = results(tmp_path, 0)
+    assert not run.get("errors")
+    server = run["model"]["server"]
+    assert server["base_url"] == b.url
+    down, up = server["endpoints"]
+    assert down["state"] == "down" and "ReadTimeout" in down["reason"] and down["scored"] == 0
+    stats = [o["requests"] for o in run["benchmarks"]["bbq"].values() if o.get("requests")]
+    assert up["state"] == "up" and up["scored"] == sum(s["computed"] for s in stats) > 0
+    # The end-of-run notes name it (the warning at the time went to captured output).
+    assert f"SERVER: endpoint {a.url} taken out 1 time(s), down at the end of the run: POST" in out
+
+    # With the second endpoint gone too, nothing answers: an input error naming both.
+    b.stop()
+    try:
+        proc = run_audit(tmp_path, data_dir, [a.url, b.url], "--request-timeout", "3", "--max-retries", "0")
+    finally:
+        a.stop()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4, out[-3000:]
+    assert "no endpoint of the pool answers the start-up checks" in out
+    assert a.url in out and b.url in out
