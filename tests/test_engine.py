@@ -28,6 +28,7 @@ from audit_harness.engine.cache import ResultCache, request_key
 from audit_harness.engine.executor import BackendOutOfMemory, Engine
 from audit_harness.engine.prefix_tree import build_position_tree, build_tree
 from audit_harness.engine.progress import Progress, progress_mode
+from audit_harness.errors import ModelError
 from audit_harness.models import load_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -374,3 +375,32 @@ def test_pair_scores_through_the_tree_equal_one_forward_per_sentence(
                 )
                 near = any(abs((v * 1000) % 1 - 0.5) < 0.1 for v in (p.score_more, p.score_less))
                 assert t.outcome == p.outcome or near
+
+
+def test_full_sequence_batches_reach_the_cache_before_a_later_batch_fails(gpt2, tmp_path, monkeypatch):
+    """The whole-sequence path (servers, models that cannot share prefixes) stores each batch as
+    it returns: a backend that dies on the third batch (every endpoint of a pool gone) leaves
+    the first two in the cache, and the rerun computes only the rest, each request once."""
+    reqs = [
+        (f"{w} is the context here", f" choice {j}") for w in ("Alpha", "Bravo", "Charlie") for j in range(3)
+    ]
+    real_full, calls = gpt2.forward_full, [0]
+
+    def dies_on_the_third(seqs, positions):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise ModelError("every endpoint of the pool went away (simulated)")
+        return real_full(seqs, positions)
+
+    monkeypatch.setattr(gpt2, "prefix_sharing", False)
+    monkeypatch.setattr(gpt2, "batch_size", 2)
+    monkeypatch.setattr(gpt2, "forward_full", dies_on_the_third)
+    engine = Engine(gpt2, cache=ResultCache(tmp_path))
+    with pytest.raises(ModelError, match="went away"):
+        engine.loglikelihood(reqs)
+    assert engine.stats.computed == 4  # two batches of two, stored before the third failed
+    monkeypatch.setattr(gpt2, "forward_full", real_full)
+    again = Engine(gpt2, cache=ResultCache(tmp_path))
+    values = again.loglikelihood(reqs)
+    assert (again.stats.from_cache, again.stats.computed) == (4, len(reqs) - 4)
+    assert values == pytest.approx(Engine(gpt2).loglikelihood(reqs), abs=1e-4)

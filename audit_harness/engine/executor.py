@@ -357,9 +357,13 @@ class Engine:
                 seq = list(ctx + cont)[-m.max_length :]
                 seqs.append(seq)
                 positions.append(range(len(seq) - len(cont), len(seq)))
-            values = self._full(seqs, positions)
-            self.stats.computed += len(full)
-            self._store({k: [float(sum(v))] for k, v in zip(full, values)}, full)
+
+            def summed(idx: list[int], values: list[list[float]]) -> None:
+                ks = [full[i] for i in idx]
+                self.stats.computed += len(ks)
+                self._store({k: [float(sum(v))] for k, v in zip(ks, values)}, ks)
+
+            self._full(seqs, positions, summed)
 
     def _compute_positions(self, pending: dict[bytes, tuple], keys: list[bytes]) -> None:
         """Per-token requests (sequence, positions) through the prefix tree where the backend
@@ -380,9 +384,13 @@ class Engine:
                     full = [k for k in fits[start:] if k not in self._results]
                     break
         if full:
-            values = self._full([list(pending[k][0]) for k in full], [list(pending[k][1]) for k in full])
-            self.stats.computed += len(full)
-            self._store(dict(zip(full, values)), full)
+
+            def as_is(idx: list[int], values: list[list[float]]) -> None:
+                ks = [full[i] for i in idx]
+                self.stats.computed += len(ks)
+                self._store(dict(zip(ks, values)), ks)
+
+            self._full([list(pending[k][0]) for k in full], [list(pending[k][1]) for k in full], as_is)
 
     def _run_tree(self, chunk: list[bytes], tree: PrefixTree, *, summed: bool = True) -> None:
         """Run ``tree`` (of the requests ``chunk``, in order) and store each request once all its
@@ -543,11 +551,16 @@ class Engine:
         return new_state, segs
 
     # -- full-sequence path ----------------------------------------------------------------------------
-    def _full(self, seqs: list[list[int]], positions) -> list[list[float]]:
+    def _full(self, seqs: list[list[int]], positions, done: Callable[[list[int], list], None]) -> None:
         """``forward_full`` over batches bounded by ``batch_size`` and the logits budget, longest
-        first (similar lengths waste little padding; a too-large batch fails at once)."""
+        first (similar lengths waste little padding; a too-large batch fails at once), handing
+        each batch's values to ``done(indices, values)`` as it comes back, so its results reach
+        the cache before the next batch runs: a crash or a pool whose every endpoint went away
+        loses at most the batch in flight, and the rerun resumes after the last stored one."""
         m = self.backend
-        out: list[list[float]] = [[] for _ in seqs]
+        nothing = [i for i in range(len(seqs)) if not len(positions[i])]
+        if nothing:  # no position to score: an empty list of values, without a forward
+            done(nothing, [[] for _ in nothing])
         todo = [i for i in range(len(seqs)) if len(positions[i])]
         if getattr(m, "order_by_prefix", False):
             # A server pads nothing; sequences sharing a prefix go out together instead, where
@@ -570,20 +583,18 @@ class Engine:
                 width = max(width, len(seqs[i]))
                 idx.append(i)
                 keep = k
-            self._full_batch(seqs, positions, idx, out)
+            self._full_batch(seqs, positions, idx, done)
             start += len(idx)
-        return out
 
-    def _full_batch(self, seqs, positions, idx: list[int], out) -> None:
-        halving(lambda part: self._full_forward(seqs, positions, part, out), idx, self.stats)
+    def _full_batch(self, seqs, positions, idx: list[int], done) -> None:
+        halving(lambda part: self._full_forward(seqs, positions, part, done), idx, self.stats)
 
-    def _full_forward(self, seqs, positions, idx, out) -> None:
+    def _full_forward(self, seqs, positions, idx, done) -> None:
         with self.pace.timed(len(idx) * max(len(seqs[i]) for i in idx)):
             values = self.backend.forward_full([seqs[i] for i in idx], [positions[i] for i in idx])
         self.stats.forwards += 1
         self.stats.tokens_forwarded += sum(len(seqs[i]) for i in idx)
-        for i, v in zip(idx, values):
-            out[i] = v
+        done(list(idx), values)
 
 
 def _subtree_tokens(seg: Segment) -> int:
