@@ -15,12 +15,16 @@ NOTHING CHECKED    5     no gate was evaluated (every selected one skipped, or n
 FAIL               1     a gate failed, was undefined, insufficient, or did not run (``-x``)
 PASS               0     every selected gate ran and passed
 =================  ====  ==================================================================
+
+A PASS or FAIL of a run that covers less than a full audit (``--limit``, ``-k``, ``--min-n``,
+skipped gates: ``report.scope.partial_reasons``) keeps its label and exit code, since a smoke run
+is a legitimate use, but its status is ``partial`` and its reason and verdict line say so and why.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from . import exit_codes
 
@@ -51,14 +55,18 @@ class Outcome:
     reason : str
         One sentence a release manager can act on.
     status : str
-        results.json's ``run.status``: ``complete``, ``interrupted``, ``incomplete``,
-        ``input error`` or ``nothing checked``.
+        results.json's ``run.status``: ``complete``, ``partial``, ``interrupted``,
+        ``incomplete``, ``input error`` or ``nothing checked``.
+    partial : tuple of str
+        Why a PASS or FAIL is not the verdict of a full audit; empty when it is (or when the
+        label is neither).
     """
 
     label: str
     exit_code: int
     reason: str
     status: str
+    partial: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -67,18 +75,29 @@ class Outcome:
 
     def line(self) -> str:
         """The verdict line the terminal ends with and the reports begin with."""
-        return f"VERDICT: {self.label}: {self.reason} (exit code {self.exit_code})"
+        scope = " ON A PARTIAL SCOPE" if self.partial else ""
+        return f"VERDICT: {self.label}{scope}: {self.reason} (exit code {self.exit_code})"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Outcome":
-        return cls(str(d["label"]), int(d["exit_code"]), str(d["reason"]), str(d["status"]))
+        partial = tuple(str(r) for r in d.get("partial") or ())
+        return cls(str(d["label"]), int(d["exit_code"]), str(d["reason"]), str(d["status"]), partial)
 
 
-def _make(label: str, reason: str) -> Outcome:
+def _make(label: str, reason: str, partial: Sequence[str] = ()) -> Outcome:
     code, status = LABELS[label]
+    if partial and label in ("PASS", "FAIL"):
+        why = "; ".join(partial)
+        return Outcome(
+            label,
+            code,
+            f"{reason}; partial scope ({why}): not the verdict of a full audit",
+            "partial",
+            tuple(partial),
+        )
     return Outcome(label, code, reason, status)
 
 
@@ -88,6 +107,7 @@ def decide(
     interrupted: bool = False,
     input_error: str | None = None,
     run_error: str | None = None,
+    partial: Sequence[str] = (),
 ) -> Outcome:
     """The outcome of a run from its gate statuses and what happened around them.
 
@@ -102,6 +122,9 @@ def decide(
     run_error : str, optional
         A failure outside any gate that leaves the run incomplete (its outputs could not be
         written where asked).
+    partial : sequence of str
+        Why the run covers less than a full audit (``report.scope.partial_reasons``): a PASS or
+        FAIL then has status ``partial`` and says why in its reason.
 
     Returns
     -------
@@ -119,6 +142,11 @@ def decide(
     'NOTHING CHECKED'
     >>> decide(["pass"], interrupted=True).exit_code
     2
+    >>> o = decide(["pass"], partial=["items sampled (--limit 8)"])
+    >>> o.label, o.exit_code, o.status
+    ('PASS', 0, 'partial')
+    >>> o.line()
+    'VERDICT: PASS ON A PARTIAL SCOPE: all 1 evaluated gate(s) passed; partial scope (items sampled (--limit 8)): not the verdict of a full audit (exit code 0)'
     """
     counts: dict[str, int] = {}
     for s in statuses:
@@ -152,7 +180,9 @@ def decide(
     blocked = sum(counts.get(s, 0) for s in BLOCKING)
     if blocked:
         parts = ", ".join(f"{counts[s]} {s}" for s in BLOCKING if counts.get(s))
-        return _make("FAIL", f"{blocked} of {total} gate(s) did not pass ({parts}): the release is blocked")
+        return _make(
+            "FAIL", f"{blocked} of {total} gate(s) did not pass ({parts}): the release is blocked", partial
+        )
     skipped = counts.get("skipped", 0)
     note = f"; {skipped} skipped (their data is missing), which is not a pass" if skipped else ""
-    return _make("PASS", f"all {counts.get('pass', 0)} evaluated gate(s) passed{note}")
+    return _make("PASS", f"all {counts.get('pass', 0)} evaluated gate(s) passed{note}", partial)

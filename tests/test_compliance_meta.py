@@ -145,7 +145,7 @@ def test_the_reports_show_the_signature_then_the_metadata_then_the_verdict(meta_
         "| System | Acme Support Assistant |",
         "| Training-data cutoff | 2021-12-31 |",
         "| Notes | Fine-tuned from an open-weights model. |",
-        "**Verdict: FAIL**",
+        "**Verdict: FAIL",
         "## Gates",
     ]
     positions = [md.index(x) for x in order]

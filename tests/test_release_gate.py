@@ -115,7 +115,7 @@ def test_every_gate_passed_exits_0(base_run):
     results = json.loads((run_dir / "results.json").read_text())
     assert results["gate_summary"] == {"pass": 3 * len(CATEGORIES)}
     assert results["run"]["exit_status"] == 0
-    assert "VERDICT: PASS: " in proc.stdout
+    assert "VERDICT: PASS ON A PARTIAL SCOPE: " in proc.stdout  # --limit: sampled rows
     assert {v["mode"] for v in results["gates"]} == {"point", "ci_overlap"}
     assert (run_dir / "report.html").is_file() and (run_dir / "report.md").is_file()
 
@@ -128,7 +128,10 @@ def test_a_gate_line_is_printed_once(tmp_path, data_dir):
     assert "FAILED audits/test_bbq.py::test_bbq[Religion-acc_disambig]\n" in proc.stdout
     assert "FAIL         test_bbq[Religion-acc_disambig]  0.000 [0.000, " in proc.stdout
     # The terminal ends with the run's verdict, as the reports begin with it.
-    assert "VERDICT: FAIL: " in proc.stdout and "the release is blocked (exit code 1)" in proc.stdout
+    assert (
+        "VERDICT: FAIL ON A PARTIAL SCOPE: " in proc.stdout
+        and "the release is blocked; partial scope (" in proc.stdout
+    )
 
 
 def test_junit_of_a_serial_and_a_parallel_run_carry_every_property(base_run, tmp_path, data_dir, thresholds):

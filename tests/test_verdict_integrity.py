@@ -41,6 +41,7 @@ def audit(
     plugin: str | None = None,
     limit: str | None = "8",
     timeout: int = 600,
+    min_n: str | None = "1",
 ) -> tuple[subprocess.CompletedProcess, Path]:
     results = results or tmp / "results"
     cmd = [
@@ -54,8 +55,7 @@ def audit(
         str(data_dir),
         "--results-dir",
         str(results),
-        "--min-n",
-        "1",
+        *(["--min-n", min_n] if min_n else []),
         "-p",
         "no:cacheprovider",
         "--cache-dir",
@@ -141,7 +141,11 @@ def control(tmp_path_factory, data_dir):
 def test_the_passing_control_passes(control):
     proc, results = control
     assert proc.returncode == 0, out(proc)[-3000:]
-    assert "VERDICT: PASS: all 2 evaluated gate(s) passed (exit code 0)" in proc.stdout
+    # Two gates on sampled rows: a pass, on a partial scope, and the verdict line says so and why.
+    assert "VERDICT: PASS ON A PARTIAL SCOPE: all 2 evaluated gate(s) passed; partial scope (" in proc.stdout
+    assert "): not the verdict of a full audit (exit code 0)" in proc.stdout
+    run = results_of(results)["run"]
+    assert run["status"] == "partial" and run["outcome"]["partial"]
 
 
 @pytest.mark.parametrize(
@@ -162,7 +166,7 @@ def test_lenient_intervals_make_the_gate_insufficient(tmp_path, data_dir, contro
     assert control[0].returncode == 0  # the same gates pass when the settings are the signed-off ones
     proc, results = audit(tmp_path, data_dir, "--thresholds", str(gates_file(tmp_path, gates)), *extra)
     assert proc.returncode == 1, out(proc)[-3000:]
-    assert "VERDICT: FAIL: 1 of 2 gate(s) did not pass (1 insufficient)" in proc.stdout
+    assert "VERDICT: FAIL ON A PARTIAL SCOPE: 1 of 2 gate(s) did not pass (1 insufficient)" in proc.stdout
     assert "INTERVALS: 1 gate(s) INSUFFICIENT" in proc.stdout and needle in proc.stdout
     (gate,) = [v for v in results_of(results)["gates"] if v["metric"] == "diff_bias_ambig"]
     assert gate["status"] == "insufficient" and gate["cause"] == "interval" and needle in gate["message"]
@@ -281,21 +285,29 @@ def test_every_exit_code_and_every_output_say_the_same(tmp_path, data_dir, code)
         keyword=case.get("keyword", "Religion"),
     )
     assert proc.returncode == code, out(proc)[-3000:]
-    line = re.search(r"^VERDICT: ([A-Z ]+): (.*) \(exit code (\d)\)$", proc.stdout, re.M)
-    assert line and (line[1], int(line[3])) == (label, code), proc.stdout[-3000:]
+    line = re.search(
+        r"^VERDICT: ([A-Z ]+?)( ON A PARTIAL SCOPE)?: (.*) \(exit code (\d)\)$", proc.stdout, re.M
+    )
+    assert line and (line[1], int(line[4])) == (label, code), proc.stdout[-3000:]
     doc = results_of(results)
+    partial = doc["run"]["outcome"].get("partial")
+    # -k Religion and --limit 8: a PASS or FAIL here is on a partial scope, and says so.
+    assert bool(partial) == bool(line[2]) == (label in ("PASS", "FAIL")), proc.stdout[-3000:]
     assert doc["run"]["outcome"] == {
         "label": label,
         "exit_code": code,
-        "reason": line[2],
+        "reason": line[3],
         "status": doc["run"]["status"],
+        "partial": partial,
     }
+    assert doc["run"]["status"] == "partial" if partial else doc["run"]["status"] != "complete"
     assert doc["run"]["exit_status"] == code
     run_dir = only_run(results)
     report = (run_dir / "report.md").read_text()
-    assert f"**Verdict: {label}** ({line[2]}; exit code {code})" in report
+    shown = f"{label} on a partial scope" if partial else label
+    assert f"**Verdict: {shown}** ({line[3]}; exit code {code})" in report
     html = (run_dir / "report.html").read_text()
-    assert f'<div class="label" id="verdict-label">{label}</div>' in html
+    assert f'<div class="label" id="verdict-label">{shown}</div>' in html
     props, cases, suite = junit_of(run_dir / "junit.xml")
     assert (props["bias_audit_verdict"], props["bias_audit_exit_code"]) == (label, str(code))
     assert props["bias_audit_status"] == doc["run"]["status"]
@@ -335,10 +347,35 @@ def test_limit_above_the_category_is_like_for_like_with_no_limit(tmp_path, data_
     doc = results_of(results)
     assert doc["baseline"]["not_like_for_like"] == []
     assert all(v["like_for_like"] for v in doc["gates"] if v["kind"] == "regression")
+    # --min-n 1 and 4 of the file's gates: the verdict says it is on a partial scope, and why.
+    assert doc["run"]["status"] == "partial"
+    assert "--min-n 1 instead of each gate's own min_n" in doc["run"]["outcome"]["partial"]
     assert (
         "items scored: every row (864 per category; --limit 100000 is above"
         in (only_run(results) / "report.md").read_text()
     )
+
+
+def test_only_a_full_scope_verdict_is_complete(tmp_path, data_dir, base_run):
+    """Every row of the category, every gate the file configures for the benchmark, each gate's
+    own min_n: the verdict line carries no partial scope and results.json says complete."""
+    tmp, _ = base_run
+    gates = "bbq:\n  defaults: {}\n  categories:\n    Sexual_orientation:\n      acc_ambig: {min: 0.0}\n"
+    proc, results = audit(
+        tmp_path,
+        data_dir,
+        "--thresholds",
+        str(gates_file(tmp_path, gates)),
+        keyword="Sexual_orientation",
+        limit=None,
+        min_n=None,
+        cache=tmp / "cache",  # base_run scored these rows already
+    )
+    assert proc.returncode == 0, out(proc)[-3000:]
+    run = results_of(results)["run"]
+    assert run["status"] == "complete" and run["outcome"]["partial"] == [], run["outcome"]
+    assert "VERDICT: PASS: all 1 evaluated gate(s) passed (exit code 0)" in proc.stdout
+    assert "PARTIAL" not in proc.stdout
 
 
 def test_another_dtype_is_named_and_strict_baseline_refuses_it(tmp_path, data_dir, base_run):

@@ -16,7 +16,8 @@ from typing import Any, Mapping
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .results import items_scored_text, overall_labels
+from .results import overall_labels
+from .scope import scope
 from .verdict import overall_verdict
 
 #: The model-index task of a model kind (results.json ``model.kind``); a causal LM, a served
@@ -97,41 +98,6 @@ def gate_entries(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def scope(results: Mapping[str, Any]) -> dict[str, Any]:
-    """What the verdict covers: benchmarks, items scored, gates evaluated of those configured,
-    the options that narrow a run (``--limit``, ``--min-n``), and ``partial`` with its reasons.
-    A verdict read off a card without its scope could pass a smoke run off as an audit."""
-    run = results.get("run") or {}
-    opts = results.get("options") or {}
-    evaluated, configured = len(results.get("gates") or []), run.get("gates_configured")
-    entries = [
-        e
-        for cats in (results.get("benchmarks") or {}).values()
-        for e in cats.values()
-        if e.get("status", "ok") == "ok" and "n_scored" in e
-    ]
-    reasons = []
-    if configured is None or evaluated < configured:
-        reasons.append(
-            f"{evaluated} of {configured if configured is not None else '?'} configured gates evaluated"
-        )
-    if any(e.get("n_available") is None or e["n_scored"] < e["n_available"] for e in entries):
-        reasons.append(f"items sampled (--limit {opts.get('limit')}), not every row")
-    if opts.get("min_n") is not None:
-        reasons.append(f"--min-n {opts['min_n']} instead of each gate's own min_n")
-    return {
-        "benchmarks": list(results.get("benchmarks") or {}),
-        "items_scored": items_scored_text(results),
-        "gates_evaluated": evaluated,
-        "gates_configured": configured,
-        "limit": opts.get("limit"),
-        "min_n": opts.get("min_n"),
-        "partial": bool(reasons),
-        "partial_reasons": reasons,
-        "command_line": run.get("command_line"),
-    }
-
-
 def card_data(results: Mapping[str, Any]) -> ModelCardData:
     """The card's metadata: the model-index of ``eval_results``, the gates and the run's verdict."""
     verdict = overall_verdict(results)
@@ -180,7 +146,7 @@ def bias_section(results: Mapping[str, Any]) -> str:
         "",
         "## Bias evaluation",
         "",
-        f"**Verdict: {verdict.label}** ({verdict.reason}; exit code {code}).",
+        f"**Verdict: {verdict.label}{' on a partial scope' if verdict.partial else ''}** ({verdict.reason}; exit code {code}).",
         "",
         *_scope_lines(scope(results)),
         f"Audited by bias-audit {suite.get('version', '?')} (commit `{suite.get('git_commit', '?')}`), "

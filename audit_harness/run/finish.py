@@ -177,12 +177,15 @@ def build(run: AuditRun, model, outcomes, verdicts, errors, touched) -> tuple[di
 def decide_outcome(files: RunFiles, presses: Presses) -> Outcome:
     """The run's one outcome decision (``outcome.decide``), stored in results.json's ``run``
     where the terminal, both reports and JUnit read it."""
+    from ..report.scope import partial_reasons
+
     results, facts = files.results, files.facts
     outcome = decide(
         [v["status"] for v in results["gates"]],
         interrupted=facts.interrupted or bool(presses),
         input_error=facts.input_error,
         run_error=facts.run_error,
+        partial=partial_reasons(results),
     )
     results["run"]["outcome"] = outcome.to_dict()
     results["run"]["status"] = outcome.status

@@ -1,0 +1,79 @@
+"""What a verdict covers (``scope``): the benchmarks, the items scored, the gates evaluated of
+those configured, and whether the run was partial, with its reasons. The run's outcome carries
+the reasons (``outcome.decide(partial=...)``) so the terminal's verdict line, both reports, JUnit
+and the model card say it wherever they say PASS: a smoke run must never read as an audit."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .results import items_scored_text
+
+
+def partial_reasons(results: Mapping[str, Any]) -> list[str]:
+    """Why a results document is not the verdict of a full audit of its benchmarks; empty when
+    it is. A gate skipped for missing data, a ``--limit`` that left rows out, a ``--min-n`` that
+    overrides the gates' own, or gates of the touched benchmarks left unselected (``-k``) each
+    narrow what the verdict can stand for.
+
+    Examples
+    --------
+    >>> doc = {"run": {"gates_configured": 2}, "options": {"limit": 8, "min_n": None},
+    ...        "gates": [{"status": "pass"}, {"status": "pass"}],
+    ...        "benchmarks": {"bbq": {"Age": {"n_scored": 8, "n_available": 3680}}}}
+    >>> partial_reasons(doc)
+    ['items sampled (--limit 8): 8 of 3,680 rows scored in bbq/Age']
+    >>> doc["benchmarks"]["bbq"]["Age"]["n_scored"] = 3680
+    >>> partial_reasons(doc)
+    []
+    """
+    run = results.get("run") or {}
+    opts = results.get("options") or {}
+    gates = results.get("gates") or []
+    configured = run.get("gates_configured")
+    reasons = []
+    if configured is None or len(gates) < configured:
+        shown = configured if configured is not None else "?"
+        reasons.append(f"{len(gates)} of {shown} configured gates evaluated")
+    skipped = sum(1 for g in gates if g.get("status") == "skipped")
+    if skipped:
+        reasons.append(f"{skipped} gate(s) skipped, their data missing")
+    short = [
+        (bench, cat, e)
+        for bench, cats in (results.get("benchmarks") or {}).items()
+        for cat, e in cats.items()
+        if e.get("status", "ok") == "ok"
+        and "n_scored" in e
+        and (e.get("n_available") is None or e["n_scored"] < e["n_available"])
+        and not (e.get("sequential") or {}).get("stopped_early")
+    ]
+    if short:
+        bench, cat, e = short[0]
+        how = f"items sampled (--limit {opts['limit']})" if opts.get("limit") is not None else "rows left out"
+        of = f"{e['n_available']:,}" if e.get("n_available") is not None else "?"
+        more = f" and {len(short) - 1} more categories" if len(short) > 1 else ""
+        reasons.append(f"{how}: {e['n_scored']:,} of {of} rows scored in {bench}/{cat}{more}")
+    if opts.get("min_n") is not None:
+        reasons.append(f"--min-n {opts['min_n']} instead of each gate's own min_n")
+    return reasons
+
+
+def scope(results: Mapping[str, Any]) -> dict[str, Any]:
+    """What the verdict covers: benchmarks, items scored, gates evaluated of those configured,
+    the options that narrow a run (``--limit``, ``--min-n``), and ``partial`` with its reasons
+    (``partial_reasons``). A verdict read without its scope could pass a smoke run off as an
+    audit."""
+    run = results.get("run") or {}
+    opts = results.get("options") or {}
+    reasons = partial_reasons(results)
+    return {
+        "benchmarks": list(results.get("benchmarks") or {}),
+        "items_scored": items_scored_text(results),
+        "gates_evaluated": len(results.get("gates") or []),
+        "gates_configured": run.get("gates_configured"),
+        "limit": opts.get("limit"),
+        "min_n": opts.get("min_n"),
+        "partial": bool(reasons),
+        "partial_reasons": reasons,
+        "command_line": run.get("command_line"),
+    }
