@@ -22,9 +22,12 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
     ...        "gates": [{"status": "pass"}, {"status": "pass"}],
     ...        "benchmarks": {"bbq": {"Age": {"n_scored": 8, "n_available": 3680}}}}
     >>> partial_reasons(doc)
-    ['items sampled (--limit 8): 8 of 3,680 rows scored in bbq/Age']
+    ['items sampled (--limit 8): 8 of 3,680 rows judged in bbq/Age']
     >>> doc["benchmarks"]["bbq"]["Age"]["n_scored"] = 3680
     >>> partial_reasons(doc)
+    []
+    >>> doc["benchmarks"]["bbq"]["Age"].update(n_scored=600, sequential={"population": 3680})
+    >>> partial_reasons(doc)  # stopped early by its confidence sequences: judged on every row
     []
     """
     run = results.get("run") or {}
@@ -39,20 +42,21 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
     if skipped:
         reasons.append(f"{skipped} gate(s) skipped, their data missing")
     short = [
-        (bench, cat, e)
+        (bench, cat, judged, e.get("n_available"))
         for bench, cats in (results.get("benchmarks") or {}).items()
         for cat, e in cats.items()
         if e.get("status", "ok") == "ok"
         and "n_scored" in e
-        and (e.get("n_available") is None or e["n_scored"] < e["n_available"])
-        and not (e.get("sequential") or {}).get("stopped_early")
+        # A sequential category's verdict holds for every item it selected, wherever it stopped.
+        and (judged := (e.get("sequential") or {}).get("population", e["n_scored"])) is not None
+        and (e.get("n_available") is None or judged < e["n_available"])
     ]
     if short:
-        bench, cat, e = short[0]
+        bench, cat, judged, available = short[0]
         how = f"items sampled (--limit {opts['limit']})" if opts.get("limit") is not None else "rows left out"
-        of = f"{e['n_available']:,}" if e.get("n_available") is not None else "?"
+        of = f"{available:,}" if available is not None else "?"
         more = f" and {len(short) - 1} more categories" if len(short) > 1 else ""
-        reasons.append(f"{how}: {e['n_scored']:,} of {of} rows scored in {bench}/{cat}{more}")
+        reasons.append(f"{how}: {judged:,} of {of} rows judged in {bench}/{cat}{more}")
     if opts.get("min_n") is not None:
         reasons.append(f"--min-n {opts['min_n']} instead of each gate's own min_n")
     return reasons
