@@ -29,6 +29,10 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
     >>> doc["benchmarks"]["bbq"]["Age"].update(n_scored=600, sequential={"population": 3680})
     >>> partial_reasons(doc)  # stopped early by its confidence sequences: judged on every row
     []
+    >>> doc["benchmarks"]["bbq"]["Age"]["sequential"] = None  # the population as its gates give it
+    >>> doc["gates"][0].update(benchmark="bbq", category="Age", sequential={"population": 3680})
+    >>> partial_reasons(doc)
+    []
     """
     run = results.get("run") or {}
     opts = results.get("options") or {}
@@ -41,14 +45,26 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
     skipped = sum(1 for g in gates if g.get("status") == "skipped")
     if skipped:
         reasons.append(f"{skipped} gate(s) skipped, their data missing")
+    # A sequential gate's verdict holds for every item its category selected (its population),
+    # wherever scoring stopped; the category entry or its gates say how many that was.
+    population: dict[tuple[str, str], int] = {}
+    for g in gates:
+        n = (g.get("sequential") or {}).get("population")
+        if n is not None:
+            key = (g.get("benchmark"), g.get("category"))
+            population[key] = max(population.get(key, 0), int(n))
     short = [
         (bench, cat, judged, e.get("n_available"))
         for bench, cats in (results.get("benchmarks") or {}).items()
         for cat, e in cats.items()
         if e.get("status", "ok") == "ok"
         and "n_scored" in e
-        # A sequential category's verdict holds for every item it selected, wherever it stopped.
-        and (judged := (e.get("sequential") or {}).get("population", e["n_scored"])) is not None
+        and (
+            judged := (e.get("sequential") or {}).get("population")
+            or population.get((bench, cat))
+            or e["n_scored"]
+        )
+        is not None
         and (e.get("n_available") is None or judged < e["n_available"])
     ]
     if short:
