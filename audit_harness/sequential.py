@@ -143,7 +143,8 @@ class Form:
     cs : callable
         ``cs(records, population, alpha) -> (low, high)`` on the metric's scale; records in the
         order scored, population the category's selected items (the items the metric's value at
-        full n would rest on).
+        full n would rest on), or None for the i.i.d. sequence of the parameter behind them
+        (``GateTrack.look``: a gate judged on its interval, not on its point value).
     """
 
     label: str
@@ -222,7 +223,7 @@ def _bbq_family_form(bench, metric: str) -> Form | None:
     if made is None:
         return None
     label, cs = made
-    return Form(label, lambda rs, pop, a: cs(_cells(bench, rs), len(pop), a))
+    return Form(label, lambda rs, pop, a: cs(_cells(bench, rs), None if pop is None else len(pop), a))
 
 
 def _kobbq_form(bench, metric: str) -> Form | None:
@@ -267,7 +268,11 @@ def _kobbq_form(bench, metric: str) -> Form | None:
 def _mean_of(bench, cs: CellCS, groups, records, population, alpha) -> tuple[float, float]:
     """The mean over ``groups`` (predicates on items and records) of each group's CS."""
     parts = [
-        cs(_cells(bench, [r for r in records if keep(r)]), sum(1 for x in population if keep(x)), alpha)
+        cs(
+            _cells(bench, [r for r in records if keep(r)]),
+            None if population is None else sum(1 for x in population if keep(x)),
+            alpha,
+        )
         for keep in groups
     ]
     return (float(np.mean([lo for lo, _ in parts])), float(np.mean([hi for _, hi in parts])))
@@ -282,7 +287,7 @@ def _pair_form(bench, metric: str) -> Form | None:
         return None
 
     def cs(records, population, a):
-        n = len(population)
+        n = None if population is None else len(population)
         if not any(r.excluded for r in records):
             return pair_score_cs([r.outcome for r in records], a, population_size=n)
         values = [math.nan if r.excluded else float(r.outcome == 1) for r in records]
@@ -372,7 +377,13 @@ class GateTrack:
         ``MetricResult``) is defined and rests on at least min_n items, the decision; none once
         every item is scored (the fixed-n verdict applies)."""
         self.n = len(records)
-        self.low, self.high = self.form.cs(records, population, self.alpha)
+        # A point-mode gate judges the value over the selected items: the without-replacement CS
+        # targets exactly that. A ci_inside / ci_overlap gate judges the parameter behind the
+        # items (its fixed-n interval is a sampling interval): the finite-population CS, which
+        # closes on the items' own value as they run out, would pass gates that interval does
+        # not, so those gates get the i.i.d. CS of the parameter.
+        finite = population if self.gate.decision_mode == "point" else None
+        self.low, self.high = self.form.cs(records, finite, self.alpha)
         if self.n >= len(population):
             # Every item is scored: the ordinary fixed-n verdict decides (the issue's rule), so a
             # run that saved nothing says what a fixed-n run of the same items says.
@@ -491,6 +502,9 @@ class CategoryPlan:
             "alpha": round(track.alpha, 12),
             "band": [_finite(x) for x in track.band] if track.band is not None else None,
             "form": track.form.label if track.form is not None else None,
+            # What the CS covers (``GateTrack.look``): the value over the selected items, or the
+            # parameter behind them for a gate judged on its interval.
+            "target": "items" if gate.decision_mode == "point" else "parameter",
             "rounds": self.rounds,
             "round_size": self.size,
             "items_scored": self.scored,

@@ -248,3 +248,28 @@ def test_every_form_covers_the_fixed_n_value_when_every_item_is_scored(
         assert high - low <= 4 * step, (name, low, high)
         checked += 1
     assert checked >= 4
+
+
+@pytest.mark.parametrize("mode, finite", [("point", True), ("ci_inside", False), ("ci_overlap", False)])
+def test_an_interval_gate_gets_the_parameter_cs_not_the_finite_population_one(mode, finite):
+    """A point gate judges the value over the selected items (the without-replacement CS); a gate
+    judged on its interval judges the parameter behind them. Near the end of a finite population
+    the without-replacement CS closes on the items' own value: CrowS-Pairs gender, 260 of 262
+    pairs, CS [50.75, 51.55] inside 50 +- 5 while the full run's interval [45.1, 57.2] is not, so
+    a ci_inside gate on it would pass sequentially and fail fixed-n: a wrong PASS."""
+    from audit_harness.gates import Gate
+    from audit_harness.sequential import Form, GateTrack
+    from bias_metrics.result import MetricResult
+
+    seen = []
+
+    def cs(records, population, alpha):
+        seen.append(population)
+        return (0.4, 0.6)
+
+    gate = Gate("crows_pairs", "gender", "bias_score", target=0.5, tolerance=0.2, mode=mode, min_n=1)
+    track = GateTrack(gate, Form("test", cs), (0.3, 0.7))
+    population = list(range(10))
+    track.look(population[:4], population, MetricResult("bias_score", 0.5, 4))
+    assert (seen[-1] is population) == finite and (seen[-1] is None) == (not finite)
+    assert track.decision == "PASS"  # the CS given is inside the band either way
