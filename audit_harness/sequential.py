@@ -478,7 +478,8 @@ class CategoryPlan:
     def report(self, gate: Gate) -> dict[str, Any] | None:
         """What the results say of ``gate`` (its verdict's ``sequential``), or None when the gate
         is not part of this plan."""
-        track = next((t for t in self.tracks if t.gate == gate), None)
+        # By test id: a regression gate's baseline may hold NaN, which never equals itself.
+        track = next((t for t in self.tracks if t.gate.test_id == gate.test_id), None)
         if track is None:
             return None
         decided = track.decision in (PASS, FAIL)
