@@ -1,6 +1,6 @@
 """Generation requests through the engine: dedupe, the result cache, ordering, token-budget
 batching (halved and retried on out-of-memory) and progress, as for scores. A backend runs
-batches only:
+batches:
 
 - ``encode_prompt(text) -> ids``: the prompt's token ids, as the model will read them.
 - ``generate_tokens(prompts, max_new_tokens, score_tokens=None[, stop=None]) -> (texts, tokens
@@ -11,6 +11,18 @@ batches only:
   each prompt. A backend whose ``generate_tokens`` takes ``stop`` (per prompt, its stop
   strings) may end a row as soon as its text contains one of them; it must not end it earlier,
   so a text that contains none of its stop strings is the whole generation.
+
+A backend may also stream (continuous batching), used instead of batches when it has
+``generate_stream`` and its ``can_stream`` is not False:
+
+- ``generate_stream(prompts, max_new_tokens, score_tokens, stop=..., max_rows=...)``: an
+  iterator of ``(prompt index, text, tokens run since the previous item, first-step
+  log-probabilities or None, prompt forwards since the previous item)``, one item per prompt as
+  its row finishes, at most ``max_rows`` rows decoded at once; texts and stop rules as
+  ``generate_tokens``. The engine saves texts every few rows (and what is done when the stream
+  stops), advances progress per row, and on out-of-memory runs the rows not done again with half
+  the rows, down to one. ``stats.forwards`` counts prompt forwards (batches, or a stream's
+  refills).
 
 ``first_step``: the forward that picks a prompt's first new token has the whole next-token
 distribution, so continuations of the same prompt that are one token long (KoBBQ's option
@@ -39,6 +51,7 @@ import json
 from typing import TYPE_CHECKING, Sequence
 
 from ..models.base import GenerationRequest
+from ..models.errors import BackendOutOfMemory
 from .cache import request_key
 from .store import halving
 
@@ -136,8 +149,12 @@ def run_generation(
     by_budget: dict[int, list[bytes]] = {}
     for job, i in rep.items():
         by_budget.setdefault(requests[i].max_new_tokens, []).append(job)
+    streams = hasattr(m, "generate_stream") and getattr(m, "can_stream", True)
     for max_new, batch_keys in by_budget.items():
         batch_keys.sort(key=lambda k: encoded[rep[k]])
+        if streams:
+            _run_stream(engine, batch_keys, encoded, rep, max_new, jobs, pairs, first, texts, weight, scores)
+            continue
         for batch in _batches(engine, batch_keys, encoded, rep, max_new):
             _run_batch(engine, batch, encoded, rep, max_new, jobs, pairs, first, texts, weight, scores)
     return [cut_at_stop(texts[k], r.stop) for k, r in zip(keys, requests)]
@@ -285,6 +302,86 @@ def _generate(
     engine.stats.computed += len(done)
     engine.texts.save(stored)
     _advance(engine, done, weight)
+
+
+def stream_rows(backend, widths: Sequence[int], max_new: int) -> int:
+    """Rows a stream decodes at once: ``batch_size``, fewer when that many rows of the widest
+    prompt + ``max_new`` would pass the backend's token budget (at least 1).
+
+    Examples:
+        >>> class B: batch_size, token_budget = 16, 8192
+        >>> stream_rows(B(), [300, 400], 30), stream_rows(B(), [900], 30), stream_rows(B(), [9000], 30)
+        (16, 8, 1)
+    """
+    return max(1, min(backend.batch_size, backend.token_budget // (max(widths) + max_new)))
+
+
+def _run_stream(
+    engine: "Engine", keys, encoded, rep, max_new: int, jobs, pairs, first, texts, weight, scores
+):
+    """``keys`` through the backend's ``generate_stream`` (continuous batching): each row's text
+    is taken as it finishes, saved every few rows (and whatever is done when the stream stops,
+    interrupted or failed). On out-of-memory, the rows not done run again with half the rows at
+    once, down to one."""
+    m = engine.backend
+    rows = stream_rows(m, [len(encoded[rep[k]]) for k in keys], max_new)
+    todo = list(keys)
+    while todo:
+        try:
+            _stream(engine, todo, rows, encoded, rep, max_new, jobs, pairs, first, texts, weight, scores)
+            return
+        except BackendOutOfMemory:
+            if rows == 1:
+                raise
+            engine.stats.oom_retries += 1
+            rows //= 2
+            todo = [k for k in todo if jobs[k][0][0] not in texts]
+
+
+def _stream(
+    engine: "Engine", todo, rows: int, encoded, rep, max_new, jobs, pairs, first, texts, weight, scores
+):
+    prompts = [list(encoded[rep[k]]) for k in todo]
+    score_tokens = [scores.get(k, []) for k in todo] if scores else None
+    stop = [list(jobs[k][1]) for k in todo]
+    model_key = engine._model_key()
+    stats = engine.stats
+    stored: dict[bytes, str] = {}
+    firsts: dict[bytes, list[float]] = {}
+    every = max(1, rows // 2)  # about one refill's rows per transaction
+
+    def flush() -> None:
+        engine.put_scores(firsts)
+        engine.texts.save(stored)
+        firsts.clear()
+        stored.clear()
+
+    try:
+        stream = engine.backend.generate_stream(prompts, max_new, score_tokens, stop=stop, max_rows=rows)
+        for index, text, forwarded, first_step, prefills in stream:
+            job = todo[index]
+            members, stops = jobs[job]
+            if stops and cut_at_stop(text, stops) != text:
+                stored[pairs[first[members[0]]][1]] = text  # possibly ended at the stop string
+            else:
+                stored[job] = text
+            if score_tokens is not None:
+                firsts.update(
+                    {
+                        request_key(model_key, "ll", tuple(prompts[index]), (t,)): [v]
+                        for t, v in zip(score_tokens[index], first_step or ())
+                    }
+                )
+            for k in members:
+                texts[k] = text
+            stats.forwards += prefills
+            stats.tokens_forwarded += forwarded
+            stats.computed += len(members)
+            _advance(engine, members, weight)
+            if len(stored) >= every:
+                flush()
+    finally:
+        flush()
 
 
 def _advance(engine: "Engine", keys, weight: dict[bytes, float]) -> None:

@@ -119,6 +119,9 @@ class HFCausalLM(Backend):
         self.tokenizer = tokenizer
         self.info = info
         self.batch_size = batch_size
+        #: Decoding forwards run by ``generate_tokens`` and ``generate_stream`` (one per step
+        #: after the prompt forward), a counter for tests and profiles.
+        self.decode_steps = 0
         self.device = next(model.parameters()).device
         self._bos, self._empty_prefix = special_ids(tokenizer)
         pad = tokenizer.pad_token_id
@@ -484,40 +487,101 @@ class HFCausalLM(Backend):
             raise ValueError("an empty prompt: generation needs at least one token to condition on")
         if stop is not None and len(stop) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(stop)} stop lists")
-        from .errors import PrefixUnsupported
 
         stops = [tuple(s for s in row if s) for row in stop] if stop is not None else [()] * len(prompts)
-        if self._own_loop() and self._tree_prefill_ok(prompts):
+        if self._own_loop():
+            state, forwarded = self._prefill_state(prompts)
+            tokens, first = self._greedy(state, max_new_tokens, stops, score_tokens)
+        else:
+            ids, mask, kwargs, forwarded = self._prompt_inputs(prompts)
+            tokens, first = self._generate_hf(ids, mask, kwargs, max_new_tokens, stops, score_tokens)
+        texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
+        return texts, forwarded + sum(len(row) for row in tokens), first
+
+    #: Whether ``generate_stream`` refills a batch with waiting prompts as its rows finish
+    #: (``continuous.stream_greedy``); off, the engine sends batches to ``generate_tokens``.
+    continuous_batching = True
+
+    @property
+    def can_stream(self) -> bool:
+        """Whether the engine may send a whole list of prompts to ``generate_stream``: continuous
+        batching on, the backend's own decoding loop (``_own_loop``), weights on a real device,
+        and ``generate_tokens`` not replaced by a subclass (a counting double decodes nothing).
+        A cache that turns out not to merge is found at the stream's first prefill, which then
+        runs batch by batch."""
+        return (
+            self.continuous_batching
+            and self.device.type != "meta"
+            and type(self).generate_tokens is HFCausalLM.generate_tokens
+            and self._own_loop()
+        )
+
+    def generate_stream(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        score_tokens: Sequence[Sequence[int]] | None = None,
+        stop: Sequence[Sequence[str]] | None = None,
+        max_rows: int | None = None,
+    ):
+        """Greedy completions of ``prompts`` with at most ``max_rows`` (default ``batch_size``)
+        decoded at once, the batch refilled with waiting prompts when half its rows have
+        finished (``continuous.stream_greedy``); each text equals ``generate_tokens``'.
+
+        Yields, as rows finish: (prompt index, text, tokens run since the previous item, its
+        first-step log-probabilities of ``score_tokens`` or None, prompt forwards started since
+        the previous item). The tokens and forwards summed over all items are the stream's.
+
+        Raises:
+            ValueError: as ``generate_tokens``, or ``max_rows < 1``. BackendOutOfMemory: CUDA ran
+                out of memory (items already yielded stand; the engine runs the rest with fewer
+                rows).
+        """
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if any(not p for p in prompts):
+            raise ValueError("an empty prompt: generation needs at least one token to condition on")
+        if stop is not None and len(stop) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(stop)} stop lists")
+        rows = self.batch_size if max_rows is None else max_rows
+        if rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {rows}")
+        from .continuous import stream_greedy
+
+        stops = [tuple(s for s in row if s) for row in stop] if stop is not None else [()] * len(prompts)
+        return stream_greedy(self, prompts, max_new_tokens, stops, score_tokens, rows)
+
+    def _prefill_state(self, prompts: list[list[int]]):
+        """(``_greedy``'s starting state, tokens run) of a batch: the prompt trie in one packed
+        forward (``_tree_prefill``) when it applies, else a left-padded forward whose shared
+        prefixes (``share_groups``) run once."""
+        from .errors import PrefixUnsupported
+
+        if self._tree_prefill_ok(prompts):
             try:
-                state, forwarded = self._tree_prefill(prompts)
+                return self._tree_prefill(prompts)
             except PrefixUnsupported:
                 self.disable_prefix_sharing()
-            else:
-                tokens, first = self._greedy(state, max_new_tokens, stops, score_tokens)
-                texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
-                return texts, forwarded + sum(len(row) for row in tokens), first
+        ids, mask, kwargs, forwarded = self._prompt_inputs(prompts)
+        return self._padded_prefill(ids, mask, kwargs.get(self._cache_arg)), forwarded
+
+    def _prompt_inputs(self, prompts: list[list[int]]):
+        """(input ids, attention mask, generate kwargs, tokens run) of a left-padded batch, a
+        shared prefix per ``share_groups`` group already run into the kwargs' cache."""
+        from .errors import PrefixUnsupported
+
         groups = (
             share_groups(prompts)
             if self.prefix_sharing and self._can_share and not self._sliding
             else [(0, list(range(len(prompts))))]
         )
-        kwargs: dict = {}
-        ids = None
         if groups[0][0]:
             try:
-                ids, mask, kwargs, forwarded = self._shared_prefix_inputs(prompts, groups)
+                return self._shared_prefix_inputs(prompts, groups)
             except PrefixUnsupported:
                 self.disable_prefix_sharing()
-        if ids is None:
-            ids, mask, _ = self._left_pad(prompts)
-            forwarded = sum(len(p) for p in prompts)
-        if self._own_loop():
-            state = self._padded_prefill(ids, mask, kwargs.get(self._cache_arg))
-            tokens, first = self._greedy(state, max_new_tokens, stops, score_tokens)
-        else:
-            tokens, first = self._generate_hf(ids, mask, kwargs, max_new_tokens, stops, score_tokens)
-        texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
-        return texts, forwarded + sum(len(row) for row in tokens), first
+        ids, mask, _ = self._left_pad(prompts)
+        return ids, mask, {}, sum(len(p) for p in prompts)
 
     def _own_loop(self) -> bool:
         """Whether ``_greedy`` decodes like ``generate`` for this model: a forward that takes a
@@ -671,6 +735,7 @@ class HFCausalLM(Backend):
                 logits = res.logits[:, -1, :].float()
                 cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
                 del res
+                self.decode_steps += 1
             if step == 0 and score_tokens is not None:
                 # The model's own forward has applied any final soft-capping already.
                 logp = torch.log_softmax(logits, dim=-1)
