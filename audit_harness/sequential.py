@@ -361,11 +361,21 @@ class GateTrack:
     low: float = math.nan
     high: float = math.nan
     waiting: str | None = None
+    #: Sequential gates of the whole run: a PASS is decided on the CS at alpha / family, so the
+    #: chance of any wrong sequential PASS in the run stays within one gate's alpha.
+    family: int = 1
 
     @property
     def alpha(self) -> float:
-        """The gate's error probability: 1 - its signed-off confidence."""
+        """The gate's error probability: 1 - its signed-off confidence (a FAIL's)."""
         return 1.0 - self.gate.confidence
+
+    @property
+    def pass_alpha(self) -> float:
+        """The error probability a sequential PASS is decided at: alpha split over the run's
+        sequential gates (Bonferroni), since a wrong PASS ships a release and a wrong FAIL
+        only costs a rerun."""
+        return self.alpha / max(1, self.family)
 
     @property
     def open(self) -> bool:
@@ -384,6 +394,7 @@ class GateTrack:
         # not, so those gates get the i.i.d. CS of the parameter.
         finite = population if self.gate.decision_mode == "point" else None
         self.low, self.high = self.form.cs(records, finite, self.alpha)
+        strict = self.form.cs(records, finite, self.pass_alpha) if self.family > 1 else None
         if self.n >= len(population):
             # Every item is scored: the ordinary fixed-n verdict decides (the issue's rule), so a
             # run that saved nothing says what a fixed-n run of the same items says.
@@ -396,7 +407,13 @@ class GateTrack:
             self.waiting = f"its metric rests on n={metric.n} < min_n={self.gate.min_n} items"
             return
         self.waiting = None
-        self.decision = decide((self.low, self.high), self.band)
+        if strict is None or decide(strict, self.band) == PASS:
+            if strict is not None:
+                self.low, self.high = strict  # the CS the PASS rests on
+            self.decision = decide((self.low, self.high), self.band)
+            return
+        # Inside at alpha but not at alpha / family: no PASS yet; a FAIL needs only alpha.
+        self.decision = FAIL if decide((self.low, self.high), self.band) == FAIL else CONTINUE
 
 
 @dataclass
@@ -424,9 +441,12 @@ class CategoryPlan:
     scored: int = 0
 
     @classmethod
-    def for_category(cls, bench, gates: Sequence[Gate], items: Sequence[Any], everywhere: bool):
+    def for_category(
+        cls, bench, gates: Sequence[Gate], items: Sequence[Any], everywhere: bool, family: int = 1
+    ):
         """The plan of a category of selected ``items``, or None when none of its ``gates`` is
-        sequential (``everywhere``: ``--sequential``; else a gate's own ``sequential``)."""
+        sequential (``everywhere``: ``--sequential``; else a gate's own ``sequential``);
+        ``family``: the sequential gates of the whole run (``GateTrack.pass_alpha``)."""
         if not any(everywhere or g.sequential for g in gates):
             return None
         tracks = []
@@ -438,7 +458,7 @@ class CategoryPlan:
                 fixed = "the baseline has no value: undefined at any n"
             elif form is None:
                 fixed = f"{g.metric} has no sequential form"
-            tracks.append(GateTrack(g, form if fixed is None else None, band, fixed))
+            tracks.append(GateTrack(g, form if fixed is None else None, band, fixed, family=family))
         return cls(list(items), round_size(len(items)), tracks)
 
     @property
@@ -501,6 +521,8 @@ class CategoryPlan:
             "population": self.population,
             "cs": [track.low, track.high] if track.form is not None and self.rounds else None,
             "alpha": round(track.alpha, 12),
+            # A PASS is decided on the CS at alpha / family (the run's sequential gates).
+            "pass_alpha": round(track.pass_alpha, 12),
             "band": [_finite(x) for x in track.band] if track.band is not None else None,
             "form": track.form.label if track.form is not None else None,
             # What the CS covers (``GateTrack.look``): the value over the selected items, or the

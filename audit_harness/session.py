@@ -558,7 +558,12 @@ class AuditSession:
         from .sequential import CategoryPlan
 
         gates = self.category_gates.get((benchmark, category), [])
-        return CategoryPlan.for_category(bench, gates, items, self.options.sequential)
+        # Every gate of the run that may be decided sequentially (a few may turn out fixed-n:
+        # counting them too only makes a PASS more demanding).
+        family = sum(
+            1 for gs in self.category_gates.values() for g in gs if self.options.sequential or g.sequential
+        )
+        return CategoryPlan.for_category(bench, gates, items, self.options.sequential, family=family)
 
     def _score_in_rounds(self, bench: Benchmark, benchmark: str, category: str, items, plan) -> list[Any]:
         """Score ``items`` in the plan's balanced rounds until every sequential gate is decided

@@ -273,3 +273,33 @@ def test_an_interval_gate_gets_the_parameter_cs_not_the_finite_population_one(mo
     track.look(population[:4], population, MetricResult("bias_score", 0.5, 4))
     assert (seen[-1] is population) == finite and (seen[-1] is None) == (not finite)
     assert track.decision == "PASS"  # the CS given is inside the band either way
+
+
+@pytest.mark.parametrize(
+    "family, band, decision",
+    [
+        (1, (0.3, 0.7), "PASS"),  # one sequential gate: the CS at alpha decides
+        (20, (0.3, 0.7), "CONTINUE"),  # inside at alpha, not at alpha / 20: no PASS yet
+        (20, (0.25, 0.75), "PASS"),  # inside at alpha / 20 too
+        (20, (0.65, 0.9), "FAIL"),  # a FAIL needs only the gate's own alpha
+    ],
+)
+def test_a_sequential_pass_is_decided_at_alpha_over_the_runs_sequential_gates(family, band, decision):
+    """A wrong PASS ships a release: across a run's sequential gates the chance of any wrong
+    sequential PASS stays within one gate's alpha (Bonferroni), while a FAIL, which only costs
+    a rerun, is decided at the gate's own alpha. (The SmolLM2 BBQ run at --limit 400 met a wrong
+    PASS per gate: Disability_status acc_disambig 0.495, passed after 60 items at alpha 0.05.)"""
+    from audit_harness.gates import Gate
+    from audit_harness.sequential import Form, GateTrack
+    from bias_metrics.result import MetricResult
+
+    def cs(records, population, alpha):  # narrower at a larger alpha, as every CS is
+        half = 0.1 if alpha >= 0.05 else 0.24
+        return (0.5 - half, 0.5 + half)
+
+    gate = Gate("bbq", "Age", "acc_disambig", min=0.0, min_n=1)
+    track = GateTrack(gate, Form("test", cs), band, family=family)
+    population = list(range(100))
+    track.look(population[:20], population, MetricResult("acc_disambig", 0.5, 20))
+    assert track.decision == decision
+    assert track.pass_alpha == pytest.approx(0.05 / family)
