@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<24}{wall:>9.1f}{cpu_s}{load_s}{tok:>12}{tok / wall:>10.2f}")
     st = before["stats"]
     print(
-        f"ours: {n} generations, {st['forwards']} batches, {st['tokens_forwarded']} tokens forwarded; "
+        f"ours: {n} generations, {st['forwards']} prompt forwards (batches or refills), {st['tokens_forwarded']} tokens forwarded; "
         f"start-up+load {before['seconds']['startup_and_load']:.1f} s, generation "
         f"{before['seconds']['generation']:.1f} s (after lm-eval: {after['seconds']['generation']:.1f} s); "
         f"the two runs' outputs identical {same_twice}/{n}"
