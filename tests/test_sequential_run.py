@@ -303,3 +303,20 @@ def test_a_sequential_pass_is_decided_at_alpha_over_the_runs_sequential_gates(fa
     track.look(population[:20], population, MetricResult("acc_disambig", 0.5, 20))
     assert track.decision == decision
     assert track.pass_alpha == pytest.approx(0.05 / family)
+
+
+def test_a_sequential_stop_is_like_for_like_with_the_full_run_of_the_same_items():
+    """results.json's like-for-like check (``--baseline``, ``bias-audit compare``) reads the items
+    a category's verdicts stand for: a sequential category that stopped at 60 of its 400 items
+    is compared as 400, and one that selected 300 is not like for like."""
+    from audit_harness.report.compare import comparability_notes
+
+    def doc(n_scored, sequential=None):
+        entry = {"n_scored": n_scored, "n_available": 3680, "sequential": sequential}
+        return {"benchmarks": {"bbq": {"Age": entry}}, "gates": []}
+
+    full = doc(400)
+    assert comparability_notes(full, doc(60, {"population": 400, "stopped_early": True})) == []
+    assert comparability_notes(full, doc(60, {"population": 300})) == [
+        "bbq/Age: 400 item(s) scored (old) vs 300 (new)"
+    ]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .results import overall_labels
+from .scope import judged_items
 from .verdict import overall_verdict
 
 #: Options whose difference makes two runs' numbers not directly comparable, with their names.
@@ -116,6 +117,7 @@ def comparability_notes(
     o_bopts = o_opts.get("benchmark_options") or {}
     n_bopts = n_opts.get("benchmark_options") or {}
     o_prot, n_prot = old.get("protocols") or {}, new.get("protocols") or {}
+    o_judged, n_judged = judged_items(old), judged_items(new)
     for bench in benches:
         _differs(notes, f"{bench} options", o_bopts.get(bench) or {}, n_bopts.get(bench) or {})
         a, b = o_prot.get(bench) or {}, n_prot.get(bench) or {}
@@ -129,7 +131,8 @@ def comparability_notes(
         if scope is not None:
             cats = [c for c in cats if c == scope[1]]
         for cat in cats:
-            a, b = o_bench[bench][cat].get("n_scored"), n_bench[bench][cat].get("n_scored")
+            # A sequential category stands for every item it selected, wherever it stopped.
+            a, b = o_judged.get((bench, cat)), n_judged.get((bench, cat))
             if a != b:
                 notes.append(f"{bench}/{cat}: {a} item(s) scored (old) vs {b} (new)")
     files_old, files_new = old.get("data_files") or {}, new.get("data_files") or {}

@@ -10,6 +10,35 @@ from typing import Any, Mapping
 from .results import items_scored_text
 
 
+def judged_items(results: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+    """Per (benchmark, category) of the document, the items its verdicts stand for: the items
+    scored, or for a sequential category every item it selected (its population), wherever it
+    stopped; the category entry or its gates' sequential reports say how many (a pair
+    benchmark's entries carry none).
+
+    Examples
+    --------
+    >>> judged_items({"benchmarks": {"bbq": {"Age": {"n_scored": 60}}},
+    ...               "gates": [{"benchmark": "bbq", "category": "Age",
+    ...                          "sequential": {"population": 400}}]})
+    {('bbq', 'Age'): 400}
+    """
+    population: dict[tuple[str, str], int] = {}
+    for g in results.get("gates") or []:
+        n = (g.get("sequential") or {}).get("population")
+        if n is not None:
+            key = (g.get("benchmark"), g.get("category"))
+            population[key] = max(population.get(key, 0), int(n))
+    out = {}
+    for bench, cats in (results.get("benchmarks") or {}).items():
+        for cat, e in cats.items():
+            if "n_scored" not in e:
+                continue
+            seq = (e.get("sequential") or {}).get("population")
+            out[(bench, cat)] = seq or population.get((bench, cat)) or e["n_scored"]
+    return out
+
+
 def partial_reasons(results: Mapping[str, Any]) -> list[str]:
     """Why a results document is not the verdict of a full audit of its benchmarks; empty when
     it is. A gate skipped for missing data, a ``--limit`` that left rows out, a ``--min-n`` that
@@ -45,27 +74,14 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
     skipped = sum(1 for g in gates if g.get("status") == "skipped")
     if skipped:
         reasons.append(f"{skipped} gate(s) skipped, their data missing")
-    # A sequential gate's verdict holds for every item its category selected (its population),
-    # wherever scoring stopped; the category entry or its gates say how many that was.
-    population: dict[tuple[str, str], int] = {}
-    for g in gates:
-        n = (g.get("sequential") or {}).get("population")
-        if n is not None:
-            key = (g.get("benchmark"), g.get("category"))
-            population[key] = max(population.get(key, 0), int(n))
+    judged = judged_items(results)
     short = [
-        (bench, cat, judged, e.get("n_available"))
+        (bench, cat, judged[(bench, cat)], e.get("n_available"))
         for bench, cats in (results.get("benchmarks") or {}).items()
         for cat, e in cats.items()
         if e.get("status", "ok") == "ok"
-        and "n_scored" in e
-        and (
-            judged := (e.get("sequential") or {}).get("population")
-            or population.get((bench, cat))
-            or e["n_scored"]
-        )
-        is not None
-        and (e.get("n_available") is None or judged < e["n_available"])
+        and (bench, cat) in judged
+        and (e.get("n_available") is None or judged[(bench, cat)] < e["n_available"])
     ]
     if short:
         bench, cat, judged, available = short[0]
