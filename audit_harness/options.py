@@ -7,13 +7,48 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
+import pytest
+
 #: Where the suite's options appear in ``--help``.
 GROUP = ("bias-audit", "model bias audit")
 
 
 def _env_int(name: str):
+    """An integer option's default from the environment: None when unset or empty.
+
+    Raises:
+        pytest.UsageError: the variable holds something else (exit 4, naming it): a limit or
+            min_n that cannot be read must never become a different run.
+    """
     value = os.environ.get(name)
-    return int(value) if value not in (None, "") else None
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise pytest.UsageError(f"environment variable {name}={value!r}: not an integer") from None
+
+
+#: The spellings an on/off environment variable may take; anything else is an input error.
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def _env_flag(name: str) -> bool:
+    """An on/off option's default from the environment (unset: off).
+
+    Raises:
+        pytest.UsageError: the variable holds neither spelling (``AUDIT_SEQUENTIAL=false`` once
+            turned the option on: any non-empty value did).
+    """
+    value = os.environ.get(name, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise pytest.UsageError(
+        f"environment variable {name}={os.environ[name]!r}: not one of "
+        f"{', '.join(_TRUE)} (on) or {', '.join(v for v in _FALSE if v)} (off)"
+    )
 
 
 def add_suite_options(g) -> None:
@@ -119,7 +154,7 @@ def add_suite_options(g) -> None:
         "--sequential",
         dest="audit_sequential",
         action="store_true",
-        default=os.environ.get("AUDIT_SEQUENTIAL", "") not in ("", "0"),
+        default=_env_flag("AUDIT_SEQUENTIAL"),
         help="score each category in seeded, balanced rounds and decide every gate on an "
         "anytime-valid confidence sequence, stopping a category once all its gates are decided "
         "(as `sequential: true` in the thresholds file does per gate; env AUDIT_SEQUENTIAL; "

@@ -630,3 +630,46 @@ def test_every_record_hashes_its_prompt_and_agrees_with_results_on_the_chat_temp
         == f"sha256:{digest}"
     )
     assert doc["protocols"]["bbq"]["chat_template"] == "none"
+
+
+@pytest.mark.parametrize(
+    "env, needle",
+    [
+        ({"AUDIT_SEQUENTIAL": "maybe"}, "environment variable AUDIT_SEQUENTIAL='maybe': not one of"),
+        ({"AUDIT_LIMIT": "abc"}, "environment variable AUDIT_LIMIT='abc': not an integer"),
+        ({"AUDIT_MIN_N": "x"}, "environment variable AUDIT_MIN_N='x': not an integer"),
+    ],
+)
+def test_an_unreadable_environment_option_is_exit_4_naming_it(env, needle, data_dir):
+    """An option from the environment that cannot be read stops the run (exit 4) naming the
+    variable: it was a traceback and exit 3, and AUDIT_SEQUENTIAL=false turned the option on."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "audits/test_bbq.py",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "AUDIT_DATA_DIR": str(data_dir), **env},
+        timeout=300,
+    )
+    assert proc.returncode == 4, out(proc)[-2000:]
+    assert needle in out(proc)
+
+
+@pytest.mark.parametrize(
+    "value, on",
+    [("false", False), ("0", False), ("off", False), ("", False), ("true", True), ("1", True), ("Yes", True)],
+)
+def test_an_on_off_environment_variable_reads_as_spelled(monkeypatch, value, on):
+    from audit_harness.options import _env_flag
+
+    monkeypatch.setenv("AUDIT_SEQUENTIAL", value)
+    assert _env_flag("AUDIT_SEQUENTIAL") is on
