@@ -489,6 +489,9 @@ class AuditSession:
             engine.take_counts()
             self._plan_embedder.take_texts()
         plan = self._sequential_plan(bench, benchmark, category, items)
+        # The selection's order: records are kept and scored in it whatever order the rounds
+        # scored them in, so a bootstrap interval over the same items is the same interval.
+        selected = {it.item_id: i for i, it in enumerate(items)}
         with self.progress.task(f"{benchmark}/{category}", len(todo)) as task:
             engine.progress = task
             try:
@@ -501,6 +504,7 @@ class AuditSession:
             finally:
                 engine.progress = None
         stats = engine.reset_stats().to_dict()
+        items = sorted(items, key=lambda it: selected[it.item_id])
         records = [self._records[(benchmark, it.item_id)] for it in items]
         if opts.plan:
             return self._planned(benchmark, category, data, records, len(todo), stats, start)
@@ -567,8 +571,9 @@ class AuditSession:
 
     def _score_in_rounds(self, bench: Benchmark, benchmark: str, category: str, items, plan) -> list[Any]:
         """Score ``items`` in the plan's balanced rounds until every sequential gate is decided
-        or the items run out; returns the items scored, in the order scored (the records file
-        keeps that order, so the confidence sequences can be recomputed from it)."""
+        or the items run out; returns the items scored, in the order scored (the rounds are
+        seeded, ``sequential.build_rounds``: that order can be rebuilt from the seed, so the
+        records file keeps the selection's order and the sequences can still be recomputed)."""
         import dataclasses
 
         from .sequential import build_rounds

@@ -106,6 +106,15 @@ def test_a_later_full_run_reuses_every_item_the_sequential_run_scored(early_pass
     assert entry["requests"]["from_cache"] == 3 * scored
     assert "sequential" not in gates_of(run_dir)[f"{KEYWORD}-acc_ambig"]
 
+    # The sequential run's records are kept in the selection's order, as the full run's are (its
+    # rounds were shuffled): a bootstrap interval over the same items is the same interval.
+    def ids(folder):
+        path = folder / "records" / "bbq" / f"{KEYWORD}.jsonl"
+        return [json.loads(line)["id"] for line in path.read_text().splitlines()]
+
+    seq_ids, full_ids = ids(seq_dir), ids(run_dir)
+    assert len(seq_ids) == scored and seq_ids == [i for i in full_ids if i in set(seq_ids)]
+
 
 def test_a_regression_gate_is_decided_on_the_band_around_the_baseline(early_pass, full_after, data_dir):
     tmp = early_pass[0]
