@@ -105,6 +105,7 @@ def test_report_html_is_complete_and_self_contained(two_benchmark_run):
     assert html.index('id="verdict"') < html.index('class="benchmark"')
     # A run of a few categories (-k): the label says the scope is partial.
     assert re.search(r'id="verdict-label">FAIL on a partial scope<', html)
+    assert "<title>Bias audit: tiny-random-gpt2 (FAIL on a partial scope)</title>" in html
     for bench in ("bbq", "crows_pairs"):
         section = html[html.index(f'id="bench-{bench}"') :]
         for heading in (
