@@ -52,6 +52,10 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
     ...        "benchmarks": {"bbq": {"Age": {"n_scored": 8, "n_available": 3680}}}}
     >>> partial_reasons(doc)
     ['items sampled (--limit 8): 8 of 3,680 rows judged in bbq/Age']
+    >>> doc["benchmarks"]["bbq"]["Religion"] = {"n_scored": 8, "n_available": 1200}
+    >>> partial_reasons(doc)
+    ['items sampled (--limit 8): 16 of 4,880 rows judged in 2 categories (8 of 3,680 rows judged in bbq/Age, ...)']
+    >>> del doc["benchmarks"]["bbq"]["Religion"]
     >>> doc["benchmarks"]["bbq"]["Age"]["n_scored"] = 3680
     >>> partial_reasons(doc)
     []
@@ -84,11 +88,21 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
         and (e.get("n_available") is None or judged[(bench, cat)] < e["n_available"])
     ]
     if short:
-        bench, cat, judged, available = short[0]
         how = f"items sampled (--limit {opts['limit']})" if opts.get("limit") is not None else "rows left out"
-        of = f"{available:,}" if available is not None else "?"
-        more = f" and {len(short) - 1} more categories" if len(short) > 1 else ""
-        reasons.append(f"{how}: {judged:,} of {of} rows judged in {bench}/{cat}{more}")
+
+        def of(available) -> str:
+            return f"{available:,}" if available is not None else "?"
+
+        bench, cat, judged, available = short[0]
+        one = f"{judged:,} of {of(available)} rows judged in {bench}/{cat}"
+        if len(short) == 1:
+            reasons.append(f"{how}: {one}")
+        else:  # the totals first: "80 of 3,680 ... and 10 more categories" read as 80 in all
+            total = sum(j for _, _, j, _ in short)
+            whole = None if any(a is None for *_, a in short) else sum(a for *_, a in short)
+            reasons.append(
+                f"{how}: {total:,} of {of(whole)} rows judged in {len(short)} categories ({one}, ...)"
+            )
     if opts.get("min_n") is not None:
         reasons.append(f"--min-n {opts['min_n']} instead of each gate's own min_n")
     return reasons
