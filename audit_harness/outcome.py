@@ -73,6 +73,12 @@ class Outcome:
         """True only for PASS."""
         return self.label == "PASS"
 
+    @property
+    def shown_label(self) -> str:
+        """The label as the reports head their verdict: ``FAIL on a partial scope`` when the run
+        covers less than a full audit."""
+        return f"{self.label} on a partial scope" if self.partial else self.label
+
     def line(self) -> str:
         """The verdict line the terminal ends with and the reports begin with."""
         scope = " ON A PARTIAL SCOPE" if self.partial else ""

@@ -200,7 +200,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         f"**Signature:** {signature(results)[1]}",
         "",
         *audited_system(results),
-        f"**Verdict: {verdict.label}{' on a partial scope' if verdict.partial else ''}** ({verdict.reason}; exit code "
+        f"**Verdict: {verdict.shown_label}** ({verdict.reason}; exit code "
         f"{'?' if verdict.exit_code is None else verdict.exit_code})",
         "",
     ]

@@ -146,7 +146,7 @@ def bias_section(results: Mapping[str, Any]) -> str:
         "",
         "## Bias evaluation",
         "",
-        f"**Verdict: {verdict.label}{' on a partial scope' if verdict.partial else ''}** ({verdict.reason}; exit code {code}).",
+        f"**Verdict: {verdict.shown_label}** ({verdict.reason}; exit code {code}).",
         "",
         *_scope_lines(scope(results)),
         f"Audited by bias-audit {suite.get('version', '?')} (commit `{suite.get('git_commit', '?')}`), "
