@@ -80,8 +80,11 @@ def test_a_clear_pass_stops_early_and_says_so_everywhere(early_pass):
     assert props["sequential_decision"] == "PASS" and props["sequential_n"] == str(seq["n"])
     assert props["sequential_items_saved"] == str(seq["items_saved"]) and "sequential_cs" in props
     md = (run_dir / "report.md").read_text()
-    assert "## Sequential gates" in md and f"| {seq['n']} of 200 |" in md
+    assert "## Sequential gates" in md and f"| PASS | {seq['n']} of 200 |" in md
+    assert "| PASS | sequential |" in md  # the verdict column beside where it comes from
     assert "Sequential gates" in (run_dir / "report.html").read_text()
+    # The terminal's gate line says the verdict was sequential, not a fixed-n one on n items.
+    assert f"sequential PASS after {seq['n']} of 200 items, CS [" in proc.stdout
 
 
 #: The same gate, fixed-n, with room for a regression of 0.2 against a baseline.
@@ -150,6 +153,9 @@ def test_an_undecidable_gate_falls_back_to_the_fixed_n_verdict_at_full_n(tmp_pat
     assert verdict["status"] == "pass" and seq["verdict_from"] == "fixed-n"
     assert seq["decision"] == "CONTINUE" and seq["items_scored"] == seq["population"] == 40
     assert seq["items_saved"] == 0 and "undecided when every item was scored" in seq["note"]
+    # Not "CONTINUE" in the reports: scoring is over and the fixed-n verdict decided.
+    assert "| none (fixed-n) | 40 of 40 | - (every item scored) |" in (run_dir / "report.md").read_text()
+    assert "sequential: undecided, fixed-n verdict on 40 of 40 items" in proc.stdout
 
 
 def test_a_bad_sequential_value_is_an_input_error_naming_file_and_key(tmp_path, data_dir):
@@ -329,3 +335,33 @@ def test_a_sequential_stop_is_like_for_like_with_the_full_run_of_the_same_items(
     assert comparability_notes(full, doc(60, {"population": 300})) == [
         "bbq/Age: 400 item(s) scored (old) vs 300 (new)"
     ]
+
+
+def test_pair_subgroups_do_not_report_pairs_that_overall_scored_as_saved():
+    # CrowS-Pairs' overall category holds every subgroup's pairs: when it was scored in full, a
+    # subgroup that stopped early saved no computation, and the totals count each pair once.
+    from audit_harness.report.markdown import sequential_rows, sequential_totals
+
+    def gate(cat, scored, population):
+        seq = {
+            "items_scored": scored,
+            "population": population,
+            "items_saved": population - scored,
+            "n": scored,
+            "decision": "PASS",
+            "verdict_from": "sequential",
+            "cs": [0.45, 0.55],
+            "band": [0.4, 0.6],
+        }
+        return {
+            "benchmark": "crows_pairs",
+            "category": cat,
+            "metric": "bias_score",
+            "status": "pass",
+            "sequential": seq,
+        }
+
+    results = {"gates": [gate("overall", 1508, 1508), gate("disability", 40, 60), gate("age", 87, 87)]}
+    saved = {r["category"]: r["saved"] for r in sequential_rows(results)}
+    assert saved == {"overall": "0", "disability": "0 (overall scored every item)", "age": "0"}
+    assert sequential_totals(results).startswith("1,508 of 1,508 selected items scored (100.0 %)")

@@ -77,27 +77,55 @@ def audited_system(results: Mapping[str, Any]) -> list[str]:
     return ["## Audited system", "", "| | |", "|---|---|", *[f"| {k} | {_cell(v)} |" for k, v in rows], ""]
 
 
+#: The category of a sentence-pair benchmark that holds every pair of its subgroups.
+_OVERALL = "overall"
+
+
+def _sequential_categories(results: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for v in results["gates"]:
+        if v.get("sequential"):
+            seen[(v["benchmark"], v["category"])] = v["sequential"]
+    return seen
+
+
+def _scored_by_overall(seen: Mapping[tuple[str, str], Mapping[str, Any]]) -> set[str]:
+    """Benchmarks whose ``overall`` category (every pair of the subgroups) was scored in full:
+    a subgroup that stopped early there saved no computation, its pairs were scored anyway."""
+    return {b for (b, c), s in seen.items() if c == _OVERALL and s["items_scored"] >= s["population"]}
+
+
 def sequential_rows(results: Mapping[str, Any]) -> list[dict[str, str]]:
     """One row per sequential gate (a verdict with ``sequential``), as both reports show it: the
     decision, the n it was decided at of the category's selected items, the confidence sequence
     there, the band, the items the category saved, and where the verdict comes from."""
     rows = []
+    full = _scored_by_overall(_sequential_categories(results))
     for v in results["gates"]:
         s = v.get("sequential")
         if not s:
             continue
+        saved = str(s["items_saved"])
+        if v["benchmark"] in full and v["category"] != _OVERALL and s["items_saved"]:
+            saved = f"0 ({_OVERALL} scored every item)"
         lo, hi = s.get("band") or [None, None]
         cs = s.get("cs")
+        # Once every item is scored, the without-replacement CS has closed on the value itself and
+        # decides nothing (the fixed-n verdict does): shown beside "none", a CS inside the band read
+        # as a contradiction.
+        exhausted = s.get("verdict_from") != "sequential" and s["items_scored"] >= s["population"]
         rows.append(
             {
                 "benchmark": v["benchmark"],
                 "category": v["category"],
                 "metric": v["metric"] + (" (vs baseline)" if v.get("kind") == "regression" else ""),
-                "decision": s.get("decision") or "-",
+                # An undecided gate at exhaustion is judged fixed-n: "CONTINUE" beside a CS outside
+                # its band read as a run still going.
+                "decision": s["decision"] if s.get("verdict_from") == "sequential" else "none (fixed-n)",
                 "n": f"{s['n']} of {s['population']}",
-                "cs": f"[{cs[0]:.3f}, {cs[1]:.3f}]" if cs else "-",
+                "cs": "- (every item scored)" if exhausted else f"[{cs[0]:.3f}, {cs[1]:.3f}]" if cs else "-",
                 "band": f"[{'-inf' if lo is None else format(lo, '.3f')}, {'inf' if hi is None else format(hi, '.3f')}]",
-                "saved": str(s["items_saved"]),
+                "saved": saved,
                 "verdict_from": s["verdict_from"],
                 "status": v["status"],
                 "note": s.get("note") or "",
@@ -108,19 +136,47 @@ def sequential_rows(results: Mapping[str, Any]) -> list[dict[str, str]]:
 
 def sequential_totals(results: Mapping[str, Any]) -> str | None:
     """Items scored of those selected over the categories with sequential gates, one sentence;
-    None when no gate was sequential."""
-    seen: dict[tuple[str, str], dict[str, Any]] = {}
-    for v in results["gates"]:
-        if v.get("sequential"):
-            seen[(v["benchmark"], v["category"])] = v["sequential"]
+    None when no gate was sequential. A sentence-pair benchmark's ``overall`` category holds its
+    subgroups' pairs: it counts them once (summing the subgroups too counted every pair twice and
+    called pairs that ``overall`` scored saved); when ``overall`` stopped early too, the pairs its
+    subgroups' own rounds scored may differ from its own, so the count is an upper bound.
+
+    Examples
+    --------
+    >>> def gate(cat, scored, population):
+    ...     return {"benchmark": "crows_pairs", "category": cat,
+    ...             "sequential": {"items_scored": scored, "population": population}}
+    >>> sequential_totals({"gates": [gate("overall", 100, 100), gate("age", 20, 40)]})
+    '100 of 100 selected items scored (100.0 %) in 2 categories with sequential gates; 1 stopped early'
+    >>> sequential_totals({"gates": [gate("overall", 60, 100), gate("age", 20, 40)]})
+    'at most 80 of 100 selected items scored (80.0 %) in 2 categories with sequential gates; 2 stopped early'
+    """
+    seen = _sequential_categories(results)
     if not seen:
         return None
-    scored = sum(s["items_scored"] for s in seen.values())
-    population = sum(s["population"] for s in seen.values())
+    scored = population = 0
+    bound = False
+    full = _scored_by_overall(seen)
+    for bench in sorted({b for b, _ in seen}):
+        cats = {c: s for (b, c), s in seen.items() if b == bench}
+        if _OVERALL not in cats:
+            scored += sum(s["items_scored"] for s in cats.values())
+            population += sum(s["population"] for s in cats.values())
+            continue
+        whole = cats.pop(_OVERALL)
+        population += whole["population"]
+        if bench in full or not cats:
+            scored += whole["items_scored"]
+        else:
+            bound = True
+            scored += min(
+                whole["population"], whole["items_scored"] + sum(s["items_scored"] for s in cats.values())
+            )
     early = sum(s["items_scored"] < s["population"] for s in seen.values())
     return (
-        f"{scored:,} of {population:,} selected items scored ({100.0 * scored / max(population, 1):.1f} %) "
-        f"in {len(seen)} categories with sequential gates; {early} stopped early"
+        f"{'at most ' if bound else ''}{scored:,} of {population:,} selected items scored "
+        f"({100.0 * scored / max(population, 1):.1f} %) in {len(seen)} categories with sequential "
+        f"gates; {early} stopped early"
     )
 
 
@@ -136,13 +192,15 @@ def sequential_section(results: Mapping[str, Any]) -> list[str]:
         "sequence (CS) lies inside its band, FAIL when outside; a category stops once all its gates "
         "are decided, else every item is scored and the fixed-n verdict applies (docs/gates.md).",
         "",
-        "| benchmark | category | metric | decision | n at decision | CS there | band | items saved | verdict from | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| benchmark | category | metric | sequential decision | items scored then | CS there | band | "
+        "items saved | verdict | verdict from | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         out.append(
             f"| {r['benchmark']} | {r['category']} | {r['metric']} | {r['decision']} | {r['n']} | "
-            f"{r['cs']} | {r['band']} | {r['saved']} | {r['verdict_from']} | {_cell(r['note'])} |"
+            f"{r['cs']} | {r['band']} | {r['saved']} | {r['status'].upper()} | {r['verdict_from']} | "
+            f"{_cell(r['note'])} |"
         )
     return out
 

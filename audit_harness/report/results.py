@@ -415,9 +415,33 @@ def gate_lines(results: Mapping[str, Any]) -> list[str]:
         unlike = "  (not like for like)" if v.get("not_like_for_like") else ""
         lines.append(
             f"  {v['status'].upper():<12} {test}  {value} {_interval(v.get('ci'))}{n}  "
-            f"{bound}  mode {v.get('mode', 'point')}{unlike}"
+            f"{bound}  mode {v.get('mode', 'point')}{_sequential_tag(v.get('sequential'))}{unlike}"
         )
     return lines
+
+
+def _sequential_tag(s: Mapping[str, Any] | None) -> str:
+    """Where a sequential gate's verdict comes from, for its terminal line: a run stopped early
+    must not read like a fixed-n one (its value and n are those of the items scored).
+
+    Examples
+    --------
+    >>> _sequential_tag({"verdict_from": "sequential", "decision": "PASS", "n": 60, "population": 400,
+    ...                  "cs": [0.91, 0.99]})
+    '  sequential PASS after 60 of 400 items, CS [0.910, 0.990]'
+    >>> _sequential_tag({"verdict_from": "fixed-n", "n": 400, "population": 400, "items_scored": 400})
+    '  sequential: undecided, fixed-n verdict on 400 of 400 items'
+    >>> _sequential_tag(None)
+    ''
+    """
+    if not s:
+        return ""
+    if s.get("verdict_from") == "sequential":
+        cs = s.get("cs")
+        where = f", CS [{cs[0]:.3f}, {cs[1]:.3f}]" if cs else ""
+        return f"  sequential {s.get('decision')} after {s['n']} of {s['population']} items{where}"
+    scored = s.get("items_scored", s.get("n"))
+    return f"  sequential: undecided, fixed-n verdict on {scored} of {s['population']} items"
 
 
 def metric_table(results: Mapping[str, Any]) -> list[str]:
