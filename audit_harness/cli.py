@@ -286,7 +286,7 @@ def run_help(pytest_help: str) -> str:
         "usage: bias-audit run [audit options] [pytest options] [-k EXPRESSION]",
         "",
         "Runs the audits (one pytest test per gate of the thresholds file) from any directory;",
-        "exit codes: 0 every gate passed, 1 a gate failed or was undefined, 2 interrupted,",
+        "exit codes: 0 every gate passed, 1 a gate failed, undefined or INSUFFICIENT, 2 interrupted,",
         "3 a model or data error during the run, 4 usage or input error, 5 no audit selected.",
         "",
     ]

@@ -62,6 +62,10 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
     >>> doc["benchmarks"]["bbq"]["Age"].update(n_scored=600, sequential={"population": 3680})
     >>> partial_reasons(doc)  # stopped early by its confidence sequences: judged on every row
     []
+    >>> doc["benchmarks"]["bbq"]["Age"].update(n_available=5000)  # --limit 3680, stopped at 600
+    >>> partial_reasons(doc)
+    ['items sampled (--limit 8): 3,680 of 5,000 rows judged (600 scored, sequential) in bbq/Age']
+    >>> doc["benchmarks"]["bbq"]["Age"]["n_available"] = 3680
     >>> doc["benchmarks"]["bbq"]["Age"]["sequential"] = None  # the population as its gates give it
     >>> doc["gates"][0].update(benchmark="bbq", category="Age", sequential={"population": 3680})
     >>> partial_reasons(doc)
@@ -80,7 +84,7 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
         reasons.append(f"{skipped} gate(s) skipped, their data missing")
     judged = judged_items(results)
     short = [
-        (bench, cat, judged[(bench, cat)], e.get("n_available"))
+        (bench, cat, judged[(bench, cat)], e.get("n_available"), e["n_scored"])
         for bench, cats in (results.get("benchmarks") or {}).items()
         for cat, e in cats.items()
         if e.get("status", "ok") == "ok"
@@ -93,15 +97,22 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
         def of(available) -> str:
             return f"{available:,}" if available is not None else "?"
 
-        bench, cat, judged, available = short[0]
-        one = f"{judged:,} of {of(available)} rows judged in {bench}/{cat}"
+        def scored(judged: int, n_scored: int) -> str:
+            # A sequential category that stopped early is judged on rows it did not score: a
+            # reader of "80 judged" beside a results table of 20 took one of them for a typo.
+            return f" ({n_scored:,} scored, sequential)" if n_scored < judged else ""
+
+        bench, cat, judged, available, n_scored = short[0]
+        one = f"{judged:,} of {of(available)} rows judged{scored(judged, n_scored)} in {bench}/{cat}"
         if len(short) == 1:
             reasons.append(f"{how}: {one}")
         else:  # the totals first: "80 of 3,680 ... and 10 more categories" read as 80 in all
-            total = sum(j for _, _, j, _ in short)
-            whole = None if any(a is None for *_, a in short) else sum(a for *_, a in short)
+            total = sum(s[2] for s in short)
+            whole = None if any(s[3] is None for s in short) else sum(s[3] for s in short)
+            all_scored = sum(s[4] for s in short)
             reasons.append(
-                f"{how}: {total:,} of {of(whole)} rows judged in {len(short)} categories ({one}, ...)"
+                f"{how}: {total:,} of {of(whole)} rows judged{scored(total, all_scored)} in "
+                f"{len(short)} categories ({one}, ...)"
             )
     if opts.get("min_n") is not None:
         reasons.append(f"--min-n {opts['min_n']} instead of each gate's own min_n")
