@@ -69,7 +69,7 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 test: lint
-	$(BIN)/python -m pytest --doctest-modules bias_metrics -q -p no:cacheprovider
+	$(BIN)/python -m pytest --doctest-modules bias_metrics audit_harness --ignore=audit_harness/audits -q -p no:cacheprovider
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest tests -m "not slow and not server" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The tests against a real vLLM (started and stopped by the tests themselves); the durations say
