@@ -131,17 +131,22 @@ def test_real_rows_equal_one_forward_per_request(gpt2, llama, data_dir, protocol
             assert engine.stats.tokens_forwarded < plain_tokens / 4
 
 
-def test_packed_rows_split_at_the_token_budget(gpt2, data_dir):
+def test_packed_rows_split_at_the_token_budget(gpt2, data_dir, monkeypatch):
     _, _, _, flat = bbq_requests(data_dir, "lmeval", categories=("Age",), rows=4)
+    asked: list[int] = []  # queries per forward: each an output-head row and a log-softmax
+    real = gpt2.forward_packed
+    monkeypatch.setattr(
+        gpt2, "forward_packed", lambda rows: asked.append(sum(len(r[3]) for r in rows)) or real(rows)
+    )
     whole = Engine(gpt2).loglikelihood(flat)
-    saved = gpt2.token_budget
-    gpt2.token_budget = 40  # below one BBQ subtree: its prefix is repeated in several rows
-    try:
-        engine = Engine(gpt2)
-        assert engine.loglikelihood(flat) == pytest.approx(whole, abs=1e-4)
-        assert engine.stats.forwards > 1
-    finally:
-        gpt2.token_budget = saved
+    queries = sum(asked)
+    asked.clear()
+    monkeypatch.setattr(gpt2, "token_budget", 40)  # below one BBQ subtree: its prefix repeats in rows
+    engine = Engine(gpt2)
+    assert engine.loglikelihood(flat) == pytest.approx(whole, abs=1e-4)
+    assert engine.stats.forwards > 1
+    # A repeated prefix is fed again but its own queries are asked once, in its first copy.
+    assert sum(asked) == queries
 
 
 def test_subtrees_packed_into_one_row_score_as_if_alone(gpt2, llama, data_dir, monkeypatch):

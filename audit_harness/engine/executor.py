@@ -618,8 +618,9 @@ def _split(seg: Segment, budget: int) -> list[Segment]:
                 used = 0
             groups[-1].append(part)
             used += size
-    # Queries of seg's own tokens are the same in every copy; the engine keeps the first value.
-    return [Segment(seg.tokens, seg.depth, seg.queries, g) for g in groups]
+    # Queries of seg's own tokens would be the same in every copy: only the first asks them (an
+    # output-head row and a log-softmax over the vocabulary each).
+    return [Segment(seg.tokens, seg.depth, seg.queries if i == 0 else [], g) for i, g in enumerate(groups)]
 
 
 def _flatten(root: Segment):
