@@ -176,6 +176,45 @@ def test_rows_merge_at_different_widths_and_positions(tiny):
     assert [stream[i] for i in range(len(ids))] == alone
 
 
+def test_a_refill_continues_the_kept_prefix_of_the_previous_one(tiny, data_dir, monkeypatch):
+    """KoBBQ prompts share the template's instruction across refills: a refill continues the
+    kept cache of the previous refill's last prompt rather than running it again, with texts
+    and first-step scores equal to one prompt at a time, and fewer tokens run than with the
+    reuse switched off."""
+    from audit_harness.models.hf import HFCausalLM
+
+    prompts, _ = kobbq_prompts(Engine(tiny), data_dir, 3)
+    ids = sorted(tiny.encode_prompt(p) for p in prompts)
+    letters = [[ids[n][-1]] for n in range(len(ids))]  # any token: a first-step score to compare
+    reused = []
+    prefill = HFCausalLM._tree_prefill
+
+    def spy(self, group, past=None):
+        if past is not None:
+            reused.append(past.length)
+        return prefill(self, group, past)
+
+    monkeypatch.setattr(HFCausalLM, "_tree_prefill", spy)
+
+    def stream():
+        out, run_tokens = {}, 0
+        for i, text, tokens, first, _ in tiny.generate_stream(ids, 8, letters, max_rows=4):
+            out[i], run_tokens = (text, first), run_tokens + tokens
+        return [out[i] for i in range(len(ids))], run_tokens
+
+    texts_firsts, tokens = stream()
+    assert reused and max(reused) >= 32  # the template's instruction, at least, was not run again
+    alone = [tiny.generate_tokens([p], 8, [t]) for p, t in zip(ids, letters)]
+    assert [t for t, _ in texts_firsts] == [a[0][0] for a in alone]
+    assert [v for _, f in texts_firsts for v in f] == pytest.approx([a[2][0][0] for a in alone], abs=1e-4)
+    from audit_harness.models.prompt_prefix import PromptPrefix
+
+    monkeypatch.setattr(PromptPrefix, "shared_with", lambda self, group: None)
+    again, more = stream()
+    assert [t for t, _ in again] == [t for t, _ in texts_firsts]
+    assert tokens + sum(reused) == more  # exactly the reused columns were not run again
+
+
 # -- the engine's guarantees ---------------------------------------------------------------------
 def test_out_of_memory_reruns_the_unfinished_rows_with_fewer(tiny, monkeypatch):
     from audit_harness.models.errors import BackendOutOfMemory

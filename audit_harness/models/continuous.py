@@ -11,6 +11,12 @@ side is left-padded along the sequence with zeros, its attention mask padded wit
 position ids per row. Every row thus sees exactly its own tokens at its own positions, the padding
 masked; leading columns masked in every row are dropped. The values equal a row run alone up to
 float rounding, as in any left-padded batch.
+
+Prompts come sorted by token ids, so a refill shares most with the previous refill's last
+prompt: the stream keeps that prompt's key/value cache (``hf.PromptPrefix``), and the next
+refill's trie starts after the prefix all its prompts share with it. The chat preamble and a
+prompt template's instruction are then computed once per stream rather than once per refill
+(KoBBQ, 360 Qwen prompts in 40 refills: about 3,000 of 24,000 prompt tokens).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
+
+from .prompt_prefix import PromptPrefix
 
 if TYPE_CHECKING:
     from .hf import HFCausalLM
@@ -178,13 +186,16 @@ def stream_greedy(
         return rows
 
     live: _Rows | None = None
+    kept: PromptPrefix | None = None  # the cache of the last prompt prefilled
     nxt = 0
     while nxt < n or live is not None:
         width = 0 if live is None else len(live.index)
         if nxt < n and width <= max_rows // 2:
             take = list(range(nxt, nxt + refill_size(prompts, nxt, max_rows - width)))
             nxt += len(take)
-            state, forwarded = backend._prefill_state([list(prompts[i]) for i in take])
+            group = [list(prompts[i]) for i in take]
+            past = kept.shared_with(group) if kept is not None else None
+            state, forwarded = backend._prefill_state(group, past)
             run[0] += forwarded
             run[1] += 1
             logits, cache, mask, pos, _ = state
@@ -201,6 +212,12 @@ def stream_greedy(
                     first[i] = [float(logp[r, t]) for t in score_tokens[i]]
             for i in take:
                 tokens[i] = []
+            # The next refill's prompts come next in sorted order: they share the most with this
+            # refill's last one, whose cache is kept when its row holds it whole (a tree prefill;
+            # a split prefill has padding between its prefix and suffix).
+            last = group[-1]
+            if bool(mask[-1, mask.shape[1] - len(last) :].all()):
+                kept = PromptPrefix.of_row(cache, len(take) - 1, last, mask.shape[1])
             fresh = _Rows(cache, mask, pos, None, take)
             done = choose(fresh, logits)
             for r in done:

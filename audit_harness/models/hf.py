@@ -10,6 +10,7 @@ from typing import Sequence
 import torch
 
 from .base import GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, Backend, ModelInfo, SentenceEncoding
+from .prompt_prefix import PromptPrefix
 from .tokenization import encode_pair, special_ids, texts_to_encode
 
 
@@ -366,7 +367,8 @@ class HFCausalLM(Backend):
         none), position id per token, queries as (column, target)): token i attends to itself
         and its ancestors only (a 4-D additive mask), at position id = its depth, so every
         prefix in the row is computed as if alone; no key/value cache is kept. Hidden states are
-        gathered at the queried columns only, then the output head and a float32 log-softmax.
+        gathered at the queried columns only, then the output head and a float32 log-softmax,
+        once per column however many targets are asked there.
 
         Returns:
             per row, the log-probability of each query's target.
@@ -393,13 +395,16 @@ class HFCausalLM(Backend):
         mask = torch.zeros((n, 1, width, width), dtype=dtype)
         mask.masked_fill_(~torch.from_numpy(allowed).unsqueeze(1), torch.finfo(dtype).min)
         ids, pos, mask = ids.to(self.device), pos.to(self.device), mask.to(self.device)
+        # Queries at one column differ only in their target (a branch of the tree: the choices'
+        # first tokens after a prompt): the output head and the log-softmax run once per column.
+        at: dict[tuple[int, int], int] = {}
+        which = [at.setdefault((r, c), len(at)) for r, row in enumerate(rows) for c, _ in row[3]]
         try:
             hidden = self.model.base_model(
                 input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False
             ).last_hidden_state
-            q_rows = torch.tensor([r for r, row in enumerate(rows) for _ in row[3]], device=self.device)
-            q_cols = torch.tensor([c for row in rows for c, _ in row[3]], device=self.device)
-            targets = torch.tensor([t for row in rows for _, t in row[3]], device=self.device)
+            q_rows = torch.tensor([r for r, _ in at], device=self.device)
+            q_cols = torch.tensor([c for _, c in at], device=self.device)
             logits = self.model.get_output_embeddings()(hidden[q_rows, q_cols]).float()
         except torch.OutOfMemoryError as e:
             from .errors import BackendOutOfMemory
@@ -407,9 +412,9 @@ class HFCausalLM(Backend):
             raise BackendOutOfMemory(str(e)) from None
         if self._softcap:
             logits = torch.tanh(logits / self._softcap) * self._softcap
-        values = (
-            logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-        ).tolist()
+        index = torch.tensor(which, device=self.device)
+        targets = torch.tensor([t for row in rows for _, t in row[3]], device=self.device)
+        values = (logits[index, targets] - torch.logsumexp(logits, dim=-1)[index]).tolist()
         out, k = [], 0
         for row in rows:
             out.append(values[k : k + len(row[3])])
@@ -551,15 +556,16 @@ class HFCausalLM(Backend):
         stops = [tuple(s for s in row if s) for row in stop] if stop is not None else [()] * len(prompts)
         return stream_greedy(self, prompts, max_new_tokens, stops, score_tokens, rows)
 
-    def _prefill_state(self, prompts: list[list[int]]):
+    def _prefill_state(self, prompts: list[list[int]], past: PromptPrefix | None = None):
         """(``_greedy``'s starting state, tokens run) of a batch: the prompt trie in one packed
-        forward (``_tree_prefill``) when it applies, else a left-padded forward whose shared
-        prefixes (``share_groups``) run once."""
+        forward (``_tree_prefill``) when it applies, continuing ``past`` (the key/value cache of
+        a prefix every prompt starts with, kept from an earlier prefill) when given, else a
+        left-padded forward whose shared prefixes (``share_groups``) run once."""
         from .errors import PrefixUnsupported
 
-        if self._tree_prefill_ok(prompts):
+        if self._tree_prefill_ok(prompts, past):
             try:
-                return self._tree_prefill(prompts)
+                return self._tree_prefill(prompts, past)
             except PrefixUnsupported:
                 self.disable_prefix_sharing()
         ids, mask, kwargs, forwarded = self._prompt_inputs(prompts)
@@ -610,23 +616,29 @@ class HFCausalLM(Backend):
     #: packed row attends over all of them, so its attention grows with the square of this.
     tree_prefill_tokens = 2048
 
-    def _tree_prefill_ok(self, prompts) -> bool:
+    def _tree_prefill_ok(self, prompts, past: PromptPrefix | None = None) -> bool:
+        cut = past.length if past is not None else 0
         return (
             self.prefix_sharing
             and self._can_share
             and self.can_pack
-            and len(prompts) > 1
-            and len(_trie(prompts)[0]) <= self.tree_prefill_tokens
+            and (len(prompts) > 1 or cut > 0)
+            and len(_trie([p[cut:] for p in prompts])[0]) <= self.tree_prefill_tokens
         )
 
     @torch.inference_mode()
-    def _tree_prefill(self, prompts: list[list[int]]):
+    def _tree_prefill(self, prompts: list[list[int]], past: PromptPrefix | None = None):
         """``_greedy``'s starting state from one packed forward of the batch's prompt trie: every
         distinct prompt prefix runs once (the instruction all prompts share, then each context,
         then each prompt's own end), token i attending to its ancestors only (a 4-D mask, as in
         ``forward_packed``) at position id = its depth. Each prompt's key/value cache is then
         gathered from the packed row along its path, left-padded, so decoding continues as after
         a left-padded prompt forward; no padding is computed. Returns (state, tokens run).
+
+        With ``past`` (the cache of the first ``past.length`` tokens, which every prompt starts
+        with and goes beyond), only the trie of the rest runs, its tokens attending to those
+        columns as well, at positions after them: a prefix computed once for an earlier batch
+        (the chat preamble, a prompt template's instruction) is not computed again.
 
         Raises:
             PrefixUnsupported: the model's cache cannot be batch-indexed.
@@ -635,7 +647,10 @@ class HFCausalLM(Backend):
 
         from .errors import PrefixUnsupported
 
-        tokens, parents, paths = _trie(prompts)
+        cut = 0 if past is None else past.length
+        if cut and any(len(p) <= cut or p[:cut] != list(past.ids[:cut]) for p in prompts):
+            raise ValueError("a prompt does not go beyond the prefix whose cache it continues")
+        tokens, parents, paths = _trie([p[cut:] for p in prompts])
         n, width = len(tokens), max(len(p) for p in prompts)
         allowed = np.zeros((n, n), dtype=bool)
         depth = [0] * n
@@ -645,14 +660,17 @@ class HFCausalLM(Backend):
                 depth[i] = depth[p] + 1
             allowed[i, i] = True
         dtype = self.model.dtype
-        mask4 = torch.zeros((1, 1, n, n), dtype=dtype)
-        mask4.masked_fill_(~torch.from_numpy(allowed), torch.finfo(dtype).min)
+        mask4 = torch.zeros((1, 1, n, cut + n), dtype=dtype)  # every token sees the past columns
+        mask4[..., cut:].masked_fill_(~torch.from_numpy(allowed), torch.finfo(dtype).min)
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        pos = torch.tensor([depth], dtype=torch.long, device=self.device)
+        pos = torch.tensor([[cut + d for d in depth]], dtype=torch.long, device=self.device)
         last = torch.tensor([path[-1] for path in paths], device=self.device)
+        extra = {}
+        if cut:
+            extra[self._base_cache_arg()] = past.cache(self.device)
         try:
             out = self.model.base_model(
-                input_ids=ids, attention_mask=mask4.to(self.device), position_ids=pos, use_cache=True
+                input_ids=ids, attention_mask=mask4.to(self.device), position_ids=pos, use_cache=True, **extra
             )
             logits = self.model.get_output_embeddings()(out.last_hidden_state[0, last]).float()
         except torch.OutOfMemoryError as e:
@@ -665,19 +683,25 @@ class HFCausalLM(Backend):
         del out
         if not _batch_indexable(cache):
             raise PrefixUnsupported(f"{type(cache).__name__} cache cannot be batch-indexed")
-        # Row r of the new cache holds the packed columns of prompt r's path, left-padded (the
-        # padding columns copy column 0 and are masked).
+        # Row r of the new cache holds the past columns and the packed columns of prompt r's
+        # path, left-padded (the padding columns copy column 0 and are masked).
         gather = torch.zeros((len(prompts), width), dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for r, path in enumerate(paths):
-            gather[r, width - len(path) :] = torch.tensor(path)
-            mask[r, width - len(path) :] = 1
+            gather[r, width - len(path) - cut :] = torch.tensor(list(range(cut)) + [cut + c for c in path])
+            mask[r, width - len(path) - cut :] = 1
         gather, mask = gather.to(self.device), mask.to(self.device)
         for layer in cache.layers:
             layer.keys = layer.keys[0][:, gather].transpose(0, 1).contiguous()
             layer.values = layer.values[0][:, gather].transpose(0, 1).contiguous()
         pos = torch.tensor([[len(p) - 1] for p in prompts], dtype=torch.long, device=self.device)
         return (logits, cache, mask, pos, True), n
+
+    def _base_cache_arg(self) -> str:
+        """The name under which ``base_model``'s forward takes a cache (``cache`` in
+        transformers 5, ``past_key_values`` before)."""
+        params = inspect.signature(self.model.base_model.forward).parameters
+        return "cache" if "cache" in params else "past_key_values"
 
     @torch.inference_mode()
     def _padded_prefill(self, ids, mask, cache):

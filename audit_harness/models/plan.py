@@ -20,6 +20,7 @@ from ..errors import ModelError
 from .base import ModelInfo, check_token_positions
 from .hf import HFCausalLM, _trie, share_groups
 from .hf_masked import HFMaskedLM
+from .prompt_prefix import PromptPrefix
 
 #: What every planned log-probability is: a placeholder, never a measurement.
 PLACEHOLDER = 0.0
@@ -88,6 +89,15 @@ class PlanCausalLM(_Counting, HFCausalLM):
         super().__init__(model, tokenizer, info, batch_size)
         self.counts = PlanCounts()
         self._inside_continuation = False
+        #: The last prompt of the previous generation batch, whose cache a real stream keeps
+        #: for the next refill (``continuous.stream_greedy``).
+        self._kept: list[int] | None = None
+
+    def take_counts(self) -> PlanCounts:
+        """As ``_Counting.take_counts``; the kept prompt goes too: a category's generations are
+        one stream, which starts with no cache kept."""
+        self._kept = None
+        return super().take_counts()
 
     def forward_full(self, seqs: list[list[int]], positions) -> list[list[float]]:
         return [[PLACEHOLDER] * len(p) for p in positions]
@@ -122,9 +132,12 @@ class PlanCausalLM(_Counting, HFCausalLM):
         """Empty texts, and the tokens ``HFCausalLM.generate_tokens`` would run with every row
         generating ``max_new_tokens`` (its upper bound): the same prompt forward (the batch's
         prompt trie when ``_tree_prefill`` applies, else the ``share_groups`` split), so a
-        prefix shared within the batch counts once. Assumes the model's key/value cache can be
-        batch-indexed (true of the full-attention transformers models; a model whose cache
-        cannot be runs every prompt whole, which only a real forward finds out).
+        prefix shared within the batch counts once; with the trie, the prefix every prompt of
+        the batch shares with the previous batch's last prompt is not counted again, as a
+        stream continues the cache it kept (``continuous.stream_greedy``). Assumes the model's
+        key/value cache can be batch-indexed (true of the full-attention transformers models; a
+        model whose cache cannot be runs every prompt whole, which only a real forward finds
+        out).
 
         Raises:
             ValueError: ``max_new_tokens < 1`` or an empty prompt.
@@ -138,14 +151,18 @@ class PlanCausalLM(_Counting, HFCausalLM):
             if self.prefix_sharing and self._can_share and not self._sliding
             else [(0, list(range(len(prompts))))]
         )
-        if self._own_loop() and self._tree_prefill_ok(prompts):
-            prompt_tokens = len(_trie(prompts)[0])
+        kept = PromptPrefix(self._kept, []).shared_with(prompts) if self._kept else None
+        cut = kept.length if kept is not None else 0
+        if self._own_loop() and self._tree_prefill_ok(prompts, kept):
+            prompt_tokens = len(_trie([p[cut:] for p in prompts])[0])
+            self._kept = list(prompts[-1])
         elif groups[0][0]:
             prompt_tokens = sum(length for length, _ in groups) + sum(
                 len(prompts[i]) - length for length, members in groups for i in members
             )
         else:
             prompt_tokens = sum(len(p) for p in prompts)
+            self._kept = list(prompts[-1])
         new = len(prompts) * max_new_tokens
         self.counts.generations += len(prompts)
         self.counts.generation_prompt_tokens += prompt_tokens
