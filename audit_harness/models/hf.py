@@ -9,6 +9,7 @@ from typing import Sequence
 
 import torch
 
+from . import decode_linear
 from .base import GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, Backend, ModelInfo, SentenceEncoding
 from .prompt_prefix import PromptPrefix
 from .tokenization import encode_pair, special_ids, texts_to_encode
@@ -494,6 +495,7 @@ class HFCausalLM(Backend):
             raise ValueError(f"{len(prompts)} prompts but {len(stop)} stop lists")
 
         stops = [tuple(s for s in row if s) for row in stop] if stop is not None else [()] * len(prompts)
+        self._prepare_decoding()
         if self._own_loop():
             state, forwarded = self._prefill_state(prompts)
             tokens, first = self._greedy(state, max_new_tokens, stops, score_tokens)
@@ -502,6 +504,15 @@ class HFCausalLM(Backend):
             tokens, first = self._generate_hf(ids, mask, kwargs, max_new_tokens, stops, score_tokens)
         texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
         return texts, forwarded + sum(len(row) for row in tokens), first
+
+    #: Whether decoding steps on the CPU (float32) run the linear layers' few-row products
+    #: through oneDNN (``decode_linear``: 1.5-2x faster than sgemm there, with a second copy of
+    #: the weights, made at the first generation).
+    onednn_decoding = True
+
+    def _prepare_decoding(self) -> None:
+        if self.onednn_decoding and decode_linear.applies(self.model):
+            decode_linear.enable(self.model)
 
     #: Whether ``generate_stream`` refills a batch with waiting prompts as its rows finish
     #: (``continuous.stream_greedy``); off, the engine sends batches to ``generate_tokens``.
@@ -554,6 +565,7 @@ class HFCausalLM(Backend):
         from .continuous import stream_greedy
 
         stops = [tuple(s for s in row if s) for row in stop] if stop is not None else [()] * len(prompts)
+        self._prepare_decoding()
         return stream_greedy(self, prompts, max_new_tokens, stops, score_tokens, rows)
 
     def _prefill_state(self, prompts: list[list[int]], past: PromptPrefix | None = None):
