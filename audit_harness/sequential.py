@@ -378,6 +378,16 @@ class GateTrack:
         return self.alpha / max(1, self.family)
 
     @property
+    def sides(self) -> int:
+        """1 for a one-sided band (a min or a max only), else 2. Each side of the composed CSs
+        misses with probability at most alpha / 2 (the hedged betting CS rejects a value once
+        either half of its capital reaches 2 / alpha, and the union bounds of the compositions
+        split that per side), and a one-sided band's PASS reads only the side facing its bound
+        (a lower bound: the CS's low end) and its FAIL only the other: so its CS is taken at 2
+        alpha, each decision still wrong with probability at most alpha (a PASS: pass_alpha)."""
+        return 1 if self.band is not None and (math.isinf(self.band[0]) or math.isinf(self.band[1])) else 2
+
+    @property
     def open(self) -> bool:
         """Still to decide, and decidable by more items."""
         return self.fixed is None and self.decision == CONTINUE
@@ -393,8 +403,9 @@ class GateTrack:
         # closes on the items' own value as they run out, would pass gates that interval does
         # not, so those gates get the i.i.d. CS of the parameter.
         finite = population if self.gate.decision_mode == "point" else None
-        self.low, self.high = self.form.cs(records, finite, self.alpha)
-        strict = self.form.cs(records, finite, self.pass_alpha) if self.family > 1 else None
+        level = 2 if self.sides == 1 else 1  # a one-sided band reads one side of the CS at 2 alpha
+        self.low, self.high = self.form.cs(records, finite, min(0.5, level * self.alpha))
+        strict = self.form.cs(records, finite, level * self.pass_alpha) if self.family > 1 else None
         if self.n >= len(population):
             # Every item is scored: the ordinary fixed-n verdict decides (the issue's rule), so a
             # run that saved nothing says what a fixed-n run of the same items says.
@@ -521,6 +532,8 @@ class CategoryPlan:
             "population": self.population,
             "cs": [track.low, track.high] if track.form is not None and self.rounds else None,
             "alpha": round(track.alpha, 12),
+            # A one-sided band's CS is read one side at a time, so it is made at 2 alpha.
+            "sides": track.sides,
             # A PASS is decided on the CS at alpha / family (the run's sequential gates).
             "pass_alpha": round(track.pass_alpha, 12),
             "band": [_finite(x) for x in track.band] if track.band is not None else None,
@@ -580,7 +593,8 @@ def sequential_verdict(verdict: Verdict, info: Mapping[str, Any] | None) -> Verd
     message = (
         f"{g.benchmark}/{g.category}/{g.metric}: {'passes' if passed else 'fails'} {band} "
         f"sequentially after {info['n']} of {info['population']} items: the confidence sequence "
-        f"[{lo:.4f}, {hi:.4f}] (alpha {info['alpha']:g}) lies {'inside' if passed else 'outside'} "
+        f"[{lo:.4f}, {hi:.4f}] (alpha {info['alpha']:g}"
+        f"{', one-sided' if info.get('sides') == 1 else ''}) lies {'inside' if passed else 'outside'} "
         f"its band; value over the {info['items_scored']} items scored {shown}, "
         f"{info['items_saved']} items saved"
     )

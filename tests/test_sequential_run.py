@@ -6,6 +6,7 @@ simulation of the balanced rounds' wrong-verdict rate."""
 from __future__ import annotations
 
 import json
+import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -201,6 +202,10 @@ def test_a_gate_key_wins_over_its_section_which_wins_over_the_file(tmp_path):
         ([1.0] * 100, (0.5, 1.0), "FAIL"),
         # Mean 0.45, outside the band [0.46, 1]: any PASS is wrong (the worst bug).
         ([1.0] * 90 + [0.0] * 10, (0.46, 1.0), "PASS"),
+        # The same with one-sided bands: their CS is made at 2 alpha (GateTrack.sides), each
+        # decision reading one side of it.
+        ([1.0] * 100, (0.5, math.inf), "FAIL"),
+        ([1.0] * 90 + [0.0] * 10, (0.46, math.inf), "PASS"),
     ],
 )
 def test_balanced_rounds_keep_wrong_verdicts_below_alpha_where_cells_differ_most(high_cell, band, wrong):
@@ -214,7 +219,8 @@ def test_balanced_rounds_keep_wrong_verdicts_below_alpha_where_cells_differ_most
             for seed in range(300)
         ]
     )
-    low, high = betting_cs_path(orders, 0.05, population_size=200, checkpoints=list(range(20, 201, 20)))
+    alpha = 0.1 if math.isinf(band[1]) else 0.05
+    low, high = betting_cs_path(orders, alpha, population_size=200, checkpoints=list(range(20, 201, 20)))
     decisions = [
         next((d for lo, hi in zip(low[r], high[r]) if (d := decide((lo, hi), band)) != "CONTINUE"), None)
         for r in range(len(orders))
@@ -318,6 +324,31 @@ def test_a_sequential_pass_is_decided_at_alpha_over_the_runs_sequential_gates(fa
     track.look(population[:20], population, MetricResult("acc_disambig", 0.5, 20))
     assert track.decision == decision
     assert track.pass_alpha == pytest.approx(0.05 / family)
+
+
+def test_a_one_sided_band_reads_one_side_of_the_cs_at_twice_alpha():
+    """A min-only gate's PASS rests on the CS's low end, its FAIL on its high end: each side of
+    the CS at 2 alpha misses with probability at most alpha, so that is the CS it gets (a band
+    with two finite ends needs both sides at once and keeps alpha)."""
+    from audit_harness.gates import Gate
+    from audit_harness.sequential import Form, GateTrack
+    from bias_metrics.result import MetricResult
+
+    asked = []
+
+    def cs(records, population, alpha):
+        asked.append(alpha)
+        return (0.52, 0.7)
+
+    population = list(range(100))
+    for band, sides in (((0.5, math.inf), 1), ((-math.inf, 0.8), 1), ((0.5, 0.8), 2)):
+        asked.clear()
+        gate = Gate("bbq", "Age", "acc_disambig", min=0.0, min_n=1)
+        track = GateTrack(gate, Form("test", cs), band, family=4)
+        track.look(population[:20], population, MetricResult("acc_disambig", 0.6, 20))
+        assert track.sides == sides and track.decision == "PASS"
+        level = 2 if sides == 1 else 1  # the CS at alpha, then at alpha / family for a PASS
+        assert asked == pytest.approx([level * 0.05, level * 0.05 / 4])
 
 
 def test_a_sequential_stop_is_like_for_like_with_the_full_run_of_the_same_items():
