@@ -6,9 +6,10 @@ The statistics are ``bias_metrics.sequential``'s (docs/metrics.md §5); this mod
 - builds the **rounds**: the category's selected items in a seeded order that keeps the
   benchmark's balance (``Benchmark.balance_key``): every prefix holds each cell in proportion to
   its share of the selected items, and the items of a round are shuffled;
-- picks each gate's **composed CS** by metric (``form_of``): s_DIS, s_AMB and the ambiguous
-  diff-bias, the disambiguated diff-bias (difference of two accuracies), the pair bias score, and
-  accuracies and rates as plain means; any other metric has no sequential form and stays fixed-n;
+- asks each gate's benchmark for its metric's **composed CS** (``Benchmark.sequential_form``:
+  for the BBQ family ``benchmarks/bbq_family_sequential.py``, s_DIS, s_AMB and the ambiguous
+  diff-bias, the disambiguated diff-bias, accuracies and rates; the pair bias score in
+  ``benchmarks/sentence_pairs.py``); a metric without one stays fixed-n;
 - applies the **rule** (``CategoryPlan.update``): a gate is decided PASS when its CS lies inside its
   band, FAIL when the CS is disjoint from it, never while its metric over the items scored so far
   is undefined or rests on fewer than its ``min_n`` items; the category stops when every gate is
@@ -35,23 +36,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
-import numpy as np
+from bias_metrics.sequential import CONTINUE, FAIL, PASS, decide, regression_band
 
-from bias_metrics import bbq_family as bf
-from bias_metrics.sequential import (
-    CONTINUE,
-    FAIL,
-    PASS,
-    betting_cs,
-    decide,
-    diff_bias_cs,
-    pair_score_cs,
-    regression_band,
-    s_amb_cs,
-    s_dis_cs,
-)
-
-from .benchmarks.base import sample_rng
+from .benchmarks.base import SequentialForm, sample_rng
 from .gates import Gate, Verdict
 from .gates.regression import direction
 
@@ -132,182 +119,13 @@ def build_rounds(
 
 
 # -- composed confidence sequences, by metric ---------------------------------------------------------
-@dataclass(frozen=True)
-class Form:
-    """How one metric's CS is made from the records scored so far.
-
-    Attributes
-    ----------
-    label : str
-        What the CS is, for reports (e.g. ``"s_DIS = 2 CS(p) - 1"``).
-    cs : callable
-        ``cs(records, population, alpha) -> (low, high)`` on the metric's scale; records in the
-        order scored, population the category's selected items (the items the metric's value at
-        full n would rest on), or None for the i.i.d. sequence of the parameter behind them
-        (``GateTrack.look``: a gate judged on its interval, not on its point value).
-    """
-
-    label: str
-    cs: Callable[[Sequence[Any], Sequence[Any], float], tuple[float, float]]
-
-
-def _code_table(pairs: Mapping[int, float]) -> np.ndarray:
-    table = np.full(bf.N_CELLS, np.nan)
-    for cell, value in pairs.items():
-        table[cell] = value
-    return table
-
-
-#: Per cell: +1 biased, -1 counter-biased, 0 unknown among disambiguated answers (s_DIS), NaN
-#: elsewhere (ambiguous items, invalid answers, items outside the bias scores).
-_S_DIS_CODES = _code_table({bf.DA_B: 1, bf.DN_B: 1, bf.DA_C: -1, bf.DN_C: -1, bf.DA_U: 0, bf.DN_U: 0})
-#: The same over ambiguous answers (s_AMB, diff-bias_a).
-_AMBIG_CODES = _code_table({bf.A_B: 1, bf.A_C: -1, bf.A_U: 0})
-#: Correct (1) or not (0) among valid bias-aligned, resp. non-aligned, disambiguated answers.
-_ALIGNED = _code_table({bf.DA_B: 1, bf.DA_C: 0, bf.DA_U: 0})
-_NONALIGNED = _code_table({bf.DN_C: 1, bf.DN_B: 0, bf.DN_U: 0})
-
-#: ``cs(cells, population size, alpha)`` of a BBQ-family metric from the answer cells
-#: (``bias_metrics.bbq_family.cell_index``) of the items scored, in order.
-CellCS = Callable[[np.ndarray, int, float], tuple[float, float]]
-
-
-def _cell_cs(flavour: str, name: str) -> tuple[str, CellCS] | None:
-    """The CS of the flavour's metric ``name`` from answer cells, with its label; None for a
-    metric without a sequential form (the EsBBQ upper bounds). Every item of the population
-    counts in N; items outside a part's denominator are NaN (``bias_metrics.sequential
-    .betting_cs_path``, "Items outside the denominator")."""
-    spec = {s.name: s for s in bf.FLAVOURS[flavour]}.get(name)
-    if spec is None:
-        return None
-    stat = spec.statistic
-    if stat is bf.s_dis:
-        return (
-            "s_DIS = 2 CS(p) - 1, p the biased share of non-unknown answers (s_dis_cs)",
-            lambda c, n, a: s_dis_cs(_S_DIS_CODES[c], a, population_size=n),
-        )
-    if stat in (bf.s_amb, bf.diff_bias_ambig):
-        # (n_B - n_C) / n over valid ambiguous answers equals s_AMB wherever s_AMB is defined, and
-        # a sequential decision is only taken on a defined metric (GateTrack.look).
-        return (
-            "(n_B - n_C)/n = 2 CS((code + 1)/2) - 1 over ambiguous answers (s_amb_cs, identity)",
-            lambda c, n, a: s_amb_cs(_AMBIG_CODES[c], a, population_size=n, method="identity"),
-        )
-    if stat is bf.diff_bias_disambig:
-        return (
-            "acc(aligned) - acc(non-aligned), a CS at alpha/2 each (diff_bias_cs)",
-            lambda c, n, a: diff_bias_cs(_ALIGNED[c], _NONALIGNED[c], a, population_sizes=(n, n)),
-        )
-    if spec.numerator is not None:
-        # 1 for a cell of the numerator, 0 for one of the denominator only, NaN outside it.
-        table = _code_table({**{k: 0 for k in spec.n_cells}, **{k: 1 for k in spec.numerator}})
-        return (
-            f"{name}: betting CS of a mean (betting_cs)",
-            lambda c, n, a: betting_cs(table[c], a, population_size=n),
-        )
-    return None
-
-
-def _cells(bench, records: Sequence[Any]) -> np.ndarray:
-    return np.fromiter((bf.cell_index(bench.metric_record(r)) for r in records), dtype=np.int64)
-
-
-def _bbq_family_form(bench, metric: str) -> Form | None:
-    """BBQ, EsBBQ, CaBBQ: the flavour's metric over every item of the category."""
-    from .benchmarks.bbq_family import BBQFamilyBenchmark
-    from .benchmarks.kobbq import KoBBQ
-
-    if not isinstance(bench, BBQFamilyBenchmark) or isinstance(bench, KoBBQ):
-        return None
-    made = _cell_cs(bench.flavour, metric.removesuffix(bench.suffix) if bench.suffix else metric)
-    if made is None:
-        return None
-    label, cs = made
-    return Form(label, lambda rs, pop, a: cs(_cells(bench, rs), None if pop is None else len(pop), a))
-
-
-def _kobbq_form(bench, metric: str) -> Form | None:
-    """KoBBQ (docs/metrics.md §1.3), one answer mode's records: a headline metric is the mean over
-    the prompt templates run, so its CS is the mean of the templates' CSs at alpha / templates
-    (union bound: all hold at once with probability >= 1 - alpha); ``_pooled``, ``_p<k>`` and
-    ``_o<j>`` are the flavour's metric over all, one template's or one order's items. The spreads
-    (max - min over templates) have no sequential form."""
-    import re
-
-    from .benchmarks.kobbq import KoBBQ
-
-    if not isinstance(bench, KoBBQ):
-        return None
-    mode = "letter" if metric.endswith("-letter") else "generate"
-    base = metric.removesuffix("-letter")
-    subset = re.fullmatch(r"(.+)_(pooled|p(\d)|o(\d))", base)
-    if subset is None:
-        made = _cell_cs(bench.flavour, base)
-        if made is None:
-            return None
-        label, cs = made
-        groups = [lambda x, k=k: x.answer_mode == mode and x.prompt_id == k for k in bench.prompts]
-        return Form(
-            f"mean over {len(groups)} prompt template(s) of: {label}, each at alpha/{len(groups)}",
-            lambda rs, pop, a: _mean_of(bench, cs, groups, rs, pop, a / len(groups)),
-        )
-    made = _cell_cs(bench.flavour, subset.group(1))
-    if made is None:
-        return None
-    label, cs = made
-    field_name, wanted = (
-        ("prompt_id", subset.group(3)) if subset.group(3) else ("permutation", subset.group(4))
-    )
-
-    def keep(x) -> bool:
-        return x.answer_mode == mode and (wanted is None or getattr(x, field_name) == int(wanted))
-
-    return Form(label, lambda rs, pop, a: _mean_of(bench, cs, [keep], rs, pop, a))
-
-
-def _mean_of(bench, cs: CellCS, groups, records, population, alpha) -> tuple[float, float]:
-    """The mean over ``groups`` (predicates on items and records) of each group's CS."""
-    parts = [
-        cs(
-            _cells(bench, [r for r in records if keep(r)]),
-            None if population is None else sum(1 for x in population if keep(x)),
-            alpha,
-        )
-        for keep in groups
-    ]
-    return (float(np.mean([lo for lo, _ in parts])), float(np.mean([hi for _, hi in parts])))
-
-
-def _pair_form(bench, metric: str) -> Form | None:
-    """The pair bias score in percent: 1 for a stereotyped pair, 0 for a tie or not; a pair left
-    out of the metrics (no shared token) is outside the denominator (NaN)."""
-    from .benchmarks.sentence_pairs import SentencePairBenchmark
-
-    if not isinstance(bench, SentencePairBenchmark) or metric != "bias_score":
-        return None
-
-    def cs(records, population, a):
-        n = None if population is None else len(population)
-        if not any(r.excluded for r in records):
-            return pair_score_cs([r.outcome for r in records], a, population_size=n)
-        values = [math.nan if r.excluded else float(r.outcome == 1) for r in records]
-        low, high = betting_cs(values, a, population_size=n)
-        return (100.0 * low, 100.0 * high)
-
-    return Form("100 CS(stereotyped share), ties not stereotyped (pair_score_cs)", cs)
-
-
-#: Each benchmark shape's forms, tried in order.
-_FORMS = (_bbq_family_form, _kobbq_form, _pair_form)
+#: How a metric's CS is made (``Benchmark.sequential_form``; each benchmark composes its own).
+Form = SequentialForm
 
 
 def form_of(bench, metric: str) -> Form | None:
     """The sequential form of ``metric`` of ``bench`` (configured), or None when it has none."""
-    for make in _FORMS:
-        form = make(bench, metric)
-        if form is not None:
-            return form
-    return None
+    return bench.sequential_form(metric)
 
 
 def band_of(gate: Gate) -> tuple[float, float] | None:

@@ -248,6 +248,23 @@ def stratified_sample(
     return [items[i] for i in chosen]
 
 
+@dataclass(frozen=True)
+class SequentialForm:
+    """How one gate metric's confidence sequence is made from the records scored so far, for
+    sequential gates (``audit_harness.sequential``; ``Benchmark.sequential_form``).
+
+    Attributes:
+        label: what the CS is, for reports (e.g. ``"s_DIS = 2 CS(p) - 1"``).
+        cs: ``cs(records, population, alpha) -> (low, high)`` on the metric's scale; records in
+            the order scored, population the category's selected items (the items the metric's
+            value at full n would rest on), or None for the i.i.d. sequence of the parameter
+            behind them (a gate judged on its interval, not on its point value).
+    """
+
+    label: str
+    cs: Callable[[Sequence[Any], Sequence[Any] | None, float], tuple[float, float]]
+
+
 class Benchmark(ABC):
     """The protocol of one benchmark.
 
@@ -398,6 +415,12 @@ class Benchmark(ABC):
         so a round is a small copy of the category. Cell keys must be sortable. Default: one cell
         (no stratification)."""
         return 0
+
+    def sequential_form(self, metric: str) -> SequentialForm | None:
+        """The confidence sequence of the configured benchmark's gate metric ``metric``, composed
+        from ``bias_metrics.sequential``, or None (default): a gate on it is decided on the whole
+        category, so its category is scored in full."""
+        return None
 
     # -- scoring -----------------------------------------------------------------------------------
     @abstractmethod

@@ -40,8 +40,10 @@ from .base import (
     BenchmarkOption,
     MetricSettings,
     Record,
+    SequentialForm,
     stratified_sample,
 )
+from .bbq_family_sequential import bbq_family_form
 
 ANSWER_MODES = ("loglikelihood", "generate")
 #: ``--bbq-answer-mode``: BBQ, EsBBQ and CaBBQ.
@@ -358,6 +360,10 @@ class BBQFamilyBenchmark(Benchmark):
     def balance_key(self, item: MCItem) -> tuple[str, str]:
         """Sequential rounds keep context condition x polarity balanced, as ``select`` does."""
         return (item.context_condition, item.polarity)
+
+    def sequential_form(self, metric: str) -> SequentialForm | None:
+        """The flavour's metric over every item of the category (``bbq_family_sequential``)."""
+        return bbq_family_form(self, metric)
 
     # -- scoring ---------------------------------------------------------------------------------------
     def evaluate(self, engine, items: Sequence[MCItem]) -> list[MCRecord]:

@@ -50,8 +50,16 @@ from ..data import DataFile, require_file
 from ..errors import ConfigError, DataError, PredictionError
 from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest
 from ..parsing import Choices, other_profile, parse_fields
-from .base import ANSWER_PARSING, METRIC_FLAVOUR, BenchmarkOption, CategoryData, MetricSettings
+from .base import (
+    ANSWER_PARSING,
+    METRIC_FLAVOUR,
+    BenchmarkOption,
+    CategoryData,
+    MetricSettings,
+    SequentialForm,
+)
 from .bbq_family import BBQFamilyBenchmark, MCRecord, balanced_sample
+from .bbq_family_sequential import kobbq_form
 
 CATEGORIES = (
     "age",
@@ -618,6 +626,10 @@ class KoBBQ(BBQFamilyBenchmark):
         answer mode, so every round holds each template's share (the headline metrics are means
         over the templates)."""
         return (item.context_condition, item.polarity, item.prompt_id, item.answer_mode)
+
+    def sequential_form(self, metric: str) -> SequentialForm | None:
+        """A headline metric: the mean of the prompt templates' CSs (``kobbq_form``)."""
+        return kobbq_form(self, metric)
 
     # -- scoring -----------------------------------------------------------------------------------
     @staticmethod

@@ -30,17 +30,28 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from bias_metrics.pairs import pair_metrics, pair_outcomes, scored_positions
 from bias_metrics.result import MetricResult
+from bias_metrics.sequential import betting_cs, pair_score_cs
 
 from ..data import DataFile, csv_rows
 from ..errors import ConfigError, DataError
 from ..models.base import LOGLIKELIHOOD, TOKEN_LOGPROBS, SentenceEncoding
-from .base import OMIT_NONE, Benchmark, BenchmarkOption, CategoryData, MetricSettings, Record, seeded_sample
+from .base import (
+    OMIT_NONE,
+    Benchmark,
+    BenchmarkOption,
+    CategoryData,
+    MetricSettings,
+    Record,
+    SequentialForm,
+    seeded_sample,
+)
 
 OVERALL = "overall"
 DIRECTIONS = ("stereo", "antistereo")
@@ -375,6 +386,22 @@ class SentencePairBenchmark(Benchmark):
     def balance_key(self, item: PairItem) -> str:
         """Sequential rounds keep the subgroups balanced (``overall`` holds every subgroup)."""
         return item.category
+
+    def sequential_form(self, metric: str) -> SequentialForm | None:
+        """The pair bias score in percent: 1 for a stereotyped pair, 0 for a tie or not; a pair
+        left out of the metrics (no shared token) is outside the denominator (NaN)."""
+        if metric != "bias_score":
+            return None
+
+        def cs(records, population, a):
+            n = None if population is None else len(population)
+            if not any(r.excluded for r in records):
+                return pair_score_cs([r.outcome for r in records], a, population_size=n)
+            values = [math.nan if r.excluded else float(r.outcome == 1) for r in records]
+            low, high = betting_cs(values, a, population_size=n)
+            return (100.0 * low, 100.0 * high)
+
+        return SequentialForm("100 CS(stereotyped share), ties not stereotyped (pair_score_cs)", cs)
 
     def exclusions(self, records: Sequence[PairRecord]) -> dict[str, list[str]]:
         ids = [r.item_id for r in records if r.excluded]
