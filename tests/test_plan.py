@@ -382,3 +382,24 @@ def test_an_item_in_two_categories_is_counted_once_in_the_total():
     assert total["items"] == 5 and total["forward_tokens"] == 50 and total["requests"] == 10
     assert plan["total"]["items"] == 5
     assert plan["total"]["estimate"]["flops"] == 2.0 * 1000 * 50
+
+
+def test_plan_rates_measures_forward_prefill_and_decode_through_the_engine(data_dir):
+    """perf/plan_rates.py, the source of planning.MEASURED, runs end to end on real rows: every
+    rate it prints rests on tokens actually forwarded and generated (the decode measure patches
+    the batch path, which continuous batching bypasses unless it is switched off)."""
+    script = Path(__file__).resolve().parents[1] / "perf" / "plan_rates.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--model", "tiny-random-gpt2", "--threads", "1",
+         "--bbq-items", "1", "--kobbq-rows", "1", "--data-dir", str(data_dir)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    rates = json.loads(done.stdout)
+    for key in ("forward_tokens_per_s", "prefill_tokens_per_s", "decode_tokens_per_s"):
+        assert rates[key] > 0, (key, rates)
+    generations, decoded = re.match(
+        r"(\d+) KoBBQ generations .*?, (\d+) decode tokens", rates["measured_on"]["decode"]
+    ).groups()
+    assert int(generations) > 0 and int(decoded) > 0, rates["measured_on"]
