@@ -118,16 +118,6 @@ def build_rounds(
     return rounds
 
 
-# -- composed confidence sequences, by metric ---------------------------------------------------------
-#: How a metric's CS is made (``Benchmark.sequential_form``; each benchmark composes its own).
-Form = SequentialForm
-
-
-def form_of(bench, metric: str) -> Form | None:
-    """The sequential form of ``metric`` of ``bench`` (configured), or None when it has none."""
-    return bench.sequential_form(metric)
-
-
 def band_of(gate: Gate) -> tuple[float, float] | None:
     """The closed band a gate's value must lie in: its bounds (``Gate.allowed``), or for a
     regression gate ``bias_metrics.sequential.regression_band`` around the baseline value; None
@@ -155,7 +145,7 @@ class GateTrack:
     Attributes
     ----------
     gate : Gate
-    form : Form or None
+    form : SequentialForm or None
         None: the gate is decided fixed-n (``fixed`` says why).
     band : (float, float) or None
     fixed : str or None
@@ -171,7 +161,7 @@ class GateTrack:
     """
 
     gate: Gate
-    form: Form | None
+    form: SequentialForm | None
     band: tuple[float, float] | None
     fixed: str | None = None
     decision: str = CONTINUE
@@ -280,7 +270,7 @@ class CategoryPlan:
             return None
         tracks = []
         for g in gates:
-            form, band, fixed = form_of(bench, g.metric), band_of(g), None
+            form, band, fixed = bench.sequential_form(g.metric), band_of(g), None
             if not (everywhere or g.sequential):
                 fixed = "not sequential in the thresholds file (sequential: true, or --sequential)"
             elif band is None:

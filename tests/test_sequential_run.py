@@ -252,7 +252,6 @@ def test_every_form_covers_the_fixed_n_value_when_every_item_is_scored(
     # that misses the value computed by the benchmark's own metrics maps an answer cell wrongly.
     from audit_harness.benchmarks import registry
     from audit_harness.benchmarks.base import MetricSettings
-    from audit_harness.sequential import form_of
 
     bench = registry()[benchmark].configure(**options)
     items = bench.select(bench.load_category(data_dir, category).items, limit, 0, f"{benchmark}/{category}")
@@ -260,7 +259,7 @@ def test_every_form_covers_the_fixed_n_value_when_every_item_is_scored(
     metrics = bench.metrics(records, MetricSettings(n_resamples=0))
     checked = 0
     for name, metric in metrics.items():
-        form = form_of(bench, name)
+        form = bench.sequential_form(name)
         if form is None or not metric.defined:
             continue
         low, high = form.cs(records, items, 0.05)
@@ -278,8 +277,9 @@ def test_an_interval_gate_gets_the_parameter_cs_not_the_finite_population_one(mo
     the without-replacement CS closes on the items' own value: CrowS-Pairs gender, 260 of 262
     pairs, CS [50.75, 51.55] inside 50 +- 5 while the full run's interval [45.1, 57.2] is not, so
     a ci_inside gate on it would pass sequentially and fail fixed-n: a wrong PASS."""
+    from audit_harness.benchmarks.base import SequentialForm
     from audit_harness.gates import Gate
-    from audit_harness.sequential import Form, GateTrack
+    from audit_harness.sequential import GateTrack
     from bias_metrics.result import MetricResult
 
     seen = []
@@ -289,7 +289,7 @@ def test_an_interval_gate_gets_the_parameter_cs_not_the_finite_population_one(mo
         return (0.4, 0.6)
 
     gate = Gate("crows_pairs", "gender", "bias_score", target=0.5, tolerance=0.2, mode=mode, min_n=1)
-    track = GateTrack(gate, Form("test", cs), (0.3, 0.7))
+    track = GateTrack(gate, SequentialForm("test", cs), (0.3, 0.7))
     population = list(range(10))
     track.look(population[:4], population, MetricResult("bias_score", 0.5, 4))
     assert (seen[-1] is population) == finite and (seen[-1] is None) == (not finite)
@@ -310,8 +310,9 @@ def test_a_sequential_pass_is_decided_at_alpha_over_the_runs_sequential_gates(fa
     sequential PASS stays within one gate's alpha (Bonferroni), while a FAIL, which only costs
     a rerun, is decided at the gate's own alpha. (The SmolLM2 BBQ run at --limit 400 met a wrong
     PASS per gate: Disability_status acc_disambig 0.495, passed after 60 items at alpha 0.05.)"""
+    from audit_harness.benchmarks.base import SequentialForm
     from audit_harness.gates import Gate
-    from audit_harness.sequential import Form, GateTrack
+    from audit_harness.sequential import GateTrack
     from bias_metrics.result import MetricResult
 
     def cs(records, population, alpha):  # narrower at a larger alpha, as every CS is
@@ -319,7 +320,7 @@ def test_a_sequential_pass_is_decided_at_alpha_over_the_runs_sequential_gates(fa
         return (0.5 - half, 0.5 + half)
 
     gate = Gate("bbq", "Age", "acc_disambig", min=0.0, min_n=1)
-    track = GateTrack(gate, Form("test", cs), band, family=family)
+    track = GateTrack(gate, SequentialForm("test", cs), band, family=family)
     population = list(range(100))
     track.look(population[:20], population, MetricResult("acc_disambig", 0.5, 20))
     assert track.decision == decision
@@ -330,8 +331,9 @@ def test_a_one_sided_band_reads_one_side_of_the_cs_at_twice_alpha():
     """A min-only gate's PASS rests on the CS's low end, its FAIL on its high end: each side of
     the CS at 2 alpha misses with probability at most alpha, so that is the CS it gets (a band
     with two finite ends needs both sides at once and keeps alpha)."""
+    from audit_harness.benchmarks.base import SequentialForm
     from audit_harness.gates import Gate
-    from audit_harness.sequential import Form, GateTrack
+    from audit_harness.sequential import GateTrack
     from bias_metrics.result import MetricResult
 
     asked = []
@@ -344,7 +346,7 @@ def test_a_one_sided_band_reads_one_side_of_the_cs_at_twice_alpha():
     for band, sides in (((0.5, math.inf), 1), ((-math.inf, 0.8), 1), ((0.5, 0.8), 2)):
         asked.clear()
         gate = Gate("bbq", "Age", "acc_disambig", min=0.0, min_n=1)
-        track = GateTrack(gate, Form("test", cs), band, family=4)
+        track = GateTrack(gate, SequentialForm("test", cs), band, family=4)
         track.look(population[:20], population, MetricResult("acc_disambig", 0.6, 20))
         assert track.sides == sides and track.decision == "PASS"
         level = 2 if sides == 1 else 1  # the CS at alpha, then at alpha / family for a PASS

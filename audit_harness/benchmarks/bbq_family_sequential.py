@@ -83,7 +83,7 @@ def cells(bench, records: Sequence[Any]) -> np.ndarray:
 
 def bbq_family_form(bench, metric: str) -> SequentialForm | None:
     """BBQ, EsBBQ, CaBBQ: the flavour's metric over every item of the category."""
-    made = cell_cs(bench.flavour, metric.removesuffix(bench.suffix) if bench.suffix else metric)
+    made = cell_cs(bench.flavour, metric.removesuffix(bench.suffix))
     if made is None:
         return None
     label, cs = made
