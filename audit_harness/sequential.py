@@ -212,20 +212,24 @@ class GateTrack:
         # not, so those gates get the i.i.d. CS of the parameter.
         finite = population if self.gate.decision_mode == "point" else None
         level = 2 if self.sides == 1 else 1  # a one-sided band reads one side of the CS at 2 alpha
-        self.low, self.high = self.form.cs(records, finite, min(0.5, level * self.alpha))
-        strict = self.form.cs(records, finite, level * self.pass_alpha) if self.family > 1 else None
-        if self.n >= len(population):
-            # Every item is scored: the ordinary fixed-n verdict decides (the rule), so a
-            # run that saved nothing says what a fixed-n run of the same items says.
-            self.waiting = "not settled before the last round"
-            return
         if metric is None or not metric.defined:
             self.waiting = "its metric is undefined on the items scored so far"
+        elif metric.n < self.gate.min_n:
+            self.waiting = f"its metric rests on n={metric.n} < min_n={self.gate.min_n} items (--min-n)"
+        else:
+            self.waiting = None
+        if self.n >= len(population):
+            # Every item is scored: the ordinary fixed-n verdict decides (the rule), so a
+            # run that saved nothing says what a fixed-n run of the same items says. The CS has
+            # closed on the value itself and decides nothing: none is kept, so that no report
+            # shows a CS inside the band beside a verdict that did not rest on it.
+            self.low = self.high = math.nan
+            self.waiting = self.waiting or "not settled before the last round"
             return
-        if metric.n < self.gate.min_n:
-            self.waiting = f"its metric rests on n={metric.n} < min_n={self.gate.min_n} items"
+        if self.waiting is not None:
             return
-        self.waiting = None
+        self.low, self.high = self.form.cs(records, finite, min(0.5, level * self.alpha))
+        strict = self.form.cs(records, finite, level * self.pass_alpha) if self.family > 1 else None
         if strict is None or decide(strict, self.band) == PASS:
             if strict is not None:
                 self.low, self.high = strict  # the CS the PASS rests on
@@ -322,6 +326,7 @@ class CategoryPlan:
         if track is None:
             return None
         decided = track.decision in (PASS, FAIL)
+        has_cs = track.form is not None and not (math.isnan(track.low) or math.isnan(track.high))
         if decided:
             note = None
         elif track.fixed is not None:
@@ -334,11 +339,12 @@ class CategoryPlan:
             why = f" ({track.waiting})" if track.waiting else ""
             note = f"undecided when every item was scored{why}: the fixed-n verdict applies"
         return {
-            "decision": track.decision if track.form is not None and self.can_stop else None,
+            # None unless decided: at exhaustion the rule's CONTINUE is no state a reader can act on.
+            "decision": track.decision if decided else None,
             "verdict_from": "sequential" if decided else "fixed-n",
             "n": track.n if track.form is not None and self.can_stop else self.scored,
             "population": self.population,
-            "cs": [track.low, track.high] if track.form is not None and self.rounds else None,
+            "cs": [track.low, track.high] if has_cs else None,
             "alpha": round(track.alpha, 12),
             # A one-sided band's CS is read one side at a time, so it is made at 2 alpha.
             "sides": track.sides,

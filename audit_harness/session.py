@@ -8,7 +8,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .benchmarks.base import Benchmark, CategoryData, MetricSettings, Record
 from .data import resolve_data_dir
@@ -177,6 +177,9 @@ class AuditSession:
         #: and the one benchmark the run replays (set by the plugin from the selected gates).
         self._joined: dict[str, Any] = {}
         self.replay_benchmark: str | None = None
+        #: Called before each plain progress line (``engine.progress.Progress``): the plugin sets
+        #: pytest's ``ensure_newline`` in the controller.
+        self.progress_line_start: Callable[[], None] | None = None
         self.run_dir = run_dir
         self.worker_index = worker_index
         self._model = None
@@ -349,7 +352,9 @@ class AuditSession:
             from .engine.progress import Progress
 
             prefix = f"[gw{self.worker_index}] " if self.worker_index is not None else ""
-            self._progress = Progress(self.options.progress, prefix=prefix)
+            self._progress = Progress(
+                self.options.progress, prefix=prefix, line_start=self.progress_line_start
+            )
         return self._progress
 
     def _share_cpu_threads(self) -> None:

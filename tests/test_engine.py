@@ -340,6 +340,13 @@ def test_progress_lines_in_ci_and_quiet():
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("[gw1] bbq/Age: 0/4 items") and "items/s" in lines[0]
     assert lines[-1].startswith("[gw1] bbq/Age: 4/4 items (100%)") and "done in" in lines[-1]
+    # The caller's terminal gets to end its open line (pytest's outcome letters) before each one.
+    calls = []
+    with Progress("lines", stream=io.StringIO(), interval=0.0, line_start=lambda: calls.append(1)).task(
+        "bbq/Age", 4
+    ) as task:
+        task.advance(4)
+    assert len(calls) == 2  # the progress line and the closing one
     silent = io.StringIO()
     with Progress("off", stream=silent).task("bbq/Age", 4) as task:
         task.advance(4)

@@ -86,6 +86,11 @@ def test_a_clear_pass_stops_early_and_says_so_everywhere(early_pass):
     assert "Sequential gates" in (run_dir / "report.html").read_text()
     # The terminal's gate line says the verdict was sequential, not a fixed-n one on n items.
     assert f"sequential PASS after {seq['n']} of 200 items, CS [" in proc.stdout
+    # ...and the summary says what the mode saved, beside the request counts.
+    assert (
+        f"sequential: {seq['n']} of 200 selected items scored ({seq['n'] / 2:.1f} %) in 1 categories "
+        "with sequential gates; 1 stopped early; 1 of 1 gate verdicts decided sequentially"
+    ) in proc.stdout
 
 
 #: The same gate, fixed-n, with room for a regression of 0.2 against a baseline.
@@ -152,11 +157,29 @@ def test_an_undecidable_gate_falls_back_to_the_fixed_n_verdict_at_full_n(tmp_pat
     (verdict,) = gates_of(run_dir).values()
     seq = verdict["sequential"]
     assert verdict["status"] == "pass" and seq["verdict_from"] == "fixed-n"
-    assert seq["decision"] == "CONTINUE" and seq["items_scored"] == seq["population"] == 40
+    assert seq["items_scored"] == seq["population"] == 40
+    # No decision and no CS: the CS has closed on the value itself at exhaustion, and a CS inside
+    # the band beside "CONTINUE" read like a PASS that never happened.
+    assert seq["decision"] is None and seq["cs"] is None
     assert seq["items_saved"] == 0 and "undecided when every item was scored" in seq["note"]
+    assert junit_properties(run_dir)[f"test_bbq[{verdict['test_id']}]"]["sequential_decision"] == "none"
     # Not "CONTINUE" in the reports: scoring is over and the fixed-n verdict decided.
     assert "| none (fixed-n) | 40 of 40 | - (every item scored) |" in (run_dir / "report.md").read_text()
     assert "sequential: undecided, fixed-n verdict on 40 of 40 items" in proc.stdout
+
+
+def test_a_gate_below_min_n_at_exhaustion_names_min_n_and_fails(tmp_path, data_dir):
+    # 40 items: acc_disambig rests on the 20 disambiguated ones, below a min_n of 30 in
+    # every round; the note says so (it said "not settled before the last round") and the gate
+    # is INSUFFICIENT, exit 1, never a PASS.
+    gates = "bbq:\n  sequential: true\n  defaults:\n    acc_disambig: {max: 1.0}\n"
+    proc, run_dir = run(tmp_path, data_dir, gates, "--min-n", "30", limit=40)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (verdict,) = gates_of(run_dir).values()
+    seq = verdict["sequential"]
+    assert verdict["status"] == "insufficient" and seq["verdict_from"] == "fixed-n"
+    assert "its metric rests on n=20 < min_n=30 items (--min-n)" in seq["note"]
+    assert "--min-n" in verdict["message"]
 
 
 def test_a_bad_sequential_value_is_an_input_error_naming_file_and_key(tmp_path, data_dir):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TextIO
+from typing import Callable, TextIO
 
 MODES = ("bar", "lines", "off")
 #: Seconds between plain lines (env ``BIAS_AUDIT_PROGRESS_INTERVAL`` overrides).
@@ -40,6 +40,8 @@ class Progress:
         interval: seconds between plain lines (``lines`` mode).
         delay: seconds before a bar appears (``bar`` mode).
         prefix: put before every line (the xdist worker id).
+        line_start: called before each plain line, so that a line never continues one the
+            caller's terminal has left open (pytest's row of test outcomes).
     Raises:
         ValueError: an unknown mode or a negative interval.
     """
@@ -51,6 +53,7 @@ class Progress:
         interval: float | None = None,
         delay: float = 2.0,
         prefix: str = "",
+        line_start: Callable[[], None] | None = None,
     ):
         if mode not in MODES:
             raise ValueError(f"progress mode must be one of {MODES}, got {mode!r}")
@@ -59,6 +62,7 @@ class Progress:
         if interval < 0:
             raise ValueError(f"progress interval must be >= 0, got {interval}")
         self.mode, self.stream, self.interval, self.delay, self.prefix = mode, stream, interval, delay, prefix
+        self.line_start = line_start
 
     def task(self, label: str, total: float) -> "ProgressTask":
         return ProgressTask(self, label, total)
@@ -110,6 +114,8 @@ class ProgressTask:
         pct = 100.0 * self.done / self.total if self.total else 100.0
         tail = f"done in {elapsed:.1f} s" if final else f"ETA {eta:.0f} s"
         stream = self.owner.stream or sys.stderr
+        if self.owner.line_start is not None:
+            self.owner.line_start()
         stream.write(
             f"{self.owner.prefix}{self.label}: {self.done:.0f}/{self.total:.0f} items "
             f"({pct:.0f}%), {rate:.2f} items/s, {tail}\n"

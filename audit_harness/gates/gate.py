@@ -191,7 +191,7 @@ class Gate:
                 metric,
                 f"{where} = {shown} rests on n={metric.n} items, fewer than "
                 f"min_n={self.min_n}: {self.min_n - metric.n} more needed in its "
-                f"denominator (raise --limit, or lower min_n in the thresholds file) "
+                f"denominator (raise --limit, or lower min_n with --min-n or in the thresholds file) "
                 f"before the gate {bound} can pass",
                 cause="min_n",
             )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .. import exit_codes
-from .markdown import modified_files
+from .markdown import modified_files, sequential_totals
 from .results import coverage_lines, gate_lines, metric_table, sensitivity_lines
 
 
@@ -65,6 +65,9 @@ def write_summary(tr, files, junit_path: str | None) -> None:
             f"{sum(c.get('from_cache', 0) for c in counts)} from the result cache, "
             f"{sum(c.get('computed', 0) for c in counts)} computed"
         )
+    seq = sequential_line(results)
+    if seq:
+        tr.write_line(seq)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items()))
     tr.write_line(f"gates: {summary}")
     tr.write_line(outcome.line(), green=outcome.passed, red=not outcome.passed, bold=True)
@@ -75,6 +78,26 @@ def write_summary(tr, files, junit_path: str | None) -> None:
     tr.write_line(f"html:    {files.html_path}")
     if junit_path:
         tr.write_line(f"junit:   {junit_path}")
+
+
+def sequential_line(results: Mapping[str, Any]) -> str | None:
+    """What sequential mode saved, one line: the items scored over the categories with sequential
+    gates, and how many gate verdicts the confidence sequences decided; None without sequential
+    gates.
+
+    Examples
+    --------
+    >>> gate = lambda cat, scored, frm: {"benchmark": "bbq", "category": cat,
+    ...     "sequential": {"items_scored": scored, "population": 400, "verdict_from": frm}}
+    >>> sequential_line({"gates": [gate("Age", 60, "sequential"), gate("SES", 400, "fixed-n")]})
+    'sequential: 460 of 800 selected items scored (57.5 %) in 2 categories with sequential gates; 1 stopped early; 1 of 2 gate verdicts decided sequentially'
+    """
+    totals = sequential_totals(results)
+    if totals is None:
+        return None
+    infos = [v["sequential"] for v in results["gates"] if v.get("sequential")]
+    decided = sum(1 for s in infos if s.get("verdict_from") == "sequential")
+    return f"sequential: {totals}; {decided} of {len(infos)} gate verdicts decided sequentially"
 
 
 def notices(results: Mapping[str, Any], outcome, moved: bool = False) -> list[tuple[str, str | None]]:

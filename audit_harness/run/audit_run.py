@@ -136,6 +136,11 @@ class AuditRun:
         )
         if workerinput is not None:
             session.replay_benchmark = workerinput.get("bias_audit_replay")
+        else:
+            # A progress line (stderr) must not land after pytest's row of outcome letters.
+            terminal = config.pluginmanager.get_plugin("terminalreporter")
+            if terminal is not None:
+                session.progress_line_start = terminal.ensure_newline
         gates = startup.expand_gates(gates, session.benchmarks)
         if baseline is not None:
             gates = add_regression_gates(gates, baseline.document)
