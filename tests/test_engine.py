@@ -353,6 +353,31 @@ def test_progress_lines_in_ci_and_quiet():
     assert silent.getvalue() == ""
 
 
+def test_progress_lines_start_on_a_line_of_their_own_in_a_run(tmp_path, data_dir):
+    # Under CI, stdout and stderr often go to one log: a progress line (stderr) landed after
+    # pytest's row of outcome letters (stdout, buffered), as in "FFFF...bbq/Religion: 8/8 items".
+    cmd = [sys.executable, "-m", "pytest", "audits/test_bbq.py", "--model", "tiny-random-gpt2"]
+    cmd += ["--data-dir", str(data_dir), "--limit", "8", "--min-n", "1", "-k", "Age or Religion"]
+    cmd += [
+        "--results-dir",
+        str(tmp_path / "r"),
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "-p",
+        "no:cacheprovider",
+    ]
+    env = dict(
+        os.environ, CI="true", BIAS_AUDIT_PROGRESS_INTERVAL="0", HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO)
+    )
+    proc = subprocess.run(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, env=env
+    )
+    assert proc.returncode in (0, 1), proc.stdout[-3000:]
+    progress = [line for line in proc.stdout.splitlines() if " items (" in line and "items/s" in line]
+    assert len(progress) >= 4, proc.stdout[-3000:]  # both categories, a line and a closing one each
+    assert all(line.startswith(("bbq/Age: ", "bbq/Religion: ")) for line in progress), progress
+
+
 @pytest.mark.parametrize(
     "benchmark, category", [("crows_pairs", "religion"), ("winoqueer", "masc_femm_name")]
 )

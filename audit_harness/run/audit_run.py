@@ -137,10 +137,15 @@ class AuditRun:
         if workerinput is not None:
             session.replay_benchmark = workerinput.get("bias_audit_replay")
         else:
-            # A progress line (stderr) must not land after pytest's row of outcome letters.
-            terminal = config.pluginmanager.get_plugin("terminalreporter")
-            if terminal is not None:
-                session.progress_line_start = terminal.ensure_newline
+            # A progress line (stderr) must not land after pytest's row of outcome letters. The
+            # terminal reporter is looked up when a line is written: it may not be registered yet.
+            def end_outcome_row() -> None:
+                terminal = config.pluginmanager.get_plugin("terminalreporter")
+                if terminal is not None:
+                    terminal.ensure_newline()
+                    terminal.flush()  # stdout is buffered when redirected; the line goes to stderr
+
+            session.progress_line_start = end_outcome_row
         gates = startup.expand_gates(gates, session.benchmarks)
         if baseline is not None:
             gates = add_regression_gates(gates, baseline.document)
