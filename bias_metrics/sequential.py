@@ -140,6 +140,7 @@ def betting_cs_path(
     grid=None,
     checkpoints: Sequence[int] | None = None,
     horizon_share: float | None = HORIZON_SHARE,
+    empty: str = "vacuous",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Hedged-capital betting confidence sequence after every item (or at checkpoints).
 
@@ -170,6 +171,15 @@ def betting_cs_path(
     first item on which ``max(theta K+, (1 - theta) K-) >= 1/alpha`` (the paper's hedged process,
     below the sum), and stays rejected: the CS is the running intersection over items.
     A candidate whose remaining mean would leave [0, 1] is impossible and is rejected at once.
+
+    **An empty sequence.** When the bets have rejected every candidate that is still possible, the
+    sequence has certainly missed the true value (which is never rejected as impossible): that
+    happens with probability at most alpha, and a decision resting on it would rest on nothing.
+    With ``empty="vacuous"`` (the default, what gates use) the CS is then [0, 1] from that item on,
+    so it decides nothing and the gate falls back to its fixed-n verdict; ``empty="mean"`` reports
+    the running mean widened to the next grid points instead, so a simulation can count the miss.
+    Once no grid point is possible (the last items of a population larger than the grid resolves)
+    the CS is the running mean in both modes: it has closed on the exact value, not missed.
 
     **Sampling.** With ``population_size`` the CS is for the mean over all N items of the category
     (the value the fixed-n run reports) and assumes only that the items are scored in a *uniformly
@@ -207,6 +217,8 @@ def betting_cs_path(
     horizon_share : float or None, default=HORIZON_SHARE
         With ``population_size``: the share of N that the bets are tuned for ("Bets"); None for
         the PrPl bets alone. Ignored without a population.
+    empty : {"vacuous", "mean"}, default="vacuous"
+        What an empty sequence reports ("An empty sequence").
 
     Returns
     -------
@@ -251,6 +263,8 @@ def betting_cs_path(
     if horizon_share is not None and not 0.0 < float(horizon_share) <= 1.0:
         raise ValueError(f"horizon_share must be in (0, 1] or None, got {horizon_share!r}")
     horizon = None if n_pop is None or horizon_share is None else float(horizon_share) * n_pop
+    if empty not in ("vacuous", "mean"):
+        raise ValueError(f"empty must be 'vacuous' or 'mean', got {empty!r}")
 
     # Reject m once the hedged capital max(theta K+, (1 - theta) K-) reaches 1/alpha, theta = 1/2.
     threshold = math.log(1.0 / a) - math.log(_HEDGE)
@@ -258,7 +272,8 @@ def betting_cs_path(
     m = g[None, :]
     log_up = np.zeros((runs, g.size))
     log_down = np.zeros((runs, g.size))
-    rejected = np.zeros((runs, g.size), dtype=bool)
+    rejected = np.zeros((runs, g.size), dtype=bool)  # by the bets
+    impossible = np.zeros((runs, g.size), dtype=bool)  # by the items' totals (without replacement)
     sum_x = np.zeros((runs, 1))  # sum of defined values so far
     n_def = np.zeros((runs, 1))  # how many values were defined
     n_nan = np.zeros((runs, 1))  # how many items were outside the denominator
@@ -300,12 +315,15 @@ def betting_cs_path(
             # m is impossible once the items not yet drawn would need a total outside [0, left].
             left_total = m * (n_pop - n_nan) - sum_x
             slack = _FEASIBLE_SLACK * n_pop
-            rejected |= (left_total < -slack) | (left_total > n_pop - (i + 1) + slack)
+            impossible |= (left_total < -slack) | (left_total > n_pop - (i + 1) + slack)
         # The paper's mu-hat_i = (1/2 + sum x) / (i + 1) includes item i itself.
         mean_hat = (0.5 + sum_x) / (n_def + 1.0)
         sq_sum = sq_sum + np.where(defined, (xv - mean_hat) ** 2, 0.0)
         if want[i + 1]:
-            lo, hi = _hull(g, rejected, sum_x[:, 0], n_def[:, 0])
+            lo, hi = _hull(g, rejected | impossible, sum_x[:, 0], n_def[:, 0])
+            if empty == "vacuous":
+                missed = ~(~rejected & ~impossible).any(axis=1) & (~impossible).any(axis=1)
+                lo, hi = np.where(missed, 0.0, lo), np.where(missed, 1.0, hi)
             lows[i + 1], highs[i + 1] = lo, hi
 
     low = np.stack([lows[int(c)] for c in checks], axis=1)

@@ -165,7 +165,8 @@ def test_iid_sequence_covers_a_bernoulli_mean_at_all_times():
     runs, t, mean = 400, 600, 0.3
     x = (np.random.default_rng(11).random((runs, t)) < mean).astype(float)
     grid = np.arange(0, 201) / 200
-    low, high = betting_cs_path(x, ALPHA, grid=grid, checkpoints=np.arange(20, t + 1, 20))
+    # empty="mean": an emptied sequence (every candidate rejected) must count as the miss it is.
+    low, high = betting_cs_path(x, ALPHA, grid=grid, checkpoints=np.arange(20, t + 1, 20), empty="mean")
     missed = ((low > mean) | (high < mean)).any(axis=1)
     assert missed.mean() <= _margin(runs)
     assert np.all(high[:, -1] - low[:, -1] < 0.25)
@@ -183,6 +184,36 @@ def test_cs_contains_the_running_mean(seed, population):
     low, high = betting_cs_path(x, ALPHA, population_size=population, checkpoints=checks)
     running = np.array([np.nanmean(x[:c]) for c in checks])
     assert np.all(low <= running) and np.all(running <= high)
+
+
+def test_an_emptied_sequence_decides_nothing():
+    # Not a random order: 200 ones, then 300 zeros of a population of 1000. The ones reject every
+    # share below about 0.8; the zeros then make every share above 0.7 impossible: no candidate is
+    # left, so the sequence has missed. It must not decide on the running mean (0.4) left over.
+    x = np.array([1.0] * 200 + [0.0] * 300)
+    low, high = betting_cs_path(x, ALPHA, population_size=1000, checkpoints=[100, 500])
+    assert low[0] > 0.8 and high[0] == 1.0  # not empty yet: the ones' CS
+    assert (low[1], high[1]) == (0.0, 1.0)
+    assert decide((low[1], high[1]), (0.0, 0.45)) == CONTINUE  # the running mean alone would PASS
+    shown_low, shown_high = betting_cs_path(x, ALPHA, population_size=1000, checkpoints=[500], empty="mean")
+    assert shown_low[0] <= 0.4 <= shown_high[0] and shown_high[0] - shown_low[0] <= 0.0011
+    assert betting_cs(x, ALPHA, population_size=1000) == (0.0, 1.0)
+    with pytest.raises(ValueError, match="empty must be"):
+        betting_cs_path(x, ALPHA, empty="nan")
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_at_exhaustion_the_cs_is_the_value_not_empty(seed):
+    # 5000 items, a share of 0.3332 (between grid points, step 0.0005): at the end no grid point is
+    # possible any more, which is no miss; the CS is the exact value. Seed 5's sequence missed the
+    # value early (its first 20 items hold 13 ones) and is vacuous from then on, which the end
+    # does not undo into a decision before it; seed 6's never misses and stays informative.
+    x = np.random.default_rng(seed).permutation(np.repeat([1.0, 0.0], [1666, 3334]))
+    checks = list(range(100, 5001, 100))
+    low, high = betting_cs_path(x, ALPHA, population_size=5000, checkpoints=checks)
+    assert low[-1] <= 1666 / 5000 <= high[-1] and high[-1] - low[-1] <= 0.0011
+    vacuous = (low[:-1] == 0.0) & (high[:-1] == 1.0)
+    assert vacuous[checks.index(2000) :].all() if seed == 5 else not vacuous.any()
 
 
 def test_cs_shrinks_with_n_and_collapses_at_exhaustion():
