@@ -347,6 +347,12 @@ def test_progress_lines_in_ci_and_quiet():
     ) as task:
         task.advance(4)
     assert len(calls) == 2  # the progress line and the closing one
+    # A task closed before its total (a sequential category that stopped early) says so.
+    early = io.StringIO()
+    with Progress("lines", stream=early, interval=0.0).task("bbq/Age", 4) as task:
+        task.advance(1)
+    assert early.getvalue().splitlines()[-1].startswith("bbq/Age: 1/4 items (25%)")
+    assert "stopped early, done in" in early.getvalue().splitlines()[-1]
     silent = io.StringIO()
     with Progress("off", stream=silent).task("bbq/Age", 4) as task:
         task.advance(4)

@@ -88,7 +88,7 @@ def test_a_clear_pass_stops_early_and_says_so_everywhere(early_pass):
     assert f"sequential PASS after {seq['n']} of 200 items, CS [" in proc.stdout
     # ...and the summary says what the mode saved, beside the request counts.
     assert (
-        f"sequential: {seq['n']} of 200 selected items scored ({seq['n'] / 2:.1f} %) in 1 categories "
+        f"sequential: {seq['n']} of 200 selected items scored ({seq['n'] / 2:.1f} %) in 1 category "
         "with sequential gates; 1 stopped early; 1 of 1 gate verdicts decided sequentially"
     ) in proc.stdout
 

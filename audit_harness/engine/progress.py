@@ -112,7 +112,10 @@ class ProgressTask:
         rate = self.done / elapsed if elapsed > 0 else 0.0
         eta = (self.total - self.done) / rate if rate > 0 else float("nan")
         pct = 100.0 * self.done / self.total if self.total else 100.0
-        tail = f"done in {elapsed:.1f} s" if final else f"ETA {eta:.0f} s"
+        if final and self.done < self.total:  # closed early: a sequential category that stopped
+            tail = f"stopped early, done in {elapsed:.1f} s"
+        else:
+            tail = f"done in {elapsed:.1f} s" if final else f"ETA {eta:.0f} s"
         stream = self.owner.stream or sys.stderr
         if self.owner.line_start is not None:
             self.owner.line_start()

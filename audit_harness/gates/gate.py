@@ -192,7 +192,7 @@ class Gate:
                 f"{where} = {shown} rests on n={metric.n} items, fewer than "
                 f"min_n={self.min_n}: {self.min_n - metric.n} more needed in its "
                 f"denominator (raise --limit, or lower min_n with --min-n or in the thresholds file) "
-                f"before the gate {bound} can pass",
+                f"before the gate {bound} can be judged",
                 cause="min_n",
             )
         problem = self.interval_problem(metric, n_resamples)

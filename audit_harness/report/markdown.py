@@ -175,7 +175,8 @@ def sequential_totals(results: Mapping[str, Any]) -> str | None:
     early = sum(s["items_scored"] < s["population"] for s in seen.values())
     return (
         f"{'at most ' if bound else ''}{scored:,} of {population:,} selected items scored "
-        f"({100.0 * scored / max(population, 1):.1f} %) in {len(seen)} categories with sequential "
+        f"({100.0 * scored / max(population, 1):.1f} %) in {len(seen)} "
+        f"{'category' if len(seen) == 1 else 'categories'} with sequential "
         f"gates; {early} stopped early"
     )
 
