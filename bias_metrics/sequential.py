@@ -322,7 +322,8 @@ def betting_cs_path(
         if want[i + 1]:
             lo, hi = _hull(g, rejected | impossible, sum_x[:, 0], n_def[:, 0])
             if empty == "vacuous":
-                missed = ~(~rejected & ~impossible).any(axis=1) & (~impossible).any(axis=1)
+                # Every candidate out, yet some were possible: the bets rejected the true value.
+                missed = (rejected | impossible).all(axis=1) & ~impossible.all(axis=1)
                 lo, hi = np.where(missed, 0.0, lo), np.where(missed, 1.0, hi)
             lows[i + 1], highs[i + 1] = lo, hi
 
