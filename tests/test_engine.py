@@ -353,6 +353,12 @@ def test_progress_lines_in_ci_and_quiet():
         task.advance(1)
     assert early.getvalue().splitlines()[-1].startswith("bbq/Age: 1/4 items (25%)")
     assert "stopped early, done in" in early.getvalue().splitlines()[-1]
+    # A full category whose items came in thirds (three requests each) sums to 3.9999...: done.
+    full = io.StringIO()
+    with Progress("lines", stream=full, interval=0.0).task("bbq/Age", 120) as task:
+        for _ in range(360):
+            task.advance(1 / 3)
+    assert full.getvalue().splitlines()[-1].endswith(" s") and "stopped early" not in full.getvalue()
     silent = io.StringIO()
     with Progress("off", stream=silent).task("bbq/Age", 4) as task:
         task.advance(4)

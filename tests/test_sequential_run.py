@@ -89,7 +89,7 @@ def test_a_clear_pass_stops_early_and_says_so_everywhere(early_pass):
     # ...and the summary says what the mode saved, beside the request counts.
     assert (
         f"sequential: {seq['n']} of 200 selected items scored ({seq['n'] / 2:.1f} %) in 1 category "
-        "with sequential gates; 1 stopped early; 1 of 1 gate verdicts decided sequentially"
+        "with sequential gates; 1 stopped early; 1 of 1 gate verdict decided sequentially"
     ) in proc.stdout
 
 

@@ -112,7 +112,9 @@ class ProgressTask:
         rate = self.done / elapsed if elapsed > 0 else 0.0
         eta = (self.total - self.done) / rate if rate > 0 else float("nan")
         pct = 100.0 * self.done / self.total if self.total else 100.0
-        if final and self.done < self.total:  # closed early: a sequential category that stopped
+        # Closed early (a sequential category that stopped): a whole item short at least. ``done``
+        # adds fractions of items (1/3 per request), so a full category may sum to 119.9999...
+        if final and self.total - self.done >= 0.5:
             tail = f"stopped early, done in {elapsed:.1f} s"
         else:
             tail = f"done in {elapsed:.1f} s" if final else f"ETA {eta:.0f} s"

@@ -97,7 +97,8 @@ def sequential_line(results: Mapping[str, Any]) -> str | None:
         return None
     infos = [v["sequential"] for v in results["gates"] if v.get("sequential")]
     decided = sum(1 for s in infos if s.get("verdict_from") == "sequential")
-    return f"sequential: {totals}; {decided} of {len(infos)} gate verdicts decided sequentially"
+    verdicts = "gate verdict" if len(infos) == 1 else "gate verdicts"
+    return f"sequential: {totals}; {decided} of {len(infos)} {verdicts} decided sequentially"
 
 
 def notices(results: Mapping[str, Any], outcome, moved: bool = False) -> list[tuple[str, str | None]]:
