@@ -45,6 +45,7 @@ __all__ = [
     "diff_bias_cs",
     "pair_score_cs",
     "regression_band",
+    "oracle_sprt_n",
 ]
 
 PASS, FAIL, CONTINUE = "PASS", "FAIL", "CONTINUE"
@@ -864,3 +865,114 @@ def regression_band(
         w = abs(b - c) + r
         return (c - w, c + w)
     raise ValueError(f"kind must be 'min', 'max', 'abs_max' or 'target', got {kind!r}")
+
+
+def oracle_sprt_n(values, edges, *, looks: Sequence[int] | None = None, min_n: int = 0) -> np.ndarray:
+    """Items scored before an oracle that knows the population's value settles a gate: a reference
+    for how early *any* level-alpha sequential rule can stop (not a rule the suite uses).
+
+    For each edge m of the band (the candidate values a decision must rule out) the oracle runs
+    Wald's sequential probability ratio test of "the population's share is m" against "it is
+    the true share" (known: ``values`` holds every item of the population). Items are drawn
+    without replacement in the order given; with D defined values of which K are 1, the next
+    defined value is 1 with probability ``(K - ones so far) / (D - defined so far)``, and K_m =
+    the whole count nearest m x D on the far side from the truth (the first population the
+    decision must rule out). Undefined items (NaN) fall at the same places under both, so they
+    leave the ratio unchanged. The ratio is a martingale of mean 1 under the edge, so it reaches
+    1 / alpha with probability at most alpha (Ville's inequality): a valid test. Since it bets
+    with the true value, for i.i.d. items its expected sample size meets Wald's lower bound for
+    any level-alpha sequential test, log(1 / alpha) / KL (Wald 1947, *Sequential Analysis*,
+    §4.4), up to the overshoot of its last step: a rule that must estimate the value, as the
+    betting CS does, needs about this many items or more.
+
+    Parameters
+    ----------
+    values : array_like of float
+        Shape (N,) or (runs, N): every item of the population in the order drawn, 0 or 1, NaN for
+        an item outside the metric's denominator.
+    edges : sequence of (float, float)
+        (m, alpha) per edge to rule out, m a share in [0, 1] that the population's share is not,
+        alpha in (0, 1) that edge's error probability (one side of a CS: half the CS's alpha).
+    looks : sequence of int, optional
+        Item counts after which stopping is allowed (a run's round ends); default every item.
+    min_n : int, default=0
+        Defined values needed before stopping (a gate's min_n).
+
+    Returns
+    -------
+    numpy.ndarray of int
+        Shape () or (runs,): the first look below N at which every edge is rejected and min_n
+        holds; N when there is none (every item scored).
+
+    Raises
+    ------
+    ValueError
+        Values other than 0, 1 or NaN, an edge equal to the true share, alpha outside (0, 1),
+        or looks outside 1..N.
+
+    Examples
+    --------
+    A population of 200 with a share of 0.3: ruling out 0.5 (a gate ``>= 0.5`` failing, one side
+    at alpha 0.05) takes the oracle a few dozen items.
+
+    >>> import numpy as np
+    >>> from bias_metrics.sequential import oracle_sprt_n
+    >>> x = np.random.default_rng(1).permutation(np.repeat([1.0, 0.0], [60, 140]))
+    >>> n = int(oracle_sprt_n(x, [(0.5, 0.05)], looks=range(10, 201, 10)))
+    >>> 20 <= n <= 120
+    True
+    """
+    x = _check_values(values)
+    single = x.ndim == 1
+    if single:
+        x = x[None, :]
+    finite = x[~np.isnan(x)]
+    if ((finite != 0.0) & (finite != 1.0)).any():
+        raise ValueError("oracle_sprt_n needs values of 0, 1 or NaN (a share)")
+    runs, n_pop = x.shape
+    steps = np.arange(1, n_pop + 1) if looks is None else np.asarray(list(looks), dtype=np.int64)
+    if steps.ndim != 1 or (steps < 1).any() or (steps > n_pop).any():
+        raise ValueError(f"looks must be item counts in 1..{n_pop}, got {looks!r}")
+    allowed = np.zeros(n_pop + 1, dtype=bool)
+    allowed[steps] = True
+    defined = ~np.isnan(x)
+    d_total = defined.sum(axis=1).astype(np.float64)
+    k_true = np.nansum(x, axis=1)
+    nulls, thresholds = [], []
+    for m, a in edges:
+        m, a = float(m), _check_alpha(a, "an edge's alpha")
+        if not 0.0 <= m <= 1.0:
+            raise ValueError(f"an edge must be a share in [0, 1], got {m!r}")
+        above = m * d_total > k_true
+        k_m = np.where(above, np.ceil(m * d_total - 1e-9), np.floor(m * d_total + 1e-9))
+        if (k_m == k_true).any():
+            raise ValueError(f"edge {m!r} is the population's own share: the oracle cannot rule it out")
+        nulls.append(k_m)
+        thresholds.append(math.log(1.0 / a))
+    k_null = np.stack(nulls, axis=1)  # (runs, edges)
+    limit = np.array(thresholds)[None, :]
+    log_lr = np.zeros_like(k_null)
+    done = np.zeros_like(k_null, dtype=bool)
+    seen = np.zeros(runs)
+    ones = np.zeros(runs)
+    stop = np.full(runs, n_pop)
+    open_runs = np.ones(runs, dtype=bool)
+    tiny = 1e-300
+    for i in range(n_pop):
+        d = defined[:, i]
+        xi = np.nan_to_num(x[:, i])
+        left = np.maximum(d_total - seen, 1.0)
+        p_true = ((k_true - ones) / left)[:, None]
+        p_null = (k_null - ones[:, None]) / left[:, None]
+        like_true = np.where(xi[:, None] == 1.0, p_true, 1.0 - p_true)
+        like_null = np.where(xi[:, None] == 1.0, p_null, 1.0 - p_null)
+        step = np.log(np.maximum(like_true, tiny)) - np.log(np.maximum(like_null, tiny))
+        log_lr = np.where(d[:, None], log_lr + step, log_lr)
+        done |= log_lr >= limit
+        seen += d
+        ones += xi * d
+        if allowed[i + 1] and i + 1 < n_pop:
+            hit = open_runs & done.all(axis=1) & (seen >= min_n)
+            stop = np.where(hit, i + 1, stop)
+            open_runs &= ~hit
+    return stop[0] if single else stop

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -291,6 +293,59 @@ def test_every_form_covers_the_fixed_n_value_when_every_item_is_scored(
         assert high - low <= 4 * step, (name, low, high)
         checked += 1
     assert checked >= 4
+
+
+def test_a_shares_values_are_what_its_cs_is_made_of(data_dir):
+    # perf/sequential_orders.py replays runs from SequentialForm.values: for every share it must
+    # give the very CS the run decides on, and composed metrics must have none.
+    from audit_harness.benchmarks import registry
+    from bias_metrics.sequential import betting_cs
+
+    bench = registry()["bbq"]
+    items = bench.select(bench.load_category(data_dir, "Religion").items, 160, 0, "bbq/Religion")
+    records = random_records(bench, items, seed=5)
+    shares = 0
+    for name in bench.metric_names:
+        form = bench.sequential_form(name)
+        if form is None:
+            continue
+        if form.values is None:
+            assert name.startswith(("bias_score", "diff_bias")), name
+            continue
+        x = form.values(records[:90])
+        assert x.shape == (90,) and np.nanmax(x) <= 1, name
+        if name.startswith("acc_"):  # half the items are outside an accuracy's denominator
+            assert np.isnan(x).any(), name
+        assert form.cs(records[:90], items, 0.1) == betting_cs(x, 0.1, population_size=160), name
+        shares += 1
+    assert shares >= 3
+
+
+def test_replaying_a_fixed_n_run_reproduces_the_sequential_runs_decision(early_pass, full_after):
+    # The same gate and items: seed 0's order in the replay is the sequential run's own order.
+    seq = next(iter(gates_of(early_pass[2]).values()))["sequential"]
+    script = Path(__file__).resolve().parents[1] / "perf" / "sequential_orders.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), str(full_after[1]), "--seeds", "4", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    (row,) = summary["gates"]
+    assert row["gate"] == f"bbq/{KEYWORD}/acc_ambig" and row["clears"] == "inside"
+    assert row["seed0_shipped"] == seq["n"] and row["round_size"] == seq["round_size"]
+    # Looks after every item can only stop the oracle sooner than looks at the round ends.
+    assert 0 < row["oracle_1"] <= row["oracle"] < 200
+
+
+def test_replaying_a_sequential_run_is_refused(early_pass):
+    script = Path(__file__).resolve().parents[1] / "perf" / "sequential_orders.py"
+    proc = subprocess.run([sys.executable, str(script), str(early_pass[2])], capture_output=True, text=True)
+    assert (
+        proc.returncode == 2 and "stopped early (Religion-acc_ambig): give a run that scored" in proc.stderr
+    )
 
 
 @pytest.mark.parametrize("mode, finite", [("point", True), ("ci_inside", False), ("ci_overlap", False)])

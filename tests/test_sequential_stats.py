@@ -27,6 +27,7 @@ from bias_metrics.sequential import (
     decide,
     diff_bias_cs,
     difference_interval,
+    oracle_sprt_n,
     pair_score_cs,
     product_interval,
     regression_band,
@@ -357,3 +358,46 @@ def test_regression_band_is_a_shifted_band():
         regression_band(0.1, -0.01, "max")
     with pytest.raises(ValueError, match="kind"):
         regression_band(0.1, 0.01, "between")
+
+
+def _falling(a: float, k: int) -> float:
+    return math.prod(a - j for j in range(k))
+
+
+def test_the_oracle_is_walds_likelihood_ratio_of_the_hypergeometric_sequence():
+    # Probability of a given sequence of t draws holding o ones, from D values of which K are 1:
+    # [K]_o [D - K]_(t - o) / [D]_t (falling factorials). The oracle stops at the first look where
+    # the true K's probability is 1/alpha times the edge's (K_m, the nearest count past the edge).
+    rng = np.random.default_rng(11)
+    x = rng.permutation(np.repeat([1.0, 0.0, np.nan], [18, 42, 20]))  # 60 defined, share 0.3
+    d, k_true, k_edge, alpha = 60, 18, 30, 0.05  # the edge 0.5: K_m = 30
+    looks = list(range(5, 80, 5))
+    expected = 80
+    for look in looks:
+        seen = x[:look][~np.isnan(x[:look])]
+        t, o = seen.size, int(seen.sum())
+        lr = (_falling(k_true, o) * _falling(d - k_true, t - o)) / (
+            _falling(k_edge, o) * _falling(d - k_edge, t - o)
+        )
+        if lr >= 1 / alpha and t >= 10:
+            expected = look
+            break
+    assert expected < 80
+    assert int(oracle_sprt_n(x, [(0.5, alpha)], looks=looks, min_n=10)) == expected
+    # An edge between whole counts is ruled out through the first count past it: 0.49 -> K_m = 30.
+    assert int(oracle_sprt_n(x, [(0.49, alpha)], looks=looks, min_n=10)) == expected
+    # Both edges of a band must fall; a second edge far on the other side costs nothing more here.
+    assert int(oracle_sprt_n(x, [(0.5, alpha), (0.0, alpha)], looks=looks, min_n=10)) == expected
+
+
+def test_the_oracle_never_stops_on_the_last_item_and_checks_its_inputs():
+    x = np.array([1.0, 0.0] * 10)
+    assert int(oracle_sprt_n(x, [(0.99, 0.05)], looks=[20])) == 20  # the last look decides nothing
+    with pytest.raises(ValueError, match="0, 1 or NaN"):
+        oracle_sprt_n([0.5, 1.0], [(0.9, 0.05)])
+    with pytest.raises(ValueError, match="the population's own share"):
+        oracle_sprt_n(x, [(0.5, 0.05)])
+    with pytest.raises(ValueError, match="alpha"):
+        oracle_sprt_n(x, [(0.9, 1.5)])
+    with pytest.raises(ValueError, match="looks must be item counts"):
+        oracle_sprt_n(x, [(0.9, 0.05)], looks=[0])

@@ -259,10 +259,18 @@ class SequentialForm:
             the order scored, population the category's selected items (the items the metric's
             value at full n would rest on), or None for the i.i.d. sequence of the parameter
             behind them (a gate judged on its interval, not on its point value).
+        values: for a metric that is ``scale`` x the mean of per-item values (a share):
+            ``values(records)``, each record's value in [0, 1] in order, NaN outside the
+            denominator, so that ``cs`` is ``scale`` x the betting CS of their mean. None for a
+            composed metric (s_DIS, s_AMB, a diff-bias, a mean over templates). Lets a finished
+            run's records be replayed in other orders (``perf/sequential_orders.py``).
+        scale: the metric's unit over the values' mean (100 for a score in percent).
     """
 
     label: str
     cs: Callable[[Sequence[Any], Sequence[Any] | None, float], tuple[float, float]]
+    values: Callable[[Sequence[Any]], np.ndarray] | None = None
+    scale: float = 1.0
 
 
 class Benchmark(ABC):

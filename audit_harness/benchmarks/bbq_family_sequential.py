@@ -40,9 +40,10 @@ _NONALIGNED = _code_table({bf.DN_C: 1, bf.DN_B: 0, bf.DN_U: 0})
 CellCS = Callable[[np.ndarray, int | None, float], tuple[float, float]]
 
 
-def cell_cs(flavour: str, name: str) -> tuple[str, CellCS] | None:
-    """The CS of the flavour's metric ``name`` from answer cells, with its label; None for a
-    metric without a sequential form (the EsBBQ upper bounds)."""
+def cell_cs(flavour: str, name: str) -> tuple[str, CellCS, np.ndarray | None] | None:
+    """The CS of the flavour's metric ``name`` from answer cells, with its label and, for a
+    share, each cell's value (NaN outside its denominator; None for a composed metric); None for
+    a metric without a sequential form (the EsBBQ upper bounds)."""
     spec = {s.name: s for s in bf.FLAVOURS[flavour]}.get(name)
     if spec is None:
         return None
@@ -51,6 +52,7 @@ def cell_cs(flavour: str, name: str) -> tuple[str, CellCS] | None:
         return (
             "s_DIS = 2 CS(p) - 1, p the biased share of non-unknown answers (s_dis_cs)",
             lambda c, n, a: s_dis_cs(_S_DIS_CODES[c], a, population_size=n),
+            None,
         )
     if stat in (bf.s_amb, bf.diff_bias_ambig):
         # (n_B - n_C) / n over valid ambiguous answers equals s_AMB wherever s_AMB is defined, and
@@ -58,6 +60,7 @@ def cell_cs(flavour: str, name: str) -> tuple[str, CellCS] | None:
         return (
             "(n_B - n_C)/n = 2 CS((code + 1)/2) - 1 over ambiguous answers (s_amb_cs, identity)",
             lambda c, n, a: s_amb_cs(_AMBIG_CODES[c], a, population_size=n, method="identity"),
+            None,
         )
     if stat is bf.diff_bias_disambig:
         return (
@@ -65,6 +68,7 @@ def cell_cs(flavour: str, name: str) -> tuple[str, CellCS] | None:
             lambda c, n, a: diff_bias_cs(
                 _ALIGNED[c], _NONALIGNED[c], a, population_sizes=None if n is None else (n, n)
             ),
+            None,
         )
     if spec.numerator is not None:
         # 1 for a cell of the numerator, 0 for one of the denominator only, NaN outside it.
@@ -72,6 +76,7 @@ def cell_cs(flavour: str, name: str) -> tuple[str, CellCS] | None:
         return (
             f"{name}: betting CS of a mean (betting_cs)",
             lambda c, n, a: betting_cs(table[c], a, population_size=n),
+            table,
         )
     return None
 
@@ -86,9 +91,11 @@ def bbq_family_form(bench, metric: str) -> SequentialForm | None:
     made = cell_cs(bench.flavour, metric.removesuffix(bench.suffix))
     if made is None:
         return None
-    label, cs = made
+    label, cs, table = made
     return SequentialForm(
-        label, lambda rs, pop, a: cs(cells(bench, rs), None if pop is None else len(pop), a)
+        label,
+        lambda rs, pop, a: cs(cells(bench, rs), None if pop is None else len(pop), a),
+        values=None if table is None else (lambda rs: table[cells(bench, rs)]),
     )
 
 
@@ -105,7 +112,7 @@ def kobbq_form(bench, metric: str) -> SequentialForm | None:
         made = cell_cs(bench.flavour, base)
         if made is None:
             return None
-        label, cs = made
+        label, cs, _ = made
         groups = [lambda x, k=k: x.answer_mode == mode and x.prompt_id == k for k in bench.prompts]
         return SequentialForm(
             f"mean over {len(groups)} prompt template(s) of: {label}, each at alpha/{len(groups)}",
@@ -114,7 +121,7 @@ def kobbq_form(bench, metric: str) -> SequentialForm | None:
     made = cell_cs(bench.flavour, subset.group(1))
     if made is None:
         return None
-    label, cs = made
+    label, cs, _ = made
     field_name, wanted = (
         ("prompt_id", subset.group(3)) if subset.group(3) else ("permutation", subset.group(4))
     )

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from bias_metrics.pairs import pair_metrics, pair_outcomes, scored_positions
 from bias_metrics.result import MetricResult
 from bias_metrics.sequential import betting_cs, pair_score_cs
@@ -393,15 +395,19 @@ class SentencePairBenchmark(Benchmark):
         if metric != "bias_score":
             return None
 
+        def values(records) -> np.ndarray:
+            return np.array([math.nan if r.excluded else float(r.outcome == 1) for r in records])
+
         def cs(records, population, a):
             n = None if population is None else len(population)
             if not any(r.excluded for r in records):
                 return pair_score_cs([r.outcome for r in records], a, population_size=n)
-            values = [math.nan if r.excluded else float(r.outcome == 1) for r in records]
-            low, high = betting_cs(values, a, population_size=n)
+            low, high = betting_cs(values(records), a, population_size=n)
             return (100.0 * low, 100.0 * high)
 
-        return SequentialForm("100 CS(stereotyped share), ties not stereotyped (pair_score_cs)", cs)
+        return SequentialForm(
+            "100 CS(stereotyped share), ties not stereotyped (pair_score_cs)", cs, values=values, scale=100.0
+        )
 
     def exclusions(self, records: Sequence[PairRecord]) -> dict[str, list[str]]:
         ids = [r.item_id for r in records if r.excluded]
