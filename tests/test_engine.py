@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -25,7 +26,7 @@ from test_prefix_sharing import _tiny
 
 from audit_harness.benchmarks import registry
 from audit_harness.engine.cache import ResultCache, request_key
-from audit_harness.engine.executor import BackendOutOfMemory, Engine
+from audit_harness.engine.executor import BackendOutOfMemory, Engine, _bins, _size
 from audit_harness.engine.prefix_tree import build_position_tree, build_tree
 from audit_harness.engine.progress import Progress, progress_mode
 from audit_harness.errors import ModelError
@@ -171,6 +172,47 @@ def test_subtrees_packed_into_one_row_score_as_if_alone(gpt2, llama, data_dir, m
         assert packed == pytest.approx(alone, abs=1e-4)
         assert sum(len(s) for s in seen) < n_alone and max(max(s) for s in seen) <= 4096
         monkeypatch.undo()
+
+
+def test_the_last_forward_packs_narrower_rows_rather_than_pad_a_nearly_empty_one():
+    # Subtree sizes of one sequential BBQ round (SmolLM2, 20 items): first fit into rows of 512
+    # gives rows of 508, 491 and 48 tokens, and a forward pads every row to its longest (1,524
+    # tokens computed for 1,047). The last forward takes the narrowest rows that hold them.
+    sizes = [150, 120, 96, 94, 85, 80, 77, 53, 48, 39, 37, 34, 32, 27, 27, 25, 23]
+    pieces = [([1] * k, [-1] * k, list(range(k)), [(k - 1, 0, i)]) for i, k in enumerate(sizes)]
+    backend = SimpleNamespace(batch_size=16, vocab_size=10, logits_budget=1 << 20, token_budget=8192)
+    first_fit = _bins(pieces, 512)
+    assert sorted(_size(b) for b in first_fit) == [48, 491, 508]
+    rows = Engine(backend)._narrow_tail(sorted(first_fit, key=lambda b: -_size(b)), budget=1536)
+    widths = [len(r[0]) for r in rows]
+    assert sum(widths) == sum(sizes) and len(rows) * max(widths) <= 1.05 * sum(sizes)
+    # Every subtree is in exactly one row, its query column moved with it.
+    assert sorted(q[2] for r in rows for q in r[3]) == list(range(len(sizes)))
+    # Nothing narrower fits the budget, or nothing is saved: the rows stay as they are.
+    assert Engine(backend)._narrow_tail(sorted(first_fit, key=lambda b: -_size(b)), budget=900) is None
+    assert Engine(backend)._narrow_tail([pieces[:3]], budget=1536) is None
+
+
+def test_narrower_last_rows_score_as_the_whole_row(gpt2, data_dir, monkeypatch):
+    _, _, _, flat = bbq_requests(data_dir, "lmeval", categories=("Age", "Religion"), rows=6)
+    shapes: list[tuple[int, int]] = []
+    real = gpt2.forward_packed
+
+    def record(rows):
+        shapes.append((len(rows), max(len(r[0]) for r in rows)))
+        return real(rows)
+
+    monkeypatch.setattr(gpt2, "forward_packed", record)
+    monkeypatch.setattr(gpt2, "packed_row_tokens", 4096)
+    whole = Engine(gpt2, forward_seconds=0).loglikelihood(flat)
+    ((_, tokens),) = shapes  # one row holds the call
+    shapes.clear()
+    monkeypatch.setattr(gpt2, "packed_row_tokens", int(0.7 * tokens))
+    assert Engine(gpt2, forward_seconds=0).loglikelihood(flat) == pytest.approx(whole, abs=1e-4)
+    # One forward, of rows narrower than first fit's fullest (819 of these 1,248 tokens in GPT-2's
+    # tokens; the narrow rows hold 718, as the subtrees are 530, 429 and 289 tokens).
+    ((rows, width),) = shapes
+    assert rows == 2 and width <= 0.6 * tokens
 
 
 def test_invariant_to_batch_size_order_and_cache(gpt2, data_dir, tmp_path):

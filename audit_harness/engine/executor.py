@@ -25,6 +25,7 @@ off for this model; rescore on the full path).
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 from ..models.base import GenerationRequest, check_token_positions
@@ -449,14 +450,19 @@ class Engine:
         m = self.backend
         cap = min(m.token_budget, getattr(m, "packed_row_tokens", m.token_budget))
         rows = [r for root in tree.roots for r in _split(root, cap)]
-        flat = sorted(
-            _pack(sorted((_flatten(r) for r in rows), key=lambda f: -len(f[0])), cap),
-            key=lambda f: -len(f[0]),
-        )
+        pieces = sorted((_flatten(r) for r in rows), key=lambda f: -len(f[0]))
+        bins = sorted(_bins(pieces, cap), key=lambda b: -_size(b))
+        flat = [_merge(b) for b in bins]
+        left = sum(len(f[0]) for f in flat)
         start = 0
         while start < len(flat):
             n, width, queries = 1, len(flat[start][0]), len(flat[start][3])
             budget = self.pace.budget(m.token_budget)
+            if left <= budget:
+                tail = self._narrow_tail(bins[start:], budget)
+                if tail is not None:
+                    self._packed_batch(tail, deliver)
+                    return
             while (
                 start + n < len(flat)
                 and n < m.batch_size
@@ -466,7 +472,29 @@ class Engine:
                 queries += len(flat[start + n][3])
                 n += 1
             self._packed_batch(flat[start : start + n], deliver)
+            left -= sum(len(f[0]) for f in flat[start : start + n])
             start += n
+
+    def _narrow_tail(self, bins: list[list], budget: int) -> list | None:
+        """The last rows of a tree as one forward of narrower rows, or None when that saves
+        nothing. Rows are padded to the batch's longest, so a full row beside a nearly empty one
+        (the end of every small call: a sequential round, a small category) costs two full rows;
+        the same subtrees packed into rows of the narrowest width that fits them in one forward
+        cost about their tokens."""
+        m = self.backend
+        pieces = sorted((p for b in bins for p in b), key=lambda f: -len(f[0]))
+        queries = sum(len(p[3]) for p in pieces)
+        if queries * m.vocab_size > m.logits_budget:
+            return None
+        greedy = len(bins) * _size(bins[0]) if len(bins) <= m.batch_size else math.inf
+        longest, cap = len(pieces[0][0]), _size(bins[0])
+        best, best_cost = None, greedy
+        for width in range(longest, cap + 1, max(1, (cap - longest) // 64)):
+            packed = _bins(pieces, width)
+            cost = len(packed) * max(_size(b) for b in packed)
+            if len(packed) <= m.batch_size and cost <= budget and cost < best_cost:
+                best, best_cost = packed, cost
+        return None if best is None else [_merge(b) for b in best]
 
     def _packed_batch(self, batch, deliver: Callable) -> None:
         halving(lambda rows: self._packed_forward(rows, deliver), batch, self.stats)
@@ -644,11 +672,9 @@ def _flatten(root: Segment):
     return tokens, parents, positions, queries
 
 
-def _pack(flat: list, cap: int) -> list:
-    """Flattened subtrees (longest first) packed into rows of at most ``cap`` tokens, first fit
-    (a subtree longer than ``cap`` keeps a row of its own). Within a row each subtree keeps its
-    own positions and parent links, offset by where it starts, so no token of one subtree sees
-    another; query columns move with it."""
+def _bins(flat: list, cap: int) -> list[list]:
+    """Flattened subtrees (longest first) in rows of at most ``cap`` tokens, first fit (a subtree
+    longer than ``cap`` keeps a row of its own)."""
     bins: list[list] = []
     room: list[int] = []
     for f in flat:
@@ -661,23 +687,29 @@ def _pack(flat: list, cap: int) -> list:
         else:
             bins.append([f])
             room.append(cap - size)
-    out = []
-    for parts in bins:
-        if len(parts) == 1:
-            out.append(parts[0])
-            continue
-        tokens: list[int] = []
-        parents: list[int] = []
-        positions: list[int] = []
-        queries: list[tuple[int, int, int]] = []
-        for t, p, d, q in parts:
-            base = len(tokens)
-            tokens += t
-            parents += [x + base if x >= 0 else -1 for x in p]
-            positions += d
-            queries += [(c + base, tg, qid) for c, tg, qid in q]
-        out.append((tokens, parents, positions, queries))
-    return out
+    return bins
+
+
+def _size(parts: list) -> int:
+    return sum(len(p[0]) for p in parts)
+
+
+def _merge(parts: list):
+    """One row of flattened subtrees: each keeps its own positions and parent links, offset by
+    where it starts, so no token of one subtree sees another; query columns move with it."""
+    if len(parts) == 1:
+        return parts[0]
+    tokens: list[int] = []
+    parents: list[int] = []
+    positions: list[int] = []
+    queries: list[tuple[int, int, int]] = []
+    for t, p, d, q in parts:
+        base = len(tokens)
+        tokens += t
+        parents += [x + base if x >= 0 else -1 for x in p]
+        positions += d
+        queries += [(c + base, tg, qid) for c, tg, qid in q]
+    return (tokens, parents, positions, queries)
 
 
 def _n_offsets(seg: Segment) -> int:
