@@ -135,8 +135,8 @@ def sequential_rows(results: Mapping[str, Any]) -> list[dict[str, str]]:
 
 
 def sequential_totals(results: Mapping[str, Any]) -> str | None:
-    """Items scored of those selected over the categories with sequential gates, one sentence;
-    None when no gate was sequential. A sentence-pair benchmark's ``overall`` category holds its
+    """Items scored of those selected over the categories with sequential gates, and the gate
+    verdicts their confidence sequences decided, one sentence; None when no gate was sequential. A sentence-pair benchmark's ``overall`` category holds its
     subgroups' pairs: it counts them once (summing the subgroups too counted every pair twice and
     called pairs that ``overall`` scored saved); when ``overall`` stopped early too, the pairs its
     subgroups' own rounds scored may differ from its own, so the count is an upper bound.
@@ -147,9 +147,9 @@ def sequential_totals(results: Mapping[str, Any]) -> str | None:
     ...     return {"benchmark": "crows_pairs", "category": cat,
     ...             "sequential": {"items_scored": scored, "population": population}}
     >>> sequential_totals({"gates": [gate("overall", 100, 100), gate("age", 20, 40)]})
-    '100 of 100 selected items scored (100.0 %) in 2 categories with sequential gates; 1 stopped early'
+    '100 of 100 selected items scored (100.0 %) in 2 categories with sequential gates; 1 stopped early; 0 of 2 gate verdicts decided sequentially'
     >>> sequential_totals({"gates": [gate("overall", 60, 100), gate("age", 20, 40)]})
-    'at most 80 of 100 selected items scored (80.0 %) in 2 categories with sequential gates; 2 stopped early'
+    'at most 80 of 100 selected items scored (80.0 %) in 2 categories with sequential gates; 2 stopped early; 0 of 2 gate verdicts decided sequentially'
     """
     seen = _sequential_categories(results)
     if not seen:
@@ -173,11 +173,14 @@ def sequential_totals(results: Mapping[str, Any]) -> str | None:
                 whole["population"], whole["items_scored"] + sum(s["items_scored"] for s in cats.values())
             )
     early = sum(s["items_scored"] < s["population"] for s in seen.values())
+    infos = [v["sequential"] for v in results["gates"] if v.get("sequential")]
+    decided = sum(1 for s in infos if s.get("verdict_from") == "sequential")
     return (
         f"{'at most ' if bound else ''}{scored:,} of {population:,} selected items scored "
         f"({100.0 * scored / max(population, 1):.1f} %) in {len(seen)} "
         f"{'category' if len(seen) == 1 else 'categories'} with sequential "
-        f"gates; {early} stopped early"
+        f"gates; {early} stopped early; {decided} of {len(infos)} "
+        f"{'gate verdict' if len(infos) == 1 else 'gate verdicts'} decided sequentially"
     )
 
 

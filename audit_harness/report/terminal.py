@@ -93,12 +93,7 @@ def sequential_line(results: Mapping[str, Any]) -> str | None:
     'sequential: 460 of 800 selected items scored (57.5 %) in 2 categories with sequential gates; 1 stopped early; 1 of 2 gate verdicts decided sequentially'
     """
     totals = sequential_totals(results)
-    if totals is None:
-        return None
-    infos = [v["sequential"] for v in results["gates"] if v.get("sequential")]
-    decided = sum(1 for s in infos if s.get("verdict_from") == "sequential")
-    verdicts = "gate verdict" if len(infos) == 1 else "gate verdicts"
-    return f"sequential: {totals}; {decided} of {len(infos)} {verdicts} decided sequentially"
+    return None if totals is None else f"sequential: {totals}"
 
 
 def notices(results: Mapping[str, Any], outcome, moved: bool = False) -> list[tuple[str, str | None]]:
