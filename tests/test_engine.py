@@ -215,6 +215,37 @@ def test_narrower_last_rows_score_as_the_whole_row(gpt2, data_dir, monkeypatch):
     assert rows == 2 and width <= 0.6 * tokens
 
 
+def test_per_tree_attention_equals_attention_over_the_whole_row(gpt2, llama, data_dir, monkeypatch):
+    # On CPU the packed rows' attention runs per prefix tree (segmented_attention): the same
+    # values as SDPA over the whole masked row, rows of unequal length (padding) included.
+    from transformers import AttentionInterface
+
+    from audit_harness.models import segmented_attention
+
+    _, _, choices, flat = bbq_requests(data_dir, "lmeval", categories=("Age", "Religion", "SES"), rows=4)
+    for model in (gpt2, llama):
+        assert model._per_tree
+        blocks: list[int] = []
+        real = segmented_attention.segmented_sdpa
+
+        def spy(*args, packed_segments=None, blocks=blocks, real=real, **kwargs):
+            blocks.append(len(packed_segments or ()))
+            return real(*args, packed_segments=packed_segments, **kwargs)
+
+        AttentionInterface.register(segmented_attention.NAME, spy)
+        monkeypatch.setattr(model, "packed_row_tokens", 160)  # several rows, several trees per row
+        per_tree = Engine(model, forward_seconds=0).loglikelihood(flat)
+        assert blocks and min(blocks) >= 1 and max(blocks) >= 2  # every layer, per tree
+        AttentionInterface.register(segmented_attention.NAME, real)
+        monkeypatch.setattr(model, "_per_tree", False)
+        whole = Engine(model, forward_seconds=0).loglikelihood(flat)
+        assert per_tree == pytest.approx(whole, abs=1e-5)
+        assert predictions(per_tree, choices) == predictions(whole, choices)
+        # Generation and cache continuation never see the per-tree function: SDPA as always.
+        assert model.model.config._attn_implementation == "sdpa"
+        monkeypatch.undo()
+
+
 def test_invariant_to_batch_size_order_and_cache(gpt2, data_dir, tmp_path):
     _, _, choices, flat = bbq_requests(data_dir, "lmeval")
     base = Engine(gpt2).loglikelihood(flat)

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import torch
 
-from . import decode_linear
+from . import decode_linear, segmented_attention
 from .base import GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, Backend, ModelInfo, SentenceEncoding
 from .prompt_prefix import PromptPrefix
 from .tokenization import encode_pair, special_ids, texts_to_encode
@@ -162,6 +162,9 @@ class HFCausalLM(Backend):
             and getattr(text_cfg, "use_sliding_window", True) is not False
         )
         self._can_pack = self._can_pack and not self._sliding
+        # Per-tree attention in packed rows: on CPU it skips the masked scores between trees; on
+        # a GPU one masked kernel over the row beats hundreds of small ones.
+        self._per_tree = self._can_pack and self.device.type == "cpu" and segmented_attention.can_route(model)
 
     # -- tokenization ----------------------------------------------------------------------------
     def _encode(self, text: str) -> list[int]:
@@ -367,7 +370,8 @@ class HFCausalLM(Backend):
         """One forward of packed prefix trees. Each row is (tokens, parent index per token (-1:
         none), position id per token, queries as (column, target)): token i attends to itself
         and its ancestors only (a 4-D additive mask), at position id = its depth, so every
-        prefix in the row is computed as if alone; no key/value cache is kept. Hidden states are
+        prefix in the row is computed as if alone; no key/value cache is kept. On CPU attention
+        runs per tree (``segmented_attention``), skipping the masked scores between trees. Hidden states are
         gathered at the queried columns only, then the output head and a float32 log-softmax,
         once per column however many targets are asked there.
 
@@ -401,9 +405,19 @@ class HFCausalLM(Backend):
         at: dict[tuple[int, int], int] = {}
         which = [at.setdefault((r, c), len(at)) for r, row in enumerate(rows) for c, _ in row[3]]
         try:
-            hidden = self.model.base_model(
-                input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False
-            ).last_hidden_state
+            if self._per_tree:
+                with segmented_attention.routed(self.model):
+                    hidden = self.model.base_model(
+                        input_ids=ids,
+                        attention_mask=mask,
+                        position_ids=pos,
+                        use_cache=False,
+                        packed_segments=segmented_attention.segments(rows),
+                    ).last_hidden_state
+            else:
+                hidden = self.model.base_model(
+                    input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False
+                ).last_hidden_state
             q_rows = torch.tensor([r for r, _ in at], device=self.device)
             q_cols = torch.tensor([c for _, c in at], device=self.device)
             logits = self.model.get_output_embeddings()(hidden[q_rows, q_cols]).float()
