@@ -239,7 +239,7 @@ def test_per_tree_attention_equals_attention_over_the_whole_row(gpt2, llama, dat
         AttentionInterface.register(segmented_attention.NAME, real)
         monkeypatch.setattr(model, "_per_tree", False)
         whole = Engine(model, forward_seconds=0).loglikelihood(flat)
-        assert per_tree == pytest.approx(whole, abs=1e-5)
+        assert per_tree == pytest.approx(whole, abs=1e-4)  # the engine's exactness contract
         assert predictions(per_tree, choices) == predictions(whole, choices)
         # Generation and cache continuation never see the per-tree function: SDPA as always.
         assert model.model.config._attn_implementation == "sdpa"
