@@ -15,7 +15,8 @@ at which the gate is decided:
   edge. No level-alpha rule that has to estimate the value stops much sooner on average.
 
 Prints one line per gate (means over the seeds) and the share of these gates' items, as JSON with
-``--json``. The first seed is what ``--seed`` would do, so seed 0's ``shipped`` count is the one a
+``--json``. Gates whose fixed-n interval meets a bound are counted, not replayed: on those items no
+rule settles them before the last item. A gate found in two runs (a folder above both) counts once. The first seed is what ``--seed`` would do, so seed 0's ``shipped`` count is the one a
 ``--sequential`` run with the default seed reports for that gate.
 
 usage: python perf/sequential_orders.py RESULTS_DIR [RESULTS_DIR ...] [--seeds 300] [--json]
@@ -32,9 +33,11 @@ from pathlib import Path
 import numpy as np
 
 
-def gates_to_replay(results: dict) -> list[dict]:
-    """Fixed-n gates of ``results`` whose interval clears the band, in point mode."""
-    picked = []
+def gates_to_replay(results: dict) -> tuple[list[dict], int]:
+    """Fixed-n gates of ``results`` whose interval clears the band, in point mode, and how many
+    other point-mode gates were looked at (their interval meets a bound: no rule, sequential or
+    not, settles them before the last item on these items)."""
+    picked, others = [], 0
     for g in results["gates"]:
         lo, hi = g.get("allowed") or (None, None)
         ci = g.get("ci")
@@ -46,7 +49,9 @@ def gates_to_replay(results: dict) -> list[dict]:
         outside = ci[1] < lo or ci[0] > hi
         if inside or outside:
             picked.append({**g, "clears": "inside" if inside else "outside", "band": (lo, hi)})
-    return picked
+        else:
+            others += 1
+    return picked, others
 
 
 def replay(gate: dict, bench, records, seeds: int, family: int) -> dict:
@@ -107,9 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "results_dirs", type=Path, nargs="+", help="fixed-n runs' results folders (or folders above them)"
     )
-    ap.add_argument("--seeds", type=int, default=300)
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--seeds", type=int, default=300, help="seeded orders per gate (seeds 0..N-1)")
+    ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = ap.parse_args(argv)
+    if args.seeds < 1:
+        ap.error(f"--seeds must be >= 1, got {args.seeds}")
     found = sorted(p for d in args.results_dirs for p in d.rglob("results.json"))
     if not found:
         print(f"no results.json under {', '.join(map(str, args.results_dirs))}", file=sys.stderr)
@@ -117,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     from audit_harness.benchmarks import registry
 
     benches = registry()
-    rows, skipped = [], []
+    rows, skipped, seen = [], [], {}
+    others = 0
     for path in found:
         results = json.loads(path.read_text(encoding="utf-8"))
         early = [g["test_id"] for g in results["gates"] if (g.get("sequential") or {}).get("items_saved")]
@@ -130,7 +138,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         # As the session counts it under --sequential: every gate the run selected.
         family = len(results["gates"])
-        for gate in gates_to_replay(results):
+        picked, more = gates_to_replay(results)
+        others += more
+        for gate in picked:
+            name = f"{gate['benchmark']}/{gate['category']}/{gate['metric']}"
+            if name in seen:  # a folder above several runs of the same gates: count each once
+                skipped.append(f"{name} in {path.parent} (already counted from {seen[name]})")
+                continue
+            seen[name] = path.parent
             bench = benches[gate["benchmark"]]
             form = bench.sequential_form(gate["metric"])
             if form is None or form.values is None:
@@ -146,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         "gates": rows,
         "skipped": skipped,
         "items": total,
+        "gates_not_clearing": others,
         **{
-            f"{k}_share": (sum(r[k] for r in rows) / total if total else math.nan)
+            f"{k}_share": (sum(r[k] for r in rows) / total if total else None)
             for k in ("seed0_shipped", "shipped", "oracle", "oracle_1")
         },
     }
@@ -163,6 +179,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     for s in skipped:
         print(f"skipped: {s}")
+    if not rows:
+        print(
+            f"no gate to replay: none of the {others} point-mode gate(s) in these runs has a fixed-n "
+            "interval that clears its band (wholly inside or outside), so no rule, sequential or "
+            "not, settles them before their last item"
+        )
+        return 0
+    print(f"({others} other point-mode gate(s): their fixed-n interval meets a bound, not replayed)")
     print(
         f"{len(rows)} gates, {total} items, mean over {args.seeds} orders: shipped "
         f"{summary['shipped_share']:.1%} (seed 0: {summary['seed0_shipped_share']:.1%}), oracle "

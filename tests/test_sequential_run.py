@@ -340,6 +340,31 @@ def test_replaying_a_fixed_n_run_reproduces_the_sequential_runs_decision(early_p
     assert 0 < row["oracle_1"] <= row["oracle"] < 200
 
 
+def test_replay_says_when_no_gate_clears_its_band_and_counts_a_gate_once(full_after, tmp_path):
+    import shutil
+
+    script = Path(__file__).resolve().parents[1] / "perf" / "sequential_orders.py"
+    for name in ("a", "b"):  # the same run twice under one folder: its gate counts once
+        shutil.copytree(full_after[1], tmp_path / "twice" / name)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "twice"), "--seeds", "2", "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert len(summary["gates"]) == 1 and "already counted" in summary["skipped"][0]
+    # An interval that meets the bound: nothing to replay, and the output says why (no "nan %").
+    straddle = tmp_path / "straddle"
+    shutil.copytree(full_after[1], straddle)
+    results = json.loads((straddle / "results.json").read_text())
+    results["gates"][0]["ci"] = [0.45, 0.9]
+    (straddle / "results.json").write_text(json.dumps(results))
+    proc = subprocess.run([sys.executable, str(script), str(straddle)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "no gate to replay: none of the 1 point-mode gate(s)" in proc.stdout
+    assert "nan" not in proc.stdout
+
+
 def test_replaying_a_sequential_run_is_refused(early_pass):
     script = Path(__file__).resolve().parents[1] / "perf" / "sequential_orders.py"
     proc = subprocess.run([sys.executable, str(script), str(early_pass[2])], capture_output=True, text=True)
