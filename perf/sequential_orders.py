@@ -29,6 +29,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -57,7 +58,7 @@ def gates_to_replay(results: dict) -> tuple[list[dict], int]:
 def replay(gate: dict, bench, records, seeds: int, family: int) -> dict:
     """Decision counts of one gate over ``seeds`` orders: shipped rule, oracle at the run's looks
     and after every item."""
-    from audit_harness.sequential import build_rounds, round_size
+    from audit_harness.sequential import GateTrack, build_rounds, round_size
     from bias_metrics.sequential import betting_cs_path, oracle_sprt_n
 
     form = bench.sequential_form(gate["metric"])
@@ -71,12 +72,12 @@ def replay(gate: dict, bench, records, seeds: int, family: int) -> dict:
     values = form.values(records)[np.array(orders)]  # (seeds, N), in scored order
     lo, hi = (b / form.scale for b in gate["band"])
     looks = list(range(size, n_pop, size))
-    alpha = 1.0 - gate["confidence"]
-    sides = 1 if math.isinf(lo) or math.isinf(hi) else 2
-    # GateTrack.look: a one-sided band reads one side of a CS made at 2 alpha; a PASS needs the
-    # CS at alpha / family. Per edge the error is then alpha (one side) or alpha / 2.
-    a = alpha / family if gate["clears"] == "inside" else alpha
-    cs_alpha = min(0.5, (2 if sides == 1 else 1) * a)
+    # The rule's own alpha, sides and PASS split (GateTrack.look): a one-sided band reads one
+    # side of a CS made at 2 alpha; a PASS needs the CS at alpha / family. Per edge the error is
+    # then alpha (one side) or alpha / 2.
+    track = GateTrack(SimpleNamespace(confidence=gate["confidence"]), form, (lo, hi), family=family)
+    a = track.pass_alpha if gate["clears"] == "inside" else track.alpha
+    cs_alpha = min(0.5, (2 if track.sides == 1 else 1) * a)
     defined = np.cumsum(~np.isnan(values), axis=1)
     low, high = betting_cs_path(values, cs_alpha, population_size=n_pop, checkpoints=looks)
     if gate["clears"] == "inside":
