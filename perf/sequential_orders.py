@@ -35,10 +35,10 @@ import numpy as np
 
 
 def gates_to_replay(results: dict) -> tuple[list[dict], int]:
-    """Fixed-n gates of ``results`` whose interval clears the band, in point mode, and how many
-    other point-mode gates were looked at (their interval meets a bound: no rule, sequential or
-    not, settles them before the last item on these items)."""
-    picked, others = [], 0
+    """Fixed-n gates of ``results`` whose interval clears the band, in point mode, and the names
+    of the other point-mode threshold gates (their interval meets a bound: outside the set this
+    replay measures, though a sequential run may still settle one on the items' own value)."""
+    picked, others = [], []
     for g in results["gates"]:
         lo, hi = g.get("allowed") or (None, None)
         ci = g.get("ci")
@@ -51,7 +51,7 @@ def gates_to_replay(results: dict) -> tuple[list[dict], int]:
         if inside or outside:
             picked.append({**g, "clears": "inside" if inside else "outside", "band": (lo, hi)})
         else:
-            others += 1
+            others.append(f"{g['benchmark']}/{g['category']}/{g['metric']}")
     return picked, others
 
 
@@ -113,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "results_dirs", type=Path, nargs="+", help="fixed-n runs' results folders (or folders above them)"
     )
-    ap.add_argument("--seeds", type=int, default=300, help="seeded orders per gate (seeds 0..N-1)")
+    ap.add_argument(
+        "--seeds", type=int, default=300, help="seeded orders per gate, seeds 0..N-1 (default 300)"
+    )
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = ap.parse_args(argv)
     if args.seeds < 1:
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
     benches = registry()
     rows, skipped, seen = [], [], {}
-    others = 0
+    others: set[str] = set()
     for path in found:
         results = json.loads(path.read_text(encoding="utf-8"))
         early = [g["test_id"] for g in results["gates"] if (g.get("sequential") or {}).get("items_saved")]
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         # As the session counts it under --sequential: every gate the run selected.
         family = len(results["gates"])
         picked, more = gates_to_replay(results)
-        others += more
+        others.update(more)  # a gate found in several runs counts once
         for gate in picked:
             name = f"{gate['benchmark']}/{gate['category']}/{gate['metric']}"
             if name in seen:  # a folder above several runs of the same gates: count each once
@@ -162,7 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         "gates": rows,
         "skipped": skipped,
         "items": total,
-        "gates_not_clearing": others,
+        "gates_not_clearing": len(others),
+        "note": None
+        if rows
+        else "no gate's fixed-n interval clears its band (wholly inside or outside): nothing to replay",
         **{
             f"{k}_share": (sum(r[k] for r in rows) / total if total else None)
             for k in ("seed0_shipped", "shipped", "oracle", "oracle_1")
@@ -182,12 +187,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped: {s}")
     if not rows:
         print(
-            f"no gate to replay: none of the {others} point-mode gate(s) in these runs has a fixed-n "
-            "interval that clears its band (wholly inside or outside), so no rule, sequential or "
-            "not, settles them before their last item"
+            f"no gate to replay: none of the {len(others)} point-mode gate(s) in these runs has a "
+            "fixed-n interval that clears its band (wholly inside or outside), the gates this replay "
+            "measures. A sequential run may still settle such a gate on the items' own value, "
+            "which the interval, a sampling interval, does not show"
         )
         return 0
-    print(f"({others} other point-mode gate(s): their fixed-n interval meets a bound, not replayed)")
+    print(f"({len(others)} other point-mode gate(s): their fixed-n interval meets a bound, not replayed)")
     print(
         f"{len(rows)} gates, {total} items, mean over {args.seeds} orders: shipped "
         f"{summary['shipped_share']:.1%} (seed 0: {summary['seed0_shipped_share']:.1%}), oracle "
