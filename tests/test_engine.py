@@ -215,9 +215,14 @@ def test_narrower_last_rows_score_as_the_whole_row(gpt2, data_dir, monkeypatch):
     assert rows == 2 and width <= 0.6 * tokens
 
 
-def test_per_tree_attention_equals_attention_over_the_whole_row(gpt2, llama, data_dir, monkeypatch):
-    # On CPU the packed rows' attention runs per prefix tree (segmented_attention): the same
-    # values as SDPA over the whole masked row, rows of unequal length (padding) included.
+@pytest.mark.parametrize("query_block", [64, 8])
+def test_per_tree_attention_equals_attention_over_the_whole_row(
+    gpt2, llama, data_dir, monkeypatch, query_block
+):
+    # On CPU the packed rows' attention runs per block of a prefix tree against the block's
+    # ancestors (segmented_attention): the same values as SDPA over the whole masked row, rows
+    # of unequal length (padding) included. Blocks of 8 split the trees, so some blocks gather
+    # keys that are not contiguous.
     from transformers import AttentionInterface
 
     from audit_harness.models import segmented_attention
@@ -225,17 +230,22 @@ def test_per_tree_attention_equals_attention_over_the_whole_row(gpt2, llama, dat
     _, _, choices, flat = bbq_requests(data_dir, "lmeval", categories=("Age", "Religion", "SES"), rows=4)
     for model in (gpt2, llama):
         assert model._per_tree
+        monkeypatch.setattr(segmented_attention, "QUERY_BLOCK", query_block)
         blocks: list[int] = []
+        gathered: list[bool] = []
         real = segmented_attention.segmented_sdpa
 
-        def spy(*args, packed_segments=None, blocks=blocks, real=real, **kwargs):
+        def spy(*args, packed_segments=None, blocks=blocks, gathered=gathered, real=real, **kwargs):
             blocks.append(len(packed_segments or ()))
+            gathered.extend(not isinstance(b.keys, slice) for b in packed_segments or ())
             return real(*args, packed_segments=packed_segments, **kwargs)
 
         AttentionInterface.register(segmented_attention.NAME, spy)
         monkeypatch.setattr(model, "packed_row_tokens", 160)  # several rows, several trees per row
         per_tree = Engine(model, forward_seconds=0).loglikelihood(flat)
         assert blocks and min(blocks) >= 1 and max(blocks) >= 2  # every layer, per tree
+        if query_block == 8:
+            assert any(gathered)  # the choices' branches: keys skip the sibling choices
         AttentionInterface.register(segmented_attention.NAME, real)
         monkeypatch.setattr(model, "_per_tree", False)
         whole = Engine(model, forward_seconds=0).loglikelihood(flat)

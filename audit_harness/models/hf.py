@@ -371,7 +371,8 @@ class HFCausalLM(Backend):
         none), position id per token, queries as (column, target)): token i attends to itself
         and its ancestors only (a 4-D additive mask), at position id = its depth, so every
         prefix in the row is computed as if alone; no key/value cache is kept. On CPU attention
-        runs per tree (``segmented_attention``), skipping the masked scores between trees. Hidden states are
+        runs per block of a tree against the block's ancestors only (``segmented_attention``), skipping
+        masked scores. Hidden states are
         gathered at the queried columns only, then the output head and a float32 log-softmax,
         once per column however many targets are asked there.
 
@@ -412,7 +413,7 @@ class HFCausalLM(Backend):
                         attention_mask=mask,
                         position_ids=pos,
                         use_cache=False,
-                        packed_segments=segmented_attention.segments(rows),
+                        packed_segments=segmented_attention.blocks(rows, allowed, dtype),
                     ).last_hidden_state
             else:
                 hidden = self.model.base_model(
