@@ -371,9 +371,8 @@ class HFCausalLM(Backend):
         none), position id per token, queries as (column, target)): token i attends to itself
         and its ancestors only (a 4-D additive mask), at position id = its depth, so every
         prefix in the row is computed as if alone; no key/value cache is kept. On CPU attention
-        runs per block of a tree against the block's ancestors only (``segmented_attention``), skipping
-        masked scores. Hidden states are
-        gathered at the queried columns only, then the output head and a float32 log-softmax,
+        runs per block of a tree against the block's ancestors only (``segmented_attention``),
+        skipping masked scores. Hidden states are gathered at the queried columns only, then the output head and a float32 log-softmax,
         once per column however many targets are asked there.
 
         Returns:

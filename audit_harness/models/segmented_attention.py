@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
+import numpy as np
 import torch
 
 #: The name the attention function is registered under.
@@ -117,9 +118,8 @@ def blocks(
 ) -> list[Block]:
     """The ``Block``s of packed rows: each tree (from a token without a parent, -1, to the next
     one or the row's end) cut into runs of at most ``size`` tokens (default ``QUERY_BLOCK``),
-    each with the columns of its tokens and of all their ancestors (parents precede children),
-    and its mask taken from ``allowed`` (rows x width x width, True where a query may attend to
-    a key).
+    each with the columns its tokens may attend to (their ancestors and themselves) and its mask,
+    both read from ``allowed`` (rows x width x width, True where a query may attend to a key).
 
     Examples
     --------
@@ -144,15 +144,9 @@ def blocks(
         for a, b in zip(roots[:-1], roots[1:]):
             for start in range(a, b, size):
                 end = min(b, start + size)
-                seen = set(range(start, end))
-                for i in range(start, end):
-                    # A parent already seen has its own ancestors seen: it is in this block and
-                    # earlier (walked), or was reached by a walk that went on to the root.
-                    p = parents[i]
-                    while p >= 0 and p not in seen:
-                        seen.add(p)
-                        p = parents[p]
-                cols = sorted(seen)
+                # ``allowed`` already holds each token's ancestors (and itself): a block's keys
+                # are the columns any of its rows may attend to.
+                cols = np.flatnonzero(allowed[r, start:end].any(axis=0)).tolist()
                 keys = (
                     slice(cols[0], cols[-1] + 1)
                     if cols[-1] - cols[0] + 1 == len(cols)
