@@ -15,9 +15,11 @@ at which the gate is decided:
   edge. No level-alpha rule that has to estimate the value stops much sooner on average.
 
 Prints one line per gate (means over the seeds) and the share of these gates' items, as JSON with
-``--json``. Gates whose fixed-n interval meets a bound are counted, not replayed: on those items no
-rule settles them before the last item. A gate found in two runs (a folder above both) counts once. The first seed is what ``--seed`` would do, so seed 0's ``shipped`` count is the one a
-``--sequential`` run with the default seed reports for that gate.
+``--json``. Gates whose fixed-n interval meets a bound are counted, not replayed (a sequential run
+may still settle one on the items' own value, which that sampling interval does not show). A gate
+found in two runs (a folder above both) counts once. The first seed is what ``--seed`` would do,
+so seed 0's ``shipped`` count is the one a ``--sequential`` run with the default seed reports for
+that gate.
 
 usage: python perf/sequential_orders.py RESULTS_DIR [RESULTS_DIR ...] [--seeds 300] [--json]
 """
