@@ -9,6 +9,10 @@ Subcommands:
   score saved predictions. It is ``pytest audits/test_<benchmark>.py --backend replay ...`` (the
   process is replaced by that run): the same records, gates, results.json, JUnit XML, reports and
   exit codes as a live audit, with each category's coverage (rows answered of rows held) checked.
+- ``bias-audit oracle BENCHMARK --model-kind KIND [--seed N] [--predictions-out FILE] [score
+  options] [-- PYTEST ARGS]``: write the predictions of an oracle model built from the data
+  (``audit_harness.oracles``: perfect, stereotyped, anti_stereotyped, always_unknown,
+  always_first_option, random, tie) for every item, then run what ``score`` runs on them.
 - ``bias-audit data fetch|verify ...``: bring the benchmark files from the authors' pinned commits,
   or check a data folder against them (``audit_harness.sources.cli``).
 - ``bias-audit run [PYTEST ARGS...]``: ``pytest <the packaged audits> [PYTEST ARGS...]`` from any
@@ -19,8 +23,9 @@ Subcommands:
   prints ``report.pdf`` with headless Chromium (module ``report.pdf``).
 - ``bias-audit compare OLD NEW [--output-dir DIR]``: every metric's change between two runs (folders
   or results.json files) with both intervals, marking those whose intervals do not overlap, and
-  the gates whose verdict changed; printed and written as ``compare-vs-<old run id>.md``/``.json``
-  (default: into NEW's run folder).
+  the gates whose verdict changed; printed and written as
+  ``compare-<old run id>-vs-<new run id>.md``/``.json`` (default: into the folder holding NEW's run
+  folder, never into a run folder; an output inside a signed run folder is refused, exit 4).
 - ``bias-audit keygen``, ``sign``, ``verify``: an Ed25519 key pair; a run folder signed (signer.json,
   the reports rendered again naming the signer, manifest.json and manifest.sig); its check, which
   exits 1 naming the first file that differs (``compliance.signing``, docs/signing.md).
@@ -56,8 +61,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from bias_metrics.bbq_family import FLAVOURS
-
     parser = _Parser(prog="bias-audit", description="Audit language models for social bias.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("run", help="run the audits: an alias of `pytest audits ARGS...`", add_help=False)
@@ -89,75 +92,34 @@ def _build_parser() -> argparse.ArgumentParser:
         help="numbers count the options from 0 or from 1 (required when the file "
         "holds numbers: '1' could be A or B)",
     )
-    score.add_argument(
-        "--allow-partial",
-        action="store_true",
-        help="judge a category the file covers only in part (else its gates are INSUFFICIENT)",
+    _add_run_options(score)
+    oracle = sub.add_parser(
+        "oracle",
+        help="score an oracle model built from the data (perfect, stereotyped, ...): the "
+        "predictions file is written, then scored as `score` scores it",
     )
-    score.add_argument(
-        "--data-dir",
-        default=None,
-        metavar="DIR",
-        help="folder holding bbq/, esbbq_cabbq/, ... (default: $AUDIT_DATA_DIR)",
+    oracle.add_argument("benchmark", help="benchmark name, e.g. bbq, kobbq, crows_pairs, kgquiz")
+    oracle.add_argument(
+        "--model-kind",
+        required=True,
+        metavar="KIND",
+        help="perfect, stereotyped, anti_stereotyped, always_unknown, always_first_option, "
+        "random or tie (sentence pairs); docs/oracles.md",
     )
-    score.add_argument(
-        "--require-published-data",
-        action="store_true",
-        help="stop (exit 4) unless every data file read is the published release",
-    )
-    score.add_argument(
-        "--answer-parsing",
-        choices=["authors", "robust"],
-        default=None,
-        help="authors (the benchmark's published post-processing: BBQ's R script, "
-        "KoBBQ's raw2prediction) or robust (what chat models write; the "
-        "default where the authors published none)",
-    )
-    score.add_argument(
-        "--kobbq-prompt",
+    oracle.add_argument(
+        "--seed",
         type=int,
+        default=0,
+        help="the random oracle's seed (default 0; the bootstrap's: -- --seed N)",
+    )
+    oracle.add_argument(
+        "--predictions-out",
+        type=Path,
         default=None,
-        metavar="K",
-        help="kobbq: the prompt template (1-5) of rows without a prompt_id field",
+        metavar="FILE",
+        help="where to write the oracle's predictions (default: a new temporary folder)",
     )
-    score.add_argument(
-        "--kobbq-permutation",
-        type=int,
-        default=None,
-        metavar="J",
-        help="kobbq: the option order (0-2) of rows without a permutation field",
-    )
-    score.add_argument(
-        "--flavour",
-        choices=sorted(FLAVOURS),
-        default=None,
-        help="metric definitions (default: the benchmark's own)",
-    )
-    score.add_argument(
-        "--split-names",
-        action="store_true",
-        help="bbq: also report name-proxy items as '<category> (names)' groups",
-    )
-    score.add_argument(
-        "--output", type=Path, default=None, metavar="FILE", help="also write the run's results.json to FILE"
-    )
-    score.add_argument(
-        "--bootstrap-resamples",
-        type=int,
-        default=None,
-        metavar="N",
-        help="bootstrap resamples for intervals (default 1000)",
-    )
-    score.add_argument("--seed", type=int, default=None, help="bootstrap seed")
-    score.add_argument("--confidence", type=float, default=None, help="interval confidence")
-    score.add_argument("--thresholds", default=None, metavar="PATH", help="gates file")
-    score.add_argument(
-        "--results-dir",
-        default=None,
-        metavar="DIR",
-        help="each run writes <results-dir>/<run id>/ (default audit-results/)",
-    )
-    score.epilog = "After --, further options for the audit run (e.g. -- -k Age --min-n 10)."
+    _add_run_options(oracle, oracle=True)
     report = sub.add_parser("report", help="render report.md and report.html again from a run's results.json")
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (or its results.json)")
     report.add_argument(
@@ -182,10 +144,88 @@ def _build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="DIR",
-        help="where to write compare-vs-<old run id>.md/.json (default: NEW's run folder)",
+        help="where to write compare-<old run id>-vs-<new run id>.md/.json (default: the folder "
+        "holding NEW's run folder; a signed run folder is refused)",
     )
     _add_signing_parsers(sub)
     return parser
+
+
+def _add_run_options(p: argparse.ArgumentParser, oracle: bool = False) -> None:
+    """The options ``score`` and ``oracle`` share: how the run reads data, scores and reports
+    (``oracle``: its own ``--seed`` is the oracle's, the bootstrap seed goes after ``--``)."""
+    from bias_metrics.bbq_family import FLAVOURS
+
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="judge a category the file covers only in part (else its gates are INSUFFICIENT)",
+    )
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help="folder holding bbq/, esbbq_cabbq/, ... (default: $AUDIT_DATA_DIR)",
+    )
+    p.add_argument(
+        "--require-published-data",
+        action="store_true",
+        help="stop (exit 4) unless every data file read is the published release",
+    )
+    p.add_argument(
+        "--answer-parsing",
+        choices=["authors", "robust"],
+        default=None,
+        help="authors (the benchmark's published post-processing: BBQ's R script, "
+        "KoBBQ's raw2prediction) or robust (what chat models write; the "
+        "default where the authors published none)",
+    )
+    p.add_argument(
+        "--kobbq-prompt",
+        type=int,
+        default=None,
+        metavar="K",
+        help="kobbq: the prompt template (1-5) of rows without a prompt_id field",
+    )
+    p.add_argument(
+        "--kobbq-permutation",
+        type=int,
+        default=None,
+        metavar="J",
+        help="kobbq: the option order (0-2) of rows without a permutation field",
+    )
+    p.add_argument(
+        "--flavour",
+        choices=sorted(FLAVOURS),
+        default=None,
+        help="metric definitions (default: the benchmark's own)",
+    )
+    p.add_argument(
+        "--split-names",
+        action="store_true",
+        help="bbq: also report name-proxy items as '<category> (names)' groups",
+    )
+    p.add_argument(
+        "--output", type=Path, default=None, metavar="FILE", help="also write the run's results.json to FILE"
+    )
+    p.add_argument(
+        "--bootstrap-resamples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="bootstrap resamples for intervals (default 1000)",
+    )
+    if not oracle:
+        p.add_argument("--seed", type=int, default=None, help="bootstrap seed")
+    p.add_argument("--confidence", type=float, default=None, help="interval confidence")
+    p.add_argument("--thresholds", default=None, metavar="PATH", help="gates file")
+    p.add_argument(
+        "--results-dir",
+        default=None,
+        metavar="DIR",
+        help="each run writes <results-dir>/<run id>/ (default audit-results/)",
+    )
+    p.epilog = "After --, further options for the audit run (e.g. -- -k Age --min-n 10)."
 
 
 def _add_signing_parsers(sub) -> None:
@@ -286,7 +326,7 @@ def run_help(pytest_help: str) -> str:
         "usage: bias-audit run [audit options] [pytest options] [-k EXPRESSION]",
         "",
         "Runs the audits (one pytest test per gate of the thresholds file) from any directory;",
-        "exit codes: 0 every gate passed, 1 a gate failed, undefined or INSUFFICIENT, 2 interrupted,",
+        "exit codes: 0 every gate passed, 1 a gate failed, undefined, INSUFFICIENT or INCONCLUSIVE, 2 interrupted,",
         "3 a model or data error during the run, 4 usage or input error, 5 no audit selected.",
         "",
     ]
@@ -377,6 +417,50 @@ def _score(ns: argparse.Namespace) -> int:
     return 0  # only reached when execv is replaced (tests)
 
 
+def oracle_args(ns: argparse.Namespace) -> list[str]:
+    """``bias-audit oracle``: write the oracle's predictions for every item of the benchmark's
+    data (``audit_harness.oracles``), print where, and return the ``pytest`` arguments that
+    ``bias-audit score`` would run on that file.
+
+    Raises:
+        _Error: an unknown benchmark, or one that takes no saved outputs.
+        AuditError: an unknown kind, a kind that applies to no item, or bad data (exit 4).
+    """
+    import tempfile
+
+    from .benchmarks import registry
+    from .data import resolve_data_dir
+    from .oracles import PREDICTION_FIELD, describe, write_oracle
+
+    benchmarks = registry()
+    if ns.benchmark not in benchmarks:
+        raise _Error(
+            f"bias-audit oracle: unknown benchmark {ns.benchmark!r}; known: {', '.join(sorted(benchmarks))}"
+        )
+    bench = benchmarks[ns.benchmark].for_saved_outputs()
+    if ns.benchmark == "kobbq" and (ns.kobbq_prompt is not None or ns.kobbq_permutation is not None):
+        narrowed = {"prompts": ns.kobbq_prompt, "permutations": ns.kobbq_permutation}
+        bench = bench.configure(**{k: str(v) for k, v in narrowed.items() if v is not None})
+    path = ns.predictions_out or (
+        Path(tempfile.mkdtemp(prefix="bias-audit-oracle-"))
+        / f"{ns.benchmark}-{ns.model_kind}-seed{ns.seed}.jsonl"
+    )
+    written = write_oracle(bench, resolve_data_dir(ns.data_dir), ns.model_kind, Path(path), ns.seed)
+    for line in describe(written):
+        print(line)
+    # The rows carry full ids (KoBBQ: template and order), so no --kobbq-prompt is needed to
+    # join them; the oracle's --seed is its own, not the bootstrap's.
+    scored = argparse.Namespace(**vars(ns))
+    scored.predictions, scored.prediction_field, scored.index_base = written.path, PREDICTION_FIELD, None
+    scored.seed = None
+    return score_args(scored)
+
+
+def _oracle(ns: argparse.Namespace) -> int:
+    _run_pytest_args(oracle_args(ns))
+    return 0  # only reached when execv is replaced (tests)
+
+
 def _report(ns: argparse.Namespace, being_signed: bool = False) -> int:
     from .report.html import write_html
     from .report.markdown import write_markdown
@@ -397,14 +481,15 @@ def _report(ns: argparse.Namespace, being_signed: bool = False) -> int:
 
 
 def _compare(ns: argparse.Namespace) -> int:
-    from .report.compare import compare_results, render_comparison, write_comparison
+    from .report.compare import compare_results, output_folder, render_comparison, write_comparison
     from .report.results import ResultsDocument
 
     old = ResultsDocument.read(ns.old)
     new = ResultsDocument.read(ns.new)
+    folder = output_folder(new.folder, ns.output_dir)  # refused before anything is printed
     comparison = compare_results(old, new)
     print(render_comparison(comparison))
-    for path in write_comparison(comparison, ns.output_dir or new.folder):
+    for path in write_comparison(comparison, folder):
         print(f"wrote {path}")
     return 0
 
@@ -543,7 +628,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return data_main(args[1:])
         extra: list[str] = []
-        if args[0] == "score" and "--" in args:  # the rest goes to the audit run as it is
+        if args[0] in ("score", "oracle") and "--" in args:  # the rest goes to the audit run as it is
             cut = args.index("--")
             args, extra = args[:cut], args[cut + 1 :]
         ns = _build_parser().parse_args(args)
@@ -556,6 +641,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "verify": _verify,
             "model-card": _model_card,
             "export": _export,
+            "oracle": _oracle,
         }
         return commands.get(ns.command, _score)(ns)
     except SystemExit as e:  # --help

@@ -181,7 +181,12 @@ def join_predictions(
             value = saved_answer(value, index_base, f"{where}: field {prediction_field!r}")
         benchmark.check_saved_answer(value, item, f"{where}: field {prediction_field!r}")
         outputs[item_id] = value
-        by_category[category].append(item_id)
+        # A benchmark whose categories share items (pairs: a subgroup and ``overall``) answers
+        # each of them with the one row.
+        for answered in benchmark.saved_categories(category, item):
+            if answered not in data:
+                data[answered] = load_category(answered)
+            by_category.setdefault(answered, []).append(item_id)
     return JoinedPredictions(
         path=path,
         field=prediction_field,

@@ -273,6 +273,36 @@ class SequentialForm:
     scale: float = 1.0
 
 
+@dataclass(frozen=True)
+class OracleView:
+    """What a benchmark knows of one item, for the oracle models (``audit_harness.oracles``):
+    the saved output that names each answer, and which answer is the gold, the bias-aligned and
+    the unknown one. The oracle module reads only this, so no benchmark is special-cased there.
+
+    Attributes:
+        row: the id fields of a saved-prediction row that joins this item (``{"id": ...}``).
+        shape: ``"choice"`` (one of ``answers``), ``"pair"`` (two sentence scores: saved as
+            ``{"sent_more": ll, "sent_less": ll}``; answer 0 is the more stereotyping sentence)
+            or ``"text"`` (a free answer: ``answers`` holds the gold output, ``fill`` writes the
+            output that gives another item's ``value`` as this item's answer).
+        answers: per answer, in option order, the saved output that names it (a letter, a
+            label, an option text, a generated text).
+        gold, biased, unknown: indices into ``answers`` of the correct, the bias-aligned and the
+            unknown answer, or None where the item has none (a sentence pair has no gold).
+        value: a ``"text"`` item's gold answer (what ``fill`` of another item takes).
+        fill: a ``"text"`` item's output for a given gold ``value`` of another item.
+    """
+
+    row: Mapping[str, Any]
+    shape: str
+    answers: tuple[Any, ...]
+    gold: int | None = None
+    biased: int | None = None
+    unknown: int | None = None
+    value: Any = None
+    fill: Callable[[Any], Any] | None = None
+
+
 class Benchmark(ABC):
     """The protocol of one benchmark.
 
@@ -300,6 +330,9 @@ class Benchmark(ABC):
             each (the report's "what this does not show").
         chart_metrics: the metrics the report charts by category (its bias scores).
         rate_metrics: its invalid / out-of-choice rates, listed apart in the report.
+        bias_metrics: the metrics (thresholds.yaml names) that measure bias, as against
+            accuracy or validity: a run whose gates check none of them in a category gives no
+            bias verdict there (``report.scope``). Empty for a knowledge benchmark.
     """
 
     name: str
@@ -319,6 +352,7 @@ class Benchmark(ABC):
     limitations: tuple[str, ...] = ()
     chart_metrics: tuple[str, ...] = ()
     rate_metrics: tuple[str, ...] = ()
+    bias_metrics: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -388,12 +422,13 @@ class Benchmark(ABC):
     def report_info(self) -> dict[str, Any]:
         """What the report needs to know about this configured benchmark beyond its numbers,
         JSON-ready (results' ``benchmark_info``): ``title``, ``limitations``, ``chart_metrics``,
-        ``rate_metrics`` and ``metric_ranges`` (``[low, high]`` per metric)."""
+        ``rate_metrics``, ``bias_metrics`` and ``metric_ranges`` (``[low, high]`` per metric)."""
         return {
             "title": self.title or self.name,
             "limitations": list(self.limitations),
             "chart_metrics": list(self.chart_metrics),
             "rate_metrics": list(self.rate_metrics),
+            "bias_metrics": list(self.bias_metrics),
             "metric_ranges": {k: list(v) for k, v in self.metric_ranges().items()},
         }
 
@@ -551,3 +586,15 @@ class Benchmark(ABC):
     def check_prediction_row(self, row: Mapping[str, Any], item: Any, where: str) -> None:
         """Raise DataError when fields a prediction row carries contradict the joined item (a file
         of another benchmark or data version); default no check."""
+
+    def saved_categories(self, category: str, item: Any) -> tuple[str, ...]:
+        """The categories a saved output for ``item`` (a row naming ``category``) answers;
+        default the one. A benchmark whose categories share items answers several (a pair
+        benchmark's row answers its subgroup and ``overall``)."""
+        return (category,)
+
+    # -- oracle models -----------------------------------------------------------------------------
+    def oracle_view(self, item: Any) -> OracleView | None:
+        """What the oracle models need of ``item`` (``OracleView``), or None (default) when the
+        benchmark takes no saved outputs to build them from."""
+        return None

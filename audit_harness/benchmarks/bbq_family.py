@@ -39,6 +39,7 @@ from .base import (
     Benchmark,
     BenchmarkOption,
     MetricSettings,
+    OracleView,
     Record,
     SequentialForm,
     stratified_sample,
@@ -251,6 +252,12 @@ class BBQFamilyBenchmark(Benchmark):
         return frozenset({LOGLIKELIHOOD if self.answer_mode == "loglikelihood" else GENERATE})
 
     base_chart_metrics = ("bias_score_ambig", "bias_score_disambig")
+    #: Every flavour's bias scores (those of this flavour are kept; gate names are base names).
+    base_bias_metrics = ("diff_bias_ambig", "diff_bias_disambig", "bias_score_ambig", "bias_score_disambig")
+
+    @property
+    def bias_metrics(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(n for n in self.base_bias_metrics if n in self.base_metric_names)
 
     def metric_range(self, name: str) -> tuple[float, float] | None:
         """The flavour's declared range (``bias_metrics.bbq_family.value_ranges``)."""
@@ -609,6 +616,19 @@ class BBQFamilyBenchmark(Benchmark):
                 "(-1 means no answer); a file of another benchmark, or numbers "
                 "counted from another base (--index-base)?"
             )
+
+    def oracle_view(self, item: MCItem) -> OracleView:
+        """Each option saved as its letter (as the generate-mode prompt labels it); the gold,
+        the bias-aligned option (``biased_option``: the target in a negative question, the
+        other group in a non-negative one, whatever the context) and the unknown option."""
+        return OracleView(
+            row={"id": item.item_id},
+            shape="choice",
+            answers=tuple(self.answer_choices(item).letters),
+            gold=item.gold,
+            biased=item.biased_option,
+            unknown=item.unknown_option,
+        )
 
     def check_prediction_row(self, row: Mapping[str, Any], item: MCItem, where: str) -> None:
         """DataError when a field the row carries (``context_condition``, ``question_polarity``,

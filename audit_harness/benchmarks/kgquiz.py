@@ -66,6 +66,7 @@ from .base import (
     Benchmark,
     CategoryData,
     MetricSettings,
+    OracleView,
     Record,
     stratified_sample,
 )
@@ -454,6 +455,34 @@ class KGQuiz(Benchmark):
         """Saved generations: read as live ones; no prompt of this suite's was shown."""
         super().for_saved_outputs()
         return self.configure(saved=True)
+
+    def oracle_view(self, item: KGQuizItem) -> OracleView:
+        """True/false: the words ``False``/``True`` (answer = the label); multiple choice: the
+        option letters; blank filling, factual editing, open ended: a free answer (``"text"``),
+        written as this suite's prompt asks for it: the entity (Task3), the path with the wrong
+        entity replaced, fields joined by `` | `` (Task4), one ``head relation tail.`` line per
+        triple (Task5). No answer is bias-aligned or unknown: knowledge, not bias."""
+        row = {"id": item.item_id}
+        if item.task == "Task1":
+            return OracleView(row, "choice", ("False", "True"), gold=int(item.gold))
+        if item.task == "Task2":
+            return OracleView(row, "choice", tuple(_LETTERS[: len(item.options)]), gold=int(item.gold))
+        if item.task == "Task3":
+            fill = str
+        elif item.task == "Task4":
+            fields = [f.strip() for f in item.question.split("\t")]
+            masked = [f.strip() for f in (item.masked_sentence or "").removesuffix(".").split("\t")]
+            slot = masked.index("[MASK]")
+
+            def fill(value: Any, fields=fields, slot=slot) -> str:
+                return " | ".join(str(value) if k == slot else f for k, f in enumerate(fields))
+
+        else:
+
+            def fill(value: Any) -> str:
+                return "\n".join(triple_text(t) + "." for t in value)
+
+        return OracleView(row, "text", (fill(item.gold),), gold=0, value=item.gold, fill=fill)
 
     distractor_strategy = "semantic_similarity"
     path_length = 3

@@ -43,13 +43,14 @@ from bias_metrics.sequential import betting_cs, pair_score_cs
 
 from ..data import DataFile, csv_rows
 from ..errors import ConfigError, DataError
-from ..models.base import LOGLIKELIHOOD, TOKEN_LOGPROBS, SentenceEncoding
+from ..models.base import GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, GenerationRequest, SentenceEncoding
 from .base import (
     OMIT_NONE,
     Benchmark,
     BenchmarkOption,
     CategoryData,
     MetricSettings,
+    OracleView,
     Record,
     SequentialForm,
     seeded_sample,
@@ -206,13 +207,19 @@ class SentencePairBenchmark(Benchmark):
     )
     record_type = PairRecord
     shared_items = True
-    options = {"protocol": "authors"}
+    options = {"protocol": "authors", "saved": False}
     cli_options = (PAIRS_PROTOCOL,)
     #: ``--pairs-protocol``: ``authors`` or ``lmeval`` (module docstring).
     protocol = "authors"
+    #: Saved sentence scores (``--backend replay``, ``bias-audit score``): rows carry the pair's
+    #: ``id`` (the file's row index) and its two log-likelihoods (``saved_scores``).
+    id_fields = ("id",)
+    saved_answers = "scores"
+    saved = False
     #: rounding of both scores before comparison under ``authors`` (upstream ``round(score, 3)``).
     authors_decimals = 3
     chart_metrics = ("bias_score",)
+    bias_metrics = ("bias_score",)
     #: shared by both papers' pair format: likelihoods of two sentences, never an answer to parse.
     common_limitations = (
         "A score near 50 is not evidence that a model is unbiased: it says the model prefers "
@@ -225,6 +232,8 @@ class SentencePairBenchmark(Benchmark):
     def requires(self) -> frozenset[str]:  # type: ignore[override]
         """Per-token log-probabilities (``authors``), or continuation log-likelihoods (``lmeval``,
         which a masked LM cannot compute: the start-up check says so before any weights load)."""
+        if self.saved:  # the replay backend answers each pair with its saved scores
+            return frozenset({GENERATE})
         return frozenset({LOGLIKELIHOOD if self.protocol == "lmeval" else TOKEN_LOGPROBS})
 
     @property
@@ -247,6 +256,19 @@ class SentencePairBenchmark(Benchmark):
         raise NotImplementedError
 
     def provenance(self) -> dict[str, Any]:
+        if self.saved:
+            return {
+                "protocol": "saved sentence scores (replay): each pair's two log-likelihoods as "
+                "the predictions file gives them, compared as --pairs-protocol "
+                f"{self.protocol} compares them",
+                "protocol_option": self.protocol,
+                "rounding_decimals": self.decimals,
+                "ties": "neutral, kept in the denominator"
+                if self.protocol == "authors"
+                else "not stereotyped, kept in the denominator",
+                "score_unit": "percent of pairs where the more stereotyping sentence scores higher "
+                "(50 = no preference)",
+            }
         if self.protocol == "lmeval":
             protocol = (
                 "lm-eval 0.4.13 crows_pairs_english: whole-sentence log-likelihood of each "
@@ -317,6 +339,8 @@ class SentencePairBenchmark(Benchmark):
                 continuation log-likelihoods (``lmeval``).
             ValueError: a sentence that encodes to no token.
         """
+        if self.saved:
+            return self._evaluate_saved(engine, items)
         if self.protocol == "lmeval":
             return self._evaluate_lmeval(engine, items)
         encodings: dict[str, SentenceEncoding] = {}
@@ -366,6 +390,84 @@ class SentencePairBenchmark(Benchmark):
                 )
             )
         return records
+
+    def _evaluate_saved(self, engine, items: Sequence[PairItem]) -> list[PairRecord]:
+        """Saved scores (``--backend replay``): the replay backend answers each pair's request
+        with the row's two log-likelihoods, compared as ``--pairs-protocol`` says (``authors``:
+        rounded to 3 decimals, a tie neutral; ``lmeval``: raw, a tie not stereotyped)."""
+        requests = [
+            GenerationRequest(f"{it.sent_more}\n{it.sent_less}", 1, item_id=it.item_id) for it in items
+        ]
+        values = engine.generate(requests) if requests else []
+        records = []
+        for it, value in zip(items, values):
+            more, less = saved_scores(value, f"pair {it.item_id!r}")
+            records.append(
+                PairRecord(
+                    **_record_fields(it, self.protocol),
+                    score_more=more,
+                    score_less=less,
+                    n_scored_tokens=None,
+                    outcome=int(pair_outcomes([more], [less], decimals=self.decimals)[0]),
+                    prompt_format="saved scores",
+                )
+            )
+        return records
+
+    # -- saved scores ----------------------------------------------------------------------------
+    def for_saved_outputs(self) -> "SentencePairBenchmark":
+        """Saved sentence scores (``saved_scores``) in place of the model's."""
+        super().for_saved_outputs()
+        return self.configure(saved=True)  # type: ignore[return-value]
+
+    def prediction_item(self, row: Mapping[str, Any], where: str) -> tuple[str, str]:
+        """(pair id, ``overall``) of a saved-scores row: its ``id`` is the data file's row index
+        (the unnamed first column), an integer or its digits; every pair is in ``overall``, and
+        ``saved_categories`` adds its subgroup.
+
+        Raises:
+            DataError: no ``id``, or one that is not a row index.
+        """
+        if "id" not in row:
+            raise DataError(
+                f"{where}: no pair id: the row needs 'id', the {self.name} data file's row index "
+                "(its unnamed first column)"
+            )
+        raw = row["id"]
+        if isinstance(raw, bool) or not (
+            isinstance(raw, int) or (isinstance(raw, str) and raw.strip().isdigit())
+        ):
+            raise DataError(f"{where}: field 'id': {raw!r} is not a row index (an integer)")
+        return str(int(raw)), OVERALL
+
+    def saved_categories(self, category: str, item: PairItem) -> tuple[str, ...]:
+        """A pair answers its subgroup and ``overall``."""
+        return (item.category, OVERALL)
+
+    def check_saved_answer(self, value: Any, item: PairItem, where: str) -> None:
+        """The value must be two finite log-likelihoods (``saved_scores``)."""
+        saved_scores(value, where)
+
+    def check_prediction_row(self, row: Mapping[str, Any], item: PairItem, where: str) -> None:
+        """DataError when the row's sentence texts (``sent_more``, ``sent_less``) or subgroup
+        (``category``) disagree with the pair of that id (a file of another data version)."""
+        expected = {"sent_more": item.sent_more, "sent_less": item.sent_less, "category": item.category}
+        for name, value in expected.items():
+            if name in row and str(row[name]).strip() != value:
+                raise DataError(
+                    f"{where}: field {name!r} is {row[name]!r} but {self.name} pair "
+                    f"{item.item_id!r} has {value!r}; a file of another benchmark or data version?"
+                )
+
+    def oracle_view(self, item: PairItem) -> OracleView:
+        """Answer 0 is the more stereotyping sentence (``sent_more``: a pair counts as
+        stereotyped when it scores higher), answer 1 its counterpart; no gold, no unknown."""
+        return OracleView(
+            row={"id": item.item_id, "category": item.category},
+            shape="pair",
+            answers=(item.sent_more, item.sent_less),
+            biased=0,
+        )
 
     def select(self, items: Sequence[PairItem], limit: int | None, seed: int, salt: str) -> list[PairItem]:
         """``--limit N``: N seeded pairs per subgroup; ``overall`` takes the union of the subgroups'
@@ -449,6 +551,29 @@ class SentencePairBenchmark(Benchmark):
         """None beyond the ``overall`` category, which already scores every pair (pooling the
         subgroups again would count the overall category's pairs twice)."""
         return {}
+
+
+def saved_scores(value: Any, where: str) -> tuple[float, float]:
+    """(score of ``sent_more``, score of ``sent_less``) of a saved pair: an object
+    ``{"sent_more": ll, "sent_less": ll}`` or a list ``[ll_more, ll_less]`` of finite numbers
+    (natural-log likelihoods, summed over whatever tokens the producer scored).
+
+    Raises:
+        DataError: anything else, naming ``where``.
+    """
+    if isinstance(value, Mapping) and set(value) >= {"sent_more", "sent_less"}:
+        pair = [value["sent_more"], value["sent_less"]]
+    elif isinstance(value, (list, tuple)) and len(value) == 2:
+        pair = list(value)
+    else:
+        raise DataError(
+            f"{where}: {value!r} is not a pair's scores: expected "
+            '{"sent_more": <log-likelihood>, "sent_less": <log-likelihood>} or [<sent_more>, <sent_less>]'
+        )
+    for x in pair:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise DataError(f"{where}: {x!r} is not a finite log-likelihood")
+    return float(pair[0]), float(pair[1])
 
 
 def decimals_of(protocol: str) -> int | None:
