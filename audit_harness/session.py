@@ -357,6 +357,26 @@ class AuditSession:
             )
         return self._progress
 
+    def expect_progress(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Tell the run's progress (``engine.progress.Progress.expect``) which categories it will
+        score and how many items each: the ``--limit`` selection, or with ``--backend replay``
+        the items the predictions answer. Categories whose data is absent (skipped) are left
+        out. Called by the controller after the start-up checks have read the data."""
+        totals: dict[str, float] = {}
+        for bench, cat in pairs:
+            try:
+                data = self.load_data(bench, cat)
+            except MissingDataError:
+                continue
+            if self.options.backend == "replay":
+                answered = set(self.replay_of(bench).by_category.get(cat, ()))
+                n = sum(it.item_id in answered for it in data.items)
+            else:
+                b, opts = self.benchmarks[bench], self.options
+                n = len(b.select(data.items, opts.limit, opts.seed, salt=f"{bench}/{cat}"))
+            totals[f"{bench}/{cat}"] = n
+        self.progress.expect(totals)
+
     def _share_cpu_threads(self) -> None:
         # K xdist workers each using every core oversubscribe the CPU (2 workers x 2 threads on
         # 2 cores ran slower than one process); give each worker its share.

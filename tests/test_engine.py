@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -448,6 +449,39 @@ def test_progress_lines_in_ci_and_quiet():
     assert silent.getvalue() == ""
 
 
+def test_run_progress_counts_categories_items_and_time_left():
+    out = io.StringIO()
+    progress = Progress("lines", stream=out, interval=0.0)
+    progress.expect({"bbq/Age": 4, "bbq/Religion": 6, "bbq/SES": 10})
+    with progress.task("bbq/Age", 4) as task:
+        task.advance(4)
+    with progress.task("bbq/Religion", 6) as task:  # a sequential category that stopped early
+        task.advance(2)
+    run = [line for line in out.getvalue().splitlines() if line.startswith("run: ")]
+    assert run[0].startswith("run: category 1 of 3, 4/20 items (20%), ")
+    # The items a category that stopped early did not score are no longer work left.
+    assert run[-1].startswith("run: category 3 of 3, 6/16 items (38%), ") and " ETA " in run[-1]
+    with progress.task("bbq/SES", 10) as task:
+        task.advance(10)
+    assert out.getvalue().splitlines()[-1].startswith("run: 3 of 3 categories, 16/16 items (100%), ")
+    # One category: its own line says it all; with -q nothing.
+    one = Progress("lines", stream=io.StringIO(), interval=0.0)
+    one.expect({"bbq/Age": 4})
+    assert one.run is None
+    quiet = io.StringIO()
+    off = Progress("off", stream=quiet, interval=0.0)
+    off.expect({"bbq/Age": 4, "bbq/SES": 4})
+    with off.task("bbq/Age", 4) as task:
+        task.advance(4)
+    assert quiet.getvalue() == ""
+    # On a terminal the run's position is the bar's postfix.
+    bar = Progress("bar", stream=io.StringIO(), delay=0.0)
+    bar.expect({"bbq/Age": 4, "bbq/SES": 4})
+    with bar.task("bbq/Age", 4) as task:
+        task.advance(4)
+        assert "run 1/2, 4/8 items (50%)" in str(task._bar)
+
+
 def test_progress_lines_start_on_a_line_of_their_own_in_a_run(tmp_path, data_dir):
     # Under CI, stdout and stderr often go to one log: a progress line (stderr) landed after
     # pytest's row of outcome letters (stdout, buffered), as in "FFFF...bbq/Religion: 8/8 items".
@@ -469,8 +503,19 @@ def test_progress_lines_start_on_a_line_of_their_own_in_a_run(tmp_path, data_dir
     )
     assert proc.returncode in (0, 1), proc.stdout[-3000:]
     progress = [line for line in proc.stdout.splitlines() if " items (" in line and "items/s" in line]
-    assert len(progress) >= 4, proc.stdout[-3000:]  # both categories, a line and a closing one each
-    assert all(line.startswith(("bbq/Age: ", "bbq/Religion: ")) for line in progress), progress
+    categories = [line for line in progress if not line.startswith("run: ")]
+    assert len(categories) >= 4, proc.stdout[-3000:]  # both categories, a line and a closing one each
+    assert all(line.startswith(("bbq/Age: ", "bbq/Religion: ")) for line in categories), progress
+    # Beside them, the whole run's line: k of N categories, items of the run's total, the
+    # measured rate and an ETA from it, then one closing line; plain lines (no carriage return).
+    run = [line for line in progress if line.startswith("run: ")]
+    assert run and "\r" not in proc.stdout, proc.stdout[-3000:]
+    during = re.compile(r"^run: category ([12]) of 2, (\d+)/16 items \(\d+%\), [0-9.]+ items/s, ETA \d+ s$")
+    assert all(during.match(line) for line in run[:-1]), run
+    assert {during.match(line)[1] for line in run[:-1]} == {"1", "2"}, run
+    assert re.match(
+        r"^run: 2 of 2 categories, 16/16 items \(100%\), [0-9.]+ items/s, done in \d+ s$", run[-1]
+    )
 
 
 @pytest.mark.parametrize(

@@ -403,3 +403,27 @@ def test_plan_rates_measures_forward_prefill_and_decode_through_the_engine(data_
         r"(\d+) KoBBQ generations .*?, (\d+) decode tokens", rates["measured_on"]["decode"]
     ).groups()
     assert int(generations) > 0 and int(decoded) > 0, rates["measured_on"]
+
+
+def test_a_plan_that_leaves_categories_out_says_so_on_its_last_line(tmp_path, data_dir, weightless):
+    # KGQuiz's Task2 files exist nowhere upstream: the category is skipped, and a plan that exits
+    # 0 ends on a line that says which categories it left out and why.
+    proc, run_dir = audit(
+        tmp_path,
+        data_dir,
+        "results",
+        "--plan",
+        "--model",
+        str(weightless),
+        targets=["audits/test_kgquiz.py"],
+        keyword="Task1-ConceptNet or Task2-ConceptNet",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # The plan section's last line (pytest's list of skips and its count follow it).
+    ours = proc.stdout.split("bias audit plan", 1)[1].split("short test summary", 1)[0].splitlines()
+    last = [line for line in ours if line.strip() and not line.startswith("=")][-1]
+    assert last == (
+        "PLAN: nothing was scored; exit code 0; 1 category skipped: data files missing: "
+        "kgquiz/Task2-ConceptNet"
+    ), ours
+    assert json.loads((run_dir / "plan.json").read_text())["skipped"][0]["category"] == "Task2-ConceptNet"

@@ -1,10 +1,18 @@
-"""Progress of long scoring runs: one bar per (benchmark, category).
+"""Progress of long scoring runs: one bar per (benchmark, category), and a line for the whole run.
 
 Modes (``progress_mode``): ``bar`` (tqdm on an interactive terminal: items, items/s, ETA),
 ``lines`` (plain lines every ``interval`` seconds: in CI, ``CI=true``, where carriage-return bars
 turn into noise, and in pytest-xdist workers, whose stderr several processes share; each line is
 whole and names the worker), ``off`` (``-q``). Short runs print nothing: a bar appears after
 ``delay`` seconds, the first line after ``interval``.
+
+When the run's categories and their item counts are known before scoring (``Progress.expect``:
+the controller of a serial run, or of a ``--plan``), the whole run's position goes beside the
+per-category output: ``run: category k of N, done/total items (p%), rate, ETA`` with the ETA from
+the rate measured since the first category began. In ``lines`` mode it is a line of its own every
+``interval`` seconds and when the last category closes; in ``bar`` mode it is the bar's postfix.
+An xdist worker scores only its share of the categories and does not know the run's: it prints
+its per-category lines alone.
 """
 
 from __future__ import annotations
@@ -63,9 +71,109 @@ class Progress:
             raise ValueError(f"progress interval must be >= 0, got {interval}")
         self.mode, self.stream, self.interval, self.delay, self.prefix = mode, stream, interval, delay, prefix
         self.line_start = line_start
+        #: the whole run's position, once ``expect`` has said what the run will score.
+        self.run: RunProgress | None = None
+
+    def expect(self, totals: dict[str, float]) -> None:
+        """The run's categories (``"<benchmark>/<category>"``, in the order they will run) and the
+        items each will score; a run of fewer than two categories gets no run line (it would
+        repeat the category's)."""
+        self.run = RunProgress(totals) if len(totals) >= 2 else None
 
     def task(self, label: str, total: float) -> "ProgressTask":
         return ProgressTask(self, label, total)
+
+    def _write(self, text: str) -> None:
+        stream = self.stream or sys.stderr
+        if self.line_start is not None:
+            self.line_start()
+        stream.write(f"{self.prefix}{text}\n")
+        stream.flush()
+
+
+def duration(seconds: float) -> str:
+    """A time span for a person: ``42 s``, ``12 min 05 s``, ``2 h 03 min``; ``?`` when unknown.
+
+    Examples
+    --------
+    >>> duration(42.4), duration(725), duration(7385), duration(float("nan"))
+    ('42 s', '12 min 05 s', '2 h 03 min', '?')
+    """
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        return "?"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+class RunProgress:
+    """The whole run's position: categories begun and closed, items done of the total, and the
+    rate measured over the run's wall time since its first category began (model loading is
+    before it; metric and bootstrap time between categories is in it, as it is in what is left).
+
+    Parameters
+    ----------
+    totals : dict
+        ``{label: items}`` expected, in run order. A category's count is replaced by its task's
+        own when it begins (items another category already scored are not scored again), and by
+        the items it did when it closes (a sequential category that stopped early has nothing
+        left), so the total stays the work the run will do.
+
+    Examples
+    --------
+    >>> run = RunProgress({"bbq/Age": 10, "bbq/Religion": 30})
+    >>> run.begin("bbq/Age", 10); run.done = 10.0; run.close("bbq/Age", 10.0)
+    >>> run.text(now=run.start + 2.0)
+    'run: category 2 of 2, 10/40 items (25%), 5.00 items/s, ETA 6 s'
+    """
+
+    def __init__(self, totals: dict[str, float]):
+        self.totals = dict(totals)
+        self.closed: set[str] = set()
+        self.done = 0.0
+        self.start: float | None = None
+        self.last = 0.0
+
+    @property
+    def total(self) -> float:
+        return sum(self.totals.values())
+
+    @property
+    def finished(self) -> bool:
+        return self.closed >= set(self.totals)
+
+    def begin(self, label: str, total: float) -> None:
+        now = time.monotonic()
+        if self.start is None:
+            self.start = self.last = now
+        self.totals[label] = total
+
+    def close(self, label: str, done: float) -> None:
+        self.totals[label] = done
+        self.closed.add(label)
+
+    def text(self, now: float | None = None) -> str:
+        """The run line (no prefix, no newline)."""
+        now = time.monotonic() if now is None else now
+        elapsed = now - (self.start if self.start is not None else now)
+        total, n = self.total, len(self.totals)
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        pct = 100.0 * self.done / total if total else 100.0
+        items = f"{self.done:,.0f}/{total:,.0f} items ({pct:.0f}%), {rate:.2f} items/s"
+        if self.finished:
+            return f"run: {n} of {n} categories, {items}, done in {duration(elapsed)}"
+        # The category running now, or the next one between two categories.
+        k = min(n, len(self.closed & set(self.totals)) + 1)
+        eta = (total - self.done) / rate if rate > 0 else float("nan")
+        return f"run: category {k} of {n}, {items}, ETA {duration(eta)}"
+
+    def postfix(self) -> str:
+        """The run's position for a bar's postfix (``bar`` mode)."""
+        text = self.text()
+        return text.replace("run: category ", "run ", 1).replace(" of ", "/", 1)
 
 
 class ProgressTask:
@@ -80,6 +188,8 @@ class ProgressTask:
 
     def __enter__(self) -> "ProgressTask":
         o = self.owner
+        if o.run is not None:
+            o.run.begin(self.label, self.total)
         if o.mode == "bar" and self.total:
             from tqdm import tqdm
 
@@ -91,21 +201,32 @@ class ProgressTask:
                 delay=o.delay,
                 dynamic_ncols=True,
                 leave=True,
-                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} [{elapsed}<{remaining}, {rate_fmt}]",
+                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} [{elapsed}<{remaining}, {rate_fmt}{postfix}]",
             )
+            if o.run is not None:
+                self._bar.set_postfix_str(o.run.postfix(), refresh=False)
         return self
 
     def advance(self, n: float) -> None:
         if n <= 0:
             return
+        before = self.done
         self.done = min(self.total, self.done + n)
+        run = self.owner.run
+        if run is not None:
+            run.done += self.done - before
         if self._bar is not None:
+            if run is not None:  # once per forward: tqdm redraws at most ten times a second
+                self._bar.set_postfix_str(run.postfix(), refresh=False)
             self._bar.update(n)
         elif self.owner.mode == "lines":
             now = time.monotonic()
             if now - self._last >= self.owner.interval:
                 self._last = now
                 self._line(now)
+            if run is not None and now - run.last >= self.owner.interval:
+                run.last = now
+                self.owner._write(run.text(now))
 
     def _line(self, now: float, final: bool = False) -> None:
         elapsed = now - self._start
@@ -118,17 +239,22 @@ class ProgressTask:
             tail = f"stopped early, done in {elapsed:.1f} s"
         else:
             tail = f"done in {elapsed:.1f} s" if final else f"ETA {eta:.0f} s"
-        stream = self.owner.stream or sys.stderr
-        if self.owner.line_start is not None:
-            self.owner.line_start()
-        stream.write(
-            f"{self.owner.prefix}{self.label}: {self.done:.0f}/{self.total:.0f} items "
-            f"({pct:.0f}%), {rate:.2f} items/s, {tail}\n"
+        self.owner._write(
+            f"{self.label}: {self.done:.0f}/{self.total:.0f} items ({pct:.0f}%), {rate:.2f} items/s, {tail}"
         )
-        stream.flush()
 
     def __exit__(self, *exc) -> None:
+        o, run = self.owner, self.owner.run
+        if run is not None:
+            run.close(self.label, self.done)
         if self._bar is not None:
             self._bar.close()
-        elif self.owner.mode == "lines" and time.monotonic() - self._start >= self.owner.interval:
+        elif o.mode == "lines" and time.monotonic() - self._start >= o.interval:
             self._line(time.monotonic(), final=True)
+        # The run line after each category that took an interval or more, and once at the end of
+        # a run that did (a short run prints nothing, as a short category does).
+        if o.mode != "off" and run is not None and run.start is not None:
+            now = time.monotonic()
+            if now - run.start >= o.interval and (run.finished or now - run.last >= o.interval):
+                run.last = now
+                o._write(run.text(now))

@@ -257,10 +257,19 @@ def write_plan(tr, plan: Mapping[str, Any], path) -> None:
             f"({_duration(plan['duration_s'])} in all); a run spends about as long on them"
         )
     code = plan["exit_status"]
+    tr.write_line(f"plan:    {path}")
+    # Last, so that a plan which left categories out (their data files are absent) does not end
+    # on a bare "exit code 0": the count and the categories are on the line a reader sees last.
+    skipped = plan.get("skipped") or []
+    left_out = ""
+    if skipped:
+        names = ", ".join(f"{s['benchmark']}/{s['category']}" for s in skipped)
+        n = len(skipped)
+        left_out = f"; {n} {'category' if n == 1 else 'categories'} skipped: data files missing: {names}"
     tr.write_line(
-        f"{plan['plan']}; exit code {code}",
+        f"{plan['plan']}; exit code {code}{left_out}",
         bold=True,
-        green=code == exit_codes.OK,
+        green=code == exit_codes.OK and not skipped,
+        yellow=code == exit_codes.OK and bool(skipped),
         red=code != exit_codes.OK,
     )
-    tr.write_line(f"plan:    {path}")

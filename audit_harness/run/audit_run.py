@@ -190,6 +190,8 @@ class AuditRun:
         if pairs:
             startup.check_replay(s, sorted({b for b, _ in pairs}))
             startup.check_outputs(s, self.baseline.document if self.baseline else None)
+            # The whole run's progress line (with xdist the controller scores nothing: unused).
+            s.expect_progress(startup.present_pairs(s, pairs))
         self.validated = True
 
     # -- collection and scheduling ----------------------------------------------------------
