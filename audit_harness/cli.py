@@ -589,6 +589,7 @@ def _model_card(ns: argparse.Namespace) -> int:
 
 
 def _export(ns: argparse.Namespace) -> int:
+    from .redact import redact_text
     from .report.mlflow_export import MlflowMissing, export_run
     from .report.results import ResultsDocument
 
@@ -598,7 +599,8 @@ def _export(ns: argparse.Namespace) -> int:
     except MlflowMissing as e:
         raise _Error(str(e)) from None
     print(
-        f"logged run {results.run_id} to MLflow at {ns.tracking_uri}: experiment {ns.experiment!r}, run {run_id}"
+        f"logged run {results.run_id} to MLflow at {redact_text(ns.tracking_uri)}: experiment "
+        f"{ns.experiment!r}, run {run_id}"
     )
     return 0
 

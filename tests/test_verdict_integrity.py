@@ -473,7 +473,7 @@ def test_compare_names_chat_template_and_items_scored(tmp_path, data_dir):
     from audit_harness import cli
 
     assert cli.main(["compare", str(only_run(ra)), str(only_run(rb)), "--output-dir", str(tmp_path)]) == 0
-    (md,) = tmp_path.glob("compare-vs-*.md")
+    (md,) = tmp_path.glob("compare-*-vs-*.md")
     text = md.read_text()
     assert "kobbq protocol chat_template differs: 'none' (old) vs 'sha256:" in text
     assert "kobbq/religion: 4 item(s) scored (old) vs 8 (new)" in text

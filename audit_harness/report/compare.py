@@ -38,6 +38,41 @@ def _metrics(results: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[s
     return out
 
 
+def pooled_categories(results: Mapping[str, Any], bench: str) -> list[str]:
+    """The categories ``bench``'s aggregates (``pooled``, ``size_weighted``, reporting groups) pool
+    in ``results``: ``overall.<bench>.categories``, or for a file without that list the
+    categories that were scored."""
+    listed = ((results.get("overall") or {}).get(bench) or {}).get("categories")
+    if listed is not None:
+        return sorted(listed)
+    cats = (results.get("benchmarks") or {}).get(bench) or {}
+    return sorted(c for c, e in cats.items() if e.get("status", "ok") == "ok")
+
+
+def pool_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, str]:
+    """Per benchmark both runs aggregated, why their aggregate rows are not like for like: the
+    categories one run pooled and the other did not (a pooled number over 11 categories and one
+    over Age alone estimate different things, whatever their intervals say). Empty when every
+    shared benchmark pooled the same categories.
+
+    Examples
+    --------
+    >>> run = lambda *cats: {"overall": {"bbq": {"categories": list(cats), "pooled": {}}}}
+    >>> pool_differences(run("Age", "Religion", "SES"), run("Age"))
+    {'bbq': 'pooled over different categories: old only Religion, SES'}
+    >>> pool_differences(run("Age"), run("Age"))
+    {}
+    """
+    out = {}
+    for bench in sorted(set(old.get("overall") or {}) & set(new.get("overall") or {})):
+        a, b = set(pooled_categories(old, bench)), set(pooled_categories(new, bench))
+        if a != b:
+            parts = [f"old only {', '.join(sorted(a - b))}" if a - b else ""]
+            parts.append(f"new only {', '.join(sorted(b - a))}" if b - a else "")
+            out[bench] = "pooled over different categories: " + "; ".join(p for p in parts if p)
+    return out
+
+
 def _gate_key(v: Mapping[str, Any]) -> tuple[str, str]:
     return v["benchmark"], v.get("test_id") or f"{v['category']}-{v['metric']}"
 
@@ -172,8 +207,11 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
         be comparable (a run that is incomplete: an error, an interruption or nothing checked;
         options, thresholds or data files that differ); ``metrics``: one row per
         (benchmark, category, metric) of either run: both values, intervals and n, ``change``
-        (new - old, None when either is undefined or absent) and ``intervals_disjoint`` (True,
-        False, or None when an interval is missing); ``gates``: one row per gate test of either
+        (new - old, None when either is undefined or absent, or the row is not comparable),
+        ``intervals_disjoint`` (True, False, or None when an interval is missing or the row is
+        not comparable) and ``not_comparable`` (why, or None): an aggregate row (``pooled``,
+        ``size_weighted``, a reporting group) is compared only when both runs pooled the same
+        categories (``pool_differences``); ``gates``: one row per gate test of either
         run with both statuses and ``changed`` (both runs have it and the statuses differ).
     """
 
@@ -187,6 +225,11 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
         }
 
     notes = incomplete_notes({"old": old, "new": new}) + comparability_notes(old, new)
+    pools_differ = pool_differences(old, new)
+    notes += [
+        f"{bench} aggregate rows (pooled, ...): {why}; they are shown, not compared"
+        for bench, why in pools_differ.items()
+    ]
     models = model_notes(old, new)
     m_old, m_new = _metrics(old), _metrics(new)
     rows = []
@@ -197,6 +240,8 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
         a, b = m_old.get(key), m_new.get(key)
         va, vb = (a or {}).get("value"), (b or {}).get("value")
         ca, cb = (a or {}).get("ci"), (b or {}).get("ci")
+        # An aggregate over other categories is another quantity: no change, no overlap flag.
+        unlike = pools_differ.get(key[0]) if (key[0], key[1]) in pools and a and b else None
         rows.append(
             {
                 "benchmark": key[0],
@@ -204,8 +249,9 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
                 "metric": key[2],
                 "old": None if a is None else {"value": va, "ci": ca, "n": a.get("n")},
                 "new": None if b is None else {"value": vb, "ci": cb, "n": b.get("n")},
-                "change": None if va is None or vb is None else vb - va,
-                "intervals_disjoint": _disjoint(ca, cb),
+                "change": None if va is None or vb is None or unlike else vb - va,
+                "intervals_disjoint": None if unlike else _disjoint(ca, cb),
+                "not_comparable": unlike,
             }
         )
     g_old = {_gate_key(v): v for v in old.get("gates") or ()}
@@ -236,6 +282,7 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
         "summary": {
             "metrics": len(rows),
             "intervals_disjoint": sum(1 for r in rows if r["intervals_disjoint"]),
+            "not_comparable": sum(1 for r in rows if r["not_comparable"]),
             "gates": len(gates),
             "gates_changed": sum(1 for g in gates if g["changed"]),
             "gates_in_one_run": sum(1 for g in gates if None in (g["old"], g["new"])),
@@ -269,7 +316,12 @@ def render_comparison(c: Mapping[str, Any]) -> str:
         f"- {s['gates_changed']} of {s['gates']} gate(s) changed verdict"
         + (f" ({s['gates_in_one_run']} in one run only)" if s["gates_in_one_run"] else "")
         + f"; {s['intervals_disjoint']} of {s['metrics']} metric(s) moved so far that their "
-        "intervals do not overlap",
+        "intervals do not overlap"
+        + (
+            f"; {s['not_comparable']} aggregate row(s) not comparable (other categories pooled)"
+            if s.get("not_comparable")
+            else ""
+        ),
         "",
     ]
     for line in c.get("models") or ():
@@ -301,6 +353,8 @@ def render_comparison(c: Mapping[str, Any]) -> str:
     def row(r):
         change = "-" if r["change"] is None else f"{r['change']:+.3f}"
         flag = {True: "**do not overlap**", False: "overlap", None: "-"}[r["intervals_disjoint"]]
+        if r.get("not_comparable"):
+            flag = f"not comparable ({r['not_comparable']})"
         return (
             f"| {r['benchmark']} | {r['category']} | {r['metric']} | {_value(r['old'])} | "
             f"{_value(r['new'])} | {change} | {flag} |"
@@ -313,10 +367,45 @@ def render_comparison(c: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _signed_run(folder: Path) -> Path | None:
+    """The signed run folder ``folder`` is in (itself or a parent holding ``manifest.json`` or
+    ``manifest.sig``), or None."""
+    from ..compliance.signing import MANIFEST_FILE, SIGNATURE_FILE
+
+    folder = folder.resolve()
+    for f in (folder, *folder.parents):
+        if (f / MANIFEST_FILE).is_file() or (f / SIGNATURE_FILE).is_file():
+            return f
+    return None
+
+
+def output_folder(new_folder: Path | None, explicit: Path | None) -> Path:
+    """Where ``bias-audit compare`` writes: ``explicit`` (``--output-dir``), else the folder that
+    holds NEW's run folder (the results dir, next to the runs), never a run folder itself: a file
+    added to a signed run makes ``bias-audit verify`` fail.
+
+    Raises
+    ------
+    ConfigError
+        The folder is, or is inside, a signed run folder.
+    """
+    from ..errors import ConfigError
+
+    folder = explicit if explicit is not None else (new_folder or Path(".")).resolve().parent
+    signed = _signed_run(Path(folder))
+    if signed is not None:
+        raise ConfigError(
+            f"bias-audit compare: {folder} is inside the signed run folder {signed}: a file written "
+            "there makes `bias-audit verify` fail; give --output-dir outside it"
+        )
+    return Path(folder)
+
+
 def write_comparison(c: Mapping[str, Any], folder: Path) -> tuple[Path, Path]:
-    """Write ``compare-vs-<old run id>.md`` and ``.json`` into ``folder``; returns both paths."""
+    """Write ``compare-<old run id>-vs-<new run id>.md`` and ``.json`` into ``folder``; returns
+    both paths."""
     folder.mkdir(parents=True, exist_ok=True)
-    stem = f"compare-vs-{c['old']['run_id'] or 'old'}"
+    stem = f"compare-{c['old']['run_id'] or 'old'}-vs-{c['new']['run_id'] or 'new'}"
     md, js = folder / f"{stem}.md", folder / f"{stem}.json"
     md.write_text(render_comparison(c), encoding="utf-8")
 
