@@ -30,6 +30,7 @@ from .authors import (
     parse_choice,
 )
 from .choices import REASONS, Choices, Parsed
+from .negation import read_epistemic, read_negation, settle
 from .robust import parse_robust
 from .text import normalize_text
 
@@ -60,6 +61,8 @@ __all__ = [
     "parse_fields",
     "parse_choice",
     "parse_robust",
+    "read_epistemic",
+    "read_negation",
 ]
 
 
@@ -158,6 +161,11 @@ def parse_answer(
         found = match_answer(output, choices.texts)
         reason = None if found.option >= 0 else "empty"
         return Parsed(found.option, found.how, "index", reason)
+    return settle(output, choices, _by_profile(output, choices, profile, authors, labels), profile)
+
+
+def _by_profile(output, choices: Choices, profile: str, authors: str, labels) -> Parsed:
+    """The reading of text ``output`` by the profile's own rules, before ``settle``."""
     if profile == "robust":
         return parse_robust(output, choices)
     if authors == "kobbq":

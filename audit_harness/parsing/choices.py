@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 #: Why an output names no option.
-REASONS = ("empty", "refusal", "several_options", "no_match")
+REASONS = ("empty", "refusal", "several_options", "no_match", "negated")
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,16 @@ Rules, in order (``docs/parsing.md``):
 2. Else **a leading letter**, with or without its option's text (``B``, ``B.``, ``(B)``,
    ``B: The grandson``); two letters joined (``A or B``, ``A, B``, ``A) x B) y``), or the options
    echoed back as a list (a later line starting ``B.``), are ``several_options``.
-3. Else **the option text** anywhere in the output: case, punctuation, articles and small typos
+3. Else **an epistemic phrasing** (``I can't tell``, ``no se puede determinar``, ``판단할 수
+   없습니다``; ``negation.read_epistemic``) is the unknown option, unless it refuses to help or
+   names exactly one other option (``several_options``).
+4. Else **the option text** anywhere in the output: case, punctuation, articles and small typos
    tolerated (the option's own typos too, ``"The monther"``); the benchmark's phrasings of the
    unknown answer (``Choices.aliases``) name the unknown option. Text naming two different
    options is ``several_options``, never the first one found.
-4. Else invalid: ``empty``, ``refusal`` or ``no_match``.
+5. Else invalid: ``empty``, ``refusal`` or ``no_match``.
+
+``parse_answer`` then applies ``negation.settle``: a negated option is never the answer.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ import re
 import unicodedata
 
 from .choices import Choices, Parsed
+from .negation import read_epistemic
 from .text import ARTICLES, content_words, has_hangul, words
+from .text import typo_close as _typo_close
 
 _OPT = r"[*_`'\"“”‘’«»\s]*"
 #: Strong statements: the text after each is the answer (up to the end of its line).
@@ -116,29 +123,6 @@ def _letter_at_start(span: str, choices: Choices, lowercase: bool) -> tuple[int 
         if named and upper.index("A") not in named:
             return None, ""
     return upper.index(letter.upper()), after
-
-
-def _typo_close(written: str, target: str) -> bool:
-    """Whether ``written`` is ``target`` with small typos: an optimal-string-alignment distance
-    (insertions, deletions, substitutions, adjacent transpositions) of at most one per eight
-    characters, and the same digits (numbers are never "typos": 22 is not 24)."""
-    if re.sub(r"\D", "", written) != re.sub(r"\D", "", target) or len(target) < 4:
-        return False
-    limit = max(1, len(target) // 8)
-    if abs(len(written) - len(target)) > limit:
-        return False
-    a, b = written, target
-    prev2: list[int] = []
-    prev = list(range(len(b) + 1))
-    for i in range(1, len(a) + 1):
-        cur = [i] + [0] * len(b)
-        for j in range(1, len(b) + 1):
-            cost = a[i - 1] != b[j - 1]
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
-                cur[j] = min(cur[j], prev2[j - 2] + 1)
-        prev2, prev = prev, cur
-    return prev[len(b)] <= limit
 
 
 def _contains(written: list[str], target: list[str]) -> bool:
@@ -351,6 +335,12 @@ def parse_robust(output, choices: Choices) -> Parsed:
             return Parsed(-1, "invalid", rule, "several_options")
         return Parsed(option, "letter" if group != "bold" else "text", rule)
     named = _mentions(text, choices)
+    if choices.unknown is not None and read_epistemic(text) == "unknown":
+        # "I can't tell from the information given": the unknown answer in other words; with
+        # exactly one other option named ("I can't tell if it was the grandfather") it is both.
+        if len(set(named) - {choices.unknown}) == 1:
+            return Parsed(-1, "invalid", "epistemic", "several_options")
+        return Parsed(choices.unknown, "text", "epistemic")
     if len(named) == 1:
         ((option, rule),) = named.items()
         if not (rule == "alias" and _APOLOGY.search(text)):

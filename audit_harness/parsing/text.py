@@ -94,3 +94,26 @@ def letter_tokens(text: str, letters: Sequence[str]) -> list[str]:
         m.upper()
         for m in re.findall(rf"(?<![A-Za-z0-9])([{alts}])(?![A-Za-z0-9])", text, flags=re.IGNORECASE)
     ]
+
+
+def typo_close(written: str, target: str) -> bool:
+    """Whether ``written`` is ``target`` with small typos: an optimal-string-alignment distance
+    (insertions, deletions, substitutions, adjacent transpositions) of at most one per eight
+    characters, and the same digits (numbers are never "typos": 22 is not 24)."""
+    if re.sub(r"\D", "", written) != re.sub(r"\D", "", target) or len(target) < 4:
+        return False
+    limit = max(1, len(target) // 8)
+    if abs(len(written) - len(target)) > limit:
+        return False
+    a, b = written, target
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[len(b)] <= limit
