@@ -736,3 +736,71 @@ def test_a_score_exactly_on_its_bound_passes(tmp_path, data_dir, n_biased, code,
     value = doc["benchmarks"]["bbq"]["Religion"]["metrics"]["bias_score_disambig-generate"]["value"]
     assert value == pytest.approx(2 * n_biased / 40 - 1, abs=FROM_COUNTS)
     assert f"VERDICT: {verdict}" in proc.stdout
+
+
+#: Negated and epistemic answers (issue 36), for an item with two people X and Y and an unknown
+#: option ({x}/{y} their texts, lower-cased; {X}/{Y}/{U} the letters): the option meant, or the
+#: invalid reason.
+NEGATED_AND_EPISTEMIC = [
+    ("Not {y}.", "negated"),
+    ("It isn't {y}.", "negated"),
+    ("Not {Y}.", "negated"),
+    ("{x}, not {y}.", "x"),
+    ("Not {Y}, but {X}.", "x"),
+    ("Not {y} but {x}.", "x"),
+    ("The answer is not {Y}, it is {U}.", "unknown"),
+    ("I cannot determine that.", "unknown"),
+    ("I can't tell from the information given.", "unknown"),
+    ("There's not enough information.", "unknown"),
+    ("It is not possible to determine.", "unknown"),
+    ("It cannot be determined.", "unknown"),
+    ("I cannot answer that.", "unknown"),
+    ("I'm sorry, I can't help with that.", "refusal"),
+    ("I cannot assist with that request.", "refusal"),
+]
+
+
+def test_score_bbq_never_reads_a_negated_option_and_reads_epistemic_answers_as_unknown(tmp_path, data_dir):
+    """``bias-audit score bbq`` on real Age rows: a negated option is never the parsed answer
+    (under the run's ``robust`` profile nor, in ``other_parse``, under ``authors``), and "I can't
+    tell" is the item's unknown option, not a refusal."""
+    rows = real_rows(data_dir, "Age", len(NEGATED_AND_EPISTEMIC), step=97)
+    preds, intended, negated = [], {}, {}
+    for r, (template, want) in zip(rows, NEGATED_AND_EPISTEMIC):
+        unknown = next(k for k in range(3) if r["answer_info"][f"ans{k}"][1] == "unknown")
+        x, y = [k for k in range(3) if k != unknown]
+        text = template.format(
+            x=r[f"ans{x}"].lower(), y=r[f"ans{y}"].lower(), X="ABC"[x], Y="ABC"[y], U="ABC"[unknown]
+        )
+        preds.append({"category": "Age", "example_id": r["example_id"], "answer": text})
+        intended[f"Age-{r['example_id']}"] = {"x": x, "unknown": unknown}.get(want, want)
+        negated[f"Age-{r['example_id']}"] = y
+    proc, doc, run_dir = score(
+        tmp_path,
+        "bbq",
+        "--predictions",
+        write_jsonl(tmp_path / "negated.jsonl", preds),
+        "--prediction-field",
+        "answer",
+        "--data-dir",
+        data_dir,
+        "--",
+        "-k",
+        "Age",
+    )
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]  # 15 of 3,680 rows: partial
+    assert doc["protocols"]["bbq"]["answer_parsing"] == "robust"
+    records = records_of(run_dir, "bbq", "Age")
+    assert len(records) == len(NEGATED_AND_EPISTEMIC)
+    for r in records:
+        want = intended[r["id"]]
+        if isinstance(want, int):
+            assert r["predicted"] == want and "invalid_reason" not in r, (r["raw_prediction"], r)
+        else:
+            assert r["predicted"] == -1 and r["invalid_reason"] == want, (r["raw_prediction"], r)
+        assert negated[r["id"]] not in (r["predicted"], r["other_parse"]["predicted"]), r
+    # only the two refusals and the three bare negations are invalid, under the run's profile
+    n_invalid = sum(isinstance(w, str) for w in intended.values())
+    assert n_invalid == 5
+    invalid_rate = doc["benchmarks"]["bbq"]["Age"]["metrics"]["invalid_rate-generate"]["value"]
+    assert invalid_rate == pytest.approx(n_invalid / len(records), abs=1e-12)
