@@ -17,15 +17,31 @@ from test_report_html import audit
 from audit_harness import cli
 from audit_harness.report.model_card import eval_results
 
+#: The run's --audit-meta file, every field given (a "|" in one, which the card's table escapes).
+META = """\
+system_name: Acme Support Assistant
+system_version: "2.3.0"
+intended_use: Answering customer questions about Acme products | in English
+responsible_person: Jane Doe
+organisation: Acme GmbH
+training_data_cutoff: 2024-06-30
+notes: Fine-tuned from an open-weights model.
+"""
+
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory, data_dir) -> Path:
     """A real run of two benchmarks on the tiny model (as test_report_html's): bbq has a pooled
     aggregate and undefined metrics, crows_pairs a category named ``overall``."""
+    folder = tmp_path_factory.mktemp("card")
+    meta = folder / "audit-meta.yaml"
+    meta.write_text(META)
     return audit(
-        tmp_path_factory.mktemp("card"),
+        folder,
         data_dir,
         "(test_bbq and (Religion or Age)) or (test_crows_pairs and (religion or overall))",
+        "--audit-meta",
+        str(meta),
     )
 
 
@@ -159,3 +175,36 @@ def test_a_partial_run_says_so_beside_its_verdict(results):
     assert card_data(full).to_dict()["bias_audit"]["scope"]["partial_reasons"] == [
         "--min-n 1 instead of each gate's own min_n"
     ]
+
+
+def test_the_card_carries_every_audit_metadata_field(real_run, results, tmp_path):
+    # A reviewer filing the card finds the audited system in its metadata block and its text.
+    import yaml
+
+    card_path = tmp_path / "README.md"
+    assert cli.main(["model-card", str(real_run), "--output", str(card_path)]) == 0
+    given = yaml.safe_load(META)
+    meta = metadata_load(card_path)["bias_audit"]["audit_meta"]
+    for field, value in given.items():
+        assert str(meta[field]) == str(value), field
+    assert meta["sha256"] == results["audit_meta"]["sha256"] and meta["file"].endswith("audit-meta.yaml")
+    # Each benchmark's contamination note, from the cutoff: the same as report.md's.
+    report = (real_run / "report.md").read_text()
+    assert set(meta["contamination"]) == set(results["benchmarks"]) == {"bbq", "crows_pairs"}
+    for c in meta["contamination"].values():
+        assert c["status"] in ("before", "after", "unknown") and f"- contamination: {c['note']}" in report
+    text = ModelCard.load(card_path).text
+    assert "### Audited system" in text
+    for field, label in (
+        ("system_name", "System"),
+        ("system_version", "Version"),
+        ("responsible_person", "Responsible person"),
+        ("organisation", "Organisation"),
+        ("training_data_cutoff", "Training-data cutoff"),
+        ("notes", "Notes"),
+    ):
+        assert f"| {label} | {given[field]} |" in text, field
+    # A "|" in a value is escaped, so the row keeps its two cells.
+    assert "| Intended use | Answering customer questions about Acme products \\| in English |" in text
+    for bench, c in meta["contamination"].items():
+        assert f"- {bench}: {c['status']}: {c['note']}" in text

@@ -4,7 +4,9 @@ The YAML front matter is built by ``huggingface_hub``'s card classes, so its ``m
 the structure the Hub parses and validates: one result per benchmark and category (the dataset's
 ``config``; aggregates as ``aggregate: <label>``), one metric per defined metric value: numbers
 only, as leaderboards and the Hub's widgets read them. The gates' verdicts and the run's overall
-verdict, which the model-index has no field for, are the card's ``bias_audit`` entry.
+verdict, which the model-index has no field for, are the card's ``bias_audit`` entry; so is the
+audited system (``--audit-meta``: every field given, the file's sha256, and each benchmark's
+contamination status from the training-data cutoff), which a reviewer filing the card needs.
 The Markdown body is the "Bias evaluation" section: per benchmark and category each metric with
 its interval, n, gate and verdict; what the benchmark does not show; the data files' hashes.
 """
@@ -16,6 +18,8 @@ from typing import Any, Mapping
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..compliance.meta import FIELDS, LABELS
+from .regulatory import limitations_view, recorded_mapping
 from .results import overall_labels
 from .scope import scope
 from .verdict import overall_verdict
@@ -98,10 +102,36 @@ def gate_entries(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def contamination_notes(results: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """``{benchmark: {"status", "note"}}``: whether each benchmark's data was published before
+    the model's training-data cutoff (``regulatory.limitations_view``, as both reports say)."""
+    mapping, _ = recorded_mapping(results)
+    out = {}
+    for bench in results["benchmarks"]:
+        lim = limitations_view(results, bench, mapping)
+        out[bench] = {"status": lim["contamination"], "note": lim["contamination_text"]}
+    return out
+
+
+def audit_meta_entry(results: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``--audit-meta`` fields for the card's metadata (every field, null when not given),
+    the file and its sha256, and the contamination note of each benchmark; None without
+    ``--audit-meta``."""
+    data = results.get("audit_meta")
+    if not data:
+        return None
+    entry: dict[str, Any] = {k: data.get(k) for k in FIELDS}
+    entry["file"], entry["sha256"] = data.get("file"), data.get("sha256")
+    entry["contamination"] = contamination_notes(results)
+    return entry
+
+
 def card_data(results: Mapping[str, Any]) -> ModelCardData:
-    """The card's metadata: the model-index of ``eval_results``, the gates and the run's verdict."""
+    """The card's metadata: the model-index of ``eval_results``, the gates, the run's verdict and
+    the audited system (``audit_meta_entry``)."""
     verdict = overall_verdict(results)
     run = results.get("run") or {}
+    meta = audit_meta_entry(results)
     return ModelCardData(
         model_name=(results.get("model") or {}).get("name") or "unknown model",
         eval_results=eval_results(results),
@@ -115,6 +145,7 @@ def card_data(results: Mapping[str, Any]) -> ModelCardData:
             "suite_version": (run.get("suite") or {}).get("version"),
             "scope": scope(results),
             "gates": gate_entries(results),
+            **({"audit_meta": meta} if meta else {}),
         },
     )
 
@@ -153,6 +184,7 @@ def bias_section(results: Mapping[str, Any]) -> str:
         f"run `{results['run_id']}` ({results.get('created', '?')}); model `{model.get('source', '?')}`, "
         f"weights `{model.get('fingerprint', '?')}`. Intervals: "
         f"{(results.get('options') or {}).get('confidence', '?')} confidence.",
+        *_system_lines(results),
     ]
     gates = {(g["benchmark"], g["category"], g["metric"]): g for g in results.get("gates") or []}
     info = results.get("benchmark_info") or {}
@@ -198,6 +230,24 @@ def bias_section(results: Mapping[str, Any]) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _system_lines(results: Mapping[str, Any]) -> list[str]:
+    """The "Audited system" section (``--audit-meta``): each field, then each benchmark's
+    contamination note; nothing without metadata."""
+    meta = audit_meta_entry(results)
+    if meta is None:
+        return []
+    out = ["", "### Audited system", "", "| field | value |", "|---|---|"]
+    for k in FIELDS:
+        value = meta[k] if meta[k] else "not given"
+        if k == "training_data_cutoff" and not meta[k]:
+            value = "not given (contamination status unknown)"
+        out.append(f"| {LABELS[k]} | {_cell(value)} |")
+    out.append(f"| Metadata file | {_cell(meta['file'])} (sha256 `{meta['sha256']}`) |")
+    out += ["", "Contamination (benchmark data published before the training-data cutoff?):", ""]
+    out += [f"- {bench}: {c['status']}: {c['note']}" for bench, c in meta["contamination"].items()]
+    return out
 
 
 def _scope_lines(sc: Mapping[str, Any]) -> list[str]:
