@@ -169,7 +169,10 @@ def validate(options) -> None:
             "--backend openai needs --base-url (the server's API root, e.g. http://127.0.0.1:8000/v1)"
         )
     if options.backend != "openai" and options.base_url:
-        raise ConfigError(f"--base-url {' '.join(options.base_url)} is only used with --backend openai")
+        from .redact import redact_text
+
+        shown = redact_text(" ".join(options.base_url))
+        raise ConfigError(f"--base-url {shown} is only used with --backend openai")
     replay_only = [
         flag
         for flag, value in (

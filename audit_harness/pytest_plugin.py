@@ -91,6 +91,12 @@ def audit_model(bias_audit, request):
 
 @pytest.fixture
 def audit_gate(request: pytest.FixtureRequest, bias_audit, record_property):
+    from .redact import redact
+
+    def record(key, value, _record=record_property):
+        _record(key, redact(value))  # JUnit properties never show a URL's credentials
+
+    record_property = record
     """One gate of thresholds.yaml, ready to evaluate (parametrized by the run)."""
     g = request.param
     # The gate's identity goes into JUnit first, so a testcase names its gate whatever happens

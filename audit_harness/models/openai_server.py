@@ -990,8 +990,8 @@ def _check_same_tokenizer(model: OpenAIServerModel, tok, where: str) -> None:
 
 
 def _public_url(url: str) -> str:
-    """``url`` without user:password, so credentials in a URL never reach a results file."""
-    import httpx
+    """``url`` with its credentials masked (``redact``: ``http://u:***@host/v1``), so they never
+    reach a results file or a message."""
+    from ..redact import redact_text
 
-    u = httpx.URL(url)
-    return str(u.copy_with(username=None, password=None)) if u.userinfo else url
+    return redact_text(url)

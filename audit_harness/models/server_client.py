@@ -11,6 +11,7 @@ import time
 import httpx
 
 from ..errors import ModelError
+from ..redact import redact_text
 
 #: Statuses worth retrying: rate limiting and server-side failures (an overloaded or restarting
 #: server); any other 4xx is a bad request that a retry would only repeat.
@@ -65,7 +66,10 @@ class ServerClient:
             raise ValueError(f"--request-timeout must be > 0 seconds, got {timeout}")
         if max_retries < 0:
             raise ValueError(f"--max-retries must be >= 0, got {max_retries}")
-        self.base_url = str(base_url).rstrip("/")
+        # The URL as given makes the requests (its user:password, if any, is the server's
+        # Basic auth); every message and record shows it redacted (``redact``).
+        self._root = str(base_url).rstrip("/").removesuffix("/v1")
+        self.base_url = redact_text(str(base_url).rstrip("/"))
         self.root_url = self.base_url.removesuffix("/v1")
         self.max_concurrency = max_concurrency
         self.max_retries = max_retries
@@ -91,10 +95,11 @@ class ServerClient:
         self._http.close()
 
     def _redact(self, text: str) -> str:
-        return text.replace(self._key, "***") if self._key else text
+        return redact_text(text.replace(self._key, "***") if self._key else text)
 
     def url(self, path: str) -> str:
-        """``path`` (``/v1/completions``, ``/tokenize``) under the server's root URL."""
+        """``path`` (``/v1/completions``, ``/tokenize``) under the server's root URL, as messages
+        show it (credentials masked)."""
         return self.root_url + path
 
     def request(
@@ -121,7 +126,7 @@ class ServerClient:
         self, method: str, path: str, payload: dict | None, *, retry: bool, timeout: float | None
     ) -> tuple[httpx.Response, int]:
         """``request``, and the retries it made (for the message of a final failure status)."""
-        url = self.url(path)
+        url = self._root + path  # with the credentials: messages use self.url(path)
         extra = {} if timeout is None else {"timeout": timeout}
         attempt = 0
         while True:
@@ -137,7 +142,7 @@ class ServerClient:
                 if not retry or attempt >= limit:
                     raise ServerUnavailable(
                         self._redact(
-                            f"{method} {url}: {type(e).__name__}: {e} ({retried(attempt)}; is the "
+                            f"{method} {self.url(path)}: {type(e).__name__}: {e} ({retried(attempt)}; is the "
                             "server running, and is --base-url right?)"
                         )
                     ) from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from ..outcome import Outcome
+from ..redact import redact_text
 
 
 def _logxml(config):
@@ -34,7 +35,7 @@ def add_unreported_gates(config, cases: Iterable[tuple[str, Mapping[str, Any], s
             nodeid=nodeid,
             location=(path, None, name),
             keywords={},
-            user_properties=[(k, str(v)) for k, v in props.items()],
+            user_properties=[(k, redact_text(str(v))) for k, v in props.items()],
         )
         xml.pytest_runtest_logreport(TestReport(outcome="failed", longrepr=reason, when="setup", **common))
         xml.pytest_runtest_logreport(TestReport(outcome="passed", longrepr=None, when="teardown", **common))
@@ -58,4 +59,4 @@ def add_outcome_properties(config, outcome: Outcome, extra: Mapping[str, Any] | 
     }
     xml.global_properties = [(n, v) for n, v in xml.global_properties if not n.startswith("bias_audit_")]
     for key, value in props.items():
-        xml.add_global_property(f"bias_audit_{key}", str(value))
+        xml.add_global_property(f"bias_audit_{key}", redact_text(str(value)))

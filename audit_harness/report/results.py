@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import __version__
+from ..redact import redact
 
 _LIBRARIES = (
     "torch",
@@ -140,7 +141,7 @@ def build_results(
     status_counts: dict[str, int] = {}
     for v in verdicts:
         status_counts[v["status"]] = status_counts.get(v["status"], 0) + 1
-    return {
+    doc = {
         "run_id": run_id,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": model,
@@ -198,6 +199,9 @@ def build_results(
         "gates": sorted(verdicts, key=lambda v: (v["benchmark"], v["category"], v["metric"])),
         "gate_summary": status_counts,
     }
+    # The guard behind run.finish's own redaction: no credential of a URL (an endpoint, an
+    # error message, a note) reaches results.json or anything rendered from it.
+    return redact(doc)
 
 
 def write_results(path: Path, results: Mapping[str, Any]) -> Path:
@@ -531,7 +535,8 @@ class ResultsDocument(dict):
             or "run_id" not in doc
         ):
             raise ConfigError(f"{where}{file}: not a bias-audit results.json (no run_id/benchmarks/gates)")
-        return cls(doc, file)
+        # A file written before credentials were masked shows none in what is rendered from it.
+        return cls(redact(doc), file)
 
     def write(self, path: Path) -> Path:
         """Write the document to ``path`` (``write_results``) and remember it as its file."""

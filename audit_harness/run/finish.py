@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AuditError
-from ..gates import Gate, Verdict
+from ..gates import Gate, Verdict, thresholds_provenance
 from ..outcome import Outcome, decide
 from ..report.results import ResultsDocument
 
@@ -118,8 +118,8 @@ def finish(run: AuditRun, exitstatus, presses: Presses) -> int | None:
 def build(run: AuditRun, model, outcomes, verdicts, errors, touched) -> tuple[dict[str, Any], str | None]:
     """The results document (``report.results.build_results``) and the run error, if the overall
     aggregates could not be computed."""
-    from ..data import sha256_file
     from ..engine.cache import ENGINE_VERSION
+    from ..redact import redact
     from ..report.results import build_results, suite_provenance
     from ..session import overall_from_records
     from .startup import gates_for_data
@@ -130,10 +130,13 @@ def build(run: AuditRun, model, outcomes, verdicts, errors, touched) -> tuple[di
         opts["data_dir"] = str(session.data_dir)  # record the resolved path, not the flag as typed
     except AuditError:
         pass
+    # Where the options and the invocation are recorded, credentials in URLs are masked
+    # (``redact``): every report, JUnit property, model card and MLflow param is made from here.
+    opts = redact(opts)
     # Gates configured for the benchmarks this run touched: a BBQ-only run is complete when
     # all BBQ gates ran, whatever EsBBQ's section holds.
     configured = sum(len(gates_for_data(session, b, g)) for b, g in run.gates.items() if b in touched)
-    args = list(config.invocation_params.args)
+    args = redact(list(config.invocation_params.args))
     meta = {
         "invocation": args,
         "command_line": shlex.join(["pytest", *args]),
@@ -142,7 +145,7 @@ def build(run: AuditRun, model, outcomes, verdicts, errors, touched) -> tuple[di
         "duration_s": round(time.time() - run.started, 3),
         "suite": suite_provenance(),
         "engine_version": ENGINE_VERSION,
-        "thresholds_sha256": sha256_file(Path(session.options.thresholds)),
+        **thresholds_provenance(Path(session.options.thresholds)),
         "thresholds_warnings": run.thresholds_warnings,
         "interval_floors": interval_floors(run),
         "gates_configured": configured,

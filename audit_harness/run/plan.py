@@ -60,7 +60,9 @@ def finish_plan(run: AuditRun, exitstatus) -> int | None:
         code = exit_codes.OK
     params = session.options.plan_params
     doc = build_plan(outcomes, model, int(params) if params else None)
-    args = list(run.config.invocation_params.args)
+    from ..redact import redact
+
+    args = redact(list(run.config.invocation_params.args))
     doc = {
         "plan": doc.pop("plan"),
         "run_id": run.run_id,
@@ -73,7 +75,7 @@ def finish_plan(run: AuditRun, exitstatus) -> int | None:
         "model_error": model_error,
         "errors": errors,
         "skipped": _unique(skipped),
-        "options": {k: v for k, v in session.options.__dict__.items()},
+        "options": redact(dict(session.options.__dict__)),
         **doc,
     }
     path: Path | str = session.run_dir / "plan.json"

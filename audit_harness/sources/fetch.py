@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..data import sha256_file
+from ..redact import redact_text
 from . import SourceFile, files_for, git_blob_file
 from .download import DownloadError, HashMismatch, RetryPolicy, download, part_path
 
@@ -143,9 +144,9 @@ def _fetch_one(
             on_bytes=bar.update if bar else None,
         )
     except HashMismatch as err:
-        return FileResult(e, FAILED, f"rejected: {err}")
-    except DownloadError as err:
-        return FileResult(e, FAILED, ("network: " if err.transport else "") + str(err))
+        return FileResult(e, FAILED, redact_text(f"rejected: {err}"))
+    except DownloadError as err:  # its message names the URL: a mirror's credentials masked
+        return FileResult(e, FAILED, ("network: " if err.transport else "") + redact_text(str(err)))
     finally:
         if bar:
             bar.close()
@@ -169,7 +170,7 @@ def _write_stubs(to: Path, results: list[FileResult], base_url: str | None) -> N
             f"# {folder}: fetched from the authors' repositories",
             "",
             f"Fetched {now} by `bias-audit data fetch` from "
-            f"{(base_url or 'https://raw.githubusercontent.com').rstrip('/')}; every file's "
+            f"{redact_text((base_url or 'https://raw.githubusercontent.com').rstrip('/'))}; every file's "
             "sha256 equals the pinned source table (`audit_harness/sources/sources.yaml`).",
             "",
         ]
