@@ -3,6 +3,7 @@ reviewer reads and the machine-readable record can never disagree."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -17,6 +18,7 @@ from .regulatory import (
 )
 from .results import (
     INVALID_FLAG,
+    ResultsDocument,
     coverage_lines,
     items_scored_text,
     metric_names_of,
@@ -39,6 +41,53 @@ def _fmt(metric: Mapping[str, Any] | None) -> str:
 
 def _num(x: Any) -> str:
     return "-" if x is None else f"{x:.3f}"
+
+
+#: What makes text from the user or the model active in Markdown, and its inert form: raw HTML
+#: (``<script>``, ``<img onerror=...>``, autolinks ``<javascript:...>``) as ``&lt;``; link and image
+#: syntax (``[x](javascript:...)``, ``[x]: url``) with escaped brackets; a backslash doubled so
+#: the text cannot escape the escapes; a ``javascript:`` scheme with an entity colon.
+_ACTIVE = re.compile(r"[\\<\[\]]|(?i:javascript|vbscript):")
+
+
+def _inert(match: re.Match) -> str:
+    s = match.group(0)
+    return {"\\": "\\\\", "<": "&lt;", "[": "\\[", "]": "\\]"}.get(s) or s[:-1] + "&#58;"
+
+
+def md_text(text: str) -> str:
+    """``text`` (from the user or the model: audit-meta values, model and category names,
+    messages, generated text) inert in Markdown: no raw HTML, no link, no image survives, and it
+    reads the same once rendered.
+
+    Examples
+    --------
+    >>> md_text("<script>alert(1)</script> [x](javascript:alert(1))")
+    '&lt;script>alert(1)&lt;/script> \\\\[x\\\\](javascript&#58;alert(1))'
+    """
+    return _ACTIVE.sub(_inert, text)
+
+
+def _inert_doc(value: Any) -> Any:
+    if isinstance(value, str):
+        return md_text(value)
+    if isinstance(value, Mapping):
+        return {_inert_doc(k): _inert_doc(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_inert_doc(v) for v in value)
+    return value
+
+
+def inert_results(results: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``results`` with every string in it ``md_text``-escaped, rendered from in one place so no
+    field of the document (new ones included) reaches report.md active; a ``ResultsDocument``
+    keeps its folder (the signature is read from it)."""
+    doc = _inert_doc(dict(results))
+    if isinstance(results, ResultsDocument):
+        inert = ResultsDocument(doc, results.path)
+        inert.being_signed = results.being_signed
+        return inert
+    return doc
 
 
 def _cell(text: Any) -> str:
@@ -249,7 +298,10 @@ def limitations_section(results: Mapping[str, Any], bench: str, mapping: Regulat
 
 def render_markdown(results: Mapping[str, Any]) -> str:
     """The report as Markdown text: provenance, gate verdicts, metrics per category with
-    intervals, exclusions. Pure function of ``results`` (see ``report.results.build_results``)."""
+    intervals, exclusions. Pure function of ``results`` (see ``report.results.build_results``);
+    every string of it is made inert first (``md_text``), so nothing the user or the model wrote
+    renders as HTML or a link."""
+    results = inert_results(results)
     model = results.get("model") or {}
     opts = results["options"]
     summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items())) or "no gates"
@@ -259,7 +311,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     out = [
         f"# Bias audit report: {model.get('name', '?')}",
         "",
-        f"**Signature:** {signature(results)[1]}",
+        f"**Signature:** {md_text(signature(results)[1])}",  # the signer's name is user text
         "",
         *audited_system(results),
         f"**Verdict: {verdict.shown_label}** ({verdict.reason}; exit code "
@@ -333,8 +385,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         if v["status"] in ("error", "not run"):
             value = "-"
             notes.append(f"- {v['status'].upper()}: {v['message']}")
-        elif v["status"] == "insufficient":
-            notes.append(f"- INSUFFICIENT: {v['message']}")
+        elif v["status"] in ("insufficient", "inconclusive"):
+            notes.append(f"- {v['status'].upper()}: {v['message']}")
         bounds = ", ".join(f"{k} {b:g}" for k, b in v["bounds"].items())
         if v.get("kind") == "regression":
             base = (v.get("baseline") or {}).get("value")
