@@ -82,6 +82,43 @@ def assign(n_workers: int, gpus: list[str], device: str = "auto", share: bool = 
     return list(gpus[:n_workers])
 
 
+def check_device(device: str, n_gpus: int) -> None:
+    """Refuse at start-up a ``--device`` that names a GPU this machine does not have: the run
+    otherwise made its folder, then stopped when the model loaded (``model ... (not loaded)``,
+    pytest counting one error where the audit counted every selected gate).
+
+    Args:
+        device: ``--device`` (``auto``, ``cpu``, ``cuda`` or ``cuda:N``).
+        n_gpus: the CUDA devices torch can use here (``torch.cuda.device_count()``, which
+            counts within ``CUDA_VISIBLE_DEVICES`` and is 0 without a driver).
+    Raises:
+        ConfigError: ``cuda`` or ``cuda:N`` without a visible GPU, or ``cuda:N`` past the last.
+
+    Examples
+    --------
+    >>> check_device("cpu", 0), check_device("cuda:1", 2)
+    (None, None)
+    >>> check_device("cuda", 0)
+    Traceback (most recent call last):
+    ...
+    audit_harness.errors.ConfigError: --device cuda: this machine has no CUDA device (torch sees no GPU; CUDA_VISIBLE_DEVICES and the driver decide): use --device cpu, or auto (the GPU when there is one)
+    """
+    if not device.startswith("cuda"):
+        return
+    if n_gpus < 1:
+        raise ConfigError(
+            f"--device {device}: this machine has no CUDA device (torch sees no GPU; "
+            "CUDA_VISIBLE_DEVICES and the driver decide): use --device cpu, or auto (the GPU "
+            "when there is one)"
+        )
+    index = device.partition(":")[2]
+    if index.isdigit() and int(index) >= n_gpus:
+        raise ConfigError(
+            f"--device {device}: this machine has {n_gpus} visible CUDA device(s), "
+            f"cuda:0 to cuda:{n_gpus - 1}"
+        )
+
+
 def worker_number(worker_id: str) -> int:
     """``gw3`` -> 3.
 

@@ -95,10 +95,9 @@ class AuditOptions:
             path = Path(self.chat_template)
             if not path.is_file():
                 raise ConfigError(f"--chat-template {self.chat_template}: not auto, none or a template file")
-            try:
-                path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as e:
-                raise ConfigError(f"--chat-template {path}: cannot read it ({e})") from None
+            from .models.chat_template import check_template_file
+
+            check_template_file(path)  # renders, with the user's message: else exit 4 here
         from .backends import validate
 
         validate(self)

@@ -320,6 +320,9 @@ class Benchmark(ABC):
         shared_items: True when categories share items (a pair benchmark's ``overall`` holds every
             subgroup's pairs): pytest-xdist then keeps the whole benchmark on one worker, where
             each item is scored once.
+        pooled_category: the category that holds every other category's items (a pair
+            benchmark's ``overall``), or None: a count of rows over categories counts its rows
+            once, not again beside the subgroups' (``report.scope``).
         options: the keys ``configure`` accepts, with their defaults.
         protocol_version: version of the benchmark's protocol (prompt, choices, scoring), bumped
             when a change can move its numbers; recorded in results.
@@ -353,6 +356,7 @@ class Benchmark(ABC):
     chart_metrics: tuple[str, ...] = ()
     rate_metrics: tuple[str, ...] = ()
     bias_metrics: tuple[str, ...] = ()
+    pooled_category: str | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -422,13 +426,15 @@ class Benchmark(ABC):
     def report_info(self) -> dict[str, Any]:
         """What the report needs to know about this configured benchmark beyond its numbers,
         JSON-ready (results' ``benchmark_info``): ``title``, ``limitations``, ``chart_metrics``,
-        ``rate_metrics``, ``bias_metrics`` and ``metric_ranges`` (``[low, high]`` per metric)."""
+        ``rate_metrics``, ``bias_metrics``, ``pooled_category`` and ``metric_ranges``
+        (``[low, high]`` per metric)."""
         return {
             "title": self.title or self.name,
             "limitations": list(self.limitations),
             "chart_metrics": list(self.chart_metrics),
             "rate_metrics": list(self.rate_metrics),
             "bias_metrics": list(self.bias_metrics),
+            "pooled_category": self.pooled_category,
             "metric_ranges": {k: list(v) for k, v in self.metric_ranges().items()},
         }
 

@@ -207,6 +207,7 @@ class SentencePairBenchmark(Benchmark):
     )
     record_type = PairRecord
     shared_items = True
+    pooled_category = OVERALL
     options = {"protocol": "authors", "saved": False}
     cli_options = (PAIRS_PROTOCOL,)
     #: ``--pairs-protocol``: ``authors`` or ``lmeval`` (module docstring).

@@ -106,6 +106,10 @@ def run_generation(
         out = list(m.generate(requests))
         engine.stats.requests += len(requests)
         engine.stats.computed += len(requests)
+        # Its answers are items done like any other: without this a replayed category's
+        # progress stayed at 0 and closed as "0/5656 items ... stopped early".
+        if engine.progress is not None and requests:
+            engine.progress.advance(sum(weights) if weights is not None else float(len(requests)))
         return out
     if first_step is not None and len(first_step) != len(requests):
         raise ValueError(f"{len(requests)} requests but {len(first_step)} first_step lists")

@@ -58,13 +58,9 @@ def write_summary(tr, files, junit_path: str | None) -> None:
             f"a gate failure: exit code {exit_codes.RUN_ERROR}",
             red=True,
         )
-    counts = [c.get("requests", {}) for cats in results["benchmarks"].values() for c in cats.values()]
-    if any(counts):
-        tr.write_line(
-            f"requests: {sum(c.get('distinct', 0) for c in counts)} distinct, "
-            f"{sum(c.get('from_cache', 0) for c in counts)} from the result cache, "
-            f"{sum(c.get('computed', 0) for c in counts)} computed"
-        )
+    line = requests_line(results)
+    if line:
+        tr.write_line(line)
     seq = sequential_line(results)
     if seq:
         tr.write_line(seq)
@@ -78,6 +74,35 @@ def write_summary(tr, files, junit_path: str | None) -> None:
     tr.write_line(f"html:    {files.html_path}")
     if junit_path:
         tr.write_line(f"junit:   {junit_path}")
+
+
+def requests_line(results: Mapping[str, Any]) -> str | None:
+    """What the model was asked, one line: requests after dedupe, answered by the result cache,
+    computed; None when no category counted any. A replay of saved outputs computes nothing:
+    its backend answers each request from the file, so the line counts the saved outputs it
+    replayed instead (``0 distinct, ... 3680 computed`` claimed model work that never happened).
+
+    Examples
+    --------
+    >>> counts = {"requests": 12, "distinct": 10, "from_cache": 4, "computed": 6}
+    >>> doc = {"model": {"kind": "hf"}, "benchmarks": {"bbq": {"Age": {"requests": counts}}}}
+    >>> requests_line(doc)
+    'requests: 10 distinct, 4 from the result cache, 6 computed'
+    >>> doc["model"]["kind"] = "replay"
+    >>> requests_line(doc)
+    'predictions: 12 saved outputs replayed (no model ran)'
+    """
+    counts = [c.get("requests") or {} for cats in results["benchmarks"].values() for c in cats.values()]
+    if not any(counts):
+        return None
+    if ((results.get("model") or {}).get("kind")) == "replay":
+        replayed = sum(c.get("requests", 0) for c in counts)
+        return f"predictions: {replayed:,} saved outputs replayed (no model ran)"
+    return (
+        f"requests: {sum(c.get('distinct', 0) for c in counts)} distinct, "
+        f"{sum(c.get('from_cache', 0) for c in counts)} from the result cache, "
+        f"{sum(c.get('computed', 0) for c in counts)} computed"
+    )
 
 
 def sequential_line(results: Mapping[str, Any]) -> str | None:

@@ -178,8 +178,10 @@ class AuditRun:
         selected = startup.selected_gates(self.config, self.gates)
         self._check(startup.selected_pairs(self.session, selected, self.gates))
         self.selected = selected
-        # A plan judges no gate: a JUnit file of skipped gates would only look like a run's.
-        if not self.config.option.xmlpath and not self.session.options.plan:
+        # A plan judges no gate: a JUnit file of skipped gates would only look like a run's. A
+        # selection of no gate makes no run folder: pytest would name a junit.xml in a folder
+        # that is gone when the run ends.
+        if not self.config.option.xmlpath and not self.session.options.plan and selected:
             self.config.option.xmlpath = str(self.session.run_dir / "junit.xml")
             self.own_junit = True
 

@@ -96,8 +96,9 @@ def present_pairs(session, pairs: list[tuple[str, str]]) -> list[tuple[str, str]
 
 def check_inputs(session, pairs: list[tuple[str, str]], fetch: bool = False) -> None:
     """Raise AuditError when the data directory lacks a file a selected category needs
-    (``Benchmark.data_files``; fetching them first with ``--fetch-data``), the model name is
-    unusable, or the model cannot compute what a selected benchmark needs."""
+    (``Benchmark.data_files``; fetching them first with ``--fetch-data``), ``--device`` names
+    a GPU this machine lacks, the model name is unusable, or the model cannot compute what a
+    selected benchmark needs."""
     from ..models.zoo import check_capabilities, check_model_name
     from ..sources.check import require_files
 
@@ -108,6 +109,11 @@ def check_inputs(session, pairs: list[tuple[str, str]], fetch: bool = False) -> 
     require_files(session.data_dir, needed, fetch=fetch)
     selected = sorted({b for b, _ in pairs})
     if session.options.backend == "hf":  # a server's model name is whatever it serves
+        import torch
+
+        from ..devices import check_device
+
+        check_device(session.options.device, torch.cuda.device_count())
         check_model_name(session.options.model)
         check_capabilities(
             session.options.model, {name: b.requires for name, b in session.benchmarks.items()}, selected
