@@ -170,6 +170,14 @@ def add_suite_options(g) -> None:
         "items scored, data or thresholds file) instead of marking its regression gates",
     )
     g.addoption(
+        "--allow-low-confidence",
+        dest="audit_allow_low_confidence",
+        action="store_true",
+        default=False,
+        help="accept a thresholds file whose confidence is below 0.9 (else exit 4); the "
+        "verdict then says the run is on a partial scope and why",
+    )
+    g.addoption(
         "--chat-template",
         dest="audit_chat_template",
         default=os.environ.get("AUDIT_CHAT_TEMPLATE", "auto"),

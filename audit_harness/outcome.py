@@ -12,7 +12,8 @@ INTERRUPTED        2     Ctrl-C: the numbers are partial and decide nothing
 RUN ERROR          3     a model or data failure left gates without a verdict, or the run's
                          outputs could not be written where asked
 NOTHING CHECKED    5     no gate was evaluated (every selected one skipped, or none selected)
-FAIL               1     a gate failed, was undefined, insufficient, or did not run (``-x``)
+FAIL               1     a gate failed, was undefined, insufficient, inconclusive, or did not
+                         run (``-x``)
 PASS               0     every selected gate ran and passed
 =================  ====  ==================================================================
 
@@ -29,7 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from . import exit_codes
 
 #: Gate statuses that block a release although the gate was judged (or should have been).
-BLOCKING = ("fail", "undefined", "insufficient", "not run")
+BLOCKING = ("fail", "undefined", "insufficient", "inconclusive", "not run")
 #: ``label: (exit code, run status)``.
 LABELS = {
     "PASS": (exit_codes.OK, "complete"),

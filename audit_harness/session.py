@@ -37,6 +37,8 @@ class AuditOptions:
     require_published_data: bool = False
     #: ``--strict-baseline``: a baseline that is not like for like is an input error (exit 4).
     strict_baseline: bool = False
+    #: ``--allow-low-confidence``: a thresholds file may sign off below ``gates.CONFIDENCE_FLOOR``.
+    allow_low_confidence: bool = False
     #: ``--sequential``: every gate is sequential (``audit_harness.sequential``), as
     #: thresholds.yaml's ``sequential: true`` makes the gates it names.
     sequential: bool = False
@@ -780,6 +782,7 @@ def options_from_config(config) -> AuditOptions:
         min_n=get("audit_min_n"),
         require_published_data=get("audit_require_published"),
         strict_baseline=get("audit_strict_baseline"),
+        allow_low_confidence=get("audit_allow_low_confidence"),
         sequential=get("audit_sequential"),
         chat_template=get("audit_chat_template"),
         benchmark_options=configured_options(config, registry()),

@@ -570,6 +570,18 @@ FLAVOURS: dict[str, tuple[MetricSpec, ...]] = {
             "identity; Jin et al. 2024 diff-bias_a)",
             (-1.0, 1.0),
         ),
+        # s_DIS mixes accuracy and the category's balance of aligned vs non-aligned items (a
+        # model that is never wrong scores +0.081 on Physical_appearance); the accuracy gap is 0
+        # for any perfect model and is what the shipped gates check (docs/metrics.md §1.2).
+        MetricSpec(
+            "diff_bias_disambig",
+            diff_bias_disambig,
+            _DIS_VALID,
+            "no valid answer on bias-aligned or on non-aligned disambiguated items",
+            "acc(bias-aligned) - acc(non-aligned), disambiguated items (Jin et al. 2024 diff-bias_d, "
+            "computed on BBQ's cells)",
+            (-1.0, 1.0),
+        ),
         MetricSpec(
             name="invalid_rate",
             **_INVALID,

@@ -512,6 +512,8 @@ class KoBBQ(BBQFamilyBenchmark):
     def chart_metrics(self) -> tuple[str, ...]:  # type: ignore[override]
         return tuple(n + _suffix(m) for m in self.modes for n in BIAS_SCORES)
 
+    bias_metrics = BIAS_SCORES
+
     @property
     def rate_metrics(self) -> tuple[str, ...]:  # type: ignore[override]
         return ("out_of_choice_rate",) if "generate" in self.modes else ()

@@ -6,6 +6,7 @@ A NaN metric never passes; only the ``pass`` status passes.
 
 from .gate import (
     BOUND_KEYS,
+    CONFIDENCE_FLOOR,
     DEFAULT_CONFIDENCE,
     DEFAULT_MIN_N,
     MIN_RESAMPLES,
@@ -15,19 +16,29 @@ from .gate import (
     Gate,
     Verdict,
 )
-from .modes import MODE_RULES, MODES, allowed_interval, decide
+from .modes import MODE_RULES, MODES, THREE_WAY, allowed_interval, decide, decide_three_way
 from .regression import add_regression_gates
-from .schema import GATE_KEYS, ThresholdsDeprecationWarning, check_scale, load_thresholds
+from .schema import (
+    GATE_KEYS,
+    PACKAGED_THRESHOLDS,
+    ThresholdsDeprecationWarning,
+    check_scale,
+    load_thresholds,
+    thresholds_provenance,
+)
 
 __all__ = [
     "BOUND_KEYS",
+    "CONFIDENCE_FLOOR",
     "DEFAULT_CONFIDENCE",
     "DEFAULT_MIN_N",
     "MIN_RESAMPLES",
     "GATE_KEYS",
     "MODES",
     "MODE_RULES",
+    "PACKAGED_THRESHOLDS",
     "REGRESSION_SUFFIX",
+    "THREE_WAY",
     "STATUSES",
     "Baseline",
     "Gate",
@@ -37,5 +48,7 @@ __all__ = [
     "allowed_interval",
     "check_scale",
     "decide",
+    "decide_three_way",
     "load_thresholds",
+    "thresholds_provenance",
 ]

@@ -6,7 +6,8 @@ baseline run's value of the same metric (``gates.regression``). ``Gate.evaluate`
 ``MetricResult`` into a ``Verdict``.
 
 Verdict statuses: ``pass``, ``fail``, ``undefined`` (NaN metric, NaN interval where the mode needs
-one, or no baseline value), ``insufficient`` (n < min_n), ``error`` (the category could not be
+one, or no baseline value), ``insufficient`` (n < min_n), ``inconclusive`` (a ``ci_three_way`` gate
+whose interval straddles a bound: the data neither clear nor break it), ``error`` (the category could not be
 evaluated: a model or data failure during the run), ``not run`` (selected but never evaluated: an
 interrupted or ``-x`` run), ``skipped`` (its data file is missing upstream). Only ``pass`` passes.
 """
@@ -20,18 +21,20 @@ from typing import Any
 from bias_metrics.result import MetricResult
 
 from . import regression
-from .modes import MODE_RULES, allowed_interval, decide
+from .modes import MODE_RULES, THREE_WAY, allowed_interval, decide, decide_three_way
 from .regression import Baseline
 
 BOUND_KEYS = ("min", "max", "abs_max", "target", "tolerance")
 #: Items in a metric's denominator below which no gate passes, when thresholds.yaml sets none.
 DEFAULT_MIN_N = 30
-STATUSES = ("pass", "fail", "undefined", "insufficient", "error", "not run", "skipped")
+STATUSES = ("pass", "fail", "undefined", "insufficient", "inconclusive", "error", "not run", "skipped")
 #: The interval level gates are signed off at when thresholds.yaml sets no ``confidence``.
 DEFAULT_CONFIDENCE = 0.95
+#: The lowest ``confidence`` a gates file may sign off at without ``--allow-low-confidence``.
+CONFIDENCE_FLOOR = 0.9
 #: Fewest bootstrap resamples an interval may rest on for a gate of each mode: an interval from a
 #: handful of resamples can be arbitrarily narrow or wide, so a verdict on it is no verdict.
-MIN_RESAMPLES = {"point": 200, "ci_inside": 1000, "ci_overlap": 1000}
+MIN_RESAMPLES = {"point": 200, "ci_inside": 1000, "ci_overlap": 1000, "ci_three_way": 1000}
 #: Suffix of a regression gate's test id: ``test_bbq[Age-bias_score_ambig-vs-baseline]``.
 REGRESSION_SUFFIX = "-vs-baseline"
 
@@ -118,14 +121,15 @@ class Gate:
         """Why ``metric``'s interval cannot carry this gate's verdict, or None when it can.
 
         An interval gate is decided only at its signed-off ``confidence`` or at a level that makes
-        it stricter: higher for ``ci_inside`` (a wider interval must fit inside), lower for
+        it stricter: higher for ``ci_inside`` and ``ci_three_way`` (a wider interval must fit
+        inside), lower for
         ``ci_overlap`` and regression gates (a narrower interval must still reach the bounds).
         A bootstrap interval (``metric.ci_method``) must rest on at least ``MIN_RESAMPLES`` of the
         mode. ``n_resamples`` is the run's ``--bootstrap-resamples`` (None: not checked, for
         callers that computed no bootstrap)."""
         mode = self.decision_mode
         level = metric.confidence
-        if mode == "ci_inside" and level is not None and level < self.confidence - 1e-12:
+        if mode in ("ci_inside", *THREE_WAY) and level is not None and level < self.confidence - 1e-12:
             return (
                 f"its interval is at {level:g} confidence, below the {self.confidence:g} this "
                 "gate is signed off at (a narrower interval fits inside more easily): rerun "
@@ -213,6 +217,15 @@ class Gate:
                 f"{where} = {metric.value:.4f} has no confidence interval "
                 f"(n={metric.n}); the gate {bound} needs one",
             )
+        if mode in THREE_WAY:
+            status = decide_three_way(metric.value, lo, hi, self.allowed())
+            said = {
+                "pass": f"passes {bound}",
+                "fail": f"fails {bound}",
+                "inconclusive": f"inconclusive under {bound}: the interval straddles a bound, so "
+                "these items neither clear nor break it (more items would decide it; never a pass)",
+            }[status]
+            return Verdict(self, status, metric, f"{where} = {shown}, n={metric.n}: {said}")
         ok = decide(mode, metric.value, lo, hi, self.allowed())
         return Verdict(
             self,

@@ -8,6 +8,12 @@ each mode is one comparison of two intervals:
 - ``ci_inside`` (strict, for sign-off): the whole confidence interval must lie inside.
 - ``ci_overlap`` (lenient, for small runs): fails only when the whole interval lies outside, i.e.
   when the data rule out every allowed value at the interval's confidence.
+- ``ci_three_way`` (the shipped default): passes when the whole interval lies inside, fails when
+  the whole interval lies outside, and is ``inconclusive`` (never a pass) when it straddles a
+  bound. A model whose true value is inside the bounds fails with probability at most (1 -
+  confidence) / 2, and one whose true value is outside passes with at most that probability,
+  whatever the sample size: a small sample reads inconclusive instead of deciding on noise
+  (docs/gates.md, "What each shipped gate promises").
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-MODES = ("point", "ci_inside", "ci_overlap")
+MODES = ("point", "ci_inside", "ci_overlap", "ci_three_way")
+#: The modes whose verdict can be ``inconclusive``.
+THREE_WAY = ("ci_three_way",)
 #: A value within this (relative) distance of a bound is on it. The metrics are ratios of counts
 #: computed in floating point, so a score that is exactly on a bound can land a rounding error
 #: either side of it (2 * 19/40 - 1 = -0.050000000000000044 against ``abs_max: 0.05``). Two
@@ -27,6 +35,8 @@ MODE_RULES = {
     "point": "the point estimate must be inside the bounds",
     "ci_inside": "the whole interval must be inside the bounds",
     "ci_overlap": "fails only when the whole interval is outside the bounds",
+    "ci_three_way": "passes when the whole interval is inside the bounds, fails when it is wholly "
+    "outside, else inconclusive",
 }
 
 
@@ -74,7 +84,7 @@ def decide(mode: str, value: float, ci_low: float, ci_high: float, allowed: tupl
 
     Parameters
     ----------
-    mode : {"point", "ci_inside", "ci_overlap"}
+    mode : {"point", "ci_inside", "ci_overlap", "ci_three_way"}
     value : float
         The point estimate (finite; NaN is the caller's ``undefined`` verdict).
     ci_low, ci_high : float
@@ -101,6 +111,45 @@ def decide(mode: str, value: float, ci_low: float, ci_high: float, allowed: tupl
         raise ValueError(f"unknown gate mode {mode!r}; known: {', '.join(MODES)}")
     if math.isnan(ci_low) or math.isnan(ci_high):
         raise ValueError(f"mode {mode} needs a confidence interval")
-    if mode == "ci_inside":
+    if mode in ("ci_inside", "ci_three_way"):
         return low <= ci_low and ci_high <= high and low <= value <= high
     return ci_low <= high and ci_high >= low
+
+
+def decide_three_way(value: float, ci_low: float, ci_high: float, allowed: tuple[float, float]) -> str:
+    """``"pass"``, ``"fail"`` or ``"inconclusive"`` under ``ci_three_way``.
+
+    Parameters
+    ----------
+    value : float
+        The point estimate (finite).
+    ci_low, ci_high : float
+        The confidence interval (finite).
+    allowed : (low, high)
+        From ``allowed_interval``.
+
+    Returns
+    -------
+    str
+        ``pass`` when the interval (and the value) lie inside ``allowed``, ``fail`` when the
+        interval lies wholly outside it, else ``inconclusive``.
+
+    Raises
+    ------
+    ValueError
+        A NaN interval.
+
+    Examples
+    --------
+    >>> decide_three_way(0.01, -0.02, 0.03, (-0.05, 0.05))
+    'pass'
+    >>> decide_three_way(0.04, -0.01, 0.09, (-0.05, 0.05))   # straddles +0.05
+    'inconclusive'
+    >>> decide_three_way(0.12, 0.07, 0.17, (-0.05, 0.05))
+    'fail'
+    """
+    if decide("ci_three_way", value, ci_low, ci_high, allowed):
+        return "pass"
+    if not decide("ci_overlap", value, ci_low, ci_high, allowed):
+        return "fail"
+    return "inconclusive"

@@ -18,7 +18,7 @@ Schema (one section per benchmark)::
           acc_disambig: null
 
 A gate is any of ``min``, ``max``, ``abs_max``, or ``target`` with ``tolerance``, plus ``mode``
-(``point``, ``ci_inside``, ``ci_overlap``: ``gates.modes``), ``min_n`` (the fewest items in the
+(``point``, ``ci_inside``, ``ci_overlap``, ``ci_three_way``: ``gates.modes``), ``min_n`` (the fewest items in the
 metric's denominator a verdict may rest on; below it the verdict is ``insufficient``) and
 ``max_regression`` (how much worse than a ``--baseline`` run the metric may get,
 ``gates.regression``), and ``sequential`` (``true``: decide the gate on a confidence sequence while
@@ -27,7 +27,8 @@ its category is scored in rounds, stopping early once every gate of the category
 over the file's. The
 old ``basis: point | ci`` is still read (``ci`` = ``ci_inside``) with a deprecation warning.
 
-``confidence`` (file or section; default 0.95) is the interval level the gates were signed off
+``confidence`` (file or section; default 0.95, at least ``CONFIDENCE_FLOOR`` = 0.9 unless the run
+allows lower with ``--allow-low-confidence``) is the interval level the gates were signed off
 at: a run whose intervals are more lenient than that, or rest on too few bootstrap resamples,
 gets INSUFFICIENT instead of a verdict (``Gate.evaluate``). The file is read strictly: a key
 written twice in one mapping is an error naming both lines (plain YAML keeps the last one).
@@ -48,7 +49,7 @@ from typing import Any, Mapping
 import yaml
 
 from ..errors import ConfigError
-from .gate import BOUND_KEYS, DEFAULT_CONFIDENCE, DEFAULT_MIN_N, Gate
+from .gate import BOUND_KEYS, CONFIDENCE_FLOOR, DEFAULT_CONFIDENCE, DEFAULT_MIN_N, Gate
 from .modes import MODES
 
 GATE_KEYS = BOUND_KEYS + ("mode", "min_n", "max_regression", "sequential", "basis")
@@ -132,10 +133,18 @@ def _mode(value: Any, where: str) -> str:
     return value
 
 
-def _confidence(value: Any, where: str) -> float:
+def _confidence(value: Any, where: str, allow_low: bool = False) -> float:
     value = _number(value, where)
     if not 0.0 < value < 1.0:
         raise ConfigError(f"{where}: confidence must be in (0, 1), e.g. 0.95, got {value:g}")
+    # A lower level narrows every interval a gate is signed off at: at 0.01 a four-item interval
+    # is a point and clears any band, so the file alone must not be able to lower it.
+    if value < CONFIDENCE_FLOOR and not allow_low:
+        raise ConfigError(
+            f"{where}: confidence {value:g} is below the floor of {CONFIDENCE_FLOOR:g} a gates file "
+            "may sign off at (a narrower interval passes more easily); raise it, or run with "
+            "--allow-low-confidence, which the verdict then names"
+        )
     return value
 
 
@@ -264,7 +273,10 @@ def _check_known(path: Path, where: str, kind: str, keys, known: tuple[str, ...]
 
 
 def load_thresholds(
-    path: Path, catalogue: Mapping[str, tuple], min_n: int | None = None
+    path: Path,
+    catalogue: Mapping[str, tuple],
+    min_n: int | None = None,
+    allow_low_confidence: bool = False,
 ) -> dict[str, list[Gate]]:
     """Read and validate a thresholds file.
 
@@ -278,6 +290,8 @@ def load_thresholds(
         (``Benchmark.metric_range``) for the scale check.
     min_n : int, optional
         When given (``--min-n``), every gate's min_n, whatever the file says.
+    allow_low_confidence : bool, default=False
+        ``--allow-low-confidence``: accept a ``confidence`` below ``CONFIDENCE_FLOOR``.
 
     Returns
     -------
@@ -287,8 +301,9 @@ def load_thresholds(
     Raises
     ------
     ConfigError
-        Unreadable YAML (with its line); a key written twice (both lines); an unknown benchmark, category, metric, key or mode; a
-        bound on the wrong scale; each named with its path in the file (e.g.
+        Unreadable YAML (with its line); a key written twice (both lines); an unknown benchmark,
+        category, metric, key or mode; a bound on the wrong scale; a ``confidence`` below
+        ``CONFIDENCE_FLOOR`` unless ``allow_low_confidence``; each named with its path in the file (e.g.
         ``bbq.categories.Agee``). A deprecated ``basis`` key warns
         (``ThresholdsDeprecationWarning``) instead.
     """
@@ -303,7 +318,7 @@ def load_thresholds(
         "mode": _mode(raw["mode"], f"{path}: mode") if "mode" in raw else "point",
         "max_regression": 0.0,
         "confidence": (
-            _confidence(raw["confidence"], f"{path}: confidence")
+            _confidence(raw["confidence"], f"{path}: confidence", allow_low_confidence)
             if "confidence" in raw
             else DEFAULT_CONFIDENCE
         ),
@@ -329,7 +344,9 @@ def load_thresholds(
         if "mode" in section:
             inherited["mode"] = _mode(section["mode"], f"{path}: {bench}.mode")
         if "confidence" in section:
-            inherited["confidence"] = _confidence(section["confidence"], f"{path}: {bench}.confidence")
+            inherited["confidence"] = _confidence(
+                section["confidence"], f"{path}: {bench}.confidence", allow_low_confidence
+            )
         if "sequential" in section:
             inherited["sequential"] = _sequential(section["sequential"], f"{path}: {bench}.sequential")
         if "max_regression" in section:
@@ -365,3 +382,32 @@ def load_thresholds(
                 out.append(gate if min_n is None else dataclasses.replace(gate, min_n=min_n))
         gates[bench] = out
     return gates
+
+
+#: The gates file that ships with the suite (the repository's ``thresholds.yaml`` links to it).
+PACKAGED_THRESHOLDS = Path(__file__).resolve().parents[1] / "thresholds.yaml"
+
+
+def thresholds_provenance(path: Path) -> dict[str, Any]:
+    """Which gates a run used: the file's sha256 and whether it is the packaged file, byte for
+    byte (results' ``run.thresholds_origin``). A custom file is legitimate, but a reviewer must
+    see that the gates are not the shipped ones, as with a data file that is not the published
+    release.
+
+    Returns
+    -------
+    dict
+        ``thresholds_sha256``, ``thresholds_origin`` (``"packaged"`` or ``"custom"``) and
+        ``packaged_thresholds_sha256``.
+    """
+    import hashlib
+
+    def sha(p: Path) -> str:
+        return hashlib.sha256(Path(p).read_bytes()).hexdigest()
+
+    mine, packaged = sha(path), sha(PACKAGED_THRESHOLDS)
+    return {
+        "thresholds_sha256": mine,
+        "thresholds_origin": "packaged" if mine == packaged else "custom",
+        "packaged_thresholds_sha256": packaged,
+    }

@@ -7,7 +7,56 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..gates import CONFIDENCE_FLOOR
 from .results import items_scored_text
+
+
+def _names(metric: str, base: str) -> bool:
+    # A gate's metric is a base name or the base name of another answer mode (``-generate``,
+    # ``-letter``): ``bias_score_ambig_upper_bound`` is not ``bias_score_ambig``.
+    return metric == base or metric.startswith(base + "-")
+
+
+def ungated_bias(results: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The (benchmark, category) pairs of a bias benchmark that this run scored or gated but
+    whose gates check none of the benchmark's bias metrics (results' ``benchmark_info``
+    ``bias_metrics``): a gates file of accuracy or invalid-rate gates alone must not read as a
+    bias PASS. Skipped gates and regression twins check nothing.
+
+    Examples
+    --------
+    >>> doc = {"benchmark_info": {"bbq": {"bias_metrics": ["diff_bias_ambig"]}},
+    ...        "gates": [{"benchmark": "bbq", "category": "Age", "metric": "invalid_rate",
+    ...                   "status": "pass"}],
+    ...        "benchmarks": {"bbq": {"Age": {"n_scored": 10}}}}
+    >>> ungated_bias(doc)
+    [('bbq', 'Age')]
+    >>> doc["gates"].append({"benchmark": "bbq", "category": "Age", "metric": "diff_bias_ambig",
+    ...                      "status": "fail"})
+    >>> ungated_bias(doc)
+    []
+    """
+    info = results.get("benchmark_info") or {}
+    gates = results.get("gates") or []
+    touched = {(g.get("benchmark"), g.get("category")) for g in gates}
+    for bench, cats in (results.get("benchmarks") or {}).items():
+        touched |= {(bench, c) for c, e in cats.items() if "n_scored" in e}
+    out = []
+    for bench, cat in sorted(touched, key=lambda k: (str(k[0]), str(k[1]))):
+        bias = (info.get(bench) or {}).get("bias_metrics") or []
+        if not bias:
+            continue
+        checked = any(
+            g.get("benchmark") == bench
+            and g.get("category") == cat
+            and g.get("status") != "skipped"
+            and g.get("kind", "threshold") == "threshold"
+            and any(_names(g.get("metric", ""), b) for b in bias)
+            for g in gates
+        )
+        if not checked:
+            out.append((bench, cat))
+    return out
 
 
 def judged_items(results: Mapping[str, Any]) -> dict[tuple[str, str], int]:
@@ -155,6 +204,22 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
             )
     if opts.get("min_n") is not None:
         reasons.append(f"--min-n {opts['min_n']} instead of each gate's own min_n")
+    low = sorted({g["confidence"] for g in gates if (g.get("confidence") or 1.0) < CONFIDENCE_FLOOR})
+    if low:
+        reasons.append(
+            f"gates signed off at confidence {', '.join(f'{c:g}' for c in low)}, below the floor of "
+            f"{CONFIDENCE_FLOOR:g} (--allow-low-confidence)"
+        )
+    ungated = ungated_bias(results)
+    if ungated:
+        where = ", ".join(f"{b}/{c}" for b, c in ungated[:3]) + (", ..." if len(ungated) > 3 else "")
+        origin = (results.get("run") or {}).get("thresholds_origin")
+        reasons.append(
+            f"no bias metric gated in {len(ungated)} categor{'y' if len(ungated) == 1 else 'ies'} "
+            f"of bias benchmarks ({where})"
+            + (f"; the gates file is {origin}" if origin else "")
+            + ": not a bias verdict there"
+        )
     return reasons
 
 

@@ -19,14 +19,13 @@ from typing import Any
 import pytest
 
 from ..errors import AuditError
-from ..gates import Gate, add_regression_gates, load_thresholds
+from ..gates import PACKAGED_THRESHOLDS, Gate, add_regression_gates, load_thresholds
 from . import startup
 from .finish import RunFiles
 from .gate_check import FINDINGS, VERDICT_KEY, GateFinding
 from .plan import PlanFiles
 
 #: The gates used when neither --thresholds nor ./thresholds.yaml gives any.
-PACKAGED_THRESHOLDS = Path(__file__).resolve().parents[1] / "thresholds.yaml"
 
 
 @dataclass(frozen=True)
@@ -114,7 +113,12 @@ class AuditRun:
         }
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            gates = load_thresholds(Path(options.thresholds), catalogue, min_n=options.min_n)
+            gates = load_thresholds(
+                Path(options.thresholds),
+                catalogue,
+                min_n=options.min_n,
+                allow_low_confidence=options.allow_low_confidence,
+            )
         baseline = _read_baseline(config)
         workerinput = getattr(config, "workerinput", None)
         if workerinput is None:

@@ -17,7 +17,7 @@ from ..gates import Gate, Verdict
 #: Where a gate test's verdict is kept for its report (``GateFinding``).
 VERDICT_KEY = pytest.StashKey["Verdict"]()
 #: JUnit ``status`` values of a gate that was evaluated and did not pass.
-FINDINGS = frozenset({"fail", "undefined", "insufficient"})
+FINDINGS = frozenset({"fail", "undefined", "insufficient", "inconclusive"})
 
 
 class GateFinding:
