@@ -10,7 +10,7 @@ Each run is one process, one after the other (``python -m audit_harness.cli orac
 --model-kind KIND --output results.json``); the script reads its exit code and results.json and
 prints a Markdown table: exit code, gate counts (pass / fail / other: INSUFFICIENT, undefined,
 INCONCLUSIVE, error), in how many categories a bias gate failed, and which bias gates failed.
-``--json`` writes the same rows (plus each run's wall time) as JSON. A (benchmark, kind) that does
+``--json`` writes the same rows (plus each run's wall and CPU seconds) as JSON. A (benchmark, kind) that does
 not apply (a sentence pair has no gold answer) is listed with the reason.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -61,10 +62,15 @@ def run_one(bench: str, kind: str, results_dir: Path, extra: list[str], seed: in
     cmd += ["--predictions-out", str(results_dir / "predictions" / f"{bench}-{kind}.jsonl")]
     if extra:
         cmd += ["--", *extra]
-    start = time.perf_counter()
+    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds of the run (user + system, its children included): on a shared machine the
+    # wall time measures the neighbours as much as the run.
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     row = {"benchmark": bench, "kind": kind, "exit": proc.returncode, "wall_s": round(wall, 1)}
+    row["cpu_s"] = round(cpu, 1)
     if not out.is_file():
         row["error"] = (proc.stderr.strip() or proc.stdout.strip())[-400:]
         return row
@@ -143,7 +149,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             row = run_one(bench, kind, results_dir, extra, ns.seed)
             rows.append(row)
-            print(f"{bench} {kind}: exit {row['exit']} in {row['wall_s']} s", file=sys.stderr, flush=True)
+            print(
+                f"{bench} {kind}: exit {row['exit']} in {row['wall_s']} s ({row['cpu_s']} CPU s)",
+                file=sys.stderr,
+                flush=True,
+            )
             if ns.json:  # written after each run, so a long table can be read while it runs
                 ns.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     print(markdown(rows))
