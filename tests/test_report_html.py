@@ -139,7 +139,7 @@ def test_report_html_is_complete_and_self_contained(two_benchmark_run):
         assert str(text) in html, text
     assert results["environment"]["libraries"]["matplotlib"] in html
     for v in results["gates"]:
-        assert f"test_{v['benchmark']}[{v['test_id']}]" in html or v["status"] == "pass"
+        assert f"test_{v['benchmark']}[{v['test_id']}]" in html.replace("<wbr>", "") or v["status"] == "pass"
 
 
 def test_bias_audit_report_renders_the_same_reports_again(two_benchmark_run, tmp_path, capsys):
@@ -284,3 +284,24 @@ def test_chart_limits_keep_a_marker_at_the_range_end_inside_the_frame():
     assert -1.1 < lo < -1.0 and 1.0 < hi < 1.1
     lo, hi = _limits([{"value": 0.2, "ci": [0.1, 0.3], "band": None}], (-1.0, 1.0))
     assert 0.0 < lo < 0.1 and 0.3 < hi < 0.4  # not stretched to the whole range
+
+
+def test_long_ids_wrap_at_their_separators_and_headers_stay_with_rows(two_benchmark_run):
+    # On paper, test ids broke every few characters (``word-break: break-all`` on code) and a
+    # table header sat alone at page 1's foot. Now: a <wbr> after each separator of an id, no
+    # break-all but on hashes, and print rules that keep a header with its rows.
+    import re
+
+    from audit_harness.report.html import breakable
+
+    html = (two_benchmark_run / "report.html").read_text()
+    results = json.loads((two_benchmark_run / "results.json").read_text())
+    problems = [g for g in results["gates"] if g["status"] != "pass"]
+    assert problems
+    for g in problems:
+        test_id = f"test_{g['benchmark']}[{g['test_id']}]"
+        assert f"<code>{breakable(test_id)}</code>" in html, test_id
+    css = re.sub(r"/\*.*?\*/", "", html.split("</style>", 1)[0], flags=re.S)
+    assert [s.strip() for s in re.findall(r"([^{}]+)\{[^}]*break-all", css)] == [".hash"], css
+    assert "thead { display: table-header-group; }" in css and "thead, h2, h3 { break-after: avoid; }" in css
+    assert "<thead><tr><th>verdict</th><th>test</th>" in html

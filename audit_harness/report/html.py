@@ -39,7 +39,28 @@ def _environment():
     env.filters["num"] = _num
     env.filters["interval"] = _interval
     env.filters["ticks"] = _ticks
+    env.filters["breakable"] = breakable
     return env
+
+
+#: Characters after which a long id may wrap (``test_bbq[Race_x_gender-bias_score_ambig]``): the
+#: separators between its parts, not the ``_`` inside a name (``diff_bias_ambig`` stays whole).
+_SEPARATORS = frozenset("[-/,:")
+
+
+def breakable(text: Any):
+    """Escaped ``text`` with a ``<wbr>`` after each separator (``[ - / , :``): a long test
+    id or path wraps at its separators, not between any two characters (the report's CSS lets
+    ``code`` break anywhere only where a token has no separator that fits).
+
+    Examples
+    --------
+    >>> str(breakable("test_bbq[Age-acc<x>]"))
+    'test_bbq[<wbr>Age-<wbr>acc&lt;x&gt;]'
+    """
+    from markupsafe import Markup, escape
+
+    return Markup("".join(f"{escape(c)}<wbr>" if c in _SEPARATORS else str(escape(c)) for c in str(text)))
 
 
 def _ticks(text: str):
