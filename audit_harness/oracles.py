@@ -164,7 +164,7 @@ def oracle_rows(
         try:
             data = benchmark.load_category(data_dir, category)
         except MissingDataError as e:
-            skipped[category] = f"data missing ({str(e).split(';')[0]})"
+            skipped[category] = f"data missing: {e}"
             continue
         items = [it for it in data.items if it.item_id not in seen]
         views = [benchmark.oracle_view(it) for it in items]
