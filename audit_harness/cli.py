@@ -70,7 +70,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="score saved predictions: an audit run with the replay "
         "backend (same records, gates, results and reports)",
     )
-    score.add_argument("benchmark", help="benchmark name, e.g. bbq, esbbq, cabbq, kobbq")
+    score.add_argument("benchmark", help="benchmark name, e.g. bbq, esbbq, cabbq, kobbq, kgquiz, crows_pairs")
     score.add_argument(
         "--predictions",
         required=True,
@@ -82,7 +82,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--prediction-field",
         required=True,
         metavar="FIELD",
-        help="the row field holding the prediction (letter, text or number)",
+        help="the row field holding the prediction (letter, text or number; sentence pairs: "
+        "the two sentences' log-likelihoods, docs/replay.md)",
     )
     score.add_argument(
         "--index-base",

@@ -509,10 +509,8 @@ def test_an_index_out_of_range_is_a_broken_file(tmp_path, data_dir):
             ["score", "bbq", "--predictions", "x", "--prediction-field", "p", "--answer-parsing", "fuzzy"],
             "--answer-parsing",
         ),
-        (
-            ["score", "crows_pairs", "--predictions", "x", "--prediction-field", "p"],
-            "does not score saved outputs",
-        ),
+        (["oracle", "bbq"], "--model-kind"),
+        (["oracle", "nosuch", "--model-kind", "perfect"], "unknown benchmark"),
         (
             ["score", "bbq", "--predictions", "x", "--prediction-field", "p", "--kobbq-prompt", "1"],
             "--kobbq-prompt applies to kobbq only",
