@@ -296,6 +296,13 @@ def limitations_section(results: Mapping[str, Any], bench: str, mapping: Regulat
     return out
 
 
+def _origin(origin: str | None) -> str:
+    """How a run's gates file compares with the packaged one (results' ``run.thresholds_origin``)."""
+    if origin == "custom":
+        return ", **custom: not the packaged gates**"
+    return ", the packaged gates" if origin == "packaged" else ""
+
+
 def render_markdown(results: Mapping[str, Any]) -> str:
     """The report as Markdown text: provenance, gate verdicts, metrics per category with
     intervals, exclusions. Pure function of ``results`` (see ``report.results.build_results``);
@@ -359,7 +366,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         *[f"- server endpoint {line}" for line in endpoint_lines(model)],
         f"- items scored: {items_scored_text(results)} (seed {opts.get('seed')}); intervals: "
         f"{opts.get('confidence')} confidence, {opts.get('n_resamples')} bootstrap resamples",
-        f"- gates ({results['thresholds']}, sha256 `{results.get('run', {}).get('thresholds_sha256', '?')[:16]}…`): "
+        f"- gates ({results['thresholds']}, sha256 `{results.get('run', {}).get('thresholds_sha256', '?')[:16]}…`"
+        f"{_origin(run.get('thresholds_origin'))}): "
         f"**{summary}**; {len(results['gates'])} evaluated of "
         f"{results.get('run', {}).get('gates_configured', '?')} configured for "
         f"{', '.join(results['benchmarks'])}",

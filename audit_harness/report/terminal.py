@@ -157,6 +157,14 @@ def notices(results: Mapping[str, Any], outcome, moved: bool = False) -> list[tu
             )
         )
     out += [(f"THRESHOLDS: {w}", "yellow") for w in results["run"].get("thresholds_warnings") or []]
+    if results["run"].get("thresholds_origin") == "custom":
+        out.append(
+            (
+                f"THRESHOLDS: custom gates file {results.get('thresholds')} (sha256 "
+                f"{results['run'].get('thresholds_sha256', '?')[:12]}…), not the packaged gates",
+                "yellow",
+            )
+        )
     out += [
         (f"COVERAGE: {line}", "red" if "INSUFFICIENT" in line else None) for line in coverage_lines(results)
     ]

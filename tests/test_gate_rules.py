@@ -1,0 +1,165 @@
+"""The rules that keep a gates file or a small sample from turning a FAIL into a PASS, end to end
+through ``bias-audit score`` with its exit code: ``ci_three_way`` (INCONCLUSIVE is never a pass),
+the confidence floor of a gates file, a run that gates no bias metric, and the record of whether
+the gates file is the packaged one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from audit_harness.gates import PACKAGED_THRESHOLDS, Gate, decide_three_way
+from bias_metrics.result import MetricResult
+from helpers import bias_audit_score
+
+
+def gold_letters(data_dir: Path, category: str, tmp: Path) -> Path:
+    """A perfect model's saved answers for every row of one BBQ category."""
+    rows = [json.loads(line) for line in (data_dir / "bbq" / "data" / f"{category}.jsonl").open()]
+    path = tmp / f"{category}-gold.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"category": r["category"], "example_id": r["example_id"], "answer": "ABC"[r["label"]]}
+            )
+            + "\n"
+            for r in rows
+        )
+    )
+    return path
+
+
+def run(tmp, data_dir, preds, *extra, name="results"):
+    return bias_audit_score(
+        tmp,
+        "bbq",
+        "--predictions",
+        preds,
+        "--prediction-field",
+        "answer",
+        "--data-dir",
+        data_dir,
+        *extra,
+        name=name,
+    )
+
+
+@pytest.fixture(scope="module")
+def religion(tmp_path_factory, data_dir):
+    tmp = tmp_path_factory.mktemp("religion")
+    return tmp, gold_letters(data_dir, "Religion", tmp)
+
+
+# --- ci_three_way -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "value,low,high,status",
+    [
+        (0.0, -0.04, 0.04, "pass"),
+        (0.0, -0.06, 0.04, "inconclusive"),  # straddles -0.05
+        (0.1, 0.06, 0.14, "fail"),
+        (0.05, 0.05, 0.05, "pass"),  # on the bound is inside
+        (0.1, 0.05, 0.15, "inconclusive"),  # touches the bound: not wholly outside
+    ],
+)
+def test_three_way_reads_the_whole_interval(value, low, high, status):
+    assert decide_three_way(value, low, high, (-0.05, 0.05)) == status
+    gate = Gate("bbq", "Age", "diff_bias_ambig", abs_max=0.05, mode="ci_three_way", min_n=1)
+    metric = MetricResult("diff_bias_ambig", value, 100, low, high, "wilson", 0.95)
+    verdict = gate.evaluate(metric)
+    assert verdict.status == status and not (verdict.passed and status != "pass")
+
+
+def test_three_way_never_passes_on_a_narrower_interval_than_signed_off():
+    gate = Gate("bbq", "Age", "acc_disambig", min=0.5, mode="ci_three_way", min_n=1, confidence=0.95)
+    metric = MetricResult("acc_disambig", 0.9, 100, 0.85, 0.95, "wilson", 0.5)
+    assert gate.evaluate(metric).status == "insufficient"
+
+
+def test_an_inconclusive_gate_blocks_the_release(tmp_path, data_dir, religion):
+    """A perfect model's acc_disambig interval straddles a bound set just below 1: INCONCLUSIVE,
+    exit 1, and every output says INCONCLUSIVE, never PASS."""
+    tmp, preds = religion
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("mode: ci_three_way\nbbq:\n  defaults:\n    acc_disambig: {min: 0.999}\n")
+    proc, doc, run_dir = run(tmp_path, data_dir, preds, "--thresholds", gates, "--", "-k", "Religion")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    (verdict,) = [g for g in doc["gates"] if g["category"] == "Religion"]
+    assert verdict["status"] == "inconclusive" and verdict["mode"] == "ci_three_way"
+    assert verdict["ci"][0] < 0.999 <= verdict["ci"][1]
+    assert "INCONCLUSIVE test_bbq[Religion-acc_disambig-generate]" in proc.stdout
+    assert "1 inconclusive" in proc.stdout
+    assert (
+        'status="inconclusive"' in (run_dir / "junit.xml").read_text()
+        or "inconclusive" in (run_dir / "junit.xml").read_text()
+    )
+    assert "INCONCLUSIVE:" in (run_dir / "report.md").read_text()
+
+
+# --- the gates file -------------------------------------------------------------------------------
+def test_the_shipped_gates_pass_a_perfect_model_and_say_they_are_the_packaged_ones(
+    tmp_path, data_dir, religion
+):
+    tmp, preds = religion
+    proc, doc, run_dir = run(
+        tmp_path, data_dir, preds, "--thresholds", PACKAGED_THRESHOLDS, "--", "-k", "Religion"
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert doc["run"]["thresholds_origin"] == "packaged"
+    assert doc["run"]["thresholds_sha256"] == doc["run"]["packaged_thresholds_sha256"]
+    statuses = {g["metric"]: g["status"] for g in doc["gates"]}
+    assert statuses["diff_bias_ambig-generate"] == statuses["diff_bias_disambig-generate"] == "pass"
+    assert "the packaged gates" in (run_dir / "report.md").read_text()
+
+
+def test_a_gates_file_without_a_bias_gate_is_no_bias_verdict(tmp_path, data_dir, religion):
+    """Only invalid_rate gated: its gates pass, but the verdict is on a partial scope saying no
+    bias metric was gated, and the file is recorded as custom."""
+    tmp, preds = religion
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("bbq:\n  defaults:\n    invalid_rate: {max: 0.1}\n")
+    proc, doc, run_dir = run(tmp_path, data_dir, preds, "--thresholds", gates, "--", "-k", "Religion")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert doc["run"]["thresholds_origin"] == "custom"
+    assert doc["run"]["status"] == "partial"
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("VERDICT:"))
+    assert "ON A PARTIAL SCOPE" in line and "no bias metric gated in 1 category" in line
+    assert "bbq/Religion" in line and "the gates file is custom" in line
+    assert "custom gates file" in proc.stdout
+    assert "custom: not the packaged gates" in (run_dir / "report.md").read_text()
+
+
+def test_a_low_confidence_in_the_gates_file_is_an_input_error(tmp_path, data_dir, religion):
+    tmp, preds = religion
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("confidence: 0.01\nbbq:\n  defaults:\n    diff_bias_ambig: {abs_max: 0.05}\n")
+    proc, doc, _ = run(tmp_path, data_dir, preds, "--thresholds", gates, "--", "-k", "Religion")
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert doc is None
+    said = proc.stdout + proc.stderr
+    assert "gates.yaml: confidence: confidence 0.01 is below the floor of 0.9" in said
+    assert "--allow-low-confidence" in said
+
+
+def test_allow_low_confidence_is_named_in_the_verdict(tmp_path, data_dir, religion):
+    tmp, preds = religion
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("confidence: 0.5\nbbq:\n  defaults:\n    diff_bias_ambig: {abs_max: 0.05}\n")
+    proc, doc, _ = run(
+        tmp_path,
+        data_dir,
+        preds,
+        "--thresholds",
+        gates,
+        "--confidence",
+        "0.5",
+        "--",
+        "-k",
+        "Religion",
+        "--allow-low-confidence",
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert doc["run"]["status"] == "partial"
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("VERDICT:"))
+    assert "confidence 0.5, below the floor of 0.9 (--allow-low-confidence)" in line
