@@ -90,10 +90,7 @@ def test_an_inconclusive_gate_blocks_the_release(tmp_path, data_dir, religion):
     assert verdict["ci"][0] < 0.999 <= verdict["ci"][1]
     assert "INCONCLUSIVE test_bbq[Religion-acc_disambig-generate]" in proc.stdout
     assert "1 inconclusive" in proc.stdout
-    assert (
-        'status="inconclusive"' in (run_dir / "junit.xml").read_text()
-        or "inconclusive" in (run_dir / "junit.xml").read_text()
-    )
+    assert '<property name="status" value="inconclusive"' in (run_dir / "junit.xml").read_text()
     assert "INCONCLUSIVE:" in (run_dir / "report.md").read_text()
 
 
