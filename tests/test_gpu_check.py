@@ -268,7 +268,7 @@ def test_full_dry_run_from_a_bundle(tmp_path, data_dir):
         timeout=600,
     )
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
-    assert "of the 64.0 MiB a device call carries: OK" in made.stdout
+    assert "to copy to the GPU machine (cap 64.0 MiB): OK" in made.stdout
     proc, res = _dry_run(tmp_path, data_dir, "--bundle-dir", str(bundle))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     assert res["passed"] and set(res["parts"]) == set(gpu_check.PARTS)
