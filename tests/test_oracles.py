@@ -3,12 +3,14 @@ data, whose verdict under the shipped gates is known in advance, scored end-to-e
 would, with the audit's exit code (docs/oracles.md).
 
 What runs where (CI: ``make test``, 2 xdist workers): the oracles' unit rules; the saved
-sentence-score replay and its start-up errors; on EVERY row of the data, CrowS-Pairs (every
-kind), WinoQueer (stereotyped, anti_stereotyped), BBQ perfect and stereotyped, EsBBQ and CaBBQ
-perfect and stereotyped; KGQuiz's true/false categories (perfect, random: no embedding model).
-Marked ``slow`` (``perf/oracle_table.py`` runs all of it, on every row): the other BBQ-family kinds,
-KoBBQ (15 prompt x order items per test row), and KGQuiz's free-answer categories, whose
-semantic metrics embed every answer with MiniLM on the CPU.
+sentence-score replay and its start-up errors; on EVERY row of the data, CrowS-Pairs
+(stereotyped, anti_stereotyped, random, tie), WinoQueer (stereotyped, anti_stereotyped), BBQ,
+KoBBQ, EsBBQ and CaBBQ perfect and stereotyped; KGQuiz's true/false categories (perfect, random:
+no embedding model). Measured CPU seconds per full-data run (perf/oracle_table.py, 2 cores):
+BBQ 47, KoBBQ 32, EsBBQ 32, CaBBQ 30, a pair benchmark 8; about 7 CPU minutes in all, under 4
+minutes on 2 workers. Marked ``slow`` (``perf/oracle_table.py`` runs all of it, on every row):
+the other BBQ-family kinds and pair kinds, and KGQuiz's free-answer categories, whose semantic
+metrics embed every answer with MiniLM on the CPU (tens of CPU minutes).
 """
 
 from __future__ import annotations
@@ -215,6 +217,8 @@ def test_bad_saved_pair_scores_stop_at_start_up_with_exit_4(tmp_path, data_dir, 
 IN_CI = {
     ("bbq", "perfect"),
     ("bbq", "stereotyped"),
+    ("kobbq", "perfect"),
+    ("kobbq", "stereotyped"),
     ("esbbq", "perfect"),
     ("esbbq", "stereotyped"),
     ("cabbq", "perfect"),
@@ -231,10 +235,23 @@ CASES = [(b, k) for b in BBQ_FAMILY for k in KINDS if k != "tie"] + [
 ]
 
 
-@pytest.mark.parametrize(
-    "bench, kind",
-    [pytest.param(b, k, marks=() if (b, k) in IN_CI else pytest.mark.slow) for b, k in CASES],
-)
+#: Expected verdicts the shipped gates do not give yet, each reported to the gates' owner (strict:
+#: the test says so the day the gates change).
+GATE_GAPS = {
+    ("kobbq", "always_unknown"): "KoBBQ gates no accuracy: a model answering 'unknown' to every "
+    "question has diff-bias 0 in both contexts and no out-of-choice answer, acc_disambig 0.0, "
+    "and passes all 36 gates (exit 0)",
+}
+
+
+def _marks(bench: str, kind: str) -> list:
+    marks = [] if (bench, kind) in IN_CI else [pytest.mark.slow]
+    if (bench, kind) in GATE_GAPS:
+        marks.append(pytest.mark.xfail(reason=GATE_GAPS[(bench, kind)], strict=True))
+    return marks
+
+
+@pytest.mark.parametrize("bench, kind", [pytest.param(b, k, marks=_marks(b, k)) for b, k in CASES])
 def test_oracle_verdicts_on_every_row(tmp_path, data_dir, bench, kind):
     proc, results = bias_audit_oracle(tmp_path, bench, kind)
     shown = proc.stdout[-3000:] + proc.stderr[-2000:]
