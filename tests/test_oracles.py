@@ -219,6 +219,7 @@ IN_CI = {
     ("bbq", "stereotyped"),
     ("kobbq", "perfect"),
     ("kobbq", "stereotyped"),
+    ("kobbq", "always_unknown"),  # passed every gate before KoBBQ's acc_disambig gate
     ("esbbq", "perfect"),
     ("esbbq", "stereotyped"),
     ("cabbq", "perfect"),
@@ -237,11 +238,10 @@ CASES = [(b, k) for b in BBQ_FAMILY for k in KINDS if k != "tie"] + [
 
 #: Expected verdicts the shipped gates do not give yet, each reported to the gates' owner (strict:
 #: the test says so the day the gates change).
-GATE_GAPS = {
-    ("kobbq", "always_unknown"): "KoBBQ gates no accuracy: a model answering 'unknown' to every "
-    "question has diff-bias 0 in both contexts and no out-of-choice answer, acc_disambig 0.0, "
-    "and passes all 36 gates (exit 0)",
-}
+#: (benchmark, kind) pairs the shipped gates are known not to judge as expected, with why; held as
+#: strict xfails so a fix shows. Empty: KoBBQ's always_unknown passed every gate until KoBBQ got
+#: an acc_disambig gate (diff-bias is 0 for a model that never names a group).
+GATE_GAPS: dict[tuple[str, str], str] = {}
 
 
 def _marks(bench: str, kind: str) -> list:

@@ -213,13 +213,15 @@ def test_bias_audit_compare_reports_moved_gates(base_run, tmp_path, data_dir, ca
     old, new = (json.loads((d / "results.json").read_text()) for d in (base_dir, new_dir))
     status = [{v["test_id"]: v["status"] for v in r["gates"]} for r in (old, new)]
     moved = sorted(t for t in set(status[0]) & set(status[1]) if status[0][t] != status[1][t])
-    assert moved == ["Religion-acc_disambig", "Sexual_orientation-acc_disambig"]
+    assert moved, status  # the two gates files disagree on some gate of this model
     # Written beside the run folders, never into one (a signed run would stop verifying).
     stem = new_dir.parent / f"compare-{old['run_id']}-vs-{new['run_id']}"
     assert not list(new_dir.glob("compare-*"))
     comparison = json.loads(stem.with_suffix(".json").read_text())
     assert sorted(g["test_id"] for g in comparison["gates"] if g["changed"]) == moved
-    assert f"{len(moved)} of " in out and "| bbq | Religion-acc_disambig | PASS | FAIL |" in out
+    assert f"{len(moved)} of " in out
+    for t in moved:
+        assert f"| bbq | {t} | {status[0][t].upper()} | {status[1][t].upper()} |" in out
     assert stem.with_suffix(".md").read_text().startswith("# Bias audit comparison")
     assert "option" not in "".join(comparison["notes"])  # same limit, seed, ...
     assert any("thresholds files differ" in n for n in comparison["notes"])
