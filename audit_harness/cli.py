@@ -163,6 +163,11 @@ def _add_run_options(p: argparse.ArgumentParser, oracle: bool = False) -> None:
         help="judge a category the file covers only in part (else its gates are INSUFFICIENT)",
     )
     p.add_argument(
+        "--allow-low-confidence",
+        action="store_true",
+        help="accept a gates file whose confidence is below 0.9 (else exit 4); the verdict names it",
+    )
+    p.add_argument(
         "--data-dir",
         default=None,
         metavar="DIR",
@@ -405,6 +410,7 @@ def score_args(ns: argparse.Namespace) -> list[str]:
             args += [flag, str(value)]
     for flag, on in (
         ("--allow-partial", ns.allow_partial),
+        ("--allow-low-confidence", ns.allow_low_confidence),
         ("--require-published-data", ns.require_published_data),
         ("--bbq-split-names", ns.split_names),
     ):

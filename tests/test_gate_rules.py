@@ -151,10 +151,10 @@ def test_allow_low_confidence_is_named_in_the_verdict(tmp_path, data_dir, religi
         gates,
         "--confidence",
         "0.5",
+        "--allow-low-confidence",
         "--",
         "-k",
         "Religion",
-        "--allow-low-confidence",
     )
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert doc["run"]["status"] == "partial"

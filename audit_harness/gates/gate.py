@@ -223,7 +223,8 @@ class Gate:
                 "pass": f"passes {bound}",
                 "fail": f"fails {bound}",
                 "inconclusive": f"inconclusive under {bound}: the interval straddles a bound, so "
-                "these items neither clear nor break it (more items would decide it; never a pass)",
+                "these items neither clear nor break it (never a pass; a sample of the category may "
+                "be decided by more items, a whole category whose value lies near the bound may not)",
             }[status]
             return Verdict(self, status, metric, f"{where} = {shown}, n={metric.n}: {said}")
         ok = decide(mode, metric.value, lo, hi, self.allowed())

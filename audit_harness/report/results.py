@@ -455,7 +455,10 @@ def metric_table(results: Mapping[str, Any]) -> list[str]:
     for bench, all_cats in results["benchmarks"].items():
         cats = {c: d for c, d in all_cats.items() if d.get("status", "ok") == "ok"}
         width = max([len(c) for c in all_cats] + [len("pooled"), 8])
-        lines.append(f"{bench}  (n = items scored; value [95% CI]; '-' = undefined or not computed)")
+        level = (results.get("options") or {}).get("confidence") or 0.95
+        lines.append(
+            f"{bench}  (n = items scored; value [{100 * level:g}% CI]; '-' = undefined or not computed)"
+        )
         lines += [
             f"  {c:<{width}} ERROR  {d['error']}" for c, d in all_cats.items() if d.get("status") == "error"
         ]
