@@ -246,7 +246,11 @@ def _system_lines(results: Mapping[str, Any]) -> list[str]:
         out.append(f"| {LABELS[k]} | {_cell(value)} |")
     out.append(f"| Metadata file | {_cell(meta['file'])} (sha256 `{meta['sha256']}`) |")
     out += ["", "Contamination (benchmark data published before the training-data cutoff?):", ""]
-    out += [f"- {bench}: {c['status']}: {c['note']}" for bench, c in meta["contamination"].items()]
+    # A note that already opens with its status ("before: published ...") is not prefixed twice.
+    out += [
+        f"- {bench}: {c['note'] if str(c['note']).startswith(str(c['status'])) else f'{c['status']}: {c['note']}'}"
+        for bench, c in meta["contamination"].items()
+    ]
     return out
 
 
