@@ -247,10 +247,9 @@ def _system_lines(results: Mapping[str, Any]) -> list[str]:
     out.append(f"| Metadata file | {_cell(meta['file'])} (sha256 `{meta['sha256']}`) |")
     out += ["", "Contamination (benchmark data published before the training-data cutoff?):", ""]
     # A note that already opens with its status ("before: published ...") is not prefixed twice.
-    out += [
-        f"- {bench}: {c['note'] if str(c['note']).startswith(str(c['status'])) else f'{c['status']}: {c['note']}'}"
-        for bench, c in meta["contamination"].items()
-    ]
+    for bench, c in meta["contamination"].items():
+        note, status = str(c["note"]), str(c["status"])
+        out.append(f"- {bench}: {note if note.startswith(status) else status + ': ' + note}")
     return out
 
 
