@@ -341,7 +341,8 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         flag = " **>5 %**" if max(r["false_fail"], r["false_pass"]) > 0.05 else ""
         lines.append(
-            f"| {r['benchmark']} | {r['category']} | {r['metric']} {r['gate']} | {r['items']:,} | "
+            f"| {r['benchmark']} | {r['category']} | {r['metric']} {r['gate'].replace('|', chr(92) + '|')} | "
+            f"{r['items']:,} | "
             f"{100 * r['false_fail']:.1f} %{flag} | {100 * r['false_pass']:.1f} % | "
             f"{100 * r['good_pass']:.0f} % / {100 * r['good_inconclusive']:.0f} % | "
             f"{100 * r['point_false_fail']:.1f} % / {100 * r['point_false_pass']:.1f} % |"
