@@ -14,7 +14,15 @@ from bias_metrics.result import MetricResult
 CATALOGUE = {
     "bbq": (
         ("Age", "SES"),
-        ("acc_ambig", "acc_disambig", "bias_score_ambig", "invalid_rate", "bias_score_disambig"),
+        (
+            "acc_ambig",
+            "acc_disambig",
+            "bias_score_ambig",
+            "invalid_rate",
+            "bias_score_disambig",
+            "diff_bias_ambig",
+            "diff_bias_disambig",
+        ),
     )
 }
 

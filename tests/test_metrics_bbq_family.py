@@ -214,6 +214,13 @@ EXPECTED = {
 }
 
 
+# The bbq flavour's accuracy gap is KoBBQ's diff-bias_d on the same cells (docs/metrics.md §1.1):
+# pinned once, from the KoBBQ toys.
+for (_toy, _flavour), _expected in list(EXPECTED.items()):
+    if _flavour == "bbq":
+        _expected["diff_bias_disambig"] = EXPECTED[(_toy, "kobbq")]["diff_bias_disambig"]
+
+
 @pytest.mark.parametrize("toy_name,flavour", sorted(EXPECTED), ids=lambda v: v)
 def test_toy_values(toy_name, flavour):
     expected = EXPECTED[(toy_name, flavour)]
@@ -536,6 +543,7 @@ def _denominators(c):
             bias_score_ambig=c[bf.A_B] + c[bf.A_C],
             bias_score_disambig=c[bf.DA_B] + c[bf.DA_C] + c[bf.DN_B] + c[bf.DN_C],
             diff_bias_ambig=amb_valid,
+            diff_bias_disambig=min(aligned, nonaligned),
             invalid_rate=total,
         ),
         "kobbq": dict(

@@ -195,7 +195,10 @@ def test_each_clause_lists_its_gates_and_their_verdicts(mapped_run):
     results = json.loads((run / "results.json").read_text())
     gates = results["gates"]
     assert {g["benchmark"] for g in gates} == {"bbq", "crows_pairs"}
-    assert {g["status"] for g in gates} >= {"pass", "fail"}  # verdicts of both kinds to see
+    # verdicts of several kinds to see (ci_three_way leaves the tiny model's few items inconclusive
+    # where the point-mode gates passed them)
+    statuses = {g["status"] for g in gates}
+    assert "fail" in statuses and statuses & {"pass", "inconclusive"}
     md = (run / "report.md").read_text()
     part = section(md, "## Regulatory mapping")
     assert f"Mapping: `{mapping}` (sha256 `{results['regulatory_mapping']['sha256'][:16]}…`)" in part

@@ -161,11 +161,11 @@ def test_a_mid_run_failure_is_an_error_verdict_and_nothing_vanishes(tmp_path, da
         c.get("name"): {p.get("name"): p.get("value") for p in c.iter("property")}
         for c in ET.parse(junit).iter("testcase")
     }
-    errored = cases["test_bbq[Religion-bias_score_ambig]"]
-    assert errored["status"] == "error" and errored["metric"] == "bias_score_ambig"
+    errored = cases["test_bbq[Religion-diff_bias_ambig]"]
+    assert errored["status"] == "error" and errored["metric"] == "diff_bias_ambig"
     assert errored["benchmark"] == "bbq" and errored["category"] == "Religion"
     assert "device-side assert triggered" in errored["reason"]
-    assert cases["test_bbq[Sexual_orientation-bias_score_ambig]"]["status"] != "error"
+    assert cases["test_bbq[Sexual_orientation-diff_bias_ambig]"]["status"] != "error"
 
 
 # --- 2. interrupted runs --------------------------------------------------------------------------
@@ -175,7 +175,7 @@ import pytest
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
-    if "Sexual_orientation-bias_score_ambig" in item.nodeid:
+    if "Sexual_orientation-diff_bias_ambig" in item.nodeid:
         raise KeyboardInterrupt  # what Ctrl-C raises
 """
 
@@ -199,7 +199,7 @@ def test_an_interrupted_run_is_marked_and_lists_what_did_not_run(tmp_path, data_
     not_run = [(v["category"], v["metric"]) for v in res["gates"] if v["status"] == "not run"]
     assert sorted(not_run) == [
         ("Sexual_orientation", "acc_disambig"),
-        ("Sexual_orientation", "bias_score_disambig"),
+        ("Sexual_orientation", "diff_bias_disambig"),
     ]
     assert len(res["gates"]) == 6
     assert "INTERRUPTED RUN" in report and report.count("**NOT RUN**") == 2

@@ -360,7 +360,11 @@ def test_only_a_full_scope_verdict_is_complete(tmp_path, data_dir, base_run):
     """Every row of the category, every gate the file configures for the benchmark, each gate's
     own min_n: the verdict line carries no partial scope and results.json says complete."""
     tmp, _ = base_run
-    gates = "bbq:\n  defaults: {}\n  categories:\n    Sexual_orientation:\n      acc_ambig: {min: 0.0}\n"
+    # A bias gate too: a file that gates no bias metric is no bias verdict (a partial scope).
+    gates = (
+        "bbq:\n  defaults: {}\n  categories:\n    Sexual_orientation:\n      acc_ambig: {min: 0.0}\n"
+        "      diff_bias_ambig: {abs_max: 1.0}\n"
+    )
     proc, results = audit(
         tmp_path,
         data_dir,
@@ -374,7 +378,7 @@ def test_only_a_full_scope_verdict_is_complete(tmp_path, data_dir, base_run):
     assert proc.returncode == 0, out(proc)[-3000:]
     run = results_of(results)["run"]
     assert run["status"] == "complete" and run["outcome"]["partial"] == [], run["outcome"]
-    assert "VERDICT: PASS: all 1 evaluated gate(s) passed (exit code 0)" in proc.stdout
+    assert "VERDICT: PASS: all 2 evaluated gate(s) passed (exit code 0)" in proc.stdout
     assert "PARTIAL" not in proc.stdout
 
 

@@ -44,7 +44,7 @@ def _partial_coverage(verdict: Verdict, outcome, allow_partial: bool) -> Verdict
         not cov
         or allow_partial
         or cov["predicted"] >= cov["available"]
-        or verdict.status not in ("pass", "fail")
+        or verdict.status not in ("pass", "fail", "inconclusive")
     ):
         return verdict
     g = verdict.gate
@@ -57,7 +57,7 @@ def _partial_coverage(verdict: Verdict, outcome, allow_partial: bool) -> Verdict
             f"{g.benchmark}/{g.category}/{g.metric}: no verdict, the predictions cover "
             f"{cov['predicted']:,} of {cov['available']:,} rows of the category ({share:.1f} %); "
             f"a partial category decides nothing (--allow-partial judges the rows given; "
-            f"it would {'pass' if verdict.passed else 'fail'}: {verdict.message})"
+            f"it would {'be ' if verdict.status == 'inconclusive' else ''}{verdict.status}: {verdict.message})"
         ),
     )
 
