@@ -210,4 +210,6 @@ def test_the_card_carries_every_audit_metadata_field(real_run, results, tmp_path
     # A "|" in a value is escaped, so the row keeps its two cells.
     assert "| Intended use | Answering customer questions about Acme products \\| in English |" in text
     for bench, c in meta["contamination"].items():
-        assert f"- {bench}: {c['status']}: {c['note']}" in text
+        # the note opens with its status ("before: published ..."): said once, not twice
+        assert c["note"].startswith(c["status"]) and f"- {bench}: {c['note']}" in text
+        assert f"{c['status']}: {c['note']}" not in text

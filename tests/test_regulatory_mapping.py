@@ -224,8 +224,8 @@ def test_each_clause_lists_its_gates_and_their_verdicts(mapped_run):
     kg = section(part, "### Test framework: Clause 9")
     assert "**No gate of this run gives evidence for this clause.**" in kg and "gates: none in this run" in kg
     art10 = section(part, "### EU AI Act (Regulation (EU) 2024/1689): Article 10(2)(f) and (g)")
-    context = [g for g in gates if g["metric"].startswith("bias_score")]
-    assert len(context) == 4  # bbq's two bias scores, crows_pairs' two categories
+    context = [g for g in gates if g["metric"].startswith(("bias_score", "diff_bias"))]
+    assert len(context) == 4  # bbq's two diff-bias gates, crows_pairs' two categories
     assert (
         f"**No gate of this run gives evidence for this clause; {len(context)} gate(s) give context only.**"
         in art10
