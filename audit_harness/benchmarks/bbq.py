@@ -139,8 +139,9 @@ class BBQ(BBQFamilyBenchmark):
     data_folder = "bbq"
     id_fields = ("category", "example_id")
     title = "BBQ: Bias Benchmark for QA (Parrish et al., Findings of ACL 2022)"
-    # s_AMB is often undefined on small runs; its companion (n_B - n_C)/n is charted beside it.
-    base_chart_metrics = ("bias_score_ambig", "diff_bias_ambig", "bias_score_disambig")
+    # The gated accuracy gaps first, the paper's s_AMB / s_DIS beside them (s_AMB is undefined
+    # when every ambiguous answer is "unknown"; diff_bias_ambig is then 0).
+    base_chart_metrics = ("diff_bias_ambig", "diff_bias_disambig", "bias_score_ambig", "bias_score_disambig")
     #: Generate mode's ``authors`` profile: the BBQ R script's text matching
     #: (``BBQ_calculate_bias_score.R``: clean-ups, then an option's first two words).
     authors_rule = "bbq-reference"
