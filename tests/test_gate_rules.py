@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from audit_harness import cli
 from audit_harness.gates import PACKAGED_THRESHOLDS, Gate, decide_three_way
 from bias_metrics.result import MetricResult
 from helpers import bias_audit_score
@@ -110,9 +111,10 @@ def test_the_shipped_gates_pass_a_perfect_model_and_say_they_are_the_packaged_on
     assert "the packaged gates" in (run_dir / "report.md").read_text()
 
 
-def test_a_gates_file_without_a_bias_gate_is_no_bias_verdict(tmp_path, data_dir, religion):
+def test_a_gates_file_without_a_bias_gate_is_no_bias_verdict(tmp_path, data_dir, religion, capsys):
     """Only invalid_rate gated: its gates pass, but the verdict is on a partial scope saying no
-    bias metric was gated, and the file is recorded as custom."""
+    bias metric was gated, and the file is recorded as custom; compare against the shipped
+    gates' run says so too."""
     tmp, preds = religion
     gates = tmp_path / "gates.yaml"
     gates.write_text("bbq:\n  defaults:\n    invalid_rate: {max: 0.1}\n")
@@ -125,6 +127,16 @@ def test_a_gates_file_without_a_bias_gate_is_no_bias_verdict(tmp_path, data_dir,
     assert "bbq/Religion" in line and "the gates file is custom" in line
     assert "custom gates file" in proc.stdout
     assert "custom: not the packaged gates" in (run_dir / "report.md").read_text()
+    _, _, shipped = run(
+        tmp_path, data_dir, preds, "--thresholds", PACKAGED_THRESHOLDS, "--", "-k", "Religion", name="shipped"
+    )
+    assert cli.main(["compare", str(shipped), str(run_dir)]) == 0
+    said = capsys.readouterr().out
+    assert "the new run gives no bias verdict there: no bias metric gated in 1 category" in said
+    assert (
+        "the thresholds files differ (sha256), so gates may have changed with them (old: packaged, new: custom)"
+        in said
+    )
 
 
 def test_a_low_confidence_in_the_gates_file_is_an_input_error(tmp_path, data_dir, religion):

@@ -97,6 +97,18 @@ def incomplete_notes(runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return notes
 
 
+def bias_scope_notes(runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One sentence per run whose verdict is no bias verdict in some category (its gates file
+    gates none of the benchmark's bias metrics there): beside a run that does gate them, its
+    missing gates would read as "in one run only" and its PASS as comparable."""
+    notes = []
+    for side, r in runs.items():
+        for reason in overall_verdict(r).partial:
+            if reason.startswith("no bias metric gated"):
+                notes.append(f"the {side} run gives no bias verdict there: {reason}")
+    return notes
+
+
 def _model(r: Mapping[str, Any]) -> Mapping[str, Any]:
     return r.get("model") or {}
 
@@ -144,7 +156,11 @@ def comparability_notes(
     )
     sha = [(r.get("run") or {}).get("thresholds_sha256") for r in (old, new)]
     if sha[0] != sha[1]:
-        notes.append("the thresholds files differ (sha256), so gates may have changed with them")
+        origin = [(r.get("run") or {}).get("thresholds_origin") or "?" for r in (old, new)]
+        notes.append(
+            "the thresholds files differ (sha256), so gates may have changed with them "
+            f"(old: {origin[0]}, new: {origin[1]})"
+        )
     o_bench, n_bench = old.get("benchmarks") or {}, new.get("benchmarks") or {}
     benches = sorted(set(o_bench) & set(n_bench))
     if scope is not None:
@@ -224,7 +240,8 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
             "created": r.get("created"),
         }
 
-    notes = incomplete_notes({"old": old, "new": new}) + comparability_notes(old, new)
+    runs = {"old": old, "new": new}
+    notes = incomplete_notes(runs) + bias_scope_notes(runs) + comparability_notes(old, new)
     pools_differ = pool_differences(old, new)
     notes += [
         f"{bench} aggregate rows (pooled, ...): {why}; they are shown, not compared"
