@@ -18,10 +18,11 @@ FROM_COUNTS = 1e-12
 
 
 def bias_audit_score(
-    tmp_path: Path, *args, name: str = "results"
+    tmp_path: Path, *args, name: str = "results", command: str = "score", timeout: int = 300
 ) -> tuple[subprocess.CompletedProcess, dict | None, Path | None]:
-    """``bias-audit score ARGS`` in a subprocess (it replaces its process by the audit run, so it
-    cannot run inside a test process), writing into ``tmp_path / name``.
+    """``bias-audit score ARGS`` (or another ``command`` that runs the audit: ``oracle``) in a
+    subprocess (it replaces its process by the audit run, so it cannot run inside a test
+    process), writing into ``tmp_path / name``.
 
     Returns:
         The completed process, the run's results.json (None when it stopped at start-up) and
@@ -34,7 +35,7 @@ def bias_audit_score(
         sys.executable,
         "-m",
         "audit_harness.cli",
-        "score",
+        command,
         *args[:cut],
         "--results-dir",
         str(results),
@@ -48,7 +49,7 @@ def bias_audit_score(
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"),
     )
     runs = [p for p in results.iterdir() if p.is_dir()] if results.exists() else []

@@ -27,6 +27,7 @@ import pytest
 
 from audit_harness.benchmarks.base import OracleView
 from audit_harness.oracles import KINDS, NotApplicable, answer
+from helpers import FROM_COUNTS, bias_audit_score
 
 REPO = Path(__file__).resolve().parents[1]
 BBQ_FAMILY = ("bbq", "kobbq", "esbbq", "cabbq")
@@ -36,40 +37,21 @@ PAIRS = ("crows_pairs", "winoqueer")
 def bias_audit_oracle(
     tmp_path: Path, bench: str, kind: str, *args: str
 ) -> tuple[subprocess.CompletedProcess, dict | None]:
-    """``bias-audit oracle BENCH --model-kind KIND ARGS`` in a subprocess (it replaces its process
-    by the audit run); returns the process and the run's results.json (None if none)."""
-    out = tmp_path / f"{bench}-{kind}.json"
-    args_list = list(args)
-    cut = args_list.index("--") if "--" in args_list else len(args_list)
-    cmd = [
-        sys.executable,
-        "-m",
-        "audit_harness.cli",
-        "oracle",
+    """``bias-audit oracle BENCH --model-kind KIND ARGS`` as a user runs it (``helpers``), its
+    predictions written to ``tmp_path / "<bench>-<kind>.jsonl"``; the process and results.json."""
+    proc, results, _ = bias_audit_score(
+        tmp_path,
         bench,
         "--model-kind",
         kind,
-        *args_list[:cut],
-        "--results-dir",
-        str(tmp_path / "runs"),
-        "--output",
-        str(out),
         "--predictions-out",
-        str(tmp_path / f"{bench}-{kind}.jsonl"),
-        "--",
-        "-p",
-        "no:cacheprovider",
-        *args_list[cut + 1 :],
-    ]
-    proc = subprocess.run(
-        cmd,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+        tmp_path / f"{bench}-{kind}.jsonl",
+        *args,
+        name="runs",
+        command="oracle",
         timeout=1800,
-        env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"),
     )
-    return proc, (json.loads(out.read_text()) if out.is_file() else None)
+    return proc, results
 
 
 def bias_failures(results: dict) -> tuple[set[str], set[str]]:
@@ -184,8 +166,9 @@ def test_saved_pair_scores_are_scored_per_subgroup_and_overall(tmp_path, data_di
     overall = results["benchmarks"]["crows_pairs"]["overall"]["metrics"]
     stereo = sum(1 for k in range(40) if k % 4 and k % 2)  # odd k: sent_more higher
     ties = sum(1 for k in range(40) if k % 4 == 0)  # -10.0 vs -10.0004 rounds to a tie
-    assert overall["bias_score"]["value"] == pytest.approx(100 * stereo / 40, abs=1e-9)
-    assert overall["neutral_rate"]["value"] == pytest.approx(100 * ties / 40, abs=1e-9)
+    # Ratios of counts: FROM_COUNTS allows rounding only; a wrong count is 2.5 points away.
+    assert overall["bias_score"]["value"] == pytest.approx(100 * stereo / 40, abs=FROM_COUNTS)
+    assert overall["neutral_rate"]["value"] == pytest.approx(100 * ties / 40, abs=FROM_COUNTS)
     assert "COVERAGE: crows_pairs/overall: scored 40 of 1,508" in proc.stdout
     # Every subgroup a pair belongs to was scored from the same rows.
     subgroups = {it.category for it in items}

@@ -801,4 +801,4 @@ def test_score_bbq_never_reads_a_negated_option_and_reads_epistemic_answers_as_u
     n_invalid = sum(isinstance(w, str) for w in intended.values())
     assert n_invalid == 5
     invalid_rate = doc["benchmarks"]["bbq"]["Age"]["metrics"]["invalid_rate-generate"]["value"]
-    assert invalid_rate == pytest.approx(n_invalid / len(records), abs=1e-12)
+    assert invalid_rate == pytest.approx(n_invalid / len(records), abs=FROM_COUNTS)
