@@ -225,6 +225,8 @@ def test_score_is_an_audit_run_of_the_saved_answers(age_run):
     # Categories the file does not answer are skipped with the reason, never passed.
     skipped = [v for v in doc["gates"] if v["status"] == "skipped"]
     assert skipped and all("has no row for bbq/" in v["message"] for v in skipped)
+    # ... and named as skipped, not as categories whose gates check no bias metric.
+    assert "no bias metric gated" not in out
     assert doc["model"]["kind"] == "replay" and doc["model"]["fingerprint"].startswith("sha256:")
     assert doc["model"]["source"] == f"replay:{preds}:pred"
     # The records are the audit's own, in generate mode, one per predicted row.

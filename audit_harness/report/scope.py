@@ -21,7 +21,8 @@ def ungated_bias(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The (benchmark, category) pairs of a bias benchmark that this run scored or gated but
     whose gates check none of the benchmark's bias metrics (results' ``benchmark_info``
     ``bias_metrics``): a gates file of accuracy or invalid-rate gates alone must not read as a
-    bias PASS. Skipped gates and regression twins check nothing.
+    bias PASS. Skipped gates and regression twins check nothing; a category whose gates were all
+    skipped (its data or its saved predictions missing) is named by its own reason, not here.
 
     Examples
     --------
@@ -35,10 +36,14 @@ def ungated_bias(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     ...                      "status": "fail"})
     >>> ungated_bias(doc)
     []
+    >>> doc["gates"].append({"benchmark": "bbq", "category": "SES", "metric": "diff_bias_ambig",
+    ...                      "status": "skipped"})
+    >>> ungated_bias(doc)  # SES was never scored: "gate(s) skipped" says so
+    []
     """
     info = results.get("benchmark_info") or {}
     gates = results.get("gates") or []
-    touched = {(g.get("benchmark"), g.get("category")) for g in gates}
+    touched = {(g.get("benchmark"), g.get("category")) for g in gates if g.get("status") != "skipped"}
     for bench, cats in (results.get("benchmarks") or {}).items():
         touched |= {(bench, c) for c, e in cats.items() if "n_scored" in e}
     out = []
