@@ -1,0 +1,153 @@
+"""The architecture's ratchet: counts that may only go down, checked by ``make lint``.
+
+What it counts, in ``audit_harness`` and ``bias_metrics`` (docstrings count as lines):
+
+- functions longer than 60 lines, and longer than 100 (none allowed);
+- ``hasattr``/``getattr`` probes of a backend outside ``audit_harness/models/``: the engine and
+  the run call the methods ``models.base.Backend`` declares instead of asking whether they exist;
+- branches on a backend's or a mode's name (``backend ==``, ``options.plan``) outside
+  ``models/`` and the backend registry (``backends.py``);
+- the lines of ``session.py``;
+- ruff's complexity findings (C901, too complex; PLR0913, too many arguments), whose ceilings
+  are the counts the last clean-up left.
+
+Run ``python tools/check_architecture.py`` to see every count and the places behind it; it exits
+1 when a count is over its ceiling, naming the count. Lower a ceiling when a change lowers a
+count, so that it cannot creep back.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("audit_harness", "bias_metrics")
+#: Each count's ceiling. Counts above it fail ``make lint``.
+CEILINGS = {
+    "functions over 100 lines": 0,
+    "functions over 60 lines": 25,
+    "backend probes outside models/": 0,
+    "backend or mode branches outside models/ and backends.py": 0,
+    "session.py lines": 300,
+    "ruff C901 (too complex)": 39,
+    "ruff PLR0913 (too many arguments)": 58,
+}
+# The object of a probe that is a backend: `m`, `b`, `backend`, `model`, `self.backend`, ...
+_BACKEND_NAME = re.compile(r"(^|\.)(m|b|backend|model|_model|_backend)$")
+_MODE_BRANCH = re.compile(r"\bbackend\s*[!=]=|\boptions\.plan\b")
+_MODE_BRANCH_HOMES = ("audit_harness/models/", "audit_harness/backends.py")
+
+
+def _sources():
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            yield path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8")
+
+
+def long_functions(limit: int) -> list[str]:
+    """``path:line name (N lines)`` for every function longer than ``limit`` lines."""
+    found = []
+    for rel, text in _sources():
+        for node in ast.walk(ast.parse(text, rel)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > limit:
+                    found.append(f"{rel}:{node.lineno} {node.name} ({n} lines)")
+    return found
+
+
+def backend_probes() -> list[str]:
+    """``hasattr``/``getattr`` calls on a backend outside ``models/``."""
+    found = []
+    for rel, text in _sources():
+        if rel.startswith("audit_harness/models/"):
+            continue
+        for node in ast.walk(ast.parse(text, rel)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("hasattr", "getattr")
+                and node.args
+                and _BACKEND_NAME.search(ast.unparse(node.args[0]))
+            ):
+                found.append(f"{rel}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def mode_branches() -> list[str]:
+    """Lines that branch on a backend's or a mode's name outside its homes."""
+    found = []
+    for rel, text in _sources():
+        if rel.startswith(_MODE_BRANCH_HOMES):
+            continue
+        for i, line in enumerate(text.splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if _MODE_BRANCH.search(code):
+                found.append(f"{rel}:{i} {line.strip()}")
+    return found
+
+
+def ruff_findings(rule: str) -> list[str]:
+    """ruff's findings of one rule over the whole tree (tests, perf and tools too)."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--select",
+            rule,
+            "--output-format",
+            "json",
+            "--exit-zero",
+            ".",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = json.loads(out or "[]")
+    return [f"{Path(r['filename']).relative_to(ROOT)}:{r['location']['row']} {r['message']}" for r in rows]
+
+
+def counts() -> dict[str, list[str]]:
+    """Every count of :data:`CEILINGS`, with the places behind it."""
+    session = ROOT / "audit_harness" / "session.py"
+    n_session = len(session.read_text(encoding="utf-8").splitlines()) if session.is_file() else 0
+    return {
+        "functions over 100 lines": long_functions(100),
+        "functions over 60 lines": long_functions(60),
+        "backend probes outside models/": backend_probes(),
+        "backend or mode branches outside models/ and backends.py": mode_branches(),
+        "session.py lines": ["audit_harness/session.py"] * n_session,
+        "ruff C901 (too complex)": ruff_findings("C901"),
+        "ruff PLR0913 (too many arguments)": ruff_findings("PLR0913"),
+    }
+
+
+def main(argv: list[str]) -> int:
+    verbose = "-v" in argv
+    over = []
+    for name, places in counts().items():
+        ceiling = CEILINGS[name]
+        mark = "ok" if len(places) <= ceiling else "OVER"
+        print(f"{mark:4} {name}: {len(places)} (ceiling {ceiling})")
+        if len(places) > ceiling:
+            over.append(name)
+        if verbose or len(places) > ceiling:
+            for place in dict.fromkeys(places):
+                print(f"       {place}")
+    if over:
+        print(f"architecture ratchet: over the ceiling: {'; '.join(over)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
