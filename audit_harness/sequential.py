@@ -39,7 +39,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 from bias_metrics.sequential import CONTINUE, FAIL, PASS, decide, regression_band
 
 from .benchmarks.base import SequentialForm, sample_rng
-from .gates import Gate, Verdict
+from .gates import Gate
 from .gates.regression import direction
 
 #: A category is scored in about this many rounds...
@@ -375,43 +375,3 @@ class CategoryPlan:
             "can_stop": self.can_stop,
             "gates": {t.gate.test_id: self.report(t.gate) for t in self.tracks},
         }
-
-
-# -- the verdict -----------------------------------------------------------------------------------------
-def sequential_verdict(verdict: Verdict, info: Mapping[str, Any] | None) -> Verdict:
-    """The gate's verdict with its sequential report: the sequential decision when it made one
-    (PASS or FAIL on the confidence sequence), else the fixed-n ``verdict`` with a note saying why.
-
-    Parameters
-    ----------
-    verdict : Verdict
-        ``Gate.evaluate`` on the items the category scored.
-    info : mapping or None
-        ``CategoryPlan.report`` of the gate (``CategoryOutcome.sequential["gates"][test_id]``);
-        None for a fixed-n run: ``verdict`` is returned as it is.
-    """
-    import dataclasses
-
-    if info is None:
-        return verdict
-    if info["verdict_from"] != "sequential":
-        return dataclasses.replace(
-            verdict, sequential=dict(info), message=f"{verdict.message} [sequential {info['note']}]"
-        )
-    g = verdict.gate
-    passed = info["decision"] == PASS
-    lo, hi = info["cs"]
-    band = g.describe()
-    m = verdict.metric
-    shown = "undefined" if m is None or not m.defined else f"{m.value:.4f} (n={m.n})"
-    message = (
-        f"{g.benchmark}/{g.category}/{g.metric}: {'passes' if passed else 'fails'} {band} "
-        f"sequentially after {info['n']} of {info['population']} items: the confidence sequence "
-        f"[{lo:.4f}, {hi:.4f}] (alpha {info['alpha']:g}"
-        f"{', one-sided' if info.get('sides') == 1 else ''}) lies {'inside' if passed else 'outside'} "
-        f"its band; value over the {info['items_scored']} items scored {shown}, "
-        f"{info['items_saved']} items saved"
-    )
-    return dataclasses.replace(
-        verdict, status="pass" if passed else "fail", cause=None, message=message, sequential=dict(info)
-    )

@@ -460,7 +460,7 @@ def test_a_sequential_stop_is_like_for_like_with_the_full_run_of_the_same_items(
     """results.json's like-for-like check (``--baseline``, ``bias-audit compare``) reads the items
     a category's verdicts stand for: a sequential category that stopped at 60 of its 400 items
     is compared as 400, and one that selected 300 is not like for like."""
-    from audit_harness.report.compare import comparability_notes
+    from audit_harness.gates.comparability import comparability_notes
 
     def doc(n_scored, sequential=None):
         entry = {"n_scored": n_scored, "n_available": 3680, "sequential": sequential}

@@ -14,16 +14,9 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..gates.comparability import comparability_notes, model_notes
 from .results import overall_labels
-from .scope import judged_items
 from .verdict import overall_verdict
-
-#: Options whose difference makes two runs' numbers not directly comparable, with their names.
-_COMPARABLE_OPTIONS = (
-    ("seed", "seed"),
-    ("confidence", "confidence (--confidence)"),
-    ("n_resamples", "bootstrap resamples (--bootstrap-resamples)"),
-)
 
 
 def _metrics(results: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[str, Any]]:
@@ -107,110 +100,6 @@ def bias_scope_notes(runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
             if reason.startswith("no bias metric gated"):
                 notes.append(f"the {side} run gives no bias verdict there: {reason}")
     return notes
-
-
-def _model(r: Mapping[str, Any]) -> Mapping[str, Any]:
-    return r.get("model") or {}
-
-
-def _differs(notes: list[str], what: str, a: Any, b: Any) -> None:
-    if a != b:
-        notes.append(f"{what} differs: {a!r} (old) vs {b!r} (new)")
-
-
-def comparability_notes(
-    old: Mapping[str, Any], new: Mapping[str, Any], scope: tuple[str, str] | None = None
-) -> list[str]:
-    """Why two runs' numbers are not like for like, one sentence per difference; empty when they
-    are comparable. The models may differ (that is the point: ``model_notes`` says how).
-
-    Compared: seed and interval settings; the model's dtype and device type; the engine
-    version; the thresholds file (sha256); per benchmark both ran, its options and every key of
-    its protocol (prompt template, answer mode, answer parsing, chat template, ...); per category
-    both scored, the number of items actually scored (so ``--limit 100000`` on an 864-row
-    category equals a run without ``--limit``); every data file both read (sha256). A value one
-    run records and the other does not is a difference too: it cannot be shown to agree.
-
-    Parameters
-    ----------
-    old, new : mapping
-        Results documents (``new`` may be partial: a gate's own category while the run goes on).
-    scope : (benchmark, category), optional
-        Compare only what concerns this category (a regression gate's own notes).
-    """
-    notes: list[str] = []
-    o_opts, n_opts = old.get("options") or {}, new.get("options") or {}
-    for key, label in _COMPARABLE_OPTIONS:
-        _differs(notes, label, o_opts.get(key), n_opts.get(key))
-    for key, label in (("dtype", "model dtype"), ("device", "device type")):
-        a, b = _model(old).get(key), _model(new).get(key)
-        if key == "device":
-            a, b = (None if x is None else str(x).split(":")[0] for x in (a, b))
-        if _model(old) and _model(new):
-            _differs(notes, label, a, b)
-    _differs(
-        notes,
-        "engine version",
-        (old.get("run") or {}).get("engine_version"),
-        (new.get("run") or {}).get("engine_version"),
-    )
-    sha = [(r.get("run") or {}).get("thresholds_sha256") for r in (old, new)]
-    if sha[0] != sha[1]:
-        origin = [(r.get("run") or {}).get("thresholds_origin") or "?" for r in (old, new)]
-        notes.append(
-            "the thresholds files differ (sha256), so gates may have changed with them "
-            f"(old: {origin[0]}, new: {origin[1]})"
-        )
-    o_bench, n_bench = old.get("benchmarks") or {}, new.get("benchmarks") or {}
-    benches = sorted(set(o_bench) & set(n_bench))
-    if scope is not None:
-        benches = [b for b in benches if b == scope[0]]
-    o_bopts = o_opts.get("benchmark_options") or {}
-    n_bopts = n_opts.get("benchmark_options") or {}
-    o_prot, n_prot = old.get("protocols") or {}, new.get("protocols") or {}
-    o_judged, n_judged = judged_items(old), judged_items(new)
-    for bench in benches:
-        _differs(notes, f"{bench} options", o_bopts.get(bench) or {}, n_bopts.get(bench) or {})
-        a, b = o_prot.get(bench) or {}, n_prot.get(bench) or {}
-        for key in sorted(set(a) | set(b)):
-            if a.get(key) != b.get(key):
-                notes.append(
-                    f"{bench} protocol {key} differs: {_short(a.get(key))} (old) vs "
-                    f"{_short(b.get(key))} (new)"
-                )
-        cats = sorted(set(o_bench[bench]) & set(n_bench[bench]))
-        if scope is not None:
-            cats = [c for c in cats if c == scope[1]]
-        for cat in cats:
-            # A sequential category stands for every item it selected, wherever it stopped.
-            a, b = o_judged.get((bench, cat)), n_judged.get((bench, cat))
-            if a != b:
-                notes.append(f"{bench}/{cat}: {a} item(s) scored (old) vs {b} (new)")
-    files_old, files_new = old.get("data_files") or {}, new.get("data_files") or {}
-    for path in sorted(set(files_old) & set(files_new)):
-        if files_old[path].get("sha256") != files_new[path].get("sha256"):
-            notes.append(f"data file {path} differs between the runs (sha256)")
-    return notes
-
-
-def _short(value: Any, width: int = 60) -> str:
-    text = repr(value)
-    # Keep a string's closing quote so the eye sees where it was cut.
-    if len(text) <= width:
-        return text
-    return text[: width - 2] + "…" + text[-1] if isinstance(value, str) else text[: width - 1] + "…"
-
-
-def model_notes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """How the two runs' models differ (name, weights fingerprint): what a comparison compares,
-    so it is stated, not counted as a set-up difference. Empty when both are the same model."""
-    a, b = _model(old), _model(new)
-    if a.get("fingerprint") == b.get("fingerprint") and a.get("name") == b.get("name"):
-        return []
-    return [
-        f"model: {a.get('name')!r} (weights {str(a.get('fingerprint'))[:23]}…, old) vs "
-        f"{b.get('name')!r} (weights {str(b.get('fingerprint'))[:23]}…, new)"
-    ]
 
 
 def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

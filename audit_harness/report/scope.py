@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..gates import CONFIDENCE_FLOOR
+from ..gates.comparability import judged_items
 from .results import items_scored_text
 
 
@@ -61,35 +62,6 @@ def ungated_bias(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         )
         if not checked:
             out.append((bench, cat))
-    return out
-
-
-def judged_items(results: Mapping[str, Any]) -> dict[tuple[str, str], int]:
-    """Per (benchmark, category) of the document, the items its verdicts stand for: the items
-    scored, or for a sequential category every item it selected (its population), wherever it
-    stopped; the category entry or its gates' sequential reports say how many (a pair
-    benchmark's entries carry none).
-
-    Examples
-    --------
-    >>> judged_items({"benchmarks": {"bbq": {"Age": {"n_scored": 60}}},
-    ...               "gates": [{"benchmark": "bbq", "category": "Age",
-    ...                          "sequential": {"population": 400}}]})
-    {('bbq', 'Age'): 400}
-    """
-    population: dict[tuple[str, str], int] = {}
-    for g in results.get("gates") or []:
-        n = (g.get("sequential") or {}).get("population")
-        if n is not None:
-            key = (g.get("benchmark"), g.get("category"))
-            population[key] = max(population.get(key, 0), int(n))
-    out = {}
-    for bench, cats in (results.get("benchmarks") or {}).items():
-        for cat, e in cats.items():
-            if "n_scored" not in e:
-                continue
-            seq = (e.get("sequential") or {}).get("population")
-            out[(bench, cat)] = seq or population.get((bench, cat)) or e["n_scored"]
     return out
 
 

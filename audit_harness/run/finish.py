@@ -99,7 +99,8 @@ def finish(run: AuditRun, exitstatus, presses: Presses) -> int | None:
     )
     if run.baseline is not None:
         # Regression gates are only meaningful like for like: say what differs from the baseline.
-        from ..report.compare import comparability_notes, incomplete_notes, model_notes
+        from ..gates.comparability import comparability_notes, model_notes
+        from ..report.compare import incomplete_notes
 
         unlike = incomplete_notes({"baseline": run.baseline.document}) + comparability_notes(
             run.baseline.document, results

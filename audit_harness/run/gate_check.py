@@ -1,18 +1,19 @@
-"""One gate, checked: what an audit test receives (``GateCheck``). It evaluates the gate on the
-category's (cached) outcome, applies what only a run knows (the coverage of saved predictions,
-a baseline's comparability, the other parsing profile), records the JUnit properties, and turns a
-finding into a verdict line instead of a traceback (``GateFinding``)."""
+"""One gate, checked: what an audit test receives (``GateCheck``). It gets the category's (cached)
+outcome, has the gate judged on it with what only the run knows (``gates.judge``: the sequential
+decision, the coverage of saved predictions, the other parsing profile, a baseline's
+comparability), records the JUnit properties, and turns a finding into a verdict line instead of
+a traceback (``GateFinding``)."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 
 import pytest
 
 from ..errors import AuditError, MissingDataError
 from ..gates import Gate, Verdict
+from ..gates.judge import Evidence, judge, regression_notes
 
 #: Where a gate test's verdict is kept for its report (``GateFinding``).
 VERDICT_KEY = pytest.StashKey["Verdict"]()
@@ -34,32 +35,6 @@ class GateFinding:
 
     def toterminal(self, tw) -> None:
         tw.line(self.message)
-
-
-def _partial_coverage(verdict: Verdict, outcome, allow_partial: bool) -> Verdict:
-    """A judged verdict on a category the saved predictions cover only in part is no verdict:
-    INSUFFICIENT (cause ``coverage``) unless ``--allow-partial``."""
-    cov = outcome.coverage
-    if (
-        not cov
-        or allow_partial
-        or cov["predicted"] >= cov["available"]
-        or verdict.status not in ("pass", "fail", "inconclusive")
-    ):
-        return verdict
-    g = verdict.gate
-    share = 100.0 * cov["predicted"] / cov["available"]
-    return dataclasses.replace(
-        verdict,
-        status="insufficient",
-        cause="coverage",
-        message=(
-            f"{g.benchmark}/{g.category}/{g.metric}: no verdict, the predictions cover "
-            f"{cov['predicted']:,} of {cov['available']:,} rows of the category ({share:.1f} %); "
-            f"a partial category decides nothing (--allow-partial judges the rows given; "
-            f"it would {'be ' if verdict.status == 'inconclusive' else ''}{verdict.status}: {verdict.message})"
-        ),
-    )
 
 
 class GateCheck:
@@ -112,25 +87,21 @@ class GateCheck:
             self._record("status", "planned")
             pytest.skip(f"{NOTHING_SCORED} (--plan: a dry run, no gate judged)")
         metric = self._session.metric(g.benchmark, g.category, g.metric)
-        verdict = g.evaluate(metric, n_resamples=self._session.options.n_resamples)
-        verdict = self._sequential(verdict, outcome)
-        verdict = _partial_coverage(verdict, outcome, self._session.options.allow_partial)
-        verdict = self._other_parse(verdict, outcome)
-        baseline = self._baseline
-        if g.baseline is not None and baseline is not None:
-            from ..report.compare import comparability_notes
+        opts = self._session.options
+        verdict = judge(
+            g, metric, self._evidence(outcome), n_resamples=opts.n_resamples, allow_partial=opts.allow_partial
+        )
+        self._record_verdict(verdict, outcome.n_scored)
+        self._session.verdicts.append(verdict)
+        self._node.stash[VERDICT_KEY] = verdict
+        return verdict
 
-            unlike = comparability_notes(
-                baseline,
-                self._session.category_document(g.benchmark, g.category),
-                scope=(g.benchmark, g.category),
-            )
-            if unlike:
-                verdict = dataclasses.replace(
-                    verdict,
-                    not_like_for_like=tuple(unlike),
-                    message=f"{verdict.message} [not like for like: {'; '.join(unlike)}]",
-                )
+    def _record_verdict(self, verdict: Verdict, items_scored: int) -> None:
+        """JUnit properties of a judged gate: value, n, interval, bounds, mode, the baseline of a
+        regression gate, the status and the sequential report."""
+        g, metric = self.gate, verdict.metric
+        if verdict.other_parse is not None:
+            self._record("other_parse_status", verdict.other_parse["status"])
         self._record("value", "nan" if not metric.defined else f"{metric.value:.6f}")
         self._record("n", metric.n)
         self._record("ci", f"{metric.ci_low:.6f},{metric.ci_high:.6f}")
@@ -147,21 +118,27 @@ class GateCheck:
             if verdict.not_like_for_like:
                 self._record("not_like_for_like", "; ".join(verdict.not_like_for_like))
         self._record("status", verdict.status)
-        self._record("items_scored", outcome.n_scored)
+        self._record("items_scored", items_scored)
         if verdict.sequential is not None:
             self._record_sequential(verdict.sequential)
-        self._session.verdicts.append(verdict)
-        self._node.stash[VERDICT_KEY] = verdict
-        return verdict
 
-    def _sequential(self, verdict: Verdict, outcome) -> Verdict:
-        """A sequential gate's verdict: its decision on the confidence sequence when it made one,
-        else the fixed-n verdict saying why (``sequential.sequential_verdict``)."""
-        if not outcome.sequential:
-            return verdict
-        from ..sequential import sequential_verdict
+    def _evidence(self, outcome) -> Evidence:
+        """What the run knows of the gate's category besides its metric, for ``gates.judge``."""
+        g = self.gate
+        sens = outcome.sensitivity
+        other = None
+        if sens and g.metric in sens["metrics"]:
+            from bias_metrics.result import MetricResult
 
-        return sequential_verdict(verdict, outcome.sequential["gates"].get(self.gate.test_id))
+            other = (sens["answer_parsing"], MetricResult.from_dict(sens["metrics"][g.metric]))
+        return Evidence(
+            coverage=outcome.coverage,
+            sequential=outcome.sequential["gates"].get(g.test_id) if outcome.sequential else None,
+            other_parse=other,
+            unlike=regression_notes(
+                g, self._baseline, lambda: self._session.category_document(g.benchmark, g.category)
+            ),
+        )
 
     def _record_sequential(self, info) -> None:
         """JUnit properties of a sequential gate: where its verdict comes from, the decision, the
@@ -175,34 +152,6 @@ class GateCheck:
         self._record("sequential_items_saved", info["items_saved"])
         if info["note"]:
             self._record("sequential_note", info["note"])
-
-    def _other_parse(self, verdict: Verdict, outcome) -> Verdict:
-        """The same gate under the other answer-parsing profile (the parse sensitivity): its
-        status, value and interval ride along with the verdict; the verdict itself is the run's
-        profile's."""
-        sens = outcome.sensitivity
-        g = self.gate
-        if not sens or g.baseline is not None or g.metric not in sens["metrics"]:
-            return verdict
-        from bias_metrics.result import MetricResult
-
-        metric = MetricResult.from_dict(sens["metrics"][g.metric])
-        alt = _partial_coverage(
-            g.evaluate(metric, n_resamples=self._session.options.n_resamples),
-            outcome,
-            self._session.options.allow_partial,
-        )
-        self._record("other_parse_status", alt.status)
-        return dataclasses.replace(
-            verdict,
-            other_parse={
-                "answer_parsing": sens["answer_parsing"],
-                "status": alt.status,
-                "value": metric.to_dict()["value"],
-                "ci": metric.to_dict()["ci"],
-                "verdict_differs": alt.passed != verdict.passed,
-            },
-        )
 
     def _record_error(self, message: str) -> None:
         verdict = Verdict.error(self.gate, message)
