@@ -9,6 +9,8 @@ from typing import Any, Mapping
 
 import pytest
 
+from .option_spec import Option
+
 #: Where the suite's options appear in ``--help``.
 GROUP = ("bias-audit", "model bias audit")
 
@@ -51,217 +53,230 @@ def _env_flag(name: str) -> bool:
     )
 
 
-def add_suite_options(g) -> None:
-    """The options every audit has (model, data, intervals, gates, outputs, cache)."""
-    g.addoption(
+#: The options every audit has (model, data, intervals, gates, outputs, cache), each declared once:
+#: the plugin registers them (``add_suite_options``) and ``bias-audit score`` takes some of them
+#: under the same declaration (``cli``).
+SUITE_OPTIONS: tuple[Option, ...] = (
+    Option(
         "--model",
-        dest="audit_model",
-        default=os.environ.get("AUDIT_MODEL"),
+        env="AUDIT_MODEL",
         help="zoo name, local transformers folder or hub id (env AUDIT_MODEL; "
         "default: the embedded smollm2-135m-instruct)",
-    )
-    g.addoption(
+    ),
+    Option(
         "--data-dir",
-        dest="audit_data_dir",
-        default=os.environ.get("AUDIT_DATA_DIR"),
+        env="AUDIT_DATA_DIR",
         help="folder holding bbq/, esbbq_cabbq/, ... (env AUDIT_DATA_DIR; default: $BIAS_AUDIT_CACHE/data)",
-    )
-    g.addoption(
+    ),
+    Option(
         "--fetch-data",
-        dest="audit_fetch_data",
-        action="store_true",
-        default=False,
+        switch=True,
         help="fetch missing benchmark files from the authors' pinned sources first",
-    )
-    g.addoption(
+    ),
+    Option(
         "--device",
-        dest="audit_device",
-        default=os.environ.get("AUDIT_DEVICE", "auto"),
-        choices=["auto", "cpu", "cuda"] + [f"cuda:{i}" for i in range(16)],
+        default="auto",
+        env="AUDIT_DEVICE",
+        choices=("auto", "cpu", "cuda", *(f"cuda:{i}" for i in range(16))),
         help="auto (CUDA when present), cpu or cuda[:N] (env AUDIT_DEVICE)",
-    )
-    g.addoption(
+    ),
+    Option(
         "--dtype",
-        dest="audit_dtype",
-        default=os.environ.get("AUDIT_DTYPE", "auto"),
-        choices=["auto", "float32", "bfloat16", "float16"],
+        default="auto",
+        env="AUDIT_DTYPE",
+        choices=("auto", "float32", "bfloat16", "float16"),
         help="auto = bfloat16 on CUDA, float32 on CPU (env AUDIT_DTYPE)",
-    )
-    g.addoption(
+    ),
+    Option(
         "--batch-size",
-        dest="audit_batch_size",
         type=int,
-        default=_env_int("AUDIT_BATCH_SIZE") or 16,
+        default=16,
+        env="AUDIT_BATCH_SIZE",
         help="sequences per forward pass",
-    )
-    g.addoption(
+    ),
+    Option(
         "--limit",
-        dest="audit_limit",
         type=int,
-        default=_env_int("AUDIT_LIMIT"),
+        env="AUDIT_LIMIT",
         help="items per category, balanced as the benchmark defines (BBQ family: "
         "context condition x polarity; KGQuiz true/false: the label), deterministic for a "
         "given --seed (env AUDIT_LIMIT; default: all)",
-    )
-    g.addoption(
+    ),
+    Option(
         "--seed",
-        dest="audit_seed",
         type=int,
-        default=_env_int("AUDIT_SEED") or 0,
+        default=0,
+        env="AUDIT_SEED",
         help="seed of --limit sampling and of bootstrap intervals",
-    )
-    g.addoption(
+    ),
+    Option(
         "--bootstrap-resamples",
         dest="audit_bootstrap",
         type=int,
         default=1000,
         metavar="N",
         help="bootstrap resamples for confidence intervals (0 = none)",
-    )
-    g.addoption(
+    ),
+    Option(
         "--confidence",
-        dest="audit_confidence",
         type=float,
         default=0.95,
         metavar="LEVEL",
         help="confidence level of the intervals",
-    )
-    g.addoption(
+    ),
+    Option(
         "--thresholds",
-        dest="audit_thresholds",
-        default=os.environ.get("AUDIT_THRESHOLDS"),
+        env="AUDIT_THRESHOLDS",
         help="gates file (env AUDIT_THRESHOLDS; default: ./thresholds.yaml when present, "
         "else the packaged one)",
-    )
-    g.addoption(
+    ),
+    Option(
         "--min-n",
-        dest="audit_min_n",
         type=int,
-        default=_env_int("AUDIT_MIN_N"),
+        env="AUDIT_MIN_N",
         help="fewest items in a metric's denominator for any verdict, overriding the "
         "thresholds file's min_n (below it: INSUFFICIENT, a failure)",
-    )
-    g.addoption(
+    ),
+    Option(
         "--baseline",
-        dest="audit_baseline",
-        default=os.environ.get("AUDIT_BASELINE"),
+        env="AUDIT_BASELINE",
         metavar="RESULTS",
         help="a previous run's results.json (or its folder): adds a "
         "test_<bench>[<cat>-<metric>-vs-baseline] per gate, failing when the metric got "
         "worse than there by more than the gate's max_regression (env AUDIT_BASELINE)",
-    )
-    g.addoption(
+    ),
+    Option(
         "--sequential",
-        dest="audit_sequential",
-        action="store_true",
-        default=_env_flag("AUDIT_SEQUENTIAL"),
+        switch=True,
+        env="AUDIT_SEQUENTIAL",
         help="score each category in seeded, balanced rounds and decide every gate on an "
         "anytime-valid confidence sequence, stopping a category once all its gates are decided "
         "(as `sequential: true` in the thresholds file does per gate; env AUDIT_SEQUENTIAL; "
         "docs/gates.md#sequential-gates)",
-    )
-    g.addoption(
+    ),
+    Option(
         "--strict-baseline",
-        dest="audit_strict_baseline",
-        action="store_true",
-        default=False,
+        switch=True,
         help="with --baseline: stop with exit 4 when the baseline run is not "
         "like for like (another seed, interval settings, dtype, protocol, chat template, "
         "items scored, data or thresholds file) instead of marking its regression gates",
-    )
-    g.addoption(
+    ),
+    Option(
         "--allow-low-confidence",
-        dest="audit_allow_low_confidence",
-        action="store_true",
-        default=False,
+        switch=True,
         help="accept a thresholds file whose confidence is below 0.9 (else exit 4); the "
         "verdict then says the run is on a partial scope and why",
-    )
-    g.addoption(
+    ),
+    Option(
         "--chat-template",
-        dest="audit_chat_template",
-        default=os.environ.get("AUDIT_CHAT_TEMPLATE", "auto"),
+        default="auto",
+        env="AUDIT_CHAT_TEMPLATE",
         metavar="auto|none|FILE",
         help="generation prompts: through the model's own chat template (auto, the "
         "default), as plain text (none), or through the Jinja template in FILE; "
         "recorded with its sha256 (env AUDIT_CHAT_TEMPLATE)",
-    )
-    g.addoption(
+    ),
+    Option(
         "--require-published-data",
         dest="audit_require_published",
-        action="store_true",
-        default=False,
+        switch=True,
         help="stop (exit 4) unless every data file read is the authors' "
         "published release (sha256 of the pinned source table)",
-    )
-    g.addoption(
+    ),
+    Option(
         "--audit-meta",
         dest="audit_meta",
-        default=os.environ.get("AUDIT_META"),
+        env="AUDIT_META",
         metavar="FILE",
         help="YAML file describing the audited system (name, version, intended use, responsible "
         "person and organisation, training-data cutoff, notes): validated at start-up, recorded "
         "in results.json and shown first in the reports (env AUDIT_META; docs/compliance.md)",
-    )
-    g.addoption(
+    ),
+    Option(
         "--regulatory-mapping",
-        dest="audit_regulatory_mapping",
-        default=os.environ.get("AUDIT_REGULATORY_MAPPING"),
+        env="AUDIT_REGULATORY_MAPPING",
         metavar="FILE",
         help="which regulatory clause each benchmark and gate gives evidence for, and when each "
         "benchmark's data was published (env AUDIT_REGULATORY_MAPPING; default: the packaged "
         "regulatory_mapping.yaml)",
-    )
-    g.addoption(
+    ),
+    Option(
         "--results-json",
-        dest="audit_results_json",
-        default=None,
         metavar="PATH",
         help="also write the run's results.json to PATH",
-    )
-    g.addoption(
+    ),
+    Option(
         "--cache-dir",
-        dest="audit_cache_dir",
-        default=os.environ.get("AUDIT_CACHE_DIR"),
+        env="AUDIT_CACHE_DIR",
         help="result cache folder (SQLite; env AUDIT_CACHE_DIR; default: "
         "$BIAS_AUDIT_CACHE/scores): a repeated or resumed run recomputes only what is missing",
-    )
-    g.addoption(
+    ),
+    Option(
         "--no-cache",
-        dest="audit_no_cache",
-        action="store_true",
-        default=False,
+        switch=True,
         help="do not read or write the result cache",
-    )
-    g.addoption(
+    ),
+    Option(
         "--plan",
-        dest="audit_plan",
-        action="store_true",
-        default=False,
+        switch=True,
         help="a dry run: build every selected request with the model's tokenizer and config "
         "(no weights loaded) and print per benchmark and category the items, requests, tokens "
         "to forward and to generate, an estimate of the time and the FLOPs; nothing is scored, "
         "no gate is judged (exit 0); writes plan.json in the run folder",
-    )
-    g.addoption(
+    ),
+    Option(
         "--plan-params",
-        dest="audit_plan_params",
         type=float,
-        default=None,
         metavar="N",
         help="with --plan: estimate time and FLOPs for a model of N parameters (e.g. 8.03e9) "
         "instead of the model's own count; the token counts stay the model's tokenizer's",
-    )
-    g.addoption(
+    ),
+    Option(
         "--results-dir",
-        dest="audit_results_dir",
-        default=os.environ.get("AUDIT_RESULTS_DIR", "audit-results"),
+        default="audit-results",
+        env="AUDIT_RESULTS_DIR",
         help="each run writes <results-dir>/<run id>/ (results.json, records/, junit.xml)",
-    )
+    ),
+)
+#: ``SUITE_OPTIONS`` by flag.
+SUITE = {opt.flag: opt for opt in SUITE_OPTIONS}
+
+
+def default_of(opt: Option):
+    """``opt``'s default: its environment variable's value when set (``env``), else ``default``.
+
+    Raises:
+        pytest.UsageError: the variable holds a value of the wrong type (``_env_int``,
+            ``_env_flag``).
+    """
+    if opt.env is None:
+        return opt.default
+    if opt.switch:
+        return _env_flag(opt.env)
+    if opt.type is int:
+        value = _env_int(opt.env)
+        # 0 keeps a non-None default, as ``AUDIT_BATCH_SIZE=0`` has always meant 16.
+        return opt.default if value is None or (not value and opt.default is not None) else value
+    return os.environ.get(opt.env, opt.default)
+
+
+def register(g, opt: Option, default=None, help: str | None = None) -> None:
+    """Register ``opt`` on the plugin's option group, with ``default`` and ``help`` (default: the
+    declaration's)."""
+    kwargs = opt.parser_kwargs() | {"dest": opt.dest, "default": default}
+    if help is not None:
+        kwargs["help"] = help
+    g.addoption(opt.flag, **kwargs)
+
+
+def add_suite_options(g) -> None:
+    """Register ``SUITE_OPTIONS`` on the option group."""
+    for opt in SUITE_OPTIONS:
+        register(g, opt, default_of(opt))
 
 
 def benchmark_options(benchmarks: Mapping[str, Any]) -> dict[str, Any]:
-    """``{flag: BenchmarkOption}`` of every benchmark's declared options, each flag once (several
+    """``{flag: Option}`` of every benchmark's declared options, each flag once (several
     benchmarks may declare the same option object).
 
     Raises:
@@ -280,21 +295,12 @@ def benchmark_options(benchmarks: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def add_benchmark_options(g, benchmarks: Mapping[str, Any]) -> None:
-    """Register every ``BenchmarkOption`` (``benchmark_options``) on the option group."""
+    """Register every benchmark option (``benchmark_options``) on the option group, its help
+    naming the benchmarks that take it. Unset, it is None: each benchmark keeps its own default."""
     for opt in benchmark_options(benchmarks).values():
         who = sorted(b.name for b in benchmarks.values() if opt in b.cli_options)
-        help_text = f"{opt.help} [{', '.join(who)}]"
-        if opt.switch:
-            g.addoption(opt.flag, dest=opt.dest, action="store_true", default=None, help=help_text)
-            continue
-        g.addoption(
-            opt.flag,
-            dest=opt.dest,
-            default=os.environ.get(opt.env) if opt.env else None,
-            choices=list(opt.choices) if opt.choices else None,
-            metavar=opt.metavar,
-            help=help_text,
-        )
+        default = os.environ.get(opt.env) if opt.env else None
+        register(g, opt, default, help=f"{opt.help} [{', '.join(who)}]")
 
 
 def configured_options(config, benchmarks: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

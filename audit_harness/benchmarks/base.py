@@ -30,51 +30,45 @@ from bias_metrics.result import MetricResult
 
 from ..data import DataFile
 from ..errors import ConfigError, DataError
+from ..option_spec import Option
 
 
-@dataclass(frozen=True)
-class BenchmarkOption:
-    """A command-line option a benchmark declares for itself (``Benchmark.cli_options``): the
-    suite registers it for ``pytest audits`` and ``bias-audit`` alike, and passes its value to
-    ``Benchmark.configure(key=value)`` of every benchmark that declares it (several benchmarks may
-    share one flag, e.g. ``--answer-parsing``). No other file lists a benchmark's options.
+def one_of(choices: Sequence[Any]) -> Callable[[Any], str | None]:
+    """An ``Option.check``: the value must be one of ``choices`` (shown in the message as listed,
+    e.g. ``None`` for "the benchmark's own")."""
 
-    Attributes:
-        flag: e.g. ``"--kobbq-mode"``. key: the ``configure`` option it sets.
-        help: one sentence for ``--help``. choices: allowed values, or None.
-        metavar: shown in ``--help``. env: an environment variable giving the default.
-        switch: a flag without a value (``store_true``; sets the option to True).
-    """
+    def check(value: Any) -> str | None:
+        if value in choices:
+            return None
+        return f"must be one of {', '.join(str(c) for c in choices)}, got {value!r}"
 
-    flag: str
-    key: str
-    help: str
-    choices: tuple[str, ...] | None = None
-    metavar: str | None = None
-    env: str | None = None
-    switch: bool = False
+    return check
 
-    @property
-    def dest(self) -> str:
-        """The pytest option's ``dest``: ``audit_<flag without dashes>``."""
-        return "audit_" + self.flag.lstrip("-").replace("-", "_")
+
+def positive_int(value: Any) -> str | None:
+    """An ``Option.check``: the value must be an integer >= 1 (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return f"must be an integer >= 1, got {value!r}"
+    return None
 
 
 #: Options several benchmarks share (each declares the one object, so the flag means one thing).
-ANSWER_PARSING = BenchmarkOption(
+ANSWER_PARSING = Option(
     "--answer-parsing",
-    "answer_parsing",
     "how generated or saved answers are read: authors (each benchmark's published "
     "post-processing) or robust (what chat models write); default: authors where they published "
     "one (KoBBQ, KGQuiz), robust elsewhere; every metric is also reported under the other",
     choices=("authors", "robust"),
+    check=one_of(("authors", "robust", None)),
 )
-METRIC_FLAVOUR = BenchmarkOption(
+METRIC_FLAVOUR = Option(
     "--metric-flavour",
-    "flavour",
     "BBQ-family metric definitions of another paper: bbq, kobbq or esbbq (default: each benchmark's own)",
+    key="flavour",
     choices=("bbq", "kobbq", "esbbq"),
 )
+#: ``saved``: the benchmark reads saved outputs (``for_saved_outputs``), never set by a flag.
+SAVED = Option(None, key="saved", default=False)
 
 
 @dataclass(frozen=True)
@@ -323,7 +317,7 @@ class Benchmark(ABC):
         pooled_category: the category that holds every other category's items (a pair
             benchmark's ``overall``), or None: a count of rows over categories counts its rows
             once, not again beside the subgroups' (``report.scope``).
-        options: the keys ``configure`` accepts, with their defaults.
+        settings: the options ``configure`` accepts, each declared once (default, check, flag).
         protocol_version: version of the benchmark's protocol (prompt, choices, scoring), bumped
             when a change can move its numbers; recorded in results.
         uses_chat_template: True when prompts go through the model's chat template (results
@@ -346,9 +340,10 @@ class Benchmark(ABC):
     id_fields: tuple[str, ...] = ()
     record_type: type[Record] = Record
     shared_items: bool = False
-    options: ClassVar[Mapping[str, Any]] = {}
-    #: the command-line options this benchmark takes (``BenchmarkOption``).
-    cli_options: ClassVar[tuple[BenchmarkOption, ...]] = ()
+    #: every option ``configure`` takes, each declared once (``option_spec.Option``: its key,
+    #: default, check and, for a command-line option, its flag and help). An option not
+    #: configured reads as its declared default (``__getattr__``).
+    settings: ClassVar[tuple[Option, ...]] = ()
     protocol_version: str = "1"
     uses_chat_template: bool = False
     title: str = ""
@@ -362,26 +357,44 @@ class Benchmark(ABC):
         return f"{type(self).__name__}({self.name!r})"
 
     # -- configuration -----------------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        # Reached only when neither the instance nor its class holds ``name``: an option not
+        # configured is its declared default, the nearest class's (a class attribute of that
+        # name overrides it, e.g. each BBQ-family benchmark's own ``flavour``).
+        for klass in type(self).__mro__:
+            for opt in vars(klass).get("settings", ()):
+                if opt.key == name:
+                    return opt.default
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """``{key: default}`` of every option ``configure`` takes (``settings``)."""
+        return {opt.key: opt.default for opt in self.settings}
+
+    @property
+    def cli_options(self) -> tuple[Option, ...]:
+        """The command-line options among ``settings`` (those with a flag)."""
+        return tuple(opt for opt in self.settings if opt.flag)
+
     def configure(self, **options: Any) -> "Benchmark":
-        """A copy with ``options`` set (keys of ``options``, e.g. a prompt variant or answer
-        mode); the instance itself is never changed.
+        """A copy with ``options`` set (keys of ``settings``, e.g. a prompt variant or answer
+        mode), each parsed and checked by its declaration; the instance itself is never changed.
 
         Raises:
-            ConfigError: an unknown option, naming the known ones (``check_option`` adds value
-                checks).
+            ConfigError: an unknown option, naming the known ones, or a value its declaration
+                refuses (``Option.value_of``).
         """
-        unknown = sorted(set(options) - set(self.options))
+        known = {opt.key: opt for opt in self.settings}
+        unknown = sorted(set(options) - set(known))
         if unknown:
-            known = ", ".join(sorted(self.options)) or "none"
-            raise ConfigError(f"{self.name}: unknown option {unknown[0]!r}; known: {known}")
+            raise ConfigError(
+                f"{self.name}: unknown option {unknown[0]!r}; known: {', '.join(sorted(known)) or 'none'}"
+            )
         clone = copy.copy(self)
         for key, value in options.items():
-            clone.check_option(key, value)
-            setattr(clone, key, value)
+            setattr(clone, key, known[key].value_of(value, self.name))
         return clone
-
-    def check_option(self, key: str, value: Any) -> None:
-        """Raise ConfigError when ``value`` is not allowed for option ``key``."""
 
     def gate_metrics(self, metric: str) -> tuple[str, ...]:
         """The metrics of this configured benchmark that a thresholds.yaml gate on ``metric``
@@ -569,6 +582,11 @@ class Benchmark(ABC):
     #: or the option's text; numbers need ``--index-base``) or ``"text"`` (a raw generation,
     #: parsed as a live one is).
     saved_answers: str = "text"
+
+    def with_embedder(self, embedder: Any) -> "Benchmark":
+        """This benchmark scoring with ``embedder`` as its sentence-embedding model (a plan's
+        stand-in, which counts texts); default: a benchmark that embeds nothing, unchanged."""
+        return self
 
     def for_saved_outputs(self) -> "Benchmark":
         """This benchmark configured to score saved outputs (``--backend replay``): the answer

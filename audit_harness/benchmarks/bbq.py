@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ..data import DataFile, require_file
-from ..errors import ConfigError, DataError
-from .base import BenchmarkOption, CategoryData
+from ..errors import DataError
+from ..option_spec import Option
+from .base import CategoryData
 from .bbq_family import BBQFamilyBenchmark, MCItem
 
 CATEGORIES = (
@@ -111,27 +112,27 @@ class BBQ(BBQFamilyBenchmark):
     reproduce lm-eval's BBQ numbers with this suite's intervals and per-category metrics.
     """
 
-    options = {**BBQFamilyBenchmark.options, "protocol": "default"}
-    cli_options = (
-        BenchmarkOption(
+    settings = (
+        Option(
             "--bbq-protocol",
-            "protocol",
             "BBQ scoring: default (argmax over the 3 options) or lmeval "
             "(lm-evaluation-harness 0.4.13's bbq task: 2 group answers + 10 unknown "
             "phrasings)",
+            key="protocol",
+            default="default",
             choices=PROTOCOLS,
             env="AUDIT_BBQ_PROTOCOL",
         ),
-        BenchmarkOption(
+        Option(
             "--bbq-split-names",
-            "split_names",
             "BBQ: also report the name-proxy items as '<category> (names)' groups, as "
             "the paper does (results' overall section)",
+            key="split_names",
+            default=False,
             switch=True,
         ),
-        *BBQFamilyBenchmark.cli_options,
+        *(opt for opt in BBQFamilyBenchmark.settings if opt.key != "split_names"),
     )
-    protocol = "default"
 
     name = "bbq"
     flavour = "bbq"
@@ -254,11 +255,6 @@ class BBQ(BBQFamilyBenchmark):
 
     def prompt(self, item: MCItem) -> str:
         return PROMPT.format(context=item.context, question=item.question)
-
-    def check_option(self, key: str, value: Any) -> None:
-        if key == "protocol" and value not in PROTOCOLS:
-            raise ConfigError(f"bbq: protocol must be one of {', '.join(PROTOCOLS)}, got {value!r}")
-        super().check_option(key, value)
 
     def choices(self, item: MCItem) -> list[str]:
         """``default``: the 3 options. ``lmeval``: lm-eval 0.4.13 ``bbq`` ``doc_to_choice``: the

@@ -18,7 +18,6 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from bias_metrics.bbq_family import (
-    FLAVOURS,
     bbq_paper_category,
     cluster_cell_counts,
     metric_names,
@@ -29,30 +28,33 @@ from bias_metrics.bbq_family import (
 from bias_metrics.records import AnswerClass, BBQFamilyRecord, answer_class
 from bias_metrics.result import MetricResult
 
-from ..errors import ConfigError, DataError, PredictionError
+from ..errors import DataError, PredictionError
 from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest
-from ..parsing import PROFILES, Choices, other_profile, parse_answer, parse_fields
+from ..option_spec import Option
+from ..parsing import Choices, other_profile, parse_answer, parse_fields
 from .base import (
     ANSWER_PARSING,
     METRIC_FLAVOUR,
     OMIT_NONE,
+    SAVED,
     Benchmark,
-    BenchmarkOption,
     MetricSettings,
     OracleView,
     Record,
     SequentialForm,
+    positive_int,
     stratified_sample,
 )
 from .bbq_family_sequential import bbq_family_form
 
 ANSWER_MODES = ("loglikelihood", "generate")
 #: ``--bbq-answer-mode``: BBQ, EsBBQ and CaBBQ.
-BBQ_ANSWER_MODE = BenchmarkOption(
+BBQ_ANSWER_MODE = Option(
     "--bbq-answer-mode",
-    "answer_mode",
     "BBQ, EsBBQ, CaBBQ: loglikelihood (the papers' cloze scoring; default) or generate (lettered "
     "options through the chat template, greedy text parsed; gates end in -generate)",
+    key="answer_mode",
+    default="loglikelihood",
     choices=ANSWER_MODES,
 )
 #: Suffix of generate-mode metric names and gate ids (``test_bbq[Age-bias_score_ambig-generate]``).
@@ -195,20 +197,14 @@ class BBQFamilyBenchmark(Benchmark):
     flavour: str
     delimiter: str = " "
     record_type = MCRecord
-    options = {
-        "answer_mode": "loglikelihood",
-        "answer_parsing": None,
-        "flavour": None,
-        "max_new_tokens": 48,
-        "split_names": False,
-        "saved": False,
-    }
-    cli_options = (BBQ_ANSWER_MODE, ANSWER_PARSING, METRIC_FLAVOUR)
-    answer_mode = "loglikelihood"
-    answer_parsing: str | None = None
-    max_new_tokens = 48
-    split_names = False
-    saved = False
+    settings = (
+        BBQ_ANSWER_MODE,
+        ANSWER_PARSING,
+        METRIC_FLAVOUR,
+        Option(None, key="max_new_tokens", default=48, check=positive_int),
+        Option(None, key="split_names", default=False),
+        SAVED,
+    )
     #: The authors' rule of the ``authors`` parsing profile (``parsing.AUTHORS_RULES``): BBQ's R
     #: script matching; ``exact`` where the authors published none.
     authors_rule = "exact"
@@ -304,19 +300,6 @@ class BBQFamilyBenchmark(Benchmark):
         if options.get("flavour") is None:
             options.pop("flavour", None)  # None keeps the benchmark's own
         return super().configure(**options)  # type: ignore[return-value]
-
-    def check_option(self, key: str, value: Any) -> None:
-        allowed = {
-            "answer_mode": ANSWER_MODES,
-            "flavour": tuple(FLAVOURS),
-            "answer_parsing": PROFILES + (None,),
-        }
-        if key in allowed and value not in allowed[key]:
-            raise ConfigError(
-                f"{self.name}: {key} must be one of {', '.join(str(x) for x in allowed[key])}, got {value!r}"
-            )
-        if key == "max_new_tokens" and (not isinstance(value, int) or value < 1):
-            raise ConfigError(f"{self.name}: max_new_tokens must be an integer >= 1, got {value!r}")
 
     #: How the scored choices are formed (``provenance``); EsBBQ overrides it.
     choices_description = "the item's 3 answer options (ans0, ans1, ans2), stripped"

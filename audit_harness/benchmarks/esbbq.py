@@ -33,7 +33,8 @@ from bias_metrics.records import biased_option
 
 from ..data import DataFile, csv_rows, require_file
 from ..errors import ConfigError, DataError
-from .base import BenchmarkOption, CategoryData
+from ..option_spec import Option
+from .base import CategoryData
 from .bbq_family import BBQFamilyBenchmark, MCItem, MCRecord
 
 CATEGORIES = (
@@ -181,35 +182,29 @@ class EsBBQ(BBQFamilyBenchmark):
         "BBQ's s_DIS: the two papers' numbers are not interchangeable.",
     )
     id_fields = ("category", "instance_id")
-    options = {**BBQFamilyBenchmark.options, "data_source": "files", "hf_path": None}
-    cli_options = (
-        BenchmarkOption(
+    #: ``data_source``: ``files`` (the pinned CSVs under the data dir) or ``hf`` (the authors'
+    #: Hugging Face copy, ``BSC-LT/EsBBQ`` / ``BSC-LT/CaBBQ``, or ``hf_path``: a Hub id or a local
+    #: copy in the Hub layout), through ``datasets`` with its cache and offline mode.
+    settings = (
+        Option(
             "--data-source",
-            "data_source",
             "EsBBQ/CaBBQ rows from the pinned files in the data dir, or from the "
             "authors' Hugging Face copy through `datasets` (env AUDIT_DATA_SOURCE)",
+            key="data_source",
+            default="files",
             choices=("files", "hf"),
             env="AUDIT_DATA_SOURCE",
+            check=lambda v: None if v in ("files", "hf") else f"must be files or hf, got {v!r}",
         ),
-        BenchmarkOption(
+        Option(
             "--hf-dataset",
-            "hf_path",
             "with --data-source hf: a Hub id or a local copy in the Hub layout "
             "(default: BSC-LT/EsBBQ or BSC-LT/CaBBQ)",
+            key="hf_path",
             metavar="ID_OR_DIR",
         ),
-        *BBQFamilyBenchmark.cli_options,
+        *BBQFamilyBenchmark.settings,
     )
-    #: ``files`` (the pinned CSVs under the data dir) or ``hf`` (the authors' Hugging Face copy,
-    #: ``BSC-LT/EsBBQ`` / ``BSC-LT/CaBBQ``, or ``hf_path``: a Hub id or a local copy in the Hub
-    #: layout), through ``datasets`` with its cache and offline mode.
-    data_source = "files"
-    hf_path: str | None = None
-
-    def check_option(self, key: str, value: Any) -> None:
-        if key == "data_source" and value not in ("files", "hf"):
-            raise ConfigError(f"{self.name}: data_source must be files or hf, got {value!r}")
-        super().check_option(key, value)
 
     def __init__(self, language: str):
         self.language = language

@@ -33,6 +33,7 @@ multiple-choice task, laid out like Task1)::
 
 from __future__ import annotations
 
+import copy
 import difflib
 import hashlib
 import json
@@ -59,15 +60,18 @@ from ..data import DataFile
 from ..errors import ConfigError, DataError, MissingDataError
 from ..models.base import GENERATE, GenerationRequest
 from ..models.embedding import SentenceEmbedder, default_embedder
+from ..option_spec import Option
 from ..parsing import Choices, invalid_reason, match_answer, other_profile, parse_answer
 from .base import (
     ANSWER_PARSING,
     OMIT_NONE,
+    SAVED,
     Benchmark,
     CategoryData,
     MetricSettings,
     OracleView,
     Record,
+    positive_int,
     stratified_sample,
 )
 
@@ -385,6 +389,13 @@ def upstream_blob(data_dir: Path, relative: str) -> str | None:
 # -- the benchmark ---------------------------------------------------------------------------------
 
 
+def _theta_problem(value: Any) -> str | None:
+    """``theta``: a cosine similarity, a number in [-1, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1 <= value <= 1:
+        return f"must be a number in [-1, 1], got {value!r}"
+    return None
+
+
 class KGQuiz(Benchmark):
     """KGQuiz on the benchmark protocol (see module docstring).
 
@@ -435,21 +446,29 @@ class KGQuiz(Benchmark):
     data_folder = "kgquiz"
     requires = frozenset({GENERATE})
     record_type = KGQuizRecord
-    options = {
-        "distractor_strategy": "semantic_similarity",
-        "path_length": 3,
-        "use_chat_template": True,
-        "theta": None,
-        "answer_parsing": None,
-        "saved": False,
-    }
-    cli_options = (ANSWER_PARSING,)
-    answer_parsing: str | None = None
+    settings = (
+        Option(
+            None,
+            key="distractor_strategy",
+            default="semantic_similarity",
+            check=lambda v: None if isinstance(v, str) and v else "must be a non-empty string",
+        ),
+        Option(None, key="path_length", default=3, check=positive_int),
+        Option(
+            None,
+            key="use_chat_template",
+            default=True,
+            check=lambda v: None if isinstance(v, bool) else f"must be true or false, got {v!r}",
+        ),
+        # None keeps the protocol's (``configure``).
+        Option(None, key="theta", check=_theta_problem),
+        ANSWER_PARSING,
+        SAVED,
+    )
     #: Saved generations (``bias-audit score kgquiz``): rows carry ``id`` (``<category>-<row id>``)
     #: or ``category`` + ``row_id``; the output is a raw generation, parsed as a live one.
     id_fields = ("category", "row_id")
     saved_answers = "text"
-    saved = False
 
     def for_saved_outputs(self) -> "KGQuiz":
         """Saved generations: read as live ones; no prompt of this suite's was shown."""
@@ -484,10 +503,6 @@ class KGQuiz(Benchmark):
 
         return OracleView(row, "text", (fill(item.gold),), gold=0, value=item.gold, fill=fill)
 
-    distractor_strategy = "semantic_similarity"
-    path_length = 3
-    use_chat_template = True
-
     def __init__(self, embedder: SentenceEmbedder | None = None, protocol: Protocol | None = None):
         self.protocol = protocol or load_protocol()
         self._embedder = embedder
@@ -498,19 +513,10 @@ class KGQuiz(Benchmark):
             options.pop("theta", None)  # None keeps the protocol's
         return super().configure(**options)  # type: ignore[return-value]
 
-    def check_option(self, key: str, value: Any) -> None:
-        if key == "path_length" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ConfigError(f"kgquiz: path_length must be an integer >= 1, got {value!r}")
-        if key == "theta" and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or not -1 <= value <= 1
-        ):
-            raise ConfigError(f"kgquiz: theta must be a number in [-1, 1], got {value!r}")
-        if key == "use_chat_template" and not isinstance(value, bool):
-            raise ConfigError(f"kgquiz: use_chat_template must be true or false, got {value!r}")
-        if key == "distractor_strategy" and not (isinstance(value, str) and value):
-            raise ConfigError("kgquiz: distractor_strategy must be a non-empty string")
-        if key == "answer_parsing" and value not in (None, "authors", "robust"):
-            raise ConfigError(f"kgquiz: answer_parsing must be authors or robust, got {value!r}")
+    def with_embedder(self, embedder: SentenceEmbedder) -> "KGQuiz":
+        clone = copy.copy(self)
+        clone._embedder = embedder
+        return clone
 
     @property
     def embedder(self) -> SentenceEmbedder:

@@ -49,14 +49,16 @@ from bias_metrics.result import MetricResult
 from ..data import DataFile, require_file
 from ..errors import ConfigError, DataError, PredictionError
 from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest
+from ..option_spec import Option
 from ..parsing import Choices, other_profile, parse_fields
 from .base import (
     ANSWER_PARSING,
     METRIC_FLAVOUR,
-    BenchmarkOption,
+    SAVED,
     CategoryData,
     MetricSettings,
     SequentialForm,
+    positive_int,
 )
 from .bbq_family import BBQFamilyBenchmark, MCRecord, balanced_sample
 from .bbq_family_sequential import kobbq_form
@@ -374,43 +376,42 @@ class KoBBQ(BBQFamilyBenchmark):
     )
     id_fields = ("sample_id",)
     record_type = KoBBQRecord
-    options = {
-        "answer_mode": "generate",
-        "prompts": PROMPT_IDS,
-        "permutations": (0, 1, 2),
-        "max_new_tokens": 30,
-        "flavour": None,
-        "answer_parsing": None,
-        "saved": False,
-    }
-    cli_options = (
-        BenchmarkOption(
+    settings = (
+        Option(
             "--kobbq-mode",
-            "answer_mode",
             "KoBBQ answers: generate (upstream: greedy text, parsed; default), letter "
             "(log-likelihood of each option letter) or both (letter gates end in "
             "-letter)",
+            key="answer_mode",
+            default="generate",
             choices=ANSWER_MODES,
+            check=lambda v: (
+                None
+                if v in ANSWER_MODES
+                else f"(--kobbq-mode) must be one of {', '.join(ANSWER_MODES)}, got {v!r}"
+            ),
         ),
-        BenchmarkOption(
+        Option(
             "--kobbq-prompts",
-            "prompts",
             "KoBBQ prompt templates to run, e.g. 1,3 (default: all 5)",
+            key="prompts",
+            default=PROMPT_IDS,
             metavar="IDS",
+            parse=lambda v: _parse_int_list(v, "prompts (--kobbq-prompts)", PROMPT_IDS),
         ),
-        BenchmarkOption(
+        Option(
             "--kobbq-permutations",
-            "permutations",
             "KoBBQ option orders to run, e.g. 0,2 (default: all 3)",
+            key="permutations",
+            default=(0, 1, 2),
             metavar="IDS",
+            parse=lambda v: _parse_int_list(v, "permutations (--kobbq-permutations)", tuple(PERMUTATIONS)),
         ),
         ANSWER_PARSING,
         METRIC_FLAVOUR,
+        Option(None, key="max_new_tokens", default=30, check=positive_int),
+        SAVED,
     )
-    answer_mode = "generate"
-    prompts = PROMPT_IDS
-    permutations = (0, 1, 2)
-    max_new_tokens = 30
     authors_rule = "kobbq"
     #: KoBBQ's own suffix is ``-letter`` (letter mode); generate mode is the paper's.
     suffix = ""
@@ -430,14 +431,6 @@ class KoBBQ(BBQFamilyBenchmark):
         )
         return Choices(tuple(item.options), tuple(item.prompt.letters), phrases, item.unknown_option)
 
-    def check_option(self, key: str, value: Any) -> None:
-        if key == "answer_mode" and value not in ANSWER_MODES:
-            raise ConfigError(
-                f"kobbq: answer_mode (--kobbq-mode) must be one of {', '.join(ANSWER_MODES)}, got {value!r}"
-            )
-        elif key != "answer_mode":
-            super().check_option(key, value)
-
     #: A saved output is a raw generation, parsed as a live one (``parsing.parse_choice``).
     saved_answers = "text"
 
@@ -453,15 +446,6 @@ class KoBBQ(BBQFamilyBenchmark):
                 "scores option letters, which nothing saved can replay"
             )
         return self.configure(saved=True)
-
-    def configure(self, **options: Any) -> "KoBBQ":
-        if "prompts" in options:
-            options["prompts"] = _parse_int_list(options["prompts"], "prompts (--kobbq-prompts)", PROMPT_IDS)
-        if "permutations" in options:
-            options["permutations"] = _parse_int_list(
-                options["permutations"], "permutations (--kobbq-permutations)", tuple(PERMUTATIONS)
-            )
-        return super().configure(**options)  # type: ignore[return-value]
 
     @property
     def modes(self) -> tuple[str, ...]:

@@ -42,12 +42,13 @@ from bias_metrics.result import MetricResult
 from bias_metrics.sequential import betting_cs, pair_score_cs
 
 from ..data import DataFile, csv_rows
-from ..errors import ConfigError, DataError
+from ..errors import DataError
 from ..models.base import GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, GenerationRequest, SentenceEncoding
+from ..option_spec import Option
 from .base import (
     OMIT_NONE,
+    SAVED,
     Benchmark,
-    BenchmarkOption,
     CategoryData,
     MetricSettings,
     OracleView,
@@ -65,13 +66,14 @@ NO_SHARED_TOKEN = "no shared token to score under this model's tokenizer (exclud
 IDENTICAL = "identical sentences (nothing to compare)"
 #: ``--pairs-protocol`` values: the papers' shared-token scores, or lm-eval's whole sentences.
 PROTOCOLS = ("authors", "lmeval")
-#: One option object for both pair benchmarks, so the flag means one thing (``BenchmarkOption``).
-PAIRS_PROTOCOL = BenchmarkOption(
+#: One option object for both pair benchmarks, so the flag means one thing (``option_spec.Option``).
+PAIRS_PROTOCOL = Option(
     "--pairs-protocol",
-    "protocol",
     "sentence-pair scoring: authors (the papers' metric.py: shared tokens, rounded to 3 "
     "decimals) or lmeval (lm-evaluation-harness 0.4.13's crows_pairs_english: whole-sentence "
     "log-likelihoods, causal models only)",
+    key="protocol",
+    default="authors",
     choices=PROTOCOLS,
     env="AUDIT_PAIRS_PROTOCOL",
 )
@@ -208,15 +210,12 @@ class SentencePairBenchmark(Benchmark):
     record_type = PairRecord
     shared_items = True
     pooled_category = OVERALL
-    options = {"protocol": "authors", "saved": False}
-    cli_options = (PAIRS_PROTOCOL,)
     #: ``--pairs-protocol``: ``authors`` or ``lmeval`` (module docstring).
-    protocol = "authors"
+    settings = (PAIRS_PROTOCOL, SAVED)
     #: Saved sentence scores (``--backend replay``, ``bias-audit score``): rows carry the pair's
     #: ``id`` (the file's row index) and its two log-likelihoods (``saved_scores``).
     id_fields = ("id",)
     saved_answers = "scores"
-    saved = False
     #: rounding of both scores before comparison under ``authors`` (upstream ``round(score, 3)``).
     authors_decimals = 3
     chart_metrics = ("bias_score",)
@@ -241,11 +240,6 @@ class SentencePairBenchmark(Benchmark):
     def decimals(self) -> int | None:
         """Rounding before comparison under this configuration: 3 (authors), None (lmeval)."""
         return decimals_of(self.protocol)
-
-    def check_option(self, key: str, value: Any) -> None:
-        if key == "protocol" and value not in PROTOCOLS:
-            raise ConfigError(f"{self.name}: protocol must be one of {', '.join(PROTOCOLS)}, got {value!r}")
-        super().check_option(key, value)
 
     def metric_range(self, name: str) -> tuple[float, float] | None:
         """Percent in [0, 100] for the scores and the neutral rate; the log-likelihood gap (nats)
