@@ -31,7 +31,7 @@ from audit_harness.errors import ConfigError, DataError, MissingDataError
 from audit_harness.models.base import GENERATE, Backend, ModelInfo
 from audit_harness.parsing import match_leading_label
 from audit_harness.report.markdown import render_markdown
-from audit_harness.report.results import metric_table
+from audit_harness.report.terminal import metric_table
 from bias_metrics.kgquiz import normalize_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -598,7 +598,7 @@ def test_metric_table_takes_the_union_of_metric_names():
 
 
 def test_a_wide_metric_table_is_cut_into_tables_of_at_most_six_columns():
-    from audit_harness.report.results import TABLE_COLUMNS, column_groups
+    from audit_harness.report.views import TABLE_COLUMNS, column_groups
 
     names = [f"m{i}" for i in range(9)] + [f"m{i}-letter" for i in range(9)]
     groups = column_groups(names)

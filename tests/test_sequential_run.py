@@ -476,7 +476,7 @@ def test_a_sequential_stop_is_like_for_like_with_the_full_run_of_the_same_items(
 def test_pair_subgroups_do_not_report_pairs_that_overall_scored_as_saved():
     # CrowS-Pairs' overall category holds every subgroup's pairs: when it was scored in full, a
     # subgroup that stopped early saved no computation, and the totals count each pair once.
-    from audit_harness.report.markdown import sequential_rows, sequential_totals
+    from audit_harness.report.views import sequential_rows, sequential_totals
 
     def gate(cat, scored, population):
         seq = {

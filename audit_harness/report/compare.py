@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..gates.comparability import comparability_notes, model_notes
-from .results import overall_labels
 from .verdict import overall_verdict
+from .views import overall_labels
 
 
 def _metrics(results: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[str, Any]]:

@@ -12,17 +12,22 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .charts import chart_data_uri
-from .markdown import endpoint_lines, modified_files, sequential_rows, sequential_totals
 from .regulatory import clause_summary, limitations_view, mapping_view, meta_rows, signature
-from .results import (
+from .verdict import overall_verdict
+from .views import (
     INVALID_FLAG,
     coverage_lines,
+    endpoint_lines,
+    excluded_rows,
     items_scored_text,
-    overall_labels,
+    metric_rows,
+    modified_files,
+    ok_categories,
     sensitivity_rows,
+    sequential_rows,
+    sequential_totals,
     table_metrics,
 )
-from .verdict import overall_verdict
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -90,85 +95,79 @@ def _bound_text(v: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {b:g}" for k, b in (v.get("bounds") or {}).items())
 
 
-def _benchmark_view(results: Mapping[str, Any], bench: str, mapping) -> dict[str, Any]:
-    """Everything the template shows for one benchmark, computed from the results document."""
-    entries = results["benchmarks"][bench]
-    info = (results.get("benchmark_info") or {}).get(bench) or {}
+def _gate_cell(g: Mapping[str, Any]) -> dict[str, Any]:
+    return {"bound": _bound_text(g), "mode": g.get("mode", "point"), "status": g["status"]}
+
+
+def _metric_cells(results: Mapping[str, Any], bench: str) -> list[dict[str, Any]]:
+    """The benchmark's table for the template: one row per (category or aggregate, metric
+    shown) with its threshold gates, an error row per failed category, then the gates on a
+    metric the table does not list (KoBBQ's per-template metrics), which still show."""
     names = table_metrics(results, bench)
     gates: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for v in results["gates"]:
-        if v["benchmark"] == bench:
+        if v["benchmark"] == bench and v.get("kind", "threshold") == "threshold":
             gates.setdefault((v["category"], v["metric"]), []).append(v)
-    rows = []
-    overall = (results.get("overall") or {}).get(bench, {})
-    blocks = list(entries.items()) + [
-        (label, {"status": "ok", "metrics": overall[label], "pool": True})
-        for label in overall_labels(results, bench)
-    ]
-    for cat, entry in blocks:
-        if entry.get("status") == "error":
-            rows.append({"category": cat, "error": entry["error"]})
+    rows: list[dict[str, Any]] = []
+    for row in metric_rows(results, bench):
+        if row.error is not None:
+            rows.append({"category": row.label, "error": row.error})
             continue
         for name in names:
-            m = entry["metrics"].get(name)
+            m = row.metrics.get(name)
             if m is None:
                 continue
-            threshold = [g for g in gates.get((cat, name), ()) if g.get("kind", "threshold") == "threshold"]
             rows.append(
                 {
-                    "category": cat,
+                    "category": row.label,
                     "metric": name,
                     "value": m["value"],
                     "ci": m["ci"],
                     "n": m["n"],
                     "reason": m.get("reason"),
-                    "pool": entry.get("pool", False),
-                    "gates": [
-                        {"bound": _bound_text(g), "mode": g.get("mode", "point"), "status": g["status"]}
-                        for g in threshold
-                    ],
+                    "pool": row.pool,
+                    "gates": [_gate_cell(g) for g in gates.get((row.label, name), ())],
                 }
             )
     shown = {(r["category"], r.get("metric")) for r in rows}
-    # A gate on a metric the table does not list (KoBBQ's per-template metrics) still shows.
     for (cat, name), vs in gates.items():
-        for g in vs:
-            if g.get("kind", "threshold") == "threshold" and (cat, name) not in shown:
-                rows.append(
-                    {
-                        "category": cat,
-                        "metric": name,
-                        "value": g["value"],
-                        "ci": g["ci"],
-                        "n": g["n"],
-                        "reason": None,
-                        "pool": False,
-                        "gates": [
-                            {"bound": _bound_text(g), "mode": g.get("mode", "point"), "status": g["status"]}
-                        ],
-                    }
-                )
-    ok = {c: e for c, e in entries.items() if e.get("status", "ok") == "ok"}
+        if (cat, name) in shown:
+            continue
+        rows += [
+            {
+                "category": cat,
+                "metric": name,
+                "value": g["value"],
+                "ci": g["ci"],
+                "n": g["n"],
+                "reason": None,
+                "pool": False,
+                "gates": [_gate_cell(g)],
+            }
+            for g in vs
+        ]
+    return rows
+
+
+def _benchmark_view(results: Mapping[str, Any], bench: str, mapping) -> dict[str, Any]:
+    """Everything the template shows for one benchmark, computed from the results document."""
+    info = (results.get("benchmark_info") or {}).get(bench) or {}
+    ok = ok_categories(results, bench)
     rates = [
         {"category": c, "metric": r, **{k: e["metrics"][r][k] for k in ("value", "ci", "n")}}
         for r in info.get("rate_metrics", ())
         for c, e in ok.items()
         if r in e["metrics"]
     ]
-    excluded = [
-        {"category": c, "reason": reason, "count": len(ids), "ids": ids[:10]}
-        for c, e in ok.items()
-        for reason, ids in (e.get("excluded") or {}).items()
-    ]
     examples = [{"category": c, **x} for c, e in ok.items() for x in e.get("examples") or ()]
     regressions = [v for v in results["gates"] if v["benchmark"] == bench and v.get("kind") == "regression"]
     return {
         "name": bench,
         "title": info.get("title") or bench,
-        "rows": rows,
+        "rows": _metric_cells(results, bench),
         "rates": rates,
         "rate_metrics": info.get("rate_metrics", []),
-        "excluded": excluded,
+        "excluded": excluded_rows(results, bench),
         "examples": examples,
         "limits": limitations_view(results, bench, mapping),
         "chart": chart_data_uri(results, bench),

@@ -16,16 +16,24 @@ from .regulatory import (
     signature,
     verdict_line,
 )
-from .results import (
+from .results import ResultsDocument
+from .verdict import overall_verdict
+from .views import (
     INVALID_FLAG,
-    ResultsDocument,
+    column_groups,
     coverage_lines,
+    endpoint_lines,
+    excluded_rows,
     items_scored_text,
     metric_names_of,
-    overall_labels,
+    metric_rows,
+    modified_files,
+    ok_categories,
     sensitivity_rows,
+    sequential_rows,
+    sequential_totals,
+    table_metrics,
 )
-from .verdict import overall_verdict
 
 
 def _fmt(metric: Mapping[str, Any] | None) -> str:
@@ -95,142 +103,12 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", "\\n")
 
 
-def modified_files(results: Mapping[str, Any]) -> list[str]:
-    """Data files of ``results`` whose sha256 is not the pinned published one."""
-    return sorted(
-        p for p, d in results.get("data_files", {}).items() if str(d.get("status", "")).startswith("MODIFIED")
-    )
-
-
-def endpoint_lines(model: Mapping[str, Any]) -> list[str]:
-    """One line per inference-server endpoint the run used (``model.server.endpoints``): its URL,
-    state and what it computed; none for an in-process model."""
-    server = model.get("server") or {}
-    out = []
-    for e in server.get("endpoints") or []:
-        state = e.get("state", "?") + (f" ({e['reason']})" if e.get("reason") else "")
-        out.append(
-            f"{e.get('base_url')}: {state}; {e.get('requests', 0)} requests, {e.get('scored', 0)} "
-            f"sequences scored, {e.get('generated', 0)} generations, {e.get('tokens', 0)} tokens, "
-            f"{e.get('retries', 0)} retries, {e.get('failures', 0)} failed requests (sent to "
-            f"another endpoint), {e.get('seconds', 0)} s, {e.get('groups', 0)} prefix groups"
-        )
-    return out
-
-
 def audited_system(results: Mapping[str, Any]) -> list[str]:
     """The ``--audit-meta`` table (or a line saying none was given), before the verdict."""
     rows = meta_rows(results)
     if not rows:
         return ["Audited system: not described (no `--audit-meta FILE` given).", ""]
     return ["## Audited system", "", "| | |", "|---|---|", *[f"| {k} | {_cell(v)} |" for k, v in rows], ""]
-
-
-#: The category of a sentence-pair benchmark that holds every pair of its subgroups.
-_OVERALL = "overall"
-
-
-def _sequential_categories(results: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
-    seen: dict[tuple[str, str], dict[str, Any]] = {}
-    for v in results["gates"]:
-        if v.get("sequential"):
-            seen[(v["benchmark"], v["category"])] = v["sequential"]
-    return seen
-
-
-def _scored_by_overall(seen: Mapping[tuple[str, str], Mapping[str, Any]]) -> set[str]:
-    """Benchmarks whose ``overall`` category (every pair of the subgroups) was scored in full:
-    a subgroup that stopped early there saved no computation, its pairs were scored anyway."""
-    return {b for (b, c), s in seen.items() if c == _OVERALL and s["items_scored"] >= s["population"]}
-
-
-def sequential_rows(results: Mapping[str, Any]) -> list[dict[str, str]]:
-    """One row per sequential gate (a verdict with ``sequential``), as both reports show it: the
-    decision, the n it was decided at of the category's selected items, the confidence sequence
-    there, the band, the items the category saved, and where the verdict comes from."""
-    rows = []
-    full = _scored_by_overall(_sequential_categories(results))
-    for v in results["gates"]:
-        s = v.get("sequential")
-        if not s:
-            continue
-        saved = str(s["items_saved"])
-        if v["benchmark"] in full and v["category"] != _OVERALL and s["items_saved"]:
-            saved = f"0 ({_OVERALL} scored every item)"
-        lo, hi = s.get("band") or [None, None]
-        cs = s.get("cs")
-        # Once every item is scored, the without-replacement CS has closed on the value itself and
-        # decides nothing (the fixed-n verdict does): shown beside "none", a CS inside the band read
-        # as a contradiction.
-        exhausted = s.get("verdict_from") != "sequential" and s["items_scored"] >= s["population"]
-        rows.append(
-            {
-                "benchmark": v["benchmark"],
-                "category": v["category"],
-                "metric": v["metric"] + (" (vs baseline)" if v.get("kind") == "regression" else ""),
-                # An undecided gate at exhaustion is judged fixed-n: "CONTINUE" beside a CS outside
-                # its band read as a run still going.
-                "decision": s["decision"] if s.get("verdict_from") == "sequential" else "none (fixed-n)",
-                "n": f"{s['n']} of {s['population']}",
-                "cs": "- (every item scored)" if exhausted else f"[{cs[0]:.3f}, {cs[1]:.3f}]" if cs else "-",
-                "band": f"[{'-inf' if lo is None else format(lo, '.3f')}, {'inf' if hi is None else format(hi, '.3f')}]",
-                "saved": saved,
-                "verdict_from": s["verdict_from"],
-                "status": v["status"],
-                "note": s.get("note") or "",
-            }
-        )
-    return rows
-
-
-def sequential_totals(results: Mapping[str, Any]) -> str | None:
-    """Items scored of those selected over the categories with sequential gates, and the gate
-    verdicts their confidence sequences decided, one sentence; None when no gate was sequential. A sentence-pair benchmark's ``overall`` category holds its
-    subgroups' pairs: it counts them once (summing the subgroups too counted every pair twice and
-    called pairs that ``overall`` scored saved); when ``overall`` stopped early too, the pairs its
-    subgroups' own rounds scored may differ from its own, so the count is an upper bound.
-
-    Examples
-    --------
-    >>> def gate(cat, scored, population):
-    ...     return {"benchmark": "crows_pairs", "category": cat,
-    ...             "sequential": {"items_scored": scored, "population": population}}
-    >>> sequential_totals({"gates": [gate("overall", 100, 100), gate("age", 20, 40)]})
-    '100 of 100 selected items scored (100.0 %) in 2 categories with sequential gates; 1 stopped early; 0 of 2 gate verdicts decided sequentially'
-    >>> sequential_totals({"gates": [gate("overall", 60, 100), gate("age", 20, 40)]})
-    'at most 80 of 100 selected items scored (80.0 %) in 2 categories with sequential gates; 2 stopped early; 0 of 2 gate verdicts decided sequentially'
-    """
-    seen = _sequential_categories(results)
-    if not seen:
-        return None
-    scored = population = 0
-    bound = False
-    full = _scored_by_overall(seen)
-    for bench in sorted({b for b, _ in seen}):
-        cats = {c: s for (b, c), s in seen.items() if b == bench}
-        if _OVERALL not in cats:
-            scored += sum(s["items_scored"] for s in cats.values())
-            population += sum(s["population"] for s in cats.values())
-            continue
-        whole = cats.pop(_OVERALL)
-        population += whole["population"]
-        if bench in full or not cats:
-            scored += whole["items_scored"]
-        else:
-            bound = True
-            scored += min(
-                whole["population"], whole["items_scored"] + sum(s["items_scored"] for s in cats.values())
-            )
-    early = sum(s["items_scored"] < s["population"] for s in seen.values())
-    infos = [v["sequential"] for v in results["gates"] if v.get("sequential")]
-    decided = sum(1 for s in infos if s.get("verdict_from") == "sequential")
-    return (
-        f"{'at most ' if bound else ''}{scored:,} of {population:,} selected items scored "
-        f"({100.0 * scored / max(population, 1):.1f} %) in {len(seen)} "
-        f"{'category' if len(seen) == 1 else 'categories'} with sequential "
-        f"gates; {early} stopped early; {decided} of {len(infos)} "
-        f"{'gate verdict' if len(infos) == 1 else 'gate verdicts'} decided sequentially"
-    )
 
 
 def sequential_section(results: Mapping[str, Any]) -> list[str]:
@@ -310,17 +188,38 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     renders as HTML or a link."""
     results = inert_results(results)
     model = results.get("model") or {}
-    opts = results["options"]
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items())) or "no gates"
-    run = results.get("run", {})
-    suite = run.get("suite", {})
-    verdict = overall_verdict(results)
     out = [
         f"# Bias audit report: {model.get('name', '?')}",
         "",
         f"**Signature:** {md_text(signature(results)[1])}",  # the signer's name is user text
         "",
         *audited_system(results),
+        *verdict_section(results),
+        *run_section(results),
+        "",
+        *gates_section(results),
+    ]
+    view = mapping_view(results)
+    seq = sequential_section(results)
+    if seq:
+        out += ["", *seq]
+    out += ["", *regulatory_section(view)]
+    for bench in results["benchmarks"]:
+        out += metrics_section(results, bench)
+        out += ["", *limitations_section(results, bench, view["mapping"])]
+    out += sensitivity_section(results)
+    out += protocol_section(results)
+    out += data_section(results)
+    return "\n".join(out)
+
+
+def verdict_section(results: Mapping[str, Any]) -> list[str]:
+    """The verdict line and what keeps the run from a plain verdict: an interruption, data that
+    is not the published release, thresholds-file warnings, saved predictions, failed
+    categories."""
+    verdict = overall_verdict(results)
+    model = results.get("model") or {}
+    out = [
         f"**Verdict: {verdict.shown_label}** ({verdict.reason}; exit code "
         f"{'?' if verdict.exit_code is None else verdict.exit_code})",
         "",
@@ -340,7 +239,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
             "See Data files below.",
             "",
         ]
-    for warning in run.get("thresholds_warnings") or []:
+    for warning in results.get("run", {}).get("thresholds_warnings") or []:
         out += [f"> **Thresholds file:** {warning}", ""]
     covered = coverage_lines(results)
     if covered:
@@ -355,9 +254,20 @@ def render_markdown(results: Mapping[str, Any]) -> str:
             "below, with the message): their gates have no value.",
             "",
         ]
+    return out
+
+
+def run_section(results: Mapping[str, Any]) -> list[str]:
+    """The run's provenance, one bullet each: run, suite, model (and server endpoints), items
+    scored, gates file and the command line."""
+    model = results.get("model") or {}
+    opts = results["options"]
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items())) or "no gates"
+    run = results.get("run", {})
+    suite = run.get("suite", {})
     commit = suite.get("git_commit", "?")
     dirty = " (uncommitted changes)" if suite.get("git_dirty") else ""
-    out += [
+    return [
         f"- run: `{results['run_id']}` ({results['created']}); status **{run.get('status', '?')}**; "
         f"duration {run.get('duration_s', '?')} s",
         f"- suite: bias-audit {suite.get('version', '?')}, commit `{commit}`{dirty}",
@@ -373,7 +283,13 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         f"{', '.join(results['benchmarks'])}",
         f"- command line (run from `{run.get('working_directory', '?')}`): "
         f"`{run.get('command_line') or 'pytest ' + ' '.join(run.get('invocation', []))}`",
-        "",
+    ]
+
+
+def gates_section(results: Mapping[str, Any]) -> list[str]:
+    """The "Gates" section: one row per verdict, the messages of those with no verdict, the
+    modes' rules, the baseline of regression gates and the skipped gates."""
+    out = [
         "## Gates",
         "",
         "| benchmark | category | metric | value [CI] | n | templates | bound | mode | min_n | verdict |",
@@ -381,37 +297,9 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     ]
     notes = []
     for v in results["gates"]:
-        value = (
-            "not evaluated"
-            if v["status"] == "skipped"
-            else "undefined"
-            if v["value"] is None
-            else f"{v['value']:.3f}"
-        )
-        if v["value"] is not None and v["ci"][0] is not None:
-            value += f" [{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]"
-        if v["status"] in ("error", "not run"):
-            value = "-"
+        if v["status"] in ("error", "not run", "insufficient", "inconclusive"):
             notes.append(f"- {v['status'].upper()}: {v['message']}")
-        elif v["status"] in ("insufficient", "inconclusive"):
-            notes.append(f"- {v['status'].upper()}: {v['message']}")
-        bounds = ", ".join(f"{k} {b:g}" for k, b in v["bounds"].items())
-        if v.get("kind") == "regression":
-            base = (v.get("baseline") or {}).get("value")
-            bounds = (
-                f"vs baseline {'undefined' if base is None else format(base, '.3f')}: "
-                f"max_regression {v.get('max_regression', 0):g} ({bounds})"
-            )
-        clusters = v.get("clusters") if v.get("clusters") is not None else "-"
-        n = v["n"] if v["n"] is not None else "-"
-        metric = v["metric"] + (" (vs baseline)" if v.get("kind") == "regression" else "")
-        if v.get("not_like_for_like"):
-            metric += " (**not like for like**)"
-        out.append(
-            f"| {v['benchmark']} | {v['category']} | {metric} | {value} | {n} | "
-            f"{clusters} | {bounds} | {v.get('mode', v.get('basis', '?'))} | "
-            f"{v.get('min_n', '-')} | **{v['status'].upper()}** |"
-        )
+        out.append(_gate_row(v))
     if notes:
         out += ["", *notes]
     from ..gates import MODE_RULES
@@ -419,94 +307,138 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     modes = sorted({v.get("mode") for v in results["gates"] if v.get("mode")})
     if modes:
         out += ["", "Modes: " + "; ".join(f"`{m}`: {MODE_RULES.get(m, '?')}" for m in modes) + "."]
-    baseline = results.get("baseline")
-    if baseline:
-        out += [
-            "",
-            f"Regression gates compare with baseline run `{baseline.get('run_id')}` (model "
-            f"{baseline.get('model')}, `{baseline.get('path')}`, sha256 "
-            f"`{baseline.get('sha256')}`): each fails when the whole new "
-            "interval is worse than the baseline value by more than its max_regression.",
-        ]
-        unlike = baseline.get("not_like_for_like") or []
-        if unlike:
-            out += [
-                "",
-                "**The baseline is not like for like**, so a regression gate may reflect the "
-                "set-up rather than the model:",
-                "",
-            ] + [f"- {x}" for x in unlike]
+    out += _baseline_lines(results.get("baseline"))
     skipped = [v for v in results["gates"] if v["status"] == "skipped"]
     if skipped:
         out += ["", "Skipped gates (their data is missing; a skipped gate is not a pass):", ""]
         out += [f"- {v['benchmark']}/{v['category']}/{v['metric']}: {v['message']}" for v in skipped]
-    view = mapping_view(results)
-    seq = sequential_section(results)
-    if seq:
-        out += ["", *seq]
-    out += ["", *regulatory_section(view)]
-    for bench, all_cats in results["benchmarks"].items():
-        from .results import column_groups, table_metrics
+    return out
 
-        cats = {c: e for c, e in all_cats.items() if e.get("status", "ok") == "ok"}
-        names = table_metrics(results, bench)
-        every = metric_names_of(cats)
-        more = (
-            ""
-            if len(names) == len(every)
-            else (f" ({len(every) - len(names)} further metrics per category in results.json)")
+
+def _gate_row(v: Mapping[str, Any]) -> str:
+    """A verdict's row of the gates table."""
+    value = (
+        "not evaluated"
+        if v["status"] == "skipped"
+        else "undefined"
+        if v["value"] is None
+        else f"{v['value']:.3f}"
+    )
+    if v["value"] is not None and v["ci"][0] is not None:
+        value += f" [{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]"
+    if v["status"] in ("error", "not run"):
+        value = "-"
+    bounds = ", ".join(f"{k} {b:g}" for k, b in v["bounds"].items())
+    if v.get("kind") == "regression":
+        base = (v.get("baseline") or {}).get("value")
+        bounds = (
+            f"vs baseline {'undefined' if base is None else format(base, '.3f')}: "
+            f"max_regression {v.get('max_regression', 0):g} ({bounds})"
         )
-        out += ["", f"## {bench}: metrics per category{more}"]
-        overall = results["overall"].get(bench, {})
-        for group in column_groups(names):
-            out += ["", "| category | items | " + " | ".join(group) + " |", "|---|---|" + "---|" * len(group)]
-            for cat, entry in all_cats.items():
-                if entry.get("status") == "error":
-                    out.append(
-                        f"| {cat} | - | **ERROR**: {_cell(entry['error'])} |" + " |" * max(len(group) - 1, 0)
-                    )
-                    continue
-                out.append(
-                    f"| {cat} | {entry['n_scored']} | "
-                    + " | ".join(_fmt(entry["metrics"].get(n)) for n in group)
-                    + " |"
-                )
-            for label in overall_labels(results, bench):
-                out.append(
-                    f"| *{label}* | | " + " | ".join(_fmt(overall[label].get(n)) for n in group) + " |"
-                )
-        excluded = [
-            (cat, reason, len(ids)) for cat, e in cats.items() for reason, ids in e["excluded"].items()
-        ]
-        if excluded:
-            out += [
-                "",
-                "Rows left out, of scoring or of a metric, as each reason says (ids in results.json):",
-                "",
-            ]
-            out += [f"- {cat}: {n} ({reason})" for cat, reason, n in excluded]
-        out += ["", *limitations_section(results, bench, view["mapping"])]
-    sens = sensitivity_rows(results)
-    if sens:
+    clusters = v.get("clusters") if v.get("clusters") is not None else "-"
+    n = v["n"] if v["n"] is not None else "-"
+    metric = v["metric"] + (" (vs baseline)" if v.get("kind") == "regression" else "")
+    if v.get("not_like_for_like"):
+        metric += " (**not like for like**)"
+    return (
+        f"| {v['benchmark']} | {v['category']} | {metric} | {value} | {n} | "
+        f"{clusters} | {bounds} | {v.get('mode', v.get('basis', '?'))} | "
+        f"{v.get('min_n', '-')} | **{v['status'].upper()}** |"
+    )
+
+
+def _baseline_lines(baseline: Mapping[str, Any] | None) -> list[str]:
+    """What regression gates compare with, and why the baseline is not like for like."""
+    if not baseline:
+        return []
+    out = [
+        "",
+        f"Regression gates compare with baseline run `{baseline.get('run_id')}` (model "
+        f"{baseline.get('model')}, `{baseline.get('path')}`, sha256 "
+        f"`{baseline.get('sha256')}`): each fails when the whole new "
+        "interval is worse than the baseline value by more than its max_regression.",
+    ]
+    unlike = baseline.get("not_like_for_like") or []
+    if unlike:
         out += [
             "",
-            "## Parse sensitivity",
+            "**The baseline is not like for like**, so a regression gate may reflect the "
+            "set-up rather than the model:",
             "",
-            "Generated answers are read under one parsing profile and every metric again under "
-            "the other; a category is flagged (**!**) when a gate's verdict differs between "
-            f"them or an invalid rate exceeds {INVALID_FLAG:.0%}.",
+        ] + [f"- {x}" for x in unlike]
+    return out
+
+
+def metrics_section(results: Mapping[str, Any], bench: str) -> list[str]:
+    """A benchmark's "metrics per category": its tables (at most ``TABLE_COLUMNS`` metrics
+    each, every category and aggregate a row) and the rows left out."""
+    names = table_metrics(results, bench)
+    every = metric_names_of(ok_categories(results, bench))
+    more = (
+        ""
+        if len(names) == len(every)
+        else f" ({len(every) - len(names)} further metrics per category in results.json)"
+    )
+    out = ["", f"## {bench}: metrics per category{more}"]
+    rows = metric_rows(results, bench)
+    for group in column_groups(names):
+        out += ["", "| category | items | " + " | ".join(group) + " |", "|---|---|" + "---|" * len(group)]
+        for row in rows:
+            if row.error is not None:
+                out.append(
+                    f"| {row.label} | - | **ERROR**: {_cell(row.error)} |" + " |" * max(len(group) - 1, 0)
+                )
+            elif row.pool:
+                out.append(
+                    f"| *{row.label}* | | " + " | ".join(_fmt(row.metrics.get(n)) for n in group) + " |"
+                )
+            else:
+                out.append(
+                    f"| {row.label} | {row.n_scored} | "
+                    + " | ".join(_fmt(row.metrics.get(n)) for n in group)
+                    + " |"
+                )
+    excluded = excluded_rows(results, bench)
+    if excluded:
+        out += [
             "",
-            "| benchmark | category | profile / other | gates that change verdict | invalid rate "
-            "(profile / other) | flag |",
-            "|---|---|---|---|---|---|",
+            "Rows left out, of scoring or of a metric, as each reason says (ids in results.json):",
+            "",
         ]
-        for r in sens:
-            changed = "; ".join(f"{t}: {a.upper()} -> {b.upper()}" for t, a, b in r["differs"]) or "none"
-            rates = "; ".join(f"{n} {_num(a)} / {_num(b)}" for n, (a, b) in r["rates"].items()) or "-"
-            out.append(
-                f"| {r['benchmark']} | {r['category']} | {r['answer_parsing']} / {r['other']} | "
-                f"{_cell(changed)} | {rates} | {'**!**' if r['flagged'] else ''} |"
-            )
+        out += [f"- {x['category']}: {x['count']} ({x['reason']})" for x in excluded]
+    return out
+
+
+def sensitivity_section(results: Mapping[str, Any]) -> list[str]:
+    """The "Parse sensitivity" section (empty where nothing was parsed from text)."""
+    sens = sensitivity_rows(results)
+    if not sens:
+        return []
+    out = [
+        "",
+        "## Parse sensitivity",
+        "",
+        "Generated answers are read under one parsing profile and every metric again under "
+        "the other; a category is flagged (**!**) when a gate's verdict differs between "
+        f"them or an invalid rate exceeds {INVALID_FLAG:.0%}.",
+        "",
+        "| benchmark | category | profile / other | gates that change verdict | invalid rate "
+        "(profile / other) | flag |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in sens:
+        changed = "; ".join(f"{t}: {a.upper()} -> {b.upper()}" for t, a, b in r["differs"]) or "none"
+        rates = "; ".join(f"{n} {_num(a)} / {_num(b)}" for n, (a, b) in r["rates"].items()) or "-"
+        out.append(
+            f"| {r['benchmark']} | {r['category']} | {r['answer_parsing']} / {r['other']} | "
+            f"{_cell(changed)} | {rates} | {'**!**' if r['flagged'] else ''} |"
+        )
+    return out
+
+
+def protocol_section(results: Mapping[str, Any]) -> list[str]:
+    """Each benchmark's protocol, one bullet per key (whitespace that matters shown quoted)."""
+    out = []
     for bench, protocol in results.get("protocols", {}).items():
         out += ["", f"## {bench}: protocol", ""]
         for key, value in protocol.items():
@@ -515,14 +447,19 @@ def render_markdown(results: Mapping[str, Any]) -> str:
             elif isinstance(value, str) and ("\n" in value or value != value.strip() or not value):
                 value = f"`{value!r}`"  # whitespace that matters (a delimiter, a template)
             out.append(f"- {key}: {value}")
-    out += ["", "## Data files", "", "| file | rows | sha256 | release |", "|---|---|---|---|"]
+    return out
+
+
+def data_section(results: Mapping[str, Any]) -> list[str]:
+    """The data files (rows, sha256, release status) and the library versions."""
+    out = ["", "## Data files", "", "| file | rows | sha256 | release |", "|---|---|---|---|"]
     out += [
         f"| {p} | {d['rows']} | `{d['sha256'][:16]}…` | {d.get('status', '?')} |"
         for p, d in sorted(results["data_files"].items())
     ]
     libs = results["environment"]["libraries"]
     out += ["", "Libraries: " + ", ".join(f"{k} {v}" for k, v in libs.items() if v), ""]
-    return "\n".join(out)
+    return out
 
 
 def write_markdown(path: Path, results: Mapping[str, Any]) -> Path:

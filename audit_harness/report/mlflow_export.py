@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import DataError
-from .results import overall_labels
 from .verdict import overall_verdict
+from .views import overall_labels
 
 #: What the user installs when mlflow is missing.
 INSTALL_HINT = "pip install 'bias-audit[mlflow]'"

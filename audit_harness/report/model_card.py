@@ -20,9 +20,9 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..compliance.meta import FIELDS, LABELS
 from .regulatory import limitations_view, recorded_mapping
-from .results import overall_labels
 from .scope import scope
 from .verdict import overall_verdict
+from .views import overall_labels
 
 #: The model-index task of a model kind (results.json ``model.kind``); a causal LM, a served
 #: model and saved predictions are all text generation.

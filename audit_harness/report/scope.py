@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from ..gates import CONFIDENCE_FLOOR
 from ..gates.comparability import judged_items
-from .results import items_scored_text
+from .views import items_scored_text
 
 
 def _names(metric: str, base: str) -> bool:

@@ -7,8 +7,14 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .. import exit_codes
-from .markdown import modified_files, sequential_totals
-from .results import coverage_lines, gate_lines, metric_table, sensitivity_lines
+from .views import (
+    column_groups,
+    coverage_lines,
+    modified_files,
+    sensitivity_lines,
+    sequential_totals,
+    table_metrics,
+)
 
 
 def write_no_selection(tr, keyword: str, known: list[str]) -> None:
@@ -306,3 +312,91 @@ def write_plan(tr, plan: Mapping[str, Any], path) -> None:
         yellow=code == exit_codes.OK and bool(skipped),
         red=code != exit_codes.OK,
     )
+
+
+def _interval(ci) -> str:
+    lo, hi = ci or (None, None)
+    return f"[{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
+
+
+def gate_lines(results: Mapping[str, Any]) -> list[str]:
+    """One terminal line per gate verdict: status, test id, value [interval], n, bound and mode
+    (a regression gate: the baseline value and max_regression). The verdict's sentence is left to
+    pytest's FAILURES section, so it is printed once."""
+    lines = []
+    for v in results["gates"]:
+        test = f"test_{v['benchmark']}[{v.get('test_id') or v['category'] + '-' + v['metric']}]"
+        value = "-" if v.get("value") is None else f"{v['value']:.3f}"
+        n = "" if v.get("n") is None else f" n={v['n']}"
+        if v.get("kind") == "regression":
+            base = (v.get("baseline") or {}).get("value")
+            bound = (
+                f"baseline {'-' if base is None else format(base, '.3f')} "
+                f"max_regression {v.get('max_regression', 0):g}"
+            )
+        else:
+            bound = ", ".join(f"{k} {b:g}" for k, b in v.get("bounds", {}).items())
+        unlike = "  (not like for like)" if v.get("not_like_for_like") else ""
+        lines.append(
+            f"  {v['status'].upper():<12} {test}  {value} {_interval(v.get('ci'))}{n}  "
+            f"{bound}  mode {v.get('mode', 'point')}{_sequential_tag(v.get('sequential'))}{unlike}"
+        )
+    return lines
+
+
+def _sequential_tag(s: Mapping[str, Any] | None) -> str:
+    """Where a sequential gate's verdict comes from, for its terminal line: a run stopped early
+    must not read like a fixed-n one (its value and n are those of the items scored).
+
+    Examples
+    --------
+    >>> _sequential_tag({"verdict_from": "sequential", "decision": "PASS", "n": 60, "population": 400,
+    ...                  "cs": [0.91, 0.99]})
+    '  sequential PASS after 60 of 400 items, CS [0.910, 0.990]'
+    >>> _sequential_tag({"verdict_from": "fixed-n", "n": 400, "population": 400, "items_scored": 400})
+    '  sequential: undecided, fixed-n verdict on 400 of 400 items'
+    >>> _sequential_tag(None)
+    ''
+    """
+    if not s:
+        return ""
+    if s.get("verdict_from") == "sequential":
+        cs = s.get("cs")
+        where = f", CS [{cs[0]:.3f}, {cs[1]:.3f}]" if cs else ""
+        return f"  sequential {s.get('decision')} after {s['n']} of {s['population']} items{where}"
+    scored = s.get("items_scored", s.get("n"))
+    return f"  sequential: undecided, fixed-n verdict on {scored} of {s['population']} items"
+
+
+def metric_table(results: Mapping[str, Any]) -> list[str]:
+    """Plain-text table of every metric per category (value and CI), for the terminal; ``-`` where
+    a metric is undefined or not computed for that category."""
+    lines: list[str] = []
+    for bench, all_cats in results["benchmarks"].items():
+        cats = {c: d for c, d in all_cats.items() if d.get("status", "ok") == "ok"}
+        width = max([len(c) for c in all_cats] + [len("pooled"), 8])
+        level = (results.get("options") or {}).get("confidence") or 0.95
+        lines.append(
+            f"{bench}  (n = items scored; value [{100 * level:g}% CI]; '-' = undefined or not computed)"
+        )
+        lines += [
+            f"  {c:<{width}} ERROR  {d['error']}" for c, d in all_cats.items() if d.get("status") == "error"
+        ]
+        rows = [(c, d["n_scored"], d["metrics"]) for c, d in cats.items()]
+        pooled = results["overall"].get(bench, {}).get("pooled")
+        if pooled:
+            rows.append(("pooled", sum(d["n_scored"] for d in cats.values()), pooled))
+        for names in column_groups(table_metrics(results, bench)):
+            lines.append(f"  {'category':<{width}} {'n':>5}  " + "  ".join(f"{n:>24}" for n in names))
+            for cat, n, metrics in rows:
+                cells = []
+                for name in names:
+                    m = metrics.get(name)
+                    if m is None or m["value"] is None:
+                        cells.append(f"{'-':>24}")
+                    else:
+                        lo, hi = m["ci"]
+                        ci = f"[{lo:+.2f},{hi:+.2f}]" if lo is not None else ""
+                        cells.append(f"{m['value']:>+8.3f} {ci:>15}")
+                lines.append(f"  {cat:<{width}} {n:>5}  " + "  ".join(cells))
+    return lines

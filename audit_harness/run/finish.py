@@ -49,30 +49,74 @@ class RunFiles:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class Evaluated:
+    """What every process of the run evaluated, merged: outcomes, verdicts (the gates never run
+    included), the categories whose evaluation failed, and the model (each xdist worker's pool
+    of servers counted together)."""
+
+    outcomes: list[dict[str, Any]]
+    verdicts: list[dict[str, Any]]
+    errors: list[dict[str, Any]]
+    model: dict[str, Any] | None = None
+
+    def touched(self) -> set[str]:
+        """The benchmarks the run scored, judged or failed in."""
+        return (
+            {o["benchmark"] for o in self.outcomes}
+            | {v["benchmark"] for v in self.verdicts}
+            | {e["benchmark"] for e in self.errors}
+        )
+
+
 def finish(run: AuditRun, exitstatus, presses: Presses) -> int | None:
     """Build, decide and write the run's outputs; the exit code pytest is to report, or None
     when this was no audit run (nothing selected, nothing evaluated: no run folder)."""
-    session = run.session
-    parts = [session.export()] + [json.loads(p) for p in run.worker_outputs]
-    outcomes = [o for p in parts for o in p["outcomes"]]
-    verdicts = [v for p in parts for v in p["verdicts"]]
-    errors = [e for p in parts for e in p.get("errors", [])]
+    parts = [run.session.export()] + [json.loads(p) for p in run.worker_outputs]
+    done = Evaluated(
+        outcomes=[o for p in parts for o in p["outcomes"]],
+        verdicts=[v for p in parts for v in p["verdicts"]],
+        errors=[e for p in parts for e in p.get("errors", [])],
+    )
     model_error = next((p["model_error"] for p in parts if p.get("model_error")), None)
-    collected = run.collected_gates or []
-    if not (outcomes or verdicts or errors or collected):
+    if not (done.outcomes or done.verdicts or done.errors or run.collected_gates):
         return 4 if model_error else None
     # (A model that cannot load stops the run through shouldstop, which pytest also reports as
     # INTERRUPTED: that is an input error, not a Ctrl-C.)
     interrupted = (int(exitstatus) == 2 or run.interrupted) and not model_error
-    # Every selected gate appears in the results: those never evaluated as NOT RUN, with why.
+    done.verdicts += unrun_verdicts(run, done.verdicts, interrupted, model_error)
+
+    from ..models.pool import merge_worker_models
+
+    done.model = merge_worker_models([p["model"] for p in parts])
+    results, run_error = build(run, done)
+    facts = Facts(
+        interrupted=interrupted,
+        run_error=run_error,
+        input_error=f"the model could not be loaded: {model_error}" if model_error else None,
+    )
+    if run.baseline is not None:
+        compare_baseline(run, results, facts)
+    run.files = RunFiles(results=ResultsDocument(results), facts=facts)
+    write_outputs(run, presses)
+    return run.files.outcome.exit_code
+
+
+def unrun_verdicts(
+    run: AuditRun, verdicts, interrupted: bool, model_error: str | None
+) -> list[dict[str, Any]]:
+    """Every selected gate appears in the results: those never evaluated (absent from
+    ``verdicts``) as NOT RUN with why, or as ERROR when the model could not load; each gets its
+    JUnit testcase."""
     seen = {(v["benchmark"], v["category"], v["metric"]) for v in verdicts}
     why = (
         "the run was interrupted"
         if interrupted
         else "the run stopped before it (-x/--maxfail, a skip, or a crash)"
     )
-    unrun = [g for g in collected if (g.benchmark, g.category, g.metric) not in seen]
-    verdicts += [
+    unrun = [g for g in run.collected_gates or [] if (g.benchmark, g.category, g.metric) not in seen]
+    junit_unrun_gates(run, unrun, model_error or why, "error" if model_error else "not run")
+    return [
         (
             Verdict.error(g, f"{g.benchmark}/{g.category}: {model_error}")
             if model_error
@@ -80,65 +124,84 @@ def finish(run: AuditRun, exitstatus, presses: Presses) -> int | None:
         ).to_dict()
         for g in unrun
     ]
-    junit_unrun_gates(run, unrun, model_error or why, "error" if model_error else "not run")
 
-    from ..models.pool import merge_worker_models
 
-    # Each xdist worker has its own pool of servers: their counts add up.
-    model = merge_worker_models([p["model"] for p in parts])
-    touched = (
-        {o["benchmark"] for o in outcomes}
-        | {v["benchmark"] for v in verdicts}
-        | {e["benchmark"] for e in errors}
+def compare_baseline(run: AuditRun, results: dict[str, Any], facts: Facts) -> None:
+    """Regression gates are only meaningful like for like: say in ``results`` what differs from
+    the baseline run (and, with ``--strict-baseline``, make it an input error)."""
+    from ..gates.comparability import comparability_notes, model_notes
+    from ..report.compare import incomplete_notes
+
+    unlike = incomplete_notes({"baseline": run.baseline.document}) + comparability_notes(
+        run.baseline.document, results
     )
-    results, run_error = build(run, model, outcomes, verdicts, errors, touched)
-    facts = Facts(
-        interrupted=interrupted,
-        run_error=run_error,
-        input_error=f"the model could not be loaded: {model_error}" if model_error else None,
-    )
-    if run.baseline is not None:
-        # Regression gates are only meaningful like for like: say what differs from the baseline.
-        from ..gates.comparability import comparability_notes, model_notes
-        from ..report.compare import incomplete_notes
-
-        unlike = incomplete_notes({"baseline": run.baseline.document}) + comparability_notes(
-            run.baseline.document, results
-        )
-        results["baseline"]["not_like_for_like"] = unlike
-        results["baseline"]["models"] = model_notes(run.baseline.document, results)
-        if unlike and session.options.strict_baseline and not facts.input_error:
-            facts.input_error = (
-                f"--strict-baseline: the baseline run is not like for like ({'; '.join(unlike)})"
-            )
-    run.files = RunFiles(results=ResultsDocument(results), facts=facts)
-    write_outputs(run, presses)
-    return run.files.outcome.exit_code
+    results["baseline"]["not_like_for_like"] = unlike
+    results["baseline"]["models"] = model_notes(run.baseline.document, results)
+    if unlike and run.session.options.strict_baseline and not facts.input_error:
+        facts.input_error = f"--strict-baseline: the baseline run is not like for like ({'; '.join(unlike)})"
 
 
-def build(run: AuditRun, model, outcomes, verdicts, errors, touched) -> tuple[dict[str, Any], str | None]:
+def build(run: AuditRun, done: Evaluated) -> tuple[dict[str, Any], str | None]:
     """The results document (``report.results.build_results``) and the run error, if the overall
     aggregates could not be computed."""
-    from ..engine.cache import ENGINE_VERSION
+    from ..evaluation import overall_from_records
     from ..redact import redact
-    from ..report.results import build_results, suite_provenance
-    from ..session import overall_from_records
-    from .startup import gates_for_data
+    from ..report.results import ResultsInput, build_results
 
-    session, config = run.session, run.config
-    opts = dict(session.options.__dict__)
+    session = run.session
+    opts = session.options.to_dict()
     try:
         opts["data_dir"] = str(session.data_dir)  # record the resolved path, not the flag as typed
     except AuditError:
         pass
-    # Where the options and the invocation are recorded, credentials in URLs are masked
-    # (``redact``): every report, JUnit property, model card and MLflow param is made from here.
-    opts = redact(opts)
+    touched = done.touched()
+    meta = run_meta(run, touched)
+    run_error = None
+    try:
+        overall = overall_from_records(
+            session.benchmarks, done.outcomes, session.run_dir, session.options.metric_settings
+        )
+    except AuditError as e:  # the records of a category went missing under the run
+        overall, run_error = {}, f"the overall aggregates could not be computed ({e})"
+    results = build_results(
+        ResultsInput(
+            run_id=run.run_id,
+            # Where the options and the invocation are recorded, credentials in URLs are masked
+            # (``redact``): every report, JUnit property, model card and MLflow param is made
+            # from here.
+            options=redact(opts),
+            model=done.model,
+            outcomes=done.outcomes,
+            verdicts=done.verdicts,
+            thresholds_path=str(session.options.thresholds),
+            overall=overall,
+            provenance={name: session.protocol(name, done.model) for name in touched},
+            run=meta,
+            errors=done.errors,
+            benchmark_info={n: session.benchmarks[n].report_info() for n in touched},
+            baseline=run.baseline.summary if run.baseline else None,
+            audit_meta=run.audit_meta.to_dict() if run.audit_meta else None,
+            regulatory_mapping=run.mapping.to_dict() if run.mapping else None,
+        )
+    )
+    return results, run_error
+
+
+def run_meta(run: AuditRun, touched: set[str]) -> dict[str, Any]:
+    """results.json's ``run``: invocation, command line, start and duration, the suite's and the
+    engine's versions, the thresholds file, its warnings, the interval floors and the gates
+    configured for the benchmarks this run touched."""
+    from ..engine.cache import ENGINE_VERSION
+    from ..redact import redact
+    from ..report.results import suite_provenance
+    from .startup import gates_for_data
+
+    session, config = run.session, run.config
     # Gates configured for the benchmarks this run touched: a BBQ-only run is complete when
     # all BBQ gates ran, whatever EsBBQ's section holds.
     configured = sum(len(gates_for_data(session, b, g)) for b, g in run.gates.items() if b in touched)
     args = redact(list(config.invocation_params.args))
-    meta = {
+    return {
         "invocation": args,
         "command_line": shlex.join(["pytest", *args]),
         "working_directory": str(config.invocation_params.dir),
@@ -151,31 +214,6 @@ def build(run: AuditRun, model, outcomes, verdicts, errors, touched) -> tuple[di
         "interval_floors": interval_floors(run),
         "gates_configured": configured,
     }
-    run_error = None
-    try:
-        overall = overall_from_records(
-            session.benchmarks, outcomes, session.run_dir, session.options.metric_settings
-        )
-    except AuditError as e:  # the records of a category went missing under the run
-        overall, run_error = {}, f"the overall aggregates could not be computed ({e})"
-    provenance = {name: session.protocol(name, model) for name in touched}
-    results = build_results(
-        run_id=run.run_id,
-        options=opts,
-        model=model,
-        outcomes=outcomes,
-        verdicts=verdicts,
-        thresholds_path=str(session.options.thresholds),
-        overall=overall,
-        provenance=provenance,
-        run=meta,
-        errors=errors,
-        benchmark_info={n: session.benchmarks[n].report_info() for n in touched},
-        baseline=run.baseline.summary if run.baseline else None,
-        audit_meta=run.audit_meta.to_dict() if run.audit_meta else None,
-        regulatory_mapping=run.mapping.to_dict() if run.mapping else None,
-    )
-    return results, run_error
 
 
 def decide_outcome(files: RunFiles, presses: Presses) -> Outcome:
@@ -287,8 +325,8 @@ def interval_floors(run: AuditRun) -> dict[str, Any]:
 
     levels = sorted({g.confidence for gs in run.gates.values() for g in gs})
     return {
-        "confidence": run.session.options.confidence,
-        "n_resamples": run.session.options.n_resamples,
+        "confidence": run.session.options.metrics.confidence,
+        "n_resamples": run.session.options.metrics.n_resamples,
         "signed_off_confidence": levels,
         "min_resamples": dict(MIN_RESAMPLES),
     }
