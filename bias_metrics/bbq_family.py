@@ -20,15 +20,16 @@ The same name can mean different things in different flavours (``bias_score_disa
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .intervals import cell_ratio_interval, wilson_interval
 from .records import AMBIG, AnswerClass, BBQFamilyRecord
-from .result import MetricResult
+from .result import MetricResult, undefined
 
 # --- cells -----------------------------------------------------------------------------------
 _PRED_ORDER = (AnswerClass.BIASED, AnswerClass.COUNTER_BIASED, AnswerClass.UNKNOWN, AnswerClass.INVALID)
@@ -809,61 +810,68 @@ def metrics_from_counts(
     counts = np.asarray(counts, dtype=np.int64)
     if counts.shape != (N_CELLS,) or (counts < 0).any():
         raise ValueError(f"counts must be {N_CELLS} non-negative integers, got {counts!r}")
+    bootstrap = None
     if cluster_counts is not None:
         cluster_counts = np.asarray(cluster_counts, dtype=np.int64)
         if not np.array_equal(cluster_counts.sum(axis=0), counts):
             raise ValueError("cluster_counts do not sum to counts")
+        if n_resamples > 0:
+            bootstrap = _bootstrap(cluster_counts, 1, confidence, n_resamples, seed)
     cdict = counts_dict(counts)
     out: dict[str, MetricResult] = {}
     for spec in specs:
         value = float(spec.statistic(counts.astype(np.float64)))
         n = int(sum(counts[k] for k in spec.n_cells))
+        result = MetricResult(spec.name, value, n, counts=cdict, source=spec.source)
         if math.isnan(value):
-            out[spec.name] = MetricResult(
-                spec.name, math.nan, n, counts=cdict, reason=spec.undefined, source=spec.source
-            )
-            continue
-        lo = hi = math.nan
-        method = None
-        if spec.numerator is not None:
+            result = undefined(spec.name, spec.undefined, n, cdict, spec.source)
+        elif spec.numerator is not None:
             k = int(sum(counts[i] for i in spec.numerator))
-            lo, hi = wilson_interval(k, n, confidence)
-            method = "wilson"
-        elif cluster_counts is not None and n_resamples > 0:
-            lo, hi = cell_ratio_interval(
-                cluster_counts,
-                spec.statistic,
-                BLOCKS,
-                PRIOR,
-                n_resamples=n_resamples,
-                confidence=confidence,
-                seed=seed,
-            )
-            # A posterior interval can exclude the point estimate on tiny or lopsided samples;
-            # widen it so the reported interval always covers the reported value.
-            lo, hi = min(lo, value), max(hi, value)
-            method = "bayes-bootstrap-cluster"
-        # The templates behind this metric: those with items in its denominator (a template
-        # of only disambiguated items adds nothing to an ambiguous-context score), never more than n.
-        clusters = (
-            int((cluster_counts[:, list(spec.n_cells)].sum(axis=1) > 0).sum())
-            if method == "bayes-bootstrap-cluster"
-            else None
-        )
-        out[spec.name] = MetricResult(
-            spec.name,
-            value,
-            n,
-            lo,
-            hi,
-            method,
-            confidence if method else None,
-            cdict,
-            None,
-            spec.source,
-            clusters,
-        )
+            result = _with_interval(result, wilson_interval(k, n, confidence), "wilson", confidence)
+        elif bootstrap is not None:
+            interval = _covering(bootstrap(spec.statistic), value)
+            clusters = _templates_in(cluster_counts, spec.n_cells)
+            result = _with_interval(result, interval, _CLUSTER_CI, confidence, clusters)
+        out[spec.name] = result
     return out
+
+
+#: The interval of a non-proportion (``intervals.cell_ratio_interval``).
+_CLUSTER_CI = "bayes-bootstrap-cluster"
+
+
+def _bootstrap(cluster_counts: np.ndarray, n_groups: int, confidence: float, n_resamples: int, seed: int):
+    """``cell_ratio_interval`` of a statistic of (clusters, n_groups x 16) counts, each group's 16
+    cells in ``BLOCKS`` with the ``PRIOR``, as a function of the statistic alone."""
+    blocks = tuple(tuple(g * N_CELLS + c for c in b) for g in range(n_groups) for b in BLOCKS)
+    return functools.partial(
+        cell_ratio_interval,
+        cluster_counts,
+        blocks=blocks,
+        prior=np.tile(PRIOR, n_groups),
+        n_resamples=n_resamples,
+        confidence=confidence,
+        seed=seed,
+    )
+
+
+def _covering(interval: tuple[float, float], value: float) -> tuple[float, float]:
+    # A posterior interval can exclude the point estimate on tiny or lopsided samples; widen it so
+    # the reported interval always covers the reported value (NaN bounds stay NaN).
+    lo, hi = interval
+    return min(lo, value), max(hi, value)
+
+
+def _templates_in(cluster_counts: np.ndarray, cells: Sequence[int]) -> int:
+    # The templates behind a metric: those with items in its denominator (a template of only
+    # disambiguated items adds nothing to an ambiguous-context score), never more than n.
+    return int((cluster_counts[:, list(cells)].sum(axis=1) > 0).sum())
+
+
+def _with_interval(result: MetricResult, interval, method: str, confidence: float, clusters=None):
+    """``result`` with its interval; ``clusters``: the templates a cluster interval resamples."""
+    lo, hi = interval
+    return replace(result, ci_low=lo, ci_high=hi, ci_method=method, confidence=confidence, clusters=clusters)
 
 
 def grouped_cluster_counts(
@@ -987,61 +995,39 @@ def metrics_mean_over_groups(
     n_groups = groups.shape[0]
     totals = groups.sum(axis=1)  # (groups, 16)
     joint_clusters = groups.transpose(1, 0, 2).reshape(groups.shape[1], n_groups * N_CELLS)
-    joint_blocks = tuple(tuple(g * N_CELLS + c for c in b) for g in range(n_groups) for b in BLOCKS)
-    joint_prior = np.tile(PRIOR, n_groups)
+    bootstrap = None
+    if n_resamples > 0:
+        bootstrap = _bootstrap(joint_clusters, n_groups, confidence, n_resamples, seed)
     cdict = counts_dict(totals.sum(axis=0))
     out: dict[str, MetricResult] = {}
     for spec in specs:
         per_group = [float(spec.statistic(totals[g].astype(np.float64))) for g in range(n_groups)]
         n = int(sum(totals[:, k].sum() for k in spec.n_cells))
-        name = spec.name
         if not per_group or any(math.isnan(v) for v in per_group):
-            bad = [str(g + 1) for g, v in enumerate(per_group) if math.isnan(v)]
-            out[name] = MetricResult(
-                name,
-                math.nan,
-                n,
-                counts=cdict,
-                reason=f"{spec.undefined} in group(s) {', '.join(bad) or '-'} of the mean",
-                source=spec.source,
-            )
+            bad = ", ".join(str(g + 1) for g, v in enumerate(per_group) if math.isnan(v)) or "-"
+            reason = f"{spec.undefined} in group(s) {bad} of the mean"
+            out[spec.name] = undefined(spec.name, reason, n, cdict, spec.source)
             continue
         value = float(np.mean(per_group))
-
-        def mean_stat(c: np.ndarray, stat=spec.statistic) -> np.ndarray:
-            parts = [stat(c[..., g * N_CELLS : (g + 1) * N_CELLS]) for g in range(n_groups)]
-            return np.mean(np.stack(parts, axis=0), axis=0)
-
-        lo = hi = math.nan
-        method = None
-        if n_resamples > 0:
-            lo, hi = cell_ratio_interval(
-                joint_clusters,
-                mean_stat,
-                joint_blocks,
-                joint_prior,
-                n_resamples=n_resamples,
-                confidence=confidence,
-                seed=seed,
-            )
-            if not math.isnan(lo):
-                lo, hi = min(lo, value), max(hi, value)
-                method = "bayes-bootstrap-cluster"
-        clusters = int((groups[:, :, list(spec.n_cells)].sum(axis=(0, 2)) > 0).sum()) if method else None
-        out[name] = MetricResult(
-            name,
-            value,
-            n,
-            lo,
-            hi,
-            method,
-            confidence if method else None,
-            cdict,
-            None,
-            f"{spec.source}; mean over {n_groups} group(s)",
-            clusters,
-        )
+        source = f"{spec.source}; mean over {n_groups} group(s)"
+        result = MetricResult(spec.name, value, n, counts=cdict, source=source)
+        if bootstrap is not None:
+            interval = bootstrap(_group_mean(spec.statistic, n_groups))
+            if not math.isnan(interval[0]):
+                clusters = _templates_in(groups.sum(axis=0), spec.n_cells)
+                result = _with_interval(result, _covering(interval, value), _CLUSTER_CI, confidence, clusters)
+        out[spec.name] = result
     return out
+
+
+def _group_mean(statistic: Callable[[np.ndarray], np.ndarray], n_groups: int):
+    """The mean of ``statistic`` over groups, as a statistic of (..., n_groups x 16) counts."""
+
+    def mean_stat(c: np.ndarray) -> np.ndarray:
+        parts = [statistic(c[..., g * N_CELLS : (g + 1) * N_CELLS]) for g in range(n_groups)]
+        return np.mean(np.stack(parts, axis=0), axis=0)
+
+    return mean_stat
 
 
 def compute(

@@ -17,6 +17,64 @@ grid of candidate values. The ``confseq`` package (Howard, Ramdas, Waudby-Smith)
 ships no wheel, only a source distribution with a C++ extension (Boost, pybind11) that needs a
 compiler at install time, for a computation of a few lines of numpy.
 
+**How the CS is computed** (``betting_cs_path``; the other CS functions call it). For each
+candidate mean m of the grid two gamblers start with capital 1/2 each; before item i one bets that
+the item exceeds the mean the remaining items must have if the population mean is m, the other
+that it falls short:
+
+``K+_i(m) = K+_{i-1}(m) (1 + lam+_i(m) (z_i - mu_i(m)))``,
+``K-_i(m) = K-_{i-1}(m) (1 - lam-_i(m) (z_i - mu_i(m)))``.
+
+Without replacement (``population_size`` N given) ``mu_i(m) = (N m - sum_{j<i} z_j) / (N - i + 1)``
+is the mean of the items not yet drawn (Waudby-Smith & Ramdas 2023, §6); with ``None`` it is m
+(i.i.d. items, §4).
+
+**Bets.** The predictable plug-in bets of §4 (lambda^PrPl,
+``lam_i = sqrt(2 log(2/alpha) / (sigma2_{i-1} i log(1 + i)))`` from the running variance) make a
+CS that is tight over all times; a gate only needs to be tight early, at the item counts where
+stopping saves work. So without replacement each bet is at least the one §3 tunes for a fixed
+sample of n* values, ``sqrt(2 log(2/alpha) / (sigma2_{i-1} n*))``, with n* the defined values
+expected among ``horizon_share`` x N items (N x share x the defined share so far). Both use only
+the items before i, so the bet stays predictable and the guarantee below is unchanged; the
+larger bet near n* decides a clear gate sooner (a seeded simulation of BBQ-sized categories:
+about 18 % fewer items for an accuracy 0.115 below its bound), the PrPl bet keeps the start.
+Bets are truncated at ``c / mu_i(m)`` and ``c / (1 - mu_i(m))`` with c = 1/2 so that no factor
+is negative. At the true mean both capitals are non-negative martingales, so the hedged capital
+``theta K+ + (1 - theta) K-`` (theta = 1/2, both starting at 1) is one of mean 1 and exceeds
+1/alpha at *any* time with probability <= alpha (Ville's inequality). m is rejected from the
+first item on which ``max(theta K+, (1 - theta) K-) >= 1/alpha`` (the paper's hedged process,
+below the sum), and stays rejected: the CS is the running intersection over items.
+A candidate whose remaining mean would leave [0, 1] is impossible and is rejected at once.
+
+**An empty sequence.** When the bets have rejected every candidate that is still possible, the
+sequence has certainly missed the true value (which is never rejected as impossible): that
+happens with probability at most alpha, and a decision resting on it would rest on nothing.
+With ``empty="vacuous"`` (the default, what gates use) the CS is then [0, 1] from that item on,
+so it decides nothing and the gate falls back to its fixed-n verdict; ``empty="mean"`` reports
+the running mean widened to the next grid points instead, so a simulation can count the miss.
+Once no grid point is possible (the last items of a population larger than the grid resolves)
+the CS is the running mean in both modes: it has closed on the exact value, not missed.
+
+**Sampling.** With ``population_size`` the CS is for the mean over all N items of the category
+(the value the fixed-n run reports) and assumes only that the items are scored in a *uniformly
+random order*, drawn without replacement: no independence between items is assumed, so items
+that share a template are fine, and the CS collapses to the exact value when all N are scored.
+If the order is not random (dataset order), there is no guarantee; shuffle with a recorded seed.
+With ``None`` the items must be i.i.d. draws and the target is their distribution's mean: valid
+for a random permutation of a finite population too but conservative, as it ignores that the
+items not yet drawn are fewer and fewer (use the population form when N is known).
+
+**Items outside the denominator** (NaN: an unknown answer for a share of biased answers, an
+invalid or out-of-choice answer for an accuracy) are part of the population but not of the
+metric. For a candidate m such an item counts as m: the population mean of these values is m
+exactly when the mean over the other items is m, so the test of m stays exact although the
+metric's denominator is not known before the end. N counts these items too.
+
+**Grid.** The CS is the hull of the candidates not rejected and of the running mean, widened to
+the next grid point on each side (to 0 or 1 past the grid's ends). It is exact for a true mean on
+the grid; a true mean between two grid points is covered whenever either neighbour is (the
+default grid's step is 0.0005).
+
 Metrics that are not plain means are composed (``s_dis_cs``, ``s_amb_cs``, ``diff_bias_cs``,
 ``pair_score_cs``); regression gates are shifted bands (``regression_band``).
 """
@@ -57,7 +115,7 @@ _HEDGE = 0.5  # theta: weight of the capital betting on "mean above m"; the rest
 _TRUNCATION = 0.5  # c: a bet never risks more than half of the current capital
 _FEASIBLE_SLACK = 1e-9  # floating-point allowance when a candidate's remaining mean is at 0 or 1
 #: Without replacement, bets are never smaller than those tuned for a fixed sample of this share of
-#: the population (see ``betting_cs_path``, "Bets").
+#: the population (see the module's "Bets").
 HORIZON_SHARE = 0.25
 
 _SOURCE = (
@@ -145,62 +203,8 @@ def betting_cs_path(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Hedged-capital betting confidence sequence after every item (or at checkpoints).
 
-    For each candidate mean m of the grid two gamblers start with capital 1/2 each; before item i
-    one bets that the item exceeds the mean the remaining items must have if the population mean is
-    m, the other that it falls short:
-
-    ``K+_i(m) = K+_{i-1}(m) (1 + lam+_i(m) (z_i - mu_i(m)))``,
-    ``K-_i(m) = K-_{i-1}(m) (1 - lam-_i(m) (z_i - mu_i(m)))``.
-
-    Without replacement (``population_size`` N given) ``mu_i(m) = (N m - sum_{j<i} z_j) / (N - i + 1)``
-    is the mean of the items not yet drawn (Waudby-Smith & Ramdas 2023, §6); with ``None`` it is m
-    (i.i.d. items, §4).
-
-    **Bets.** The predictable plug-in bets of §4 (lambda^PrPl,
-    ``lam_i = sqrt(2 log(2/alpha) / (sigma2_{i-1} i log(1 + i)))`` from the running variance) make a
-    CS that is tight over all times; a gate only needs to be tight early, at the item counts where
-    stopping saves work. So without replacement each bet is at least the one §3 tunes for a fixed
-    sample of n* values, ``sqrt(2 log(2/alpha) / (sigma2_{i-1} n*))``, with n* the defined values
-    expected among ``horizon_share`` x N items (N x share x the defined share so far). Both use only
-    the items before i, so the bet stays predictable and the guarantee below is unchanged; the
-    larger bet near n* decides a clear gate sooner (a seeded simulation of BBQ-sized categories:
-    about 18 % fewer items for an accuracy 0.115 below its bound), the PrPl bet keeps the start.
-    Bets are truncated at ``c / mu_i(m)`` and ``c / (1 - mu_i(m))`` with c = 1/2 so that no factor
-    is negative. At the true mean both capitals are non-negative martingales, so the hedged capital
-    ``theta K+ + (1 - theta) K-`` (theta = 1/2, both starting at 1) is one of mean 1 and exceeds
-    1/alpha at *any* time with probability <= alpha (Ville's inequality). m is rejected from the
-    first item on which ``max(theta K+, (1 - theta) K-) >= 1/alpha`` (the paper's hedged process,
-    below the sum), and stays rejected: the CS is the running intersection over items.
-    A candidate whose remaining mean would leave [0, 1] is impossible and is rejected at once.
-
-    **An empty sequence.** When the bets have rejected every candidate that is still possible, the
-    sequence has certainly missed the true value (which is never rejected as impossible): that
-    happens with probability at most alpha, and a decision resting on it would rest on nothing.
-    With ``empty="vacuous"`` (the default, what gates use) the CS is then [0, 1] from that item on,
-    so it decides nothing and the gate falls back to its fixed-n verdict; ``empty="mean"`` reports
-    the running mean widened to the next grid points instead, so a simulation can count the miss.
-    Once no grid point is possible (the last items of a population larger than the grid resolves)
-    the CS is the running mean in both modes: it has closed on the exact value, not missed.
-
-    **Sampling.** With ``population_size`` the CS is for the mean over all N items of the category
-    (the value the fixed-n run reports) and assumes only that the items are scored in a *uniformly
-    random order*, drawn without replacement: no independence between items is assumed, so items
-    that share a template are fine, and the CS collapses to the exact value when all N are scored.
-    If the order is not random (dataset order), there is no guarantee; shuffle with a recorded seed.
-    With ``None`` the items must be i.i.d. draws and the target is their distribution's mean: valid
-    for a random permutation of a finite population too but conservative, as it ignores that the
-    items not yet drawn are fewer and fewer (use the population form when N is known).
-
-    **Items outside the denominator** (NaN: an unknown answer for a share of biased answers, an
-    invalid or out-of-choice answer for an accuracy) are part of the population but not of the
-    metric. For a candidate m such an item counts as m: the population mean of these values is m
-    exactly when the mean over the other items is m, so the test of m stays exact although the
-    metric's denominator is not known before the end. N counts these items too.
-
-    **Grid.** The CS is the hull of the candidates not rejected and of the running mean, widened to
-    the next grid point on each side (to 0 or 1 past the grid's ends). It is exact for a true mean on
-    the grid; a true mean between two grid points is covered whenever either neighbour is (the
-    default grid's step is 0.0005).
+    The method is the module's **How the CS is computed**; its paragraphs "Bets", "An empty
+    sequence", "Sampling", "Items outside the denominator" and "Grid" say what each option changes.
 
     Parameters
     ----------
@@ -244,95 +248,121 @@ def betting_cs_path(
     True
     """
     a = _check_alpha(alpha)
-    x = _check_values(values)
-    single = x.ndim == 1
-    if single:
-        x = x[None, :]
-    if x.ndim != 2:
-        raise ValueError(f"values must be 1-D (items) or 2-D (runs, items), got shape {x.shape}")
+    x, single = _as_runs(_check_values(values))
     runs, t_total = x.shape
     n_pop = _check_population(population_size, t_total)
     g = _check_grid(grid)
-    if checkpoints is None:
-        checks = np.arange(1, t_total + 1)
-    else:
-        checks = np.asarray(checkpoints, dtype=np.int64)
-        if checks.ndim != 1 or (checks < 1).any() or (checks > t_total).any():
-            raise ValueError(f"checkpoints must be item counts in 1..{t_total}, got {checkpoints!r}")
-    want = np.zeros(t_total + 1, dtype=bool)
-    want[checks] = True
+    checks = np.arange(1, t_total + 1) if checkpoints is None else np.asarray(checkpoints, dtype=np.int64)
+    want = _item_counts(checks, t_total, "checkpoints", checkpoints)
     if horizon_share is not None and not 0.0 < float(horizon_share) <= 1.0:
         raise ValueError(f"horizon_share must be in (0, 1] or None, got {horizon_share!r}")
     horizon = None if n_pop is None or horizon_share is None else float(horizon_share) * n_pop
     if empty not in ("vacuous", "mean"):
         raise ValueError(f"empty must be 'vacuous' or 'mean', got {empty!r}")
-
-    # Reject m once the hedged capital max(theta K+, (1 - theta) K-) reaches 1/alpha, theta = 1/2.
-    threshold = math.log(1.0 / a) - math.log(_HEDGE)
-    bet_scale = 2.0 * math.log(2.0 / a)
-    m = g[None, :]
-    log_up = np.zeros((runs, g.size))
-    log_down = np.zeros((runs, g.size))
-    rejected = np.zeros((runs, g.size), dtype=bool)  # by the bets
-    impossible = np.zeros((runs, g.size), dtype=bool)  # by the items' totals (without replacement)
-    sum_x = np.zeros((runs, 1))  # sum of defined values so far
-    n_def = np.zeros((runs, 1))  # how many values were defined
-    n_nan = np.zeros((runs, 1))  # how many items were outside the denominator
-    sq_sum = np.full((runs, 1), 0.25)  # 1/4 + sum of (x_j - mu-hat_j)^2
-    lows: dict[int, np.ndarray] = {}
-    highs: dict[int, np.ndarray] = {}
-
+    bets = _Bets(runs, g, a, n_pop, horizon)
+    reported: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for i in range(t_total):
-        xi = x[:, i : i + 1]
+        bets.add(i, x[:, i : i + 1])
+        if want[i + 1]:
+            reported[i + 1] = bets.interval(empty)
+    low = np.stack([reported[int(c)][0] for c in checks], axis=1)
+    high = np.stack([reported[int(c)][1] for c in checks], axis=1)
+    if single:
+        return low[0], high[0]
+    return low, high
+
+
+def _as_runs(x: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``x`` as (runs, items), and whether it was one run (1-D)."""
+    single = x.ndim == 1
+    if single:
+        x = x[None, :]
+    if x.ndim != 2:
+        raise ValueError(f"values must be 1-D (items) or 2-D (runs, items), got shape {x.shape}")
+    return x, single
+
+
+def _item_counts(steps: np.ndarray, total: int, label: str, given) -> np.ndarray:
+    """A mask over 0..total of the item counts ``steps`` (``given`` by the caller), all in 1..total."""
+    if steps.ndim != 1 or (steps < 1).any() or (steps > total).any():
+        raise ValueError(f"{label} must be item counts in 1..{total}, got {given!r}")
+    mask = np.zeros(total + 1, dtype=bool)
+    mask[steps] = True
+    return mask
+
+
+class _Bets:
+    """The gamblers' log-capitals for every (run, candidate mean) and the running statistics of the
+    defined values that set the next bets (the module's "How the CS is computed")."""
+
+    def __init__(self, runs: int, g: np.ndarray, alpha: float, n_pop: int | None, horizon: float | None):
+        # Reject m once the hedged capital max(theta K+, (1 - theta) K-) reaches 1/alpha, theta = 1/2.
+        self.threshold = math.log(1.0 / alpha) - math.log(_HEDGE)
+        self.bet_scale = 2.0 * math.log(2.0 / alpha)
+        self.g, self.m, self.n_pop, self.horizon = g, g[None, :], n_pop, horizon
+        self.log_up = np.zeros((runs, g.size))
+        self.log_down = np.zeros((runs, g.size))
+        self.rejected = np.zeros((runs, g.size), dtype=bool)  # by the bets
+        self.impossible = np.zeros((runs, g.size), dtype=bool)  # by the items' totals (without replacement)
+        self.sum_x = np.zeros((runs, 1))  # sum of defined values so far
+        self.n_def = np.zeros((runs, 1))  # how many values were defined
+        self.n_nan = np.zeros((runs, 1))  # how many items were outside the denominator
+        self.sq_sum = np.full((runs, 1), 0.25)  # 1/4 + sum of (x_j - mu-hat_j)^2
+
+    def add(self, i: int, xi: np.ndarray) -> None:
+        """Item i (0-based) of every run, shape (runs, 1): settle its bets, then update the statistics."""
+        m, n_pop = self.m, self.n_pop
         is_nan = np.isnan(xi)
         # z_i(m): the item's value, or m itself for an item outside the denominator.
         z = np.where(is_nan, m, np.nan_to_num(xi))
         if n_pop is None:
-            mu = np.broadcast_to(m, (runs, g.size))
+            mu = np.broadcast_to(m, self.log_up.shape)
         else:
             # Mean of the N - i items not yet drawn if the population mean is m.
-            mu = np.clip((m * (n_pop - n_nan) - sum_x) / (n_pop - i), 0.0, 1.0)
-        k = n_def + 1.0  # this item's index among the defined values
-        sigma2 = sq_sum / k
-        lam = np.sqrt(bet_scale / (sigma2 * k * np.log1p(k)))
-        if horizon is not None:
-            # Defined values expected among the horizon's items, from the items before this one.
-            n_star = horizon * (n_def + 1.0) / (i + 1.0)
-            lam = np.maximum(lam, np.sqrt(bet_scale / (sigma2 * n_star)))
+            mu = np.clip((m * (n_pop - self.n_nan) - self.sum_x) / (n_pop - i), 0.0, 1.0)
+        lam = self._bet(i)
         floor = _TRUNCATION / lam  # min(lam, c / mu) == c / max(mu, c / lam)
         lam_up = _TRUNCATION / np.maximum(mu, floor)
         lam_down = _TRUNCATION / np.maximum(1.0 - mu, floor)
         d = z - mu
-        log_up += np.log1p(lam_up * d)
-        log_down += np.log1p(-lam_down * d)
-        rejected |= np.maximum(log_up, log_down) >= threshold
+        self.log_up += np.log1p(lam_up * d)
+        self.log_down += np.log1p(-lam_down * d)
+        self.rejected |= np.maximum(self.log_up, self.log_down) >= self.threshold
         # Running statistics of the defined values (they set the next bet).
         defined = ~is_nan
         xv = np.where(defined, xi, 0.0)
-        sum_x = sum_x + xv
-        n_def = n_def + defined
-        n_nan = n_nan + is_nan
+        self.sum_x = self.sum_x + xv
+        self.n_def = self.n_def + defined
+        self.n_nan = self.n_nan + is_nan
         if n_pop is not None:
             # m is impossible once the items not yet drawn would need a total outside [0, left].
-            left_total = m * (n_pop - n_nan) - sum_x
+            left_total = m * (n_pop - self.n_nan) - self.sum_x
             slack = _FEASIBLE_SLACK * n_pop
-            impossible |= (left_total < -slack) | (left_total > n_pop - (i + 1) + slack)
+            self.impossible |= (left_total < -slack) | (left_total > n_pop - (i + 1) + slack)
         # The paper's mu-hat_i = (1/2 + sum x) / (i + 1) includes item i itself.
-        mean_hat = (0.5 + sum_x) / (n_def + 1.0)
-        sq_sum = sq_sum + np.where(defined, (xv - mean_hat) ** 2, 0.0)
-        if want[i + 1]:
-            lo, hi = _hull(g, rejected | impossible, sum_x[:, 0], n_def[:, 0])
-            if empty == "vacuous":
-                # Every candidate out, yet some were possible: the bets rejected the true value.
-                missed = (rejected | impossible).all(axis=1) & ~impossible.all(axis=1)
-                lo, hi = np.where(missed, 0.0, lo), np.where(missed, 1.0, hi)
-            lows[i + 1], highs[i + 1] = lo, hi
+        mean_hat = (0.5 + self.sum_x) / (self.n_def + 1.0)
+        self.sq_sum = self.sq_sum + np.where(defined, (xv - mean_hat) ** 2, 0.0)
 
-    low = np.stack([lows[int(c)] for c in checks], axis=1)
-    high = np.stack([highs[int(c)] for c in checks], axis=1)
-    if single:
-        return low[0], high[0]
-    return low, high
+    def _bet(self, i: int) -> np.ndarray:
+        """The untruncated bet on item i from the items before it (the module's "Bets")."""
+        k = self.n_def + 1.0  # this item's index among the defined values
+        sigma2 = self.sq_sum / k
+        lam = np.sqrt(self.bet_scale / (sigma2 * k * np.log1p(k)))
+        if self.horizon is not None:
+            # Defined values expected among the horizon's items, from the items before this one.
+            n_star = self.horizon * (self.n_def + 1.0) / (i + 1.0)
+            lam = np.maximum(lam, np.sqrt(self.bet_scale / (sigma2 * n_star)))
+        return lam
+
+    def interval(self, empty: str) -> tuple[np.ndarray, np.ndarray]:
+        """Per run, the CS after the items added so far (the module's "Grid", "An empty sequence")."""
+        out = self.rejected | self.impossible
+        lo, hi = _hull(self.g, out, self.sum_x[:, 0], self.n_def[:, 0])
+        if empty == "vacuous":
+            # Every candidate out, yet some were possible: the bets rejected the true value.
+            missed = out.all(axis=1) & ~self.impossible.all(axis=1)
+            lo, hi = np.where(missed, 0.0, lo), np.where(missed, 1.0, hi)
+        return lo, hi
 
 
 def _hull(g: np.ndarray, rejected: np.ndarray, sum_x: np.ndarray, n_def: np.ndarray):
@@ -524,10 +554,8 @@ def sequential_gate(
         The gate's band [lo, hi] on the mean's scale (closed; -inf / inf allowed).
     alpha : float, default=0.05
         The gate's probability of a wrong PASS or FAIL over the whole run.
-    population_size : int or None, default=None
-        Items of the category (without replacement, random order); None for i.i.d. items.
-    grid : array_like of float, optional
-        Candidate means (``betting_cs_path``).
+    population_size, grid
+        As ``betting_cs``.
 
     Returns
     -------
@@ -554,14 +582,10 @@ def sequential_gate(
     x = _check_values(values)
     n_pop = _check_population(population_size, x.size)
     low, high = betting_cs(x, alpha, population_size=n_pop, grid=grid)
+    exhausted = n_pop is not None and x.size == n_pop
+    decision = decide((low, high), band)
     return SequentialDecision(
-        decision=decide((low, high), band),
-        low=low,
-        high=high,
-        n=int(x.size),
-        alpha=_check_alpha(alpha),
-        exhausted=n_pop is not None and x.size == n_pop,
-        method=_method(n_pop),
+        decision, low, high, int(x.size), _check_alpha(alpha), exhausted, _method(n_pop)
     )
 
 
@@ -596,6 +620,12 @@ def _codes(codes, label: str) -> np.ndarray:
     if not np.isin(finite, (-1.0, 0.0, 1.0)).all():
         raise ValueError(f"{label} must be +1 (biased), -1 (counter-biased), 0 (unknown) or NaN (invalid)")
     return arr
+
+
+def _signed(share_cs: tuple[float, float]) -> tuple[float, float]:
+    """A CS for a share p as one for 2p - 1 (increasing in p: endpoint by endpoint)."""
+    lo, hi = share_cs
+    return (2.0 * lo - 1.0, 2.0 * hi - 1.0)
 
 
 def s_dis_cs(
@@ -638,8 +668,7 @@ def s_dis_cs(
     """
     c = _codes(codes, "codes")
     share = np.where(c == 0, np.nan, (c + 1.0) / 2.0)
-    lo, hi = betting_cs(share, alpha, population_size=population_size, grid=grid)
-    return (2.0 * lo - 1.0, 2.0 * hi - 1.0)
+    return _signed(betting_cs(share, alpha, population_size=population_size, grid=grid))
 
 
 def s_amb_cs(
@@ -695,8 +724,7 @@ def s_amb_cs(
     c = _codes(codes, "codes")
     a = _check_alpha(alpha)
     if method == "identity":
-        lo, hi = betting_cs((c + 1.0) / 2.0, a, population_size=population_size, grid=grid)
-        return (2.0 * lo - 1.0, 2.0 * hi - 1.0)
+        return _signed(betting_cs((c + 1.0) / 2.0, a, population_size=population_size, grid=grid))
     if method != "product":
         raise ValueError(f"method must be 'product' or 'identity', got {method!r}")
     not_unknown = np.where(np.isnan(c), np.nan, (c != 0).astype(np.float64))
@@ -751,22 +779,24 @@ def diff_bias_cs(
     (True, True)
     """
     a = _check_alpha(alpha)
-    if population_sizes is None:
-        n_a = n_n = None
-    else:
-        try:
-            n_a, n_n = population_sizes
-        except (TypeError, ValueError) as exc:
-            raise ValueError(
-                f"population_sizes must be a pair (aligned, non-aligned), got {population_sizes!r}"
-            ) from exc
-    acc_a = betting_cs(
-        _check_values(correct_aligned, "correct_aligned"), a / 2.0, population_size=n_a, grid=grid
-    )
-    acc_n = betting_cs(
-        _check_values(correct_nonaligned, "correct_nonaligned"), a / 2.0, population_size=n_n, grid=grid
-    )
+    n_a, n_n = _size_pair(population_sizes)
+    aligned = _check_values(correct_aligned, "correct_aligned")
+    nonaligned = _check_values(correct_nonaligned, "correct_nonaligned")
+    acc_a = betting_cs(aligned, a / 2.0, population_size=n_a, grid=grid)
+    acc_n = betting_cs(nonaligned, a / 2.0, population_size=n_n, grid=grid)
     return difference_interval(acc_a, acc_n)
+
+
+def _size_pair(population_sizes) -> tuple[int | None, int | None]:
+    if population_sizes is None:
+        return None, None
+    try:
+        n_a, n_n = population_sizes
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"population_sizes must be a pair (aligned, non-aligned), got {population_sizes!r}"
+        ) from exc
+    return n_a, n_n
 
 
 def pair_score_cs(
@@ -922,22 +952,41 @@ def oracle_sprt_n(values, edges, *, looks: Sequence[int] | None = None, min_n: i
     >>> 20 <= n <= 120
     True
     """
-    x = _check_values(values)
-    single = x.ndim == 1
-    if single:
-        x = x[None, :]
+    x, single = _as_runs(_check_values(values))
     finite = x[~np.isnan(x)]
     if ((finite != 0.0) & (finite != 1.0)).any():
         raise ValueError("oracle_sprt_n needs values of 0, 1 or NaN (a share)")
-    runs, n_pop = x.shape
+    n_pop = x.shape[1]
     steps = np.arange(1, n_pop + 1) if looks is None else np.asarray(list(looks), dtype=np.int64)
-    if steps.ndim != 1 or (steps < 1).any() or (steps > n_pop).any():
-        raise ValueError(f"looks must be item counts in 1..{n_pop}, got {looks!r}")
-    allowed = np.zeros(n_pop + 1, dtype=bool)
-    allowed[steps] = True
+    allowed = _item_counts(steps, n_pop, "looks", looks)
     defined = ~np.isnan(x)
     d_total = defined.sum(axis=1).astype(np.float64)
     k_true = np.nansum(x, axis=1)
+    k_null, limit = _sprt_edges(edges, d_total, k_true)
+    log_lr = np.zeros_like(k_null)
+    done = np.zeros_like(k_null, dtype=bool)
+    seen = np.zeros(x.shape[0])
+    ones = np.zeros(x.shape[0])
+    stop = np.full(x.shape[0], n_pop)
+    open_runs = np.ones(x.shape[0], dtype=bool)
+    for i in range(n_pop):
+        d = defined[:, i]
+        xi = np.nan_to_num(x[:, i])
+        left = np.maximum(d_total - seen, 1.0)
+        step = _log_likelihood_ratio(xi, (k_true - ones) / left, (k_null - ones[:, None]) / left[:, None])
+        log_lr = np.where(d[:, None], log_lr + step, log_lr)
+        done |= log_lr >= limit
+        seen += d
+        ones += xi * d
+        if allowed[i + 1] and i + 1 < n_pop:
+            hit = open_runs & done.all(axis=1) & (seen >= min_n)
+            stop = np.where(hit, i + 1, stop)
+            open_runs &= ~hit
+    return stop[0] if single else stop
+
+
+def _sprt_edges(edges, d_total: np.ndarray, k_true: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per run and edge, the count of ones K_m the oracle tests against; per edge, log(1 / alpha)."""
     nulls, thresholds = [], []
     for m, a in edges:
         m, a = float(m), _check_alpha(a, "an edge's alpha")
@@ -949,30 +998,13 @@ def oracle_sprt_n(values, edges, *, looks: Sequence[int] | None = None, min_n: i
             raise ValueError(f"edge {m!r} is the population's own share: the oracle cannot rule it out")
         nulls.append(k_m)
         thresholds.append(math.log(1.0 / a))
-    k_null = np.stack(nulls, axis=1)  # (runs, edges)
-    limit = np.array(thresholds)[None, :]
-    log_lr = np.zeros_like(k_null)
-    done = np.zeros_like(k_null, dtype=bool)
-    seen = np.zeros(runs)
-    ones = np.zeros(runs)
-    stop = np.full(runs, n_pop)
-    open_runs = np.ones(runs, dtype=bool)
+    return np.stack(nulls, axis=1), np.array(thresholds)[None, :]  # (runs, edges), (1, edges)
+
+
+def _log_likelihood_ratio(xi: np.ndarray, p_true: np.ndarray, p_null: np.ndarray) -> np.ndarray:
+    """log P(x_i | the true share) - log P(x_i | an edge's), per run and edge; p_* are P(x_i = 1)."""
     tiny = 1e-300
-    for i in range(n_pop):
-        d = defined[:, i]
-        xi = np.nan_to_num(x[:, i])
-        left = np.maximum(d_total - seen, 1.0)
-        p_true = ((k_true - ones) / left)[:, None]
-        p_null = (k_null - ones[:, None]) / left[:, None]
-        like_true = np.where(xi[:, None] == 1.0, p_true, 1.0 - p_true)
-        like_null = np.where(xi[:, None] == 1.0, p_null, 1.0 - p_null)
-        step = np.log(np.maximum(like_true, tiny)) - np.log(np.maximum(like_null, tiny))
-        log_lr = np.where(d[:, None], log_lr + step, log_lr)
-        done |= log_lr >= limit
-        seen += d
-        ones += xi * d
-        if allowed[i + 1] and i + 1 < n_pop:
-            hit = open_runs & done.all(axis=1) & (seen >= min_n)
-            stop = np.where(hit, i + 1, stop)
-            open_runs &= ~hit
-    return stop[0] if single else stop
+    p_true = p_true[:, None]
+    like_true = np.where(xi[:, None] == 1.0, p_true, 1.0 - p_true)
+    like_null = np.where(xi[:, None] == 1.0, p_null, 1.0 - p_null)
+    return np.log(np.maximum(like_true, tiny)) - np.log(np.maximum(like_null, tiny))
