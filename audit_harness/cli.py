@@ -41,12 +41,14 @@ the audit's own code.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from .exit_codes import USAGE_ERROR as EXIT_ERROR
+from .option_spec import Option
 
 
 class _Error(Exception):
@@ -60,67 +62,171 @@ class _Parser(argparse.ArgumentParser):
         raise _Error(f"{self.prog}: {message}")
 
 
-def _build_parser() -> argparse.ArgumentParser:
+#: ``_add_argument``: the option must be given.
+REQUIRED = object()
+#: ``score``'s own options (the replay backend's ``--predictions``, ``--prediction-field`` and
+#: ``--index-base``, passed on as they are) and ``oracle``'s.
+_SCORE_OPTIONS = (
+    Option(
+        "--predictions",
+        "JSONL file: one row per item with its id and a prediction",
+        default=REQUIRED,
+        type=Path,
+        metavar="FILE",
+    ),
+    Option(
+        "--prediction-field",
+        "the row field holding the prediction (letter, text or number; sentence pairs: "
+        "the two sentences' log-likelihoods, docs/replay.md)",
+        default=REQUIRED,
+        metavar="FIELD",
+    ),
+    Option(
+        "--index-base",
+        "numbers count the options from 0 or from 1 (required when the file "
+        "holds numbers: '1' could be A or B)",
+        type=int,
+        choices=(0, 1),
+    ),
+)
+_ORACLE_OPTIONS = (
+    Option(
+        "--model-kind",
+        "perfect, stereotyped, anti_stereotyped, always_unknown, always_first_option, "
+        "random or tie (sentence pairs); docs/oracles.md",
+        default=REQUIRED,
+        metavar="KIND",
+    ),
+    Option(
+        "--seed",
+        "the random oracle's seed (default 0; the bootstrap's: -- --seed N)",
+        default=0,
+        type=int,
+    ),
+    Option(
+        "--predictions-out",
+        "where to write the oracle's predictions (default: a new temporary folder)",
+        type=Path,
+        metavar="FILE",
+    ),
+)
+#: ``--kobbq-prompt`` and ``--kobbq-permutation``: one template or order for the rows that do not
+#: name theirs, passed on as the run's ``--kobbq-prompts`` / ``--kobbq-permutations``.
+_KOBBQ_ONE = (
+    (
+        Option(
+            "--kobbq-prompt",
+            "kobbq: the prompt template (1-5) of rows without a prompt_id field",
+            type=int,
+            metavar="K",
+        ),
+        "--kobbq-prompts",
+    ),
+    (
+        Option(
+            "--kobbq-permutation",
+            "kobbq: the option order (0-2) of rows without a permutation field",
+            type=int,
+            metavar="J",
+        ),
+        "--kobbq-permutations",
+    ),
+)
+
+
+#: The replay backend's ``--allow-partial`` (``backends.add_options``).
+_ALLOW_PARTIAL = Option(
+    "--allow-partial",
+    "judge a category the file covers only in part (else its gates are INSUFFICIENT)",
+    switch=True,
+)
+
+
+def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand; ``score`` and ``oracle`` get their run options only when
+    ``command`` is theirs (those are read from the benchmarks' declarations, which the other
+    subcommands need not import)."""
     parser = _Parser(prog="bias-audit", description="Audit language models for social bias.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("run", help="run the audits: an alias of `pytest audits ARGS...`", add_help=False)
     sub.add_parser("data", help="fetch or verify benchmark data (bias-audit data --help)", add_help=False)
+    _add_scoring_parsers(sub, run_options=command in ("score", "oracle"))
+    _add_report_parsers(sub)
+    _add_signing_parsers(sub)
+    return parser
+
+
+def _add_scoring_parsers(sub, run_options: bool) -> None:
+    """``score`` and ``oracle``, with the run options they pass on (``_run_options``) when
+    ``run_options``."""
     score = sub.add_parser(
         "score",
         help="score saved predictions: an audit run with the replay "
         "backend (same records, gates, results and reports)",
     )
     score.add_argument("benchmark", help="benchmark name, e.g. bbq, esbbq, cabbq, kobbq, kgquiz, crows_pairs")
-    score.add_argument(
-        "--predictions",
-        required=True,
-        type=Path,
-        metavar="FILE",
-        help="JSONL file: one row per item with its id and a prediction",
-    )
-    score.add_argument(
-        "--prediction-field",
-        required=True,
-        metavar="FIELD",
-        help="the row field holding the prediction (letter, text or number; sentence pairs: "
-        "the two sentences' log-likelihoods, docs/replay.md)",
-    )
-    score.add_argument(
-        "--index-base",
-        type=int,
-        choices=[0, 1],
-        default=None,
-        help="numbers count the options from 0 or from 1 (required when the file "
-        "holds numbers: '1' could be A or B)",
-    )
-    _add_run_options(score)
     oracle = sub.add_parser(
         "oracle",
         help="score an oracle model built from the data (perfect, stereotyped, ...): the "
         "predictions file is written, then scored as `score` scores it",
     )
     oracle.add_argument("benchmark", help="benchmark name, e.g. bbq, kobbq, crows_pairs, kgquiz")
-    oracle.add_argument(
-        "--model-kind",
-        required=True,
-        metavar="KIND",
-        help="perfect, stereotyped, anti_stereotyped, always_unknown, always_first_option, "
-        "random or tie (sentence pairs); docs/oracles.md",
+    for opt in _ORACLE_OPTIONS:
+        _add_argument(oracle, opt)
+    for p, oracle_run in ((score, False), (oracle, True)):
+        p.epilog = "After --, further options for the audit run (e.g. -- -k Age --min-n 10)."
+        for opt, _ in _run_options(oracle_run) if run_options else ():
+            _add_argument(p, opt, passed_on=True)
+
+
+def _add_argument(p: argparse.ArgumentParser, opt: Option, passed_on: bool = False) -> None:
+    """``opt`` on ``p`` as its declaration says; required when its default is ``REQUIRED``. An
+    option ``passed_on`` to the audit run is None unset (False for a switch), so that only those
+    given are passed: the run's own default stands for the rest."""
+    kwargs = opt.parser_kwargs()
+    if opt.default is REQUIRED:
+        kwargs["required"] = True
+    elif not opt.switch:
+        kwargs["default"] = None if passed_on else opt.default
+    p.add_argument(opt.flag, **kwargs)
+
+
+def _run_options(oracle: bool) -> tuple[tuple[Option, str], ...]:
+    """The options ``score`` (or ``oracle``) passes on to its audit run: ``(declaration as the
+    subcommand parses it, the run's flag)``. Each is the run's own declaration (the suite's, the
+    replay backend's, a benchmark's), under the subcommand's spelling where it differs
+    (``--flavour`` for ``--metric-flavour``...). ``oracle``'s ``--seed`` is its own (the bootstrap
+    seed goes after ``--``), and it writes its own predictions."""
+    from .benchmarks.base import ANSWER_PARSING, METRIC_FLAVOUR
+    from .benchmarks.bbq import SPLIT_NAMES
+    from .options import SUITE
+
+    def spelled(opt: Option, flag: str) -> tuple[Option, str]:
+        return dataclasses.replace(opt, flag=flag), opt.flag
+
+    own = () if oracle else tuple((opt, opt.flag) for opt in _SCORE_OPTIONS)
+    same = [
+        _ALLOW_PARTIAL,
+        SUITE["--allow-low-confidence"],
+        SUITE["--data-dir"],
+        SUITE["--require-published-data"],
+        ANSWER_PARSING,
+    ]
+    later = [SUITE["--bootstrap-resamples"]] + ([] if oracle else [SUITE["--seed"]])
+    later += [SUITE["--confidence"], SUITE["--thresholds"], SUITE["--results-dir"]]
+    return (
+        *own,
+        *((opt, opt.flag) for opt in same),
+        *_KOBBQ_ONE,
+        spelled(METRIC_FLAVOUR, "--flavour"),
+        spelled(SPLIT_NAMES, "--split-names"),
+        spelled(SUITE["--results-json"], "--output"),
+        *((opt, opt.flag) for opt in later),
     )
-    oracle.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="the random oracle's seed (default 0; the bootstrap's: -- --seed N)",
-    )
-    oracle.add_argument(
-        "--predictions-out",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="where to write the oracle's predictions (default: a new temporary folder)",
-    )
-    _add_run_options(oracle, oracle=True)
+
+
+def _add_report_parsers(sub) -> None:
+    """``report`` and ``compare``: what reads a run's results again."""
     report = sub.add_parser("report", help="render report.md and report.html again from a run's results.json")
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (or its results.json)")
     report.add_argument(
@@ -148,90 +254,6 @@ def _build_parser() -> argparse.ArgumentParser:
         help="where to write compare-<old run id>-vs-<new run id>.md/.json (default: the folder "
         "holding NEW's run folder; a signed run folder is refused)",
     )
-    _add_signing_parsers(sub)
-    return parser
-
-
-def _add_run_options(p: argparse.ArgumentParser, oracle: bool = False) -> None:
-    """The options ``score`` and ``oracle`` share: how the run reads data, scores and reports
-    (``oracle``: its own ``--seed`` is the oracle's, the bootstrap seed goes after ``--``)."""
-    from bias_metrics.bbq_family import FLAVOURS
-
-    p.add_argument(
-        "--allow-partial",
-        action="store_true",
-        help="judge a category the file covers only in part (else its gates are INSUFFICIENT)",
-    )
-    p.add_argument(
-        "--allow-low-confidence",
-        action="store_true",
-        help="accept a gates file whose confidence is below 0.9 (else exit 4); the verdict names it",
-    )
-    p.add_argument(
-        "--data-dir",
-        default=None,
-        metavar="DIR",
-        help="folder holding bbq/, esbbq_cabbq/, ... (default: $AUDIT_DATA_DIR)",
-    )
-    p.add_argument(
-        "--require-published-data",
-        action="store_true",
-        help="stop (exit 4) unless every data file read is the published release",
-    )
-    p.add_argument(
-        "--answer-parsing",
-        choices=["authors", "robust"],
-        default=None,
-        help="authors (the benchmark's published post-processing: BBQ's R script, "
-        "KoBBQ's raw2prediction) or robust (what chat models write; the "
-        "default where the authors published none)",
-    )
-    p.add_argument(
-        "--kobbq-prompt",
-        type=int,
-        default=None,
-        metavar="K",
-        help="kobbq: the prompt template (1-5) of rows without a prompt_id field",
-    )
-    p.add_argument(
-        "--kobbq-permutation",
-        type=int,
-        default=None,
-        metavar="J",
-        help="kobbq: the option order (0-2) of rows without a permutation field",
-    )
-    p.add_argument(
-        "--flavour",
-        choices=sorted(FLAVOURS),
-        default=None,
-        help="metric definitions (default: the benchmark's own)",
-    )
-    p.add_argument(
-        "--split-names",
-        action="store_true",
-        help="bbq: also report name-proxy items as '<category> (names)' groups",
-    )
-    p.add_argument(
-        "--output", type=Path, default=None, metavar="FILE", help="also write the run's results.json to FILE"
-    )
-    p.add_argument(
-        "--bootstrap-resamples",
-        type=int,
-        default=None,
-        metavar="N",
-        help="bootstrap resamples for intervals (default 1000)",
-    )
-    if not oracle:
-        p.add_argument("--seed", type=int, default=None, help="bootstrap seed")
-    p.add_argument("--confidence", type=float, default=None, help="interval confidence")
-    p.add_argument("--thresholds", default=None, metavar="PATH", help="gates file")
-    p.add_argument(
-        "--results-dir",
-        default=None,
-        metavar="DIR",
-        help="each run writes <results-dir>/<run id>/ (default audit-results/)",
-    )
-    p.epilog = "After --, further options for the audit run (e.g. -- -k Age --min-n 10)."
 
 
 def _add_signing_parsers(sub) -> None:
@@ -378,45 +400,22 @@ def score_args(ns: argparse.Namespace) -> list[str]:
             f"bias-audit score: {name} does not score saved outputs (its records come "
             "from model scores: there is no answer to save)"
         )
-    module = Path(_audits_dir()) / f"test_{name}.py"
-    args = [
-        str(module),
-        "--backend",
-        "replay",
-        "--predictions",
-        str(ns.predictions),
-        "--prediction-field",
-        ns.prediction_field,
-    ]
-    flags = {
-        "--index-base": ns.index_base,
-        "--data-dir": ns.data_dir,
-        "--answer-parsing": ns.answer_parsing,
-        "--metric-flavour": ns.flavour,
-        "--results-json": ns.output,
-        "--bootstrap-resamples": ns.bootstrap_resamples,
-        "--seed": ns.seed,
-        "--confidence": ns.confidence,
-        "--thresholds": ns.thresholds,
-        "--results-dir": ns.results_dir,
-        "--kobbq-prompts": ns.kobbq_prompt,
-        "--kobbq-permutations": ns.kobbq_permutation,
-    }
-    for own, flag in (("--kobbq-prompt", "--kobbq-prompts"), ("--kobbq-permutation", "--kobbq-permutations")):
-        if flags[flag] is not None and name != "kobbq":
-            raise _Error(f"bias-audit score: {own} applies to kobbq only")
-    for flag, value in flags.items():
-        if value is not None:
-            args += [flag, str(value)]
-    for flag, on in (
-        ("--allow-partial", ns.allow_partial),
-        ("--allow-low-confidence", ns.allow_low_confidence),
-        ("--require-published-data", ns.require_published_data),
-        ("--bbq-split-names", ns.split_names),
-    ):
-        if on:
-            args.append(flag)
+    for opt, _ in _KOBBQ_ONE:
+        if _given(ns, opt) is not None and name != "kobbq":
+            raise _Error(f"bias-audit score: {opt.flag} applies to kobbq only")
+    args = [str(Path(_audits_dir()) / f"test_{name}.py"), "--backend", "replay"]
+    for opt, run_flag in _run_options(oracle=False):
+        value = _given(ns, opt)
+        if value is True and opt.switch:
+            args.append(run_flag)
+        elif value is not None and not opt.switch:
+            args += [run_flag, str(value)]
     return args + list(ns.pytest_args)
+
+
+def _given(ns: argparse.Namespace, opt: Option):
+    """The value of ``opt`` in ``ns`` (argparse's attribute of its flag)."""
+    return getattr(ns, opt.flag.lstrip("-").replace("-", "_"))
 
 
 def _score(ns: argparse.Namespace) -> int:
@@ -640,7 +639,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args[0] in ("score", "oracle") and "--" in args:  # the rest goes to the audit run as it is
             cut = args.index("--")
             args, extra = args[:cut], args[cut + 1 :]
-        ns = _build_parser().parse_args(args)
+        ns = _build_parser(args[0]).parse_args(args)
         ns.pytest_args = extra
         commands = {
             "report": _report,

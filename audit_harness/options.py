@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-import pytest
-
 from .option_spec import Option
 
 #: Where the suite's options appear in ``--help``.
@@ -22,6 +20,8 @@ def _env_int(name: str):
         pytest.UsageError: the variable holds something else (exit 4, naming it): a limit or
             min_n that cannot be read must never become a different run.
     """
+    import pytest
+
     value = os.environ.get(name)
     if value in (None, ""):
         return None
@@ -42,6 +42,8 @@ def _env_flag(name: str) -> bool:
         pytest.UsageError: the variable holds neither spelling (``AUDIT_SEQUENTIAL=false`` once
             turned the option on: any non-empty value did).
     """
+    import pytest
+
     value = os.environ.get(name, "").strip().lower()
     if value in _TRUE:
         return True

@@ -104,6 +104,17 @@ def _read_metadata(path: Path) -> tuple[dict[tuple[str, int], tuple[str | None, 
     return table, duplicates, rows
 
 
+#: ``--bbq-split-names`` (``bias-audit score --split-names``).
+SPLIT_NAMES = Option(
+    "--bbq-split-names",
+    "BBQ: also report the name-proxy items as '<category> (names)' groups, as "
+    "the paper does (results' overall section)",
+    key="split_names",
+    default=False,
+    switch=True,
+)
+
+
 class BBQ(BBQFamilyBenchmark):
     """BBQ benchmark: loader and prompt (see module docstring); metrics: flavour ``bbq``.
 
@@ -123,14 +134,7 @@ class BBQ(BBQFamilyBenchmark):
             choices=PROTOCOLS,
             env="AUDIT_BBQ_PROTOCOL",
         ),
-        Option(
-            "--bbq-split-names",
-            "BBQ: also report the name-proxy items as '<category> (names)' groups, as "
-            "the paper does (results' overall section)",
-            key="split_names",
-            default=False,
-            switch=True,
-        ),
+        SPLIT_NAMES,
         *(opt for opt in BBQFamilyBenchmark.settings if opt.key != "split_names"),
     )
 
