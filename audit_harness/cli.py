@@ -142,7 +142,7 @@ _ALLOW_PARTIAL = Option(
 )
 
 
-def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every subcommand; ``score`` and ``oracle`` get their run options only when
     ``command`` is theirs (those are read from the benchmarks' declarations, which the other
     subcommands need not import)."""
@@ -537,7 +537,7 @@ def _rerender_reports(run_dir: Path) -> None:
     the options its own parser makes), so a signed run's reports name their signer; a run folder
     holding report.pdf has it printed again too (``report --pdf``)."""
     args = ["report", str(run_dir)] + (["--pdf"] if (run_dir / "report.pdf").exists() else [])
-    _report(_build_parser().parse_args(args), being_signed=True)
+    _report(build_parser().parse_args(args), being_signed=True)
 
 
 def _sign(ns: argparse.Namespace) -> int:
@@ -624,7 +624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if not args:
-            print(_build_parser().format_help(), file=sys.stderr)
+            print(build_parser().format_help(), file=sys.stderr)
             return EXIT_ERROR
         if args[0] == "run" and any(a in ("-h", "--help") for a in args[1:]):
             return _print_run_help()
@@ -639,7 +639,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args[0] in ("score", "oracle") and "--" in args:  # the rest goes to the audit run as it is
             cut = args.index("--")
             args, extra = args[:cut], args[cut + 1 :]
-        ns = _build_parser(args[0]).parse_args(args)
+        ns = build_parser(args[0]).parse_args(args)
         ns.pytest_args = extra
         commands = {
             "report": _report,

@@ -135,7 +135,7 @@ def ours_main(argv: list[str]) -> None:
 
         prof.disable()
         pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(30)
-    prompts = [kobbq._prompt(engine, it)[0] for it in items]  # what evaluate generated from
+    prompts = [kobbq.model_input(engine, it)[0] for it in items]  # what evaluate generated from
     out = {
         "items": {
             it.item_id: {"output": r.raw_prediction, "prompt": p, "ids": model.encode_prompt(p)}

@@ -48,7 +48,7 @@ def test_ci_example_runs_the_audit_archives_and_gates_the_release(kind):
     assert "--baseline baseline/results.json" in text  # the last release's results, when there are any
     compares = commands(text, "compare")
     assert compares and all(len([w for w in c if not w.startswith("-")]) == 2 for c in compares)
-    cli._build_parser().parse_args(["compare", *compares[0][:2]])
+    cli.build_parser().parse_args(["compare", *compares[0][:2]])
     # The exit codes the file documents are the suite's.
     for code, meaning in (
         (exit_codes.OK, "every gate passed"),

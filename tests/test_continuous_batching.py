@@ -28,8 +28,8 @@ def kobbq_prompts(engine, data_dir, limit: int, prompts: str = "1,5") -> tuple[l
     bench = KoBBQ().configure(answer_mode="generate", prompts=prompts)
     data = bench.load_category(data_dir, "age")
     items = bench.select(data.items, limit, 0, salt="kobbq/age")
-    shaped = [KoBBQ._prompt(engine, it) for it in items]
-    return [p for p, _ in shaped], [KoBBQ._letter_continuations(it, f) for it, (_, f) in zip(items, shaped)]
+    shaped = [KoBBQ.model_input(engine, it) for it in items]
+    return [p for p, _ in shaped], [KoBBQ.letter_continuations(it, f) for it, (_, f) in zip(items, shaped)]
 
 
 def run(model, requests, *, continuous: bool, batch_size: int, first_step=None, memo=False):
@@ -63,8 +63,10 @@ def assert_exact(model, prompts, letters, max_new: int, rows: int, monkeypatch, 
     import audit_harness.models.continuous as continuous
 
     merges = []
-    merge = continuous._Rows.merge
-    monkeypatch.setattr(continuous._Rows, "merge", lambda self, other: merges.append(1) or merge(self, other))
+    merge = continuous.DecodingRows.merge
+    monkeypatch.setattr(
+        continuous.DecodingRows, "merge", lambda self, other: merges.append(1) or merge(self, other)
+    )
     ids = [model.encode_prompt(p) for p in prompts]
     whole = [
         t for i in range(0, len(ids), rows) for t in model.generate_tokens(ids[i : i + rows], max_new)[0]
@@ -187,14 +189,14 @@ def test_a_refill_continues_the_kept_prefix_of_the_previous_one(tiny, data_dir, 
     ids = sorted(tiny.encode_prompt(p) for p in prompts)
     letters = [[ids[n][-1]] for n in range(len(ids))]  # any token: a first-step score to compare
     reused = []
-    prefill = HFCausalLM._tree_prefill
+    prefill = HFCausalLM.prefill
 
     def spy(self, group, past=None):
         if past is not None:
             reused.append(past.length)
         return prefill(self, group, past)
 
-    monkeypatch.setattr(HFCausalLM, "_tree_prefill", spy)
+    monkeypatch.setattr(HFCausalLM, "prefill", spy)
 
     def stream():
         out, run_tokens = {}, 0
@@ -217,18 +219,21 @@ def test_a_refill_continues_the_kept_prefix_of_the_previous_one(tiny, data_dir, 
 
 # -- the engine's guarantees ---------------------------------------------------------------------
 def test_out_of_memory_reruns_the_unfinished_rows_with_fewer(tiny, monkeypatch):
-    from audit_harness.models.errors import BackendOutOfMemory
+    import functools
+
+    import torch
 
     requests = long_and_short(tiny, 10)
     expected, _, _ = run(tiny, requests, continuous=False, batch_size=1)
-    forward = tiny._forward
+    forward = tiny.model.forward
 
-    def small_only(**kwargs):
+    @functools.wraps(forward)  # its signature: the backend reads its parameters
+    def small_only(*args, **kwargs):
         if kwargs["input_ids"].shape[0] > 1:
-            raise BackendOutOfMemory("test: more than one row")
-        return forward(**kwargs)
+            raise torch.OutOfMemoryError("test: more than one row")
+        return forward(*args, **kwargs)
 
-    monkeypatch.setattr(tiny, "_forward", small_only)
+    monkeypatch.setattr(tiny.model, "forward", small_only)
     out, eng, _ = run(tiny, requests, continuous=True, batch_size=4)
     assert out == expected and eng.stats.oom_retries == 2  # 4 -> 2 -> 1 rows
     assert eng.stats.computed == len(requests)

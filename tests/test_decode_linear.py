@@ -66,9 +66,9 @@ def test_greedy_texts_on_kobbq_equal_those_without_it(data_dir):
     plain.onednn_decoding = False
     bench = KoBBQ().configure(answer_mode="generate", prompts="1")
     items = bench.select(bench.load_category(data_dir, "age").items, 2, 0, salt="kobbq/age")
-    shaped = [KoBBQ._prompt(Engine(plain), it) for it in items]
+    shaped = [KoBBQ.model_input(Engine(plain), it) for it in items]
     requests = [GenerationRequest(p, 12) for p, _ in shaped]
-    letters = [KoBBQ._letter_continuations(it, f) for it, (_, f) in zip(items, shaped)]
+    letters = [KoBBQ.letter_continuations(it, f) for it, (_, f) in zip(items, shaped)]
 
     def run(model):
         engine = Engine(model)
@@ -78,7 +78,7 @@ def test_greedy_texts_on_kobbq_equal_those_without_it(data_dir):
     fast = load_model("smollm2-135m-instruct", device="cpu", dtype="float32", batch_size=4)
     assert fast is not plain and fast.onednn_decoding
     got, engine = run(fast)
-    assert getattr(fast.model, decode_linear._MARK) > 0 and got == expected
+    assert getattr(fast.model, decode_linear.MARK) > 0 and got == expected
     pairs = [(p, x) for (p, _), ls in zip(shaped, letters) for x in ls]
     assert engine.prompt_loglikelihood(pairs) == pytest.approx(
         Engine(plain).prompt_loglikelihood(pairs), abs=1e-4

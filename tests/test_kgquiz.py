@@ -296,7 +296,7 @@ def test_task2_schema_on_hand_made_rows(bench, tmp_path):
     ],
 )
 def test_task2_answer_parse(bench, output, expected):
-    assert bench._choice(output, ["Chelsea F.C.", "Middlesbrough F.C.", "Ajax", "Boca"])[0] == expected
+    assert bench.task2_choice(output, ["Chelsea F.C.", "Middlesbrough F.C.", "Ajax", "Boca"])[0] == expected
 
 
 @pytest.mark.parametrize(

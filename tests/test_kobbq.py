@@ -243,7 +243,7 @@ def test_batched_generation_equals_one_at_a_time_on_kobbq_prompts(tiny_model, da
     bench = KoBBQ().configure(prompts="1,5")
     items = t2_items(bench, data_dir, prompt="1,5")
     engine = Engine(tiny_model)
-    requests = [GenerationRequest(KoBBQ._prompt(engine, it)[0], 8, item_id=it.item_id) for it in items]
+    requests = [GenerationRequest(KoBBQ.model_input(engine, it)[0], 8, item_id=it.item_id) for it in items]
     # batch_size 4: left-padded batches of unequal prompts; the 3 option orders of a question
     # share instruction + context + question, which the batch runs once.
     batched = engine.generate(requests)

@@ -515,7 +515,7 @@ class KGQuiz(Benchmark):
 
     def with_embedder(self, embedder: SentenceEmbedder) -> "KGQuiz":
         clone = copy.copy(self)
-        clone._embedder = embedder
+        vars(clone).update(_embedder=embedder)  # the constructor's injection, on a copy
         return clone
 
     @property
@@ -835,7 +835,7 @@ class KGQuiz(Benchmark):
             )
             got = parse_answer(output, choices, profile, "first-word", labels=self.protocol.labels)
         elif profile == "authors":
-            option, how = self._choice(output, item.options)
+            option, how = self.task2_choice(output, item.options)
             return (
                 option,
                 how,
@@ -871,9 +871,10 @@ class KGQuiz(Benchmark):
         }
 
     @staticmethod
-    def _choice(output: str, options: Sequence[str]) -> tuple[int | None, str]:
-        # The first line as a whole (a letter, "(B)", or an option's text); else its leading
-        # letter token ("B. crystal", "B) ..."), which the parser reads as a letter.
+    def task2_choice(output: str, options: Sequence[str]) -> tuple[int | None, str]:
+        """(option index or None, how it matched) of a multiple-choice output: its first line as a
+        whole (a letter, "(B)", or an option's text); else its leading letter token ("B.
+        crystal", "B) ..."), which the parser reads as a letter."""
         line = first_line(output)
         found = match_answer(line, options)
         if found.option < 0:

@@ -619,7 +619,7 @@ class KoBBQ(BBQFamilyBenchmark):
 
     # -- scoring -----------------------------------------------------------------------------------
     @staticmethod
-    def _prompt(engine, item: KoBBQItem) -> tuple[str, str]:
+    def model_input(engine, item: KoBBQItem) -> tuple[str, str]:
         """(model input, ``"chat"``/``"plain"``): the rendered prompt as one user turn through the
         model's chat template, or as plain text when ``chat_prompt`` gives none."""
         text = item.prompt.render(item.context, item.question, item.options)
@@ -637,21 +637,21 @@ class KoBBQ(BBQFamilyBenchmark):
         """
         template = engine.chat_template
         digest = hashlib.sha256(template.encode("utf-8")).hexdigest() if isinstance(template, str) else None
-        shaped = [self._prompt(engine, it) for it in items]
+        shaped = [self.model_input(engine, it) for it in items]
         if self.saved:  # the producer's prompt, not this suite's: nothing of ours to hash
             shaped = [(p, "saved output") for p, _ in shaped]
         hashes = [None if self.saved else hashlib.sha256(p.encode("utf-8")).hexdigest() for p, _ in shaped]
         out: list[KoBBQRecord | None] = [None] * len(items)
         gen = [i for i, it in enumerate(items) if it.answer_mode == "generate"]
         let = [i for i, it in enumerate(items) if it.answer_mode == "letter"]
-        letters = {i: self._letter_continuations(items[i], shaped[i][1]) for i in let}
+        letters = {i: self.letter_continuations(items[i], shaped[i][1]) for i in let}
         if gen:
             requests = [
                 GenerationRequest(shaped[i][0], self.max_new_tokens, item_id=items[i].item_id) for i in gen
             ]
             # With both modes, the forward that picks the first generated token also scores the
             # option letters after the same prompt (the engine keeps them for letter mode).
-            first_step = [self._letter_continuations(items[i], shaped[i][1]) for i in gen] if let else None
+            first_step = [self.letter_continuations(items[i], shaped[i][1]) for i in gen] if let else None
             profile = self.parsing_profile
             for i, raw in zip(gen, engine.generate(requests, first_step=first_step)):
                 it = items[i]
@@ -688,7 +688,7 @@ class KoBBQ(BBQFamilyBenchmark):
         return out  # type: ignore[return-value]
 
     @staticmethod
-    def _letter_continuations(item: KoBBQItem, fmt: str) -> list[str]:
+    def letter_continuations(item: KoBBQItem, fmt: str) -> list[str]:
         """The option letters as continuations of the prompt: a chat prompt ends with the
         assistant turn's opening, where the answer starts; a plain prompt ends with
         "정답:"/"답:", answered after a space."""
