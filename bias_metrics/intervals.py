@@ -17,10 +17,12 @@ finite n, near nominal coverage from 2 templates on (measured in ``tests/test_in
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 from scipy.stats import binomtest
+
+from .result import MetricResult, undefined
 
 
 def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -57,12 +59,71 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     """
     if n < 0 or k < 0 or k > n:
         raise ValueError(f"wilson_interval needs 0 <= k <= n, got k={k}, n={n}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    check_confidence(confidence)
     if n == 0:
         return (math.nan, math.nan)
     ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
     return (float(ci.low), float(ci.high))
+
+
+def check_confidence(confidence: float) -> None:
+    """The one check of an interval's nominal coverage, shared by every metric of the package.
+
+    Raises
+    ------
+    ValueError
+        ``confidence`` outside (0, 1).
+
+    Examples
+    --------
+    >>> from bias_metrics.intervals import check_confidence
+    >>> check_confidence(1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: confidence must be in (0, 1), got 1.0
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+
+
+def wilson_result(
+    name: str,
+    k: int,
+    n: int,
+    counts: Mapping[str, int],
+    confidence: float,
+    source: str,
+    *,
+    scale: float = 1.0,
+    empty: str = "no items",
+) -> MetricResult:
+    """The proportion k / n as a ``MetricResult`` with its Wilson interval, both times ``scale``
+    (100 for a score in percent); ``counts`` and ``source`` are recorded as given. With n == 0 it
+    is undefined (NaN) for the reason ``empty``.
+
+    Examples
+    --------
+    >>> from bias_metrics.intervals import wilson_result
+    >>> r = wilson_result("share", 1, 4, {"k": 1, "n": 4}, 0.95, "toy", scale=100.0)
+    >>> r.value, r.ci_method, round(r.ci_low, 2), round(r.ci_high, 2)
+    (25.0, 'wilson', 4.56, 69.94)
+    >>> wilson_result("share", 0, 0, {}, 0.95, "toy").reason
+    'no items'
+    """
+    if n == 0:
+        return undefined(name, empty, counts=counts, source=source)
+    low, high = wilson_interval(k, n, confidence)
+    return MetricResult(
+        name=name,
+        value=scale * k / n,
+        n=n,
+        ci_low=scale * low,
+        ci_high=scale * high,
+        ci_method="wilson",
+        confidence=confidence,
+        counts=dict(counts),
+        source=source,
+    )
 
 
 def cluster_bootstrap(
@@ -115,26 +176,15 @@ def cluster_bootstrap(
     >>> cluster_bootstrap(cc[:1], lambda s: s[..., 0] / s[..., 1])
     (nan, nan)
     """
-    counts = np.asarray(cluster_counts, dtype=np.float64)
-    if counts.ndim != 2:
-        raise ValueError(f"cluster_counts must be 2-D (clusters, cells), got shape {counts.shape}")
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    counts = _as_clusters(cluster_counts)
+    _check(n_resamples, confidence)
     n_clusters = counts.shape[0]
     if n_clusters < 2:
         return (math.nan, math.nan)
     rng = np.random.default_rng(seed)
     # Each resample draws n_clusters clusters with replacement: multinomial weights per cluster.
     weights = rng.multinomial(n_clusters, np.full(n_clusters, 1.0 / n_clusters), size=n_resamples)
-    values = np.asarray(statistic(weights @ counts), dtype=np.float64)
-    values = values[~np.isnan(values)]
-    if values.size == 0:
-        return (math.nan, math.nan)
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(values, [alpha, 1.0 - alpha])
-    return (float(low), float(high))
+    return _quantiles(statistic(weights @ counts), confidence)
 
 
 def _quantiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
@@ -150,8 +200,14 @@ def _quantiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
 def _check(n_resamples: int, confidence: float) -> None:
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    check_confidence(confidence)
+
+
+def _as_clusters(cluster_counts: np.ndarray) -> np.ndarray:
+    counts = np.asarray(cluster_counts, dtype=np.float64)
+    if counts.ndim != 2:
+        raise ValueError(f"cluster_counts must be 2-D (clusters, cells), got shape {counts.shape}")
+    return counts
 
 
 def bayesian_bootstrap(
@@ -174,12 +230,8 @@ def bayesian_bootstrap(
     statistic : callable
         Maps (..., n_cells) weighted sums to (...) values (a ratio of cell sums, so that the
         weights' scale does not matter), NaN where undefined.
-    n_resamples : int, default=1000
-        Draws (>= 1).
-    confidence : float, default=0.95
-        Nominal coverage in (0, 1).
-    seed : int, default=0
-        Numpy seed.
+    n_resamples, confidence, seed
+        As ``cluster_bootstrap``.
 
     Returns
     -------
@@ -208,9 +260,7 @@ def bayesian_bootstrap(
     >>> round(high - low, 6)
     0.0
     """
-    counts = np.asarray(cluster_counts, dtype=np.float64)
-    if counts.ndim != 2:
-        raise ValueError(f"cluster_counts must be 2-D (clusters, cells), got shape {counts.shape}")
+    counts = _as_clusters(cluster_counts)
     _check(n_resamples, confidence)
     if counts.shape[0] < 2:
         return (math.nan, math.nan)
@@ -247,12 +297,8 @@ def dirichlet_posterior(
         Disjoint tuples of cell indices; cells outside every block keep their counts.
     prior : numpy.ndarray
         Array (n_cells,) of pseudo-counts (0 for cells that cannot occur).
-    n_resamples : int, default=1000
-        Draws (>= 1).
-    confidence : float, default=0.95
-        Nominal coverage in (0, 1).
-    seed : int, default=0
-        Numpy seed.
+    n_resamples, confidence, seed
+        As ``cluster_bootstrap``.
 
     Returns
     -------
@@ -276,17 +322,14 @@ def dirichlet_posterior(
     >>> low < 0.75 < high
     True
     """
-    counts = np.asarray(counts, dtype=np.float64)
-    prior = np.asarray(prior, dtype=np.float64)
-    if counts.ndim != 1 or (counts < 0).any():
-        raise ValueError(f"counts must be a 1-D array of non-negative counts, got {counts!r}")
-    if prior.shape != counts.shape or (prior < 0).any():
-        raise ValueError(f"prior must be {counts.size} non-negative pseudo-counts, got {prior!r}")
-    flat = [c for b in blocks for c in b]
-    if len(flat) != len(set(flat)):
-        raise ValueError("blocks must be disjoint")
+    counts, prior = _check_posterior(counts, blocks, prior)
     _check(n_resamples, confidence)
-    rng = np.random.default_rng(seed)
+    draws = _posterior_draws(counts, blocks, prior, n_resamples, np.random.default_rng(seed))
+    return _quantiles(statistic(draws), confidence)
+
+
+def _posterior_draws(counts, blocks, prior, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_resamples, n_cells) draws: per block with items, its total split by Dirichlet(counts + prior)."""
     draws = np.broadcast_to(counts, (n_resamples, counts.size)).copy()
     for b in blocks:
         b = list(b)
@@ -296,7 +339,20 @@ def dirichlet_posterior(
         shape = counts[b] + prior[b]
         g = rng.gamma(np.broadcast_to(shape, (n_resamples, len(b))))
         draws[:, b] = n_b * g / g.sum(axis=1, keepdims=True)
-    return _quantiles(statistic(draws), confidence)
+    return draws
+
+
+def _check_posterior(counts, blocks, prior) -> tuple[np.ndarray, np.ndarray]:
+    counts = np.asarray(counts, dtype=np.float64)
+    prior = np.asarray(prior, dtype=np.float64)
+    if counts.ndim != 1 or (counts < 0).any():
+        raise ValueError(f"counts must be a 1-D array of non-negative counts, got {counts!r}")
+    if prior.shape != counts.shape or (prior < 0).any():
+        raise ValueError(f"prior must be {counts.size} non-negative pseudo-counts, got {prior!r}")
+    flat = [c for b in blocks for c in b]
+    if len(flat) != len(set(flat)):
+        raise ValueError("blocks must be disjoint")
+    return counts, prior
 
 
 def cell_ratio_interval(
@@ -322,10 +378,8 @@ def cell_ratio_interval(
 
     Parameters
     ----------
-    cluster_counts : numpy.ndarray
-        Array (n_clusters, n_cells) of non-negative counts.
-    statistic : callable
-        Maps (..., n_cells) counts to (...) values, NaN where undefined.
+    cluster_counts, statistic
+        As ``bayesian_bootstrap``.
     blocks, prior
         As ``dirichlet_posterior``.
     n_resamples, confidence, seed
@@ -353,23 +407,19 @@ def cell_ratio_interval(
     >>> low < 0.75 < high, high - low > 0.3
     (True, True)
     """
-    counts = np.asarray(cluster_counts, dtype=np.float64)
-    if counts.ndim != 2:
-        raise ValueError(f"cluster_counts must be 2-D (clusters, cells), got shape {counts.shape}")
+    counts = _as_clusters(cluster_counts)
+    draws = {"n_resamples": n_resamples, "confidence": confidence}
     parts = [
-        bayesian_bootstrap(counts, statistic, n_resamples=n_resamples, confidence=confidence, seed=seed),
-        dirichlet_posterior(
-            counts.sum(axis=0),
-            statistic,
-            blocks,
-            prior,
-            n_resamples=n_resamples,
-            confidence=confidence,
-            seed=seed + 1,
-        ),
+        bayesian_bootstrap(counts, statistic, **draws, seed=seed),
+        dirichlet_posterior(counts.sum(axis=0), statistic, blocks, prior, **draws, seed=seed + 1),
     ]
-    lows = [lo for lo, _ in parts if not math.isnan(lo)]
-    highs = [hi for _, hi in parts if not math.isnan(hi)]
+    return _hull(parts)
+
+
+def _hull(intervals: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """The smallest interval holding every defined one; (nan, nan) when none is."""
+    lows = [lo for lo, _ in intervals if not math.isnan(lo)]
+    highs = [hi for _, hi in intervals if not math.isnan(hi)]
     if not lows:
         return (math.nan, math.nan)
     return (min(lows), max(highs))

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from bias_metrics.intervals import cluster_bootstrap, wilson_interval
+from bias_metrics.intervals import check_confidence, cluster_bootstrap, wilson_result
 from bias_metrics.result import MetricResult, undefined
 
 __all__ = [
@@ -90,31 +90,30 @@ def parse_true_false(output: str) -> int | None:
     return 1 if m.group(1) == "true" else 0
 
 
+def _source(toy: str, *details: str) -> str:
+    """A result's ``source``: the project's, the toy of docs/metrics.md §3.6 it is pinned by, details."""
+    return "; ".join((_PROJECT, f"docs/metrics.md §3.6 {toy}") + details)
+
+
 def _check_same_length(a: Sequence, b: Sequence, name_a: str, name_b: str) -> None:
     if len(a) != len(b):
         raise ValueError(f"{name_a} and {name_b} differ in length: {len(a)} vs {len(b)}")
 
 
-def _check_confidence(confidence: float) -> None:
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+def _gold(gold, i: int, *, binary: bool) -> int:
+    """``golds[i]`` as an int (bools accepted); with ``binary`` it must be 0 or 1."""
+    if isinstance(gold, (bool, np.bool_)):
+        gold = int(gold)
+    if binary and (not isinstance(gold, (int, np.integer)) or gold not in (0, 1)):
+        raise ValueError(f"golds[{i}] must be 0 or 1, got {gold!r}")
+    if not isinstance(gold, (int, np.integer)):
+        raise ValueError(f"golds[{i}] must be an int, got {gold!r}")
+    return gold
 
 
-def _proportion(
-    name: str, k: int, n: int, counts: dict[str, int], confidence: float, source: str
-) -> MetricResult:
-    low, high = wilson_interval(k, n, confidence)
-    return MetricResult(
-        name=name,
-        value=k / n,
-        n=n,
-        ci_low=low,
-        ci_high=high,
-        ci_method="wilson",
-        confidence=confidence,
-        counts=counts,
-        source=source,
-    )
+def _answer_counts(correct: int, invalid: int, n: int) -> dict[str, int]:
+    """K1's counts: an answer is correct, parsed but wrong (incorrect) or invalid."""
+    return {"correct": correct, "incorrect": n - correct - invalid, "invalid": invalid, "n": n}
 
 
 def true_false_accuracy(
@@ -160,14 +159,11 @@ def true_false_accuracy(
     (0.15, 0.85)
     """
     _check_same_length(outputs, golds, "outputs", "golds")
-    _check_confidence(confidence)
+    check_confidence(confidence)
     source = f"{_PROJECT}; docs/metrics.md §3.6 K1; parse: lowercase, whole words, first mention wins"
     correct = invalid = 0
     for i, (out, gold) in enumerate(zip(outputs, golds)):
-        if isinstance(gold, (bool, np.bool_)):
-            gold = int(gold)
-        if not isinstance(gold, (int, np.integer)) or gold not in (0, 1):
-            raise ValueError(f"golds[{i}] must be 0 or 1, got {gold!r}")
+        gold = _gold(gold, i, binary=True)
         try:
             pred = parse_true_false(out)
         except TypeError as exc:
@@ -177,10 +173,7 @@ def true_false_accuracy(
         elif pred == gold:
             correct += 1
     n = len(outputs)
-    counts = {"correct": correct, "incorrect": n - correct - invalid, "invalid": invalid, "n": n}
-    if n == 0:
-        return undefined("tf_accuracy", "no items", counts=counts, source=source)
-    return _proportion("tf_accuracy", correct, n, counts, confidence, source)
+    return wilson_result("tf_accuracy", correct, n, _answer_counts(correct, invalid, n), confidence, source)
 
 
 def label_accuracy(
@@ -232,31 +225,29 @@ def label_accuracy(
     'no items'
     """
     _check_same_length(predicted, golds, "predicted", "golds")
-    _check_confidence(confidence)
+    check_confidence(confidence)
+    correct, invalid = _label_tally(predicted, golds)
+    n = len(golds)
+    counts = _answer_counts(correct, invalid, n)
+    src = f"{_PROJECT}; docs/metrics.md §3.6 K1; invalid counts as wrong" + (f"; {source}" if source else "")
+    return (
+        wilson_result(name, correct, n, counts, confidence, src),
+        wilson_result("invalid_rate", invalid, n, counts, confidence, src),
+    )
+
+
+def _label_tally(predicted: Sequence[int | None], golds: Sequence[int]) -> tuple[int, int]:
+    """(correct, invalid) answers among ``predicted``, each checked."""
     correct = invalid = 0
     for i, (pred, gold) in enumerate(zip(predicted, golds)):
-        if isinstance(gold, (bool, np.bool_)):
-            gold = int(gold)
-        if not isinstance(gold, (int, np.integer)):
-            raise ValueError(f"golds[{i}] must be an int, got {gold!r}")
+        gold = _gold(gold, i, binary=False)
         if pred is None:
             invalid += 1
             continue
         if isinstance(pred, bool) or not isinstance(pred, (int, np.integer)):
             raise ValueError(f"predicted[{i}] must be an int or None, got {pred!r}")
         correct += int(pred == gold)
-    n = len(golds)
-    counts = {"correct": correct, "incorrect": n - correct - invalid, "invalid": invalid, "n": n}
-    src = f"{_PROJECT}; docs/metrics.md §3.6 K1; invalid counts as wrong" + (f"; {source}" if source else "")
-    if n == 0:
-        return (
-            undefined(name, "no items", counts=counts, source=src),
-            undefined("invalid_rate", "no items", counts=counts, source=src),
-        )
-    return (
-        _proportion(name, correct, n, counts, confidence, src),
-        _proportion("invalid_rate", invalid, n, counts, confidence, src),
-    )
+    return correct, invalid
 
 
 # --------------------------------------------------------------------------------------------
@@ -478,12 +469,8 @@ def mean_with_bootstrap(
         Shape (n,), per-item scores.
     name, source : str
         Copied into the result.
-    confidence : float, default=0.95
-        Interval coverage in (0, 1).
-    n_resamples : int, default=1000
-        Bootstrap resamples.
-    seed : int, default=0
-        Numpy seed (reproducible intervals).
+    confidence, n_resamples, seed
+        As ``intervals.cluster_bootstrap``.
 
     Returns
     -------
@@ -507,34 +494,34 @@ def mean_with_bootstrap(
     >>> mean_with_bootstrap([float("nan")], name="token_f1", source="toy").reason
     "every item's score is undefined (NaN)"
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
+    arr = _item_scores(values)
+    defined = arr[~np.isnan(arr)]
+    counts = {"n": int(defined.size), "undefined": int(arr.size - defined.size)}
+    if defined.size == 0:
+        reason = "no items" if arr.size == 0 else "every item's score is undefined (NaN)"
+        return undefined(name, reason, counts=counts, source=source)
+    low, high = _item_bootstrap(defined, n_resamples=n_resamples, confidence=confidence, seed=seed)
+    mean = float(defined.mean())
+    return MetricResult(
+        name, mean, int(defined.size), low, high, "bootstrap", confidence, counts, source=source
+    )
+
+
+def _item_bootstrap(scores: np.ndarray, **draws) -> tuple[float, float]:
+    # Per-item (score, 1) rows: the resampled mean is sum(score) / sum(1) over the drawn items.
+    cells = np.column_stack([scores, np.ones_like(scores)])
+    return cluster_bootstrap(cells, lambda s: s[..., 0] / s[..., 1], **draws)
+
+
+def _item_scores(values) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64)
     if arr.ndim != 1:
         raise ValueError(f"values must be 1-D (one score per item), got shape {arr.shape}")
     inf_idx = np.flatnonzero(np.isinf(arr))
     if inf_idx.size:
         raise ValueError(f"values[{int(inf_idx[0])}] is infinite")
-    defined = arr[~np.isnan(arr)]
-    counts = {"n": int(defined.size), "undefined": int(arr.size - defined.size)}
-    if defined.size == 0:
-        reason = "no items" if arr.size == 0 else "every item's score is undefined (NaN)"
-        return undefined(name, reason, counts=counts, source=source)
-    # Per-item (score, 1) rows: the resampled mean is sum(score) / sum(1) over the drawn items.
-    cells = np.column_stack([defined, np.ones_like(defined)])
-    low, high = cluster_bootstrap(
-        cells, lambda s: s[..., 0] / s[..., 1], n_resamples=n_resamples, confidence=confidence, seed=seed
-    )
-    return MetricResult(
-        name=name,
-        value=float(defined.mean()),
-        n=int(defined.size),
-        ci_low=low,
-        ci_high=high,
-        ci_method="bootstrap",
-        confidence=confidence,
-        counts=counts,
-        source=source,
-    )
+    return arr
 
 
 def text_match_scores(
@@ -744,15 +731,15 @@ def semantic_match_rate(
     >>> semantic_match_rate(np.empty((0, 2)), np.empty((0, 2)), 0.9).reason
     'no items'
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     theta = _check_theta(theta)
-    source = f"{_PROJECT}; docs/metrics.md §3.6 K3; theta={theta}; embedding_model={embedding_model}"
+    source = _source("K3", f"theta={theta}", f"embedding_model={embedding_model}")
     p, g = np.asarray(pred_emb, dtype=np.float64), np.asarray(gold_emb, dtype=np.float64)
     if p.ndim == 2 and p.shape[0] == 0 and g.shape == p.shape:
         return undefined("semantic_match_rate", "no items", counts={"match": 0, "n": 0}, source=source)
     matches = semantic_match(p, g, theta)
     k, n = int(matches.sum()), int(matches.size)
-    return _proportion("semantic_match_rate", k, n, {"match": k, "n": n}, confidence, source)
+    return wilson_result("semantic_match_rate", k, n, {"match": k, "n": n}, confidence, source)
 
 
 def similarity_match_rate(
@@ -801,7 +788,7 @@ def similarity_match_rate(
     >>> r.value, r.counts
     (0.5, {'match': 2, 'n': 4})
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     theta = _check_theta(theta)
     cos = np.asarray(similarities, dtype=np.float64)
     if cos.ndim != 1:
@@ -809,11 +796,9 @@ def similarity_match_rate(
     bad = np.flatnonzero(~np.isfinite(cos) | (cos < -1.0 - 1e-6) | (cos > 1.0 + 1e-6))
     if bad.size:
         raise ValueError(f"similarities[{int(bad[0])}] = {cos[bad[0]]!r} is not a cosine in [-1, 1]")
-    source = f"{_PROJECT}; docs/metrics.md §3.6 K3; theta={theta}; embedding_model={embedding_model}"
-    if cos.size == 0:
-        return undefined(name, "no items", counts={"match": 0, "n": 0}, source=source)
+    source = _source("K3", f"theta={theta}", f"embedding_model={embedding_model}")
     k, n = int((cos >= theta).sum()), int(cos.size)
-    return _proportion(name, k, n, {"match": k, "n": n}, confidence, source)
+    return wilson_result(name, k, n, {"match": k, "n": n}, confidence, source)
 
 
 def _as_similarity(similarity: np.ndarray, label: str = "similarity") -> np.ndarray:
@@ -880,28 +865,23 @@ def open_ended_precision_recall(
     >>> p.value, p.reason, r.value
     (nan, 'no generated facts', 0.0)
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     theta = _check_theta(theta)
-    s = _as_similarity(similarity)
-    n_gen, n_gold = s.shape
-    source = f"{_PROJECT}; docs/metrics.md §3.6 K4; theta={theta}"
-    row_hit = int((s.max(axis=1) >= theta).sum()) if n_gen and n_gold else 0
-    col_hit = int((s.max(axis=0) >= theta).sum()) if n_gen and n_gold else 0
-    if n_gen == 0:
-        precision = undefined(
-            "open_ended_precision", "no generated facts", counts={"matched": 0, "n": 0}, source=source
-        )
-    else:
-        precision = _proportion(
-            "open_ended_precision", row_hit, n_gen, {"matched": row_hit, "n": n_gen}, confidence, source
-        )
-    if n_gold == 0:
-        recall = undefined("open_ended_recall", "no gold facts", counts={"matched": 0, "n": 0}, source=source)
-    else:
-        recall = _proportion(
-            "open_ended_recall", col_hit, n_gold, {"matched": col_hit, "n": n_gold}, confidence, source
-        )
+    # A fact is matched when its best similarity on the other side reaches theta.
+    hits = _as_similarity(similarity) >= theta
+    source = _source("K4", f"theta={theta}")
+    precision = _matched_share(
+        "open_ended_precision", hits.any(axis=1), "no generated facts", confidence, source
+    )
+    recall = _matched_share("open_ended_recall", hits.any(axis=0), "no gold facts", confidence, source)
     return precision, recall
+
+
+def _matched_share(
+    name: str, matched: np.ndarray, empty: str, confidence: float, source: str
+) -> MetricResult:
+    k, n = int(matched.sum()), int(matched.size)
+    return wilson_result(name, k, n, {"matched": k, "n": n}, confidence, source, empty=empty)
 
 
 def open_ended_scores(
@@ -955,6 +935,17 @@ def open_ended_scores(
     (0.75, {'n': 1, 'undefined': 1}, 0.3333, {'n': 2, 'undefined': 0})
     """
     theta = _check_theta(theta)
+    precisions, recalls = _per_entity(similarities, theta)
+    source = _source("K4", "macro over entities", f"theta={theta}", f"embedding_model={embedding_model}")
+    kw = dict(source=source, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    return {
+        "open_ended_precision": mean_with_bootstrap(precisions, name="open_ended_precision", **kw),
+        "open_ended_recall": mean_with_bootstrap(recalls, name="open_ended_recall", **kw),
+    }
+
+
+def _per_entity(similarities: Sequence[np.ndarray], theta: float) -> tuple[list[float], list[float]]:
+    """Each entity's open-ended precision and recall (NaN where undefined)."""
     precisions, recalls = [], []
     for e, s in enumerate(similarities):
         try:
@@ -963,12 +954,4 @@ def open_ended_scores(
             raise ValueError(f"entity {e}: {exc}") from None
         precisions.append(p.value)
         recalls.append(r.value)
-    source = (
-        f"{_PROJECT}; docs/metrics.md §3.6 K4; macro over entities; theta={theta}; "
-        f"embedding_model={embedding_model}"
-    )
-    kw = dict(source=source, confidence=confidence, n_resamples=n_resamples, seed=seed)
-    return {
-        "open_ended_precision": mean_with_bootstrap(precisions, name="open_ended_precision", **kw),
-        "open_ended_recall": mean_with_bootstrap(recalls, name="open_ended_recall", **kw),
-    }
+    return precisions, recalls
