@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compare_lmeval import CPU, LOADS, lmeval_env, lmeval_python, run_lmeval_cli, timed  # noqa: E402
+from compare_lmeval import CPU, LOADS, lmeval_env, lmeval_python, run_lmeval_cli, run_our_side  # noqa: E402
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 
@@ -171,17 +171,7 @@ def run_ours(args, workdir: Path, tag: str):
         "--cache-dir",
         str(workdir / f"cache_{tag}"),
     ] + (["--profile"] if args.profile and tag == "before" else [])
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "OMP_NUM_THREADS": str(args.threads),
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    seconds, rss, rc = timed(cmd, env, REPO, workdir / f"ours_{tag}.log")
-    if rc != 0:
-        print((workdir / f"ours_{tag}.log").read_text(encoding="utf-8")[-4000:], file=sys.stderr)
-        raise SystemExit(f"our run failed (rc {rc})")
-    return json.loads(out.read_text(encoding="utf-8")), seconds, rss
+    return run_our_side(cmd, out, args.threads, workdir, tag)
 
 
 # -- lm-eval side -------------------------------------------------------------------------------------

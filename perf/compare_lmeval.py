@@ -208,6 +208,23 @@ def timed(cmd: list[str], env: dict, cwd: Path, log: Path) -> tuple[float, int, 
     return time.perf_counter() - t0, usage.ru_maxrss * 1024, proc.returncode
 
 
+def run_our_side(cmd: list[str], out: Path, threads: int, workdir: Path, tag: str) -> tuple[dict, float, int]:
+    """Run our side's child process (offline, ``threads`` OpenMP threads), timed; exit if it fails.
+
+    Returns the JSON it wrote to ``out``, the wall seconds and the peak RSS."""
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": str(threads),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    seconds, rss, rc = timed(cmd, env, REPO, workdir / f"ours_{tag}.log")
+    if rc != 0:
+        print((workdir / f"ours_{tag}.log").read_text(encoding="utf-8")[-4000:], file=sys.stderr)
+        raise SystemExit(f"our run failed (rc {rc})")
+    return json.loads(out.read_text(encoding="utf-8")), seconds, rss
+
+
 def lmeval_env(workdir: Path, threads: int) -> dict:
     """The lm-eval interpreter's environment: offline, its own HF home, ``threads`` OpenMP threads."""
     env = {
@@ -369,17 +386,7 @@ def run_ours(args, folder: Path, keys_path: Path, workdir: Path, cache_dir: Path
         "--cache-dir",
         str(cache_dir),
     ] + (["--profile"] if args.profile and tag == "cold" else [])
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "OMP_NUM_THREADS": str(args.threads),
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    seconds, rss, rc = timed(cmd, env, REPO, workdir / f"ours_{tag}.log")
-    if rc != 0:
-        print((workdir / f"ours_{tag}.log").read_text(encoding="utf-8")[-4000:], file=sys.stderr)
-        raise SystemExit(f"our run failed (rc {rc})")
-    return json.loads(out.read_text(encoding="utf-8")), seconds, rss
+    return run_our_side(cmd, out, args.threads, workdir, tag)
 
 
 def plain_tokens(folder: Path, ours: dict) -> int:
