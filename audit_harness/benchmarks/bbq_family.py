@@ -159,6 +159,28 @@ class MCRecord(Record):
     chat_template_sha256: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def answering(cls, item: Any, option: int, **fields: Any):
+        """The record of ``item`` (an ``MCItem``, or a benchmark's item of the same fields)
+        answered with option ``option`` (-1: none): the item's fields, the gold and predicted
+        options with their classes, and ``fields`` (``label_type``, ``extra`` and what the
+        scoring or the subclass adds)."""
+        return cls(
+            item_id=item.item_id,
+            category=item.category,
+            context_condition=item.context_condition,
+            polarity=item.polarity,
+            template_id=item.template_id,
+            context=item.context,
+            question=item.question,
+            gold=item.gold,
+            gold_class=item.answer_class(item.gold).value,
+            predicted=option,
+            predicted_class=item.answer_class(option).value,
+            correct=option == item.gold,
+            **fields,
+        )
+
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -483,23 +505,7 @@ class BBQFamilyBenchmark(Benchmark):
         }
 
     def _record(self, it: MCItem, option: int, **fields: Any) -> MCRecord:
-        return MCRecord(
-            item_id=it.item_id,
-            category=it.category,
-            context_condition=it.context_condition,
-            polarity=it.polarity,
-            template_id=it.template_id,
-            label_type=it.label_type,
-            context=it.context,
-            question=it.question,
-            gold=it.gold,
-            gold_class=it.answer_class(it.gold).value,
-            predicted=option,
-            predicted_class=it.answer_class(option).value,
-            correct=option == it.gold,
-            extra=dict(it.extra),
-            **fields,
-        )
+        return MCRecord.answering(it, option, label_type=it.label_type, extra=dict(it.extra), **fields)
 
     # -- metrics ---------------------------------------------------------------------------------------
     def in_bias_score(self, record: MCRecord) -> bool:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from ..data import DataFile
 from ..errors import DataError
 from .sentence_pairs import (
     DIRECTIONS,
@@ -90,11 +89,7 @@ def _read_crows_format(bench, key, data_dir, direction_column, groups) -> PairFi
         )
         if bench.check_pair(path, line, item, ("sent_more", "sent_less"), excluded):
             items.append(item)
-    notes = {
-        "rows": len(rows),
-        "identical_sentence_rows": sum(len(v) for e in excluded.values() for v in e.values()),
-    }
-    return PairFile(items, DataFile.of(path, data_dir, len(rows)), excluded, notes)
+    return PairFile.read(items, path, data_dir, len(rows), excluded)
 
 
 class CrowSPairs(SentencePairBenchmark):

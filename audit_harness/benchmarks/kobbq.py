@@ -703,20 +703,10 @@ class KoBBQ(BBQFamilyBenchmark):
         prompt_sha256: str | None,
         **fields: Any,
     ) -> KoBBQRecord:
-        return KoBBQRecord(
-            item_id=it.item_id,
-            category=it.category,
-            context_condition=it.context_condition,
-            polarity=it.polarity,
-            template_id=it.template_id,
+        return KoBBQRecord.answering(
+            it,
+            option,
             label_type="label",
-            context=it.context,
-            question=it.question,
-            gold=it.gold,
-            gold_class=it.answer_class(it.gold).value,
-            predicted=option,
-            predicted_class=it.answer_class(option).value,
-            correct=option == it.gold,
             sample_id=it.sample_id,
             prompt_id=it.prompt_id,
             permutation=it.permutation,

@@ -192,6 +192,23 @@ class PairFile:
     excluded: dict[str, dict[str, list[str]]]
     notes: dict[str, int]
 
+    @classmethod
+    def read(
+        cls,
+        items: list[PairItem],
+        path: Path,
+        data_dir: Path,
+        rows: int,
+        excluded: dict[str, dict[str, list[str]]],
+    ) -> "PairFile":
+        """The file at ``path`` (under ``data_dir``) of ``rows`` rows, read into ``items`` with
+        ``excluded`` left out; its notes count the rows and the identical-sentence rows."""
+        notes = {
+            "rows": rows,
+            "identical_sentence_rows": sum(len(v) for e in excluded.values() for v in e.values()),
+        }
+        return cls(items, DataFile.of(path, data_dir, rows), excluded, notes)
+
 
 class SentencePairBenchmark(Benchmark):
     """Base of CrowS-Pairs and WinoQueer.

@@ -23,7 +23,6 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from ..data import DataFile
 from ..errors import DataError
 from .crows_pairs import read_crows_format
 from .sentence_pairs import OVERALL, PairFile, PairItem, SentencePairBenchmark, read_csv_rows, row_index
@@ -84,11 +83,7 @@ def _read_final(bench, key, data_dir) -> PairFile:
         )
         if bench.check_pair(path, line, item, ("sent_x", "sent_y"), excluded):
             items.append(item)
-    notes = {
-        "rows": len(rows),
-        "identical_sentence_rows": sum(len(v) for e in excluded.values() for v in e.values()),
-    }
-    return PairFile(items, DataFile.of(path, data_dir, len(rows)), excluded, notes)
+    return PairFile.read(items, path, data_dir, len(rows), excluded)
 
 
 class WinoQueer(SentencePairBenchmark):
