@@ -151,8 +151,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub.add_parser("run", help="run the audits: an alias of `pytest audits ARGS...`", add_help=False)
     sub.add_parser("data", help="fetch or verify benchmark data (bias-audit data --help)", add_help=False)
     _add_scoring_parsers(sub, run_options=command in ("score", "oracle"))
-    _add_report_parsers(sub)
-    _add_signing_parsers(sub)
+    _add_folder_parsers(sub)
     return parser
 
 
@@ -225,86 +224,112 @@ def _run_options(oracle: bool) -> tuple[tuple[Option, str], ...]:
     )
 
 
-def _add_report_parsers(sub) -> None:
-    """``report`` and ``compare``: what reads a run's results again."""
-    report = sub.add_parser("report", help="render report.md and report.html again from a run's results.json")
-    report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (or its results.json)")
-    report.add_argument(
-        "--output-dir",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="where to write the reports (default: the run folder)",
-    )
-    report.add_argument(
-        "--pdf",
-        action="store_true",
-        help="also print report.html to report.pdf with headless Chromium (docs/compliance.md)",
-    )
-    compare = sub.add_parser(
-        "compare", help="compare two runs: metric changes with intervals, gates that changed verdict"
-    )
-    compare.add_argument("old", type=Path, metavar="OLD", help="the earlier run (folder or results.json)")
-    compare.add_argument("new", type=Path, metavar="NEW", help="the later run (folder or results.json)")
-    compare.add_argument(
-        "--output-dir",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="where to write compare-<old run id>-vs-<new run id>.md/.json (default: the folder "
-        "holding NEW's run folder; a signed run folder is refused)",
-    )
+def _run_folder(help: str = "a run folder (or its results.json)", name: str = "run_dir") -> Option:
+    return Option(name, help, type=Path, metavar=name.upper())
 
 
-def _add_signing_parsers(sub) -> None:
-    """``keygen``, ``sign``, ``verify``, ``model-card`` and ``export mlflow``: what a reviewer
-    files beside a run (docs/signing.md)."""
-    keygen = sub.add_parser(
-        "keygen", help="make an Ed25519 key pair to sign runs with; prints its fingerprint"
-    )
-    keygen.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="write DIR/bias-audit-signing-key.pem and DIR/bias-audit-signing-key.pub.pem",
-    )
-    keygen.add_argument(
-        "--private-key", type=Path, default=None, metavar="PATH", help="the private key's file"
-    )
-    keygen.add_argument("--public-key", type=Path, default=None, metavar="PATH", help="the public key's file")
-    passphrase_help = (
-        "encrypt (keygen) or unlock (sign) the private key with the passphrase held in "
-        "environment variable NAME"
-    )
-    keygen.add_argument("--passphrase-env", default=None, metavar="NAME", help=passphrase_help)
-    sign = sub.add_parser(
+def _output_dir(help: str) -> Option:
+    return Option("--output-dir", help, type=Path, metavar="DIR")
+
+
+def _key_file(flag: str, help: str, metavar: str = "PATH", required: bool = False) -> Option:
+    return Option(flag, help, default=REQUIRED if required else None, type=Path, metavar=metavar)
+
+
+_PASSPHRASE = Option(
+    "--passphrase-env",
+    "encrypt (keygen) or unlock (sign) the private key with the passphrase held in environment variable NAME",
+    metavar="NAME",
+)
+#: The subcommands that read a run folder again or file something beside it (docs/signing.md):
+#: ``(name, help, arguments)``, in ``--help``'s order.
+_FOLDER_COMMANDS = (
+    (
+        "report",
+        "render report.md and report.html again from a run's results.json",
+        (
+            _run_folder(),
+            _output_dir("where to write the reports (default: the run folder)"),
+            Option(
+                "--pdf",
+                "also print report.html to report.pdf with headless Chromium (docs/compliance.md)",
+                switch=True,
+            ),
+        ),
+    ),
+    (
+        "compare",
+        "compare two runs: metric changes with intervals, gates that changed verdict",
+        (
+            _run_folder("the earlier run (folder or results.json)", "old"),
+            _run_folder("the later run (folder or results.json)", "new"),
+            _output_dir(
+                "where to write compare-<old run id>-vs-<new run id>.md/.json (default: the folder "
+                "holding NEW's run folder; a signed run folder is refused)"
+            ),
+        ),
+    ),
+    (
+        "keygen",
+        "make an Ed25519 key pair to sign runs with; prints its fingerprint",
+        (
+            _key_file(
+                "--out",
+                "write DIR/bias-audit-signing-key.pem and DIR/bias-audit-signing-key.pub.pem",
+                "DIR",
+            ),
+            _key_file("--private-key", "the private key's file"),
+            _key_file("--public-key", "the public key's file"),
+            _PASSPHRASE,
+        ),
+    ),
+    (
         "sign",
-        help="sign a run folder: signer.json, the reports rendered again naming the signer, "
+        "sign a run folder: signer.json, the reports rendered again naming the signer, "
         "manifest.json (every file's sha256) and manifest.sig",
-    )
-    sign.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run folder")
-    sign.add_argument("--key", required=True, type=Path, metavar="KEY", help="the private key (PEM)")
-    sign.add_argument("--signer", required=True, metavar="NAME", help="the responsible person's name")
-    sign.add_argument("--passphrase-env", default=None, metavar="NAME", help=passphrase_help)
-    verify = sub.add_parser(
-        "verify", help="check a signed run folder: the signature, every file's hash, no file added or removed"
-    )
-    verify.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run folder")
-    verify.add_argument(
-        "--public-key", required=True, type=Path, metavar="PUB", help="the signer's public key (PEM)"
-    )
-    card = sub.add_parser(
-        "model-card", help="write a Hugging Face model card (README.md) from a run's results"
-    )
-    card.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (or its results.json)")
-    card.add_argument(
-        "--output",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="where to write it (default: RUN_DIR/README.md)",
-    )
+        (
+            _run_folder("the run folder"),
+            _key_file("--key", "the private key (PEM)", "KEY", required=True),
+            Option("--signer", "the responsible person's name", default=REQUIRED, metavar="NAME"),
+            _PASSPHRASE,
+        ),
+    ),
+    (
+        "verify",
+        "check a signed run folder: the signature, every file's hash, no file added or removed",
+        (
+            _run_folder("the run folder"),
+            _key_file("--public-key", "the signer's public key (PEM)", "PUB", required=True),
+        ),
+    ),
+    (
+        "model-card",
+        "write a Hugging Face model card (README.md) from a run's results",
+        (
+            _run_folder(),
+            _key_file("--output", "where to write it (default: RUN_DIR/README.md)", "FILE"),
+        ),
+    ),
+)
+#: ``export mlflow``'s arguments.
+_MLFLOW = (
+    _run_folder(),
+    Option(
+        "--tracking-uri",
+        "MLflow tracking URI (file:DIR, http://HOST:PORT, ...)",
+        default=REQUIRED,
+        metavar="URI",
+    ),
+    Option("--experiment", "experiment (default bias-audit)", default="bias-audit", metavar="NAME"),
+)
+
+
+def _add_folder_parsers(sub) -> None:
+    """``_FOLDER_COMMANDS``, then ``export mlflow``: what a reviewer reads or files beside a run."""
+    for name, help, arguments in _FOLDER_COMMANDS:
+        p = sub.add_parser(name, help=help)
+        for opt in arguments:
+            _add_argument(p, opt)
     export = sub.add_parser(
         "export", help="log a run to an experiment tracker (bias-audit export mlflow --help)"
     )
@@ -314,16 +339,8 @@ def _add_signing_parsers(sub) -> None:
     mlflow = targets.add_parser(
         "mlflow", help="log metrics, intervals, gate verdicts, params and the run's files to MLflow"
     )
-    mlflow.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (or its results.json)")
-    mlflow.add_argument(
-        "--tracking-uri",
-        required=True,
-        metavar="URI",
-        help="MLflow tracking URI (file:DIR, http://HOST:PORT, ...)",
-    )
-    mlflow.add_argument(
-        "--experiment", default="bias-audit", metavar="NAME", help="experiment (default bias-audit)"
-    )
+    for opt in _MLFLOW:
+        _add_argument(mlflow, opt)
 
 
 def _audits_dir() -> str:

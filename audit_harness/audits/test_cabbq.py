@@ -1,7 +1,6 @@
 """CaBBQ (Ruiz-Fernández et al. 2025), Catalan: one test per gate of thresholds.yaml's `cabbq`
-section, e.g. ``test_cabbq[SES-acc_disambig]``. The authors' protocol (= lm-eval ``cabbq``);
-the model runs once per category. Rows whose ``question_type`` contradicts their gold answer are
-scored but left out of the disambiguated bias score, and listed in the results."""
+section, e.g. ``test_cabbq[SES-acc_disambig]``: EsBBQ's protocol and rules on the Catalan files
+(= lm-eval ``cabbq``; test_esbbq.py says what they are)."""
 
 import pytest
 

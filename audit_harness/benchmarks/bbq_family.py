@@ -166,20 +166,34 @@ class MCRecord(Record):
         options with their classes, and ``fields`` (``label_type``, ``extra`` and what the
         scoring or the subclass adds)."""
         return cls(
-            item_id=item.item_id,
-            category=item.category,
-            context_condition=item.context_condition,
-            polarity=item.polarity,
-            template_id=item.template_id,
-            context=item.context,
-            question=item.question,
-            gold=item.gold,
+            **{name: getattr(item, name) for name in _FROM_ITEM},
             gold_class=item.answer_class(item.gold).value,
             predicted=option,
             predicted_class=item.answer_class(option).value,
             correct=option == item.gold,
             **fields,
         )
+
+
+def agree(row: Mapping[str, Any], expected: Mapping[str, Any], where: str, item: str, hint: str) -> None:
+    """Raise DataError naming the first field of ``expected`` that ``row`` holds with another
+    text (whitespace stripped) than ``item`` has; ``hint`` says what the file may be instead."""
+    for name, value in expected.items():
+        if name in row and str(row[name]).strip() != str(value).strip():
+            raise DataError(f"{where}: field {name!r} is {row[name]!r} but {item} has {value!r}; {hint}")
+
+
+#: The record fields ``MCRecord.answering`` copies from the item.
+_FROM_ITEM = (
+    "item_id",
+    "category",
+    "context_condition",
+    "polarity",
+    "template_id",
+    "context",
+    "question",
+    "gold",
+)
 
 
 def _sha256(text: str) -> str:
@@ -631,10 +645,10 @@ class BBQFamilyBenchmark(Benchmark):
             "ans1": item.options[1],
             "ans2": item.options[2],
         }
-        for name, value in expected.items():
-            if name in row and str(row[name]).strip() != str(value).strip():
-                raise DataError(
-                    f"{where}: field {name!r} is {row[name]!r} but {self.name} item "
-                    f"{item.item_id!r} has {value!r}; a file of another benchmark "
-                    "or data version?"
-                )
+        agree(
+            row,
+            expected,
+            where,
+            f"{self.name} item {item.item_id!r}",
+            "a file of another benchmark or data version?",
+        )

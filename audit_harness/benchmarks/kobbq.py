@@ -60,7 +60,7 @@ from .base import (
     SequentialForm,
     positive_int,
 )
-from .bbq_family import BBQFamilyBenchmark, MCRecord, balanced_sample
+from .bbq_family import BBQFamilyBenchmark, MCRecord, agree, balanced_sample
 from .bbq_family_sequential import kobbq_form
 
 CATEGORIES = (
@@ -857,12 +857,7 @@ class KoBBQ(BBQFamilyBenchmark):
             "B": item.options[1],
             "C": item.options[2],
         }
-        for name, value in expected.items():
-            if name in row and str(row[name]).strip() != value.strip():
-                raise DataError(
-                    f"{where}: field {name!r} is {row[name]!r} but KoBBQ item "
-                    f"{item.item_id!r} has {value!r}; another data version or permutation?"
-                )
+        agree(row, expected, where, f"KoBBQ item {item.item_id!r}", "another data version or permutation?")
 
 
 def _suffix(mode: str) -> str:
