@@ -711,11 +711,16 @@ def value_ranges(flavour: str) -> dict[str, tuple[float, float]]:
     return {spec.name: spec.value_range for spec in _specs(flavour)}
 
 
-def _specs(flavour: str) -> tuple[MetricSpec, ...]:
+def _specs(flavour: str, only: Iterable[str] | None = None) -> tuple[MetricSpec, ...]:
+    """The metrics of ``flavour`` (just the ``only`` ones, when given)."""
     try:
-        return FLAVOURS[flavour]
+        specs = FLAVOURS[flavour]
     except KeyError:
         raise KeyError(f"unknown BBQ-family flavour {flavour!r}; known: {sorted(FLAVOURS)}") from None
+    if only is None:
+        return specs
+    wanted = set(only)
+    return tuple(s for s in specs if s.name in wanted)
 
 
 def counts_dict(counts: np.ndarray) -> dict[str, int]:
@@ -803,10 +808,7 @@ def metrics_from_counts(
     >>> m["bias_score_ambig"].value, m["bias_score_ambig"].reason
     (nan, 'no ambiguous answer is non-unknown (s_AMB has an empty denominator)')
     """
-    specs = _specs(flavour)
-    if only is not None:
-        wanted = set(only)
-        specs = tuple(s for s in specs if s.name in wanted)
+    specs = _specs(flavour, only)
     counts = np.asarray(counts, dtype=np.int64)
     if counts.shape != (N_CELLS,) or (counts < 0).any():
         raise ValueError(f"counts must be {N_CELLS} non-negative integers, got {counts!r}")
@@ -817,23 +819,27 @@ def metrics_from_counts(
             raise ValueError("cluster_counts do not sum to counts")
         if n_resamples > 0:
             bootstrap = _bootstrap(cluster_counts, 1, confidence, n_resamples, seed)
+    return {spec.name: _pooled_metric(spec, counts, cluster_counts, bootstrap, confidence) for spec in specs}
+
+
+def _pooled_metric(spec: MetricSpec, counts: np.ndarray, cluster_counts, bootstrap, confidence: float):
+    """One metric of the pooled ``counts``: a Wilson interval for a proportion, else the
+    ``bootstrap``'s (when there is one) over ``cluster_counts``."""
     cdict = counts_dict(counts)
-    out: dict[str, MetricResult] = {}
-    for spec in specs:
-        value = float(spec.statistic(counts.astype(np.float64)))
-        n = int(sum(counts[k] for k in spec.n_cells))
-        result = MetricResult(spec.name, value, n, counts=cdict, source=spec.source)
-        if math.isnan(value):
-            result = undefined(spec.name, spec.undefined, n, cdict, spec.source)
-        elif spec.numerator is not None:
-            k = int(sum(counts[i] for i in spec.numerator))
-            result = _with_interval(result, wilson_interval(k, n, confidence), "wilson", confidence)
-        elif bootstrap is not None:
-            interval = _covering(bootstrap(spec.statistic), value)
-            clusters = _templates_in(cluster_counts, spec.n_cells)
-            result = _with_interval(result, interval, _CLUSTER_CI, confidence, clusters)
-        out[spec.name] = result
-    return out
+    value = float(spec.statistic(counts.astype(np.float64)))
+    n = int(sum(counts[k] for k in spec.n_cells))
+    if math.isnan(value):
+        return undefined(spec.name, spec.undefined, n, cdict, spec.source)
+    result = MetricResult(spec.name, value, n, counts=cdict, source=spec.source)
+    if spec.numerator is not None:
+        k = int(sum(counts[i] for i in spec.numerator))
+        return _with_interval(result, wilson_interval(k, n, confidence), "wilson", confidence)
+    if bootstrap is None:
+        return result
+    interval = _covering(bootstrap(spec.statistic), value)
+    return _with_interval(
+        result, interval, _CLUSTER_CI, confidence, _templates_in(cluster_counts, spec.n_cells)
+    )
 
 
 #: The interval of a non-proportion (``intervals.cell_ratio_interval``).
@@ -993,31 +999,33 @@ def metrics_mean_over_groups(
             f"got shape {groups.shape}"
         )
     n_groups = groups.shape[0]
-    totals = groups.sum(axis=1)  # (groups, 16)
     joint_clusters = groups.transpose(1, 0, 2).reshape(groups.shape[1], n_groups * N_CELLS)
     bootstrap = None
     if n_resamples > 0:
         bootstrap = _bootstrap(joint_clusters, n_groups, confidence, n_resamples, seed)
+    return {spec.name: _group_metric(spec, groups, bootstrap, confidence) for spec in specs}
+
+
+def _group_metric(spec: MetricSpec, groups: np.ndarray, bootstrap, confidence: float) -> MetricResult:
+    """One metric as the mean over groups of (groups, clusters, 16) counts, with the joint ``bootstrap``'s
+    interval (when there is one and it is defined)."""
+    n_groups = groups.shape[0]
+    totals = groups.sum(axis=1)  # (groups, 16)
     cdict = counts_dict(totals.sum(axis=0))
-    out: dict[str, MetricResult] = {}
-    for spec in specs:
-        per_group = [float(spec.statistic(totals[g].astype(np.float64))) for g in range(n_groups)]
-        n = int(sum(totals[:, k].sum() for k in spec.n_cells))
-        if not per_group or any(math.isnan(v) for v in per_group):
-            bad = ", ".join(str(g + 1) for g, v in enumerate(per_group) if math.isnan(v)) or "-"
-            reason = f"{spec.undefined} in group(s) {bad} of the mean"
-            out[spec.name] = undefined(spec.name, reason, n, cdict, spec.source)
-            continue
-        value = float(np.mean(per_group))
-        source = f"{spec.source}; mean over {n_groups} group(s)"
-        result = MetricResult(spec.name, value, n, counts=cdict, source=source)
-        if bootstrap is not None:
-            interval = bootstrap(_group_mean(spec.statistic, n_groups))
-            if not math.isnan(interval[0]):
-                clusters = _templates_in(groups.sum(axis=0), spec.n_cells)
-                result = _with_interval(result, _covering(interval, value), _CLUSTER_CI, confidence, clusters)
-        out[spec.name] = result
-    return out
+    per_group = [float(spec.statistic(totals[g].astype(np.float64))) for g in range(n_groups)]
+    n = int(sum(totals[:, k].sum() for k in spec.n_cells))
+    if not per_group or any(math.isnan(v) for v in per_group):
+        bad = ", ".join(str(g + 1) for g, v in enumerate(per_group) if math.isnan(v)) or "-"
+        return undefined(spec.name, f"{spec.undefined} in group(s) {bad} of the mean", n, cdict, spec.source)
+    value = float(np.mean(per_group))
+    source = f"{spec.source}; mean over {n_groups} group(s)"
+    result = MetricResult(spec.name, value, n, counts=cdict, source=source)
+    if bootstrap is not None:
+        interval = bootstrap(_group_mean(spec.statistic, n_groups))
+        if not math.isnan(interval[0]):
+            clusters = _templates_in(groups.sum(axis=0), spec.n_cells)
+            result = _with_interval(result, _covering(interval, value), _CLUSTER_CI, confidence, clusters)
+    return result
 
 
 def _group_mean(statistic: Callable[[np.ndarray], np.ndarray], n_groups: int):
@@ -1212,13 +1220,7 @@ def size_weighted_mean(
     n = int(sum(sizes[g] for g in per_group))
     source = "lm-eval group aggregation, weight_by_size (api/group.py)"
     if missing:
-        return MetricResult(
-            f"{name}_weighted",
-            math.nan,
-            n,
-            reason=f"undefined in {', '.join(sorted(missing))}",
-            source=source,
-        )
+        return undefined(f"{name}_weighted", f"undefined in {', '.join(sorted(missing))}", n, source=source)
     if total == 0:
-        return MetricResult(f"{name}_weighted", math.nan, n, reason="no group", source=source)
+        return undefined(f"{name}_weighted", "no group", n, source=source)
     return MetricResult(f"{name}_weighted", acc / total, n, source=source)

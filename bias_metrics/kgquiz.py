@@ -359,7 +359,7 @@ def char_lcs_ratio(pred: str, gold: str, *, normalize: bool = True) -> float:
     >>> char_lcs_ratio("...", "!")
     1.0
     """
-    p, g = (normalize_text(pred), normalize_text(gold)) if normalize else (_str(pred), _str(gold))
+    p, g = _texts(pred, gold, normalize)
     return _lcs_ratio(p, g)
 
 
@@ -370,10 +370,8 @@ def token_lcs_ratio(pred: str, gold: str, *, normalize: bool = True) -> float:
 
     Parameters
     ----------
-    pred, gold : str
-        Normalised with ``normalize_text`` unless ``normalize=False``.
-    normalize : bool, default=True
-        Whether to normalise both strings first.
+    pred, gold, normalize
+        As ``char_lcs_ratio``.
 
     Returns
     -------
@@ -391,7 +389,7 @@ def token_lcs_ratio(pred: str, gold: str, *, normalize: bool = True) -> float:
     >>> round(token_lcs_ratio("The Red Fort", "red fort, Delhi"), 4)
     0.6667
     """
-    p, g = (normalize_text(pred), normalize_text(gold)) if normalize else (_str(pred), _str(gold))
+    p, g = _texts(pred, gold, normalize)
     return _lcs_ratio(p.split(), g.split())
 
 
@@ -406,10 +404,8 @@ def token_f1(pred: str, gold: str, *, normalize: bool = True) -> float:
 
     Parameters
     ----------
-    pred, gold : str
-        Normalised with ``normalize_text`` unless ``normalize=False``.
-    normalize : bool, default=True
-        Whether to normalise both strings first.
+    pred, gold, normalize
+        As ``char_lcs_ratio``.
 
     Returns
     -------
@@ -429,7 +425,7 @@ def token_f1(pred: str, gold: str, *, normalize: bool = True) -> float:
     >>> round(token_f1("the red fort", "red fort delhi"), 4), token_f1("", ""), token_f1("a", "")
     (0.6667, 1.0, 0.0)
     """
-    p, g = (normalize_text(pred), normalize_text(gold)) if normalize else (_str(pred), _str(gold))
+    p, g = _texts(pred, gold, normalize)
     pt, gt = p.split(), g.split()
     if not pt or not gt:
         return float(pt == gt)
@@ -444,6 +440,11 @@ def _str(x: str) -> str:
     if not isinstance(x, str):
         raise TypeError(f"expected a str, got {type(x).__name__}")
     return x
+
+
+def _texts(pred: str, gold: str, normalize: bool) -> tuple[str, str]:
+    """Both strings, normalised unless ``normalize`` is False (each checked to be a str)."""
+    return (normalize_text(pred), normalize_text(gold)) if normalize else (_str(pred), _str(gold))
 
 
 def mean_with_bootstrap(
