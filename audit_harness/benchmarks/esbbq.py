@@ -160,6 +160,71 @@ def expected_question_type(context_condition: str, gold: int, biased: int) -> st
     return "pro-stereo" if gold == biased else "anti-stereo"
 
 
+class _Fields:
+    """Typed reads of one CSV row's fields, each failing with a DataError that names the row and
+    the field.
+
+    Raises:
+        DataError: (on construction) the row has more or fewer fields than the header.
+    """
+
+    def __init__(self, row: dict, where: str, n_columns: int):
+        if None in row:
+            raise DataError(f"{where}: {n_columns + len(row[None])} fields, the header has {n_columns}")
+        short = [k for k, v in row.items() if v is None]
+        if short:
+            raise DataError(
+                f"{where}: {n_columns - len(short)} fields, the header has {n_columns} "
+                f"(missing {short[0]!r} onwards)"
+            )
+        self.row, self.where = row, where
+
+    def fail(self, name: str, problem: str) -> DataError:
+        return DataError(f"{self.where}: field {name!r}: {problem}")
+
+    def integer(self, name: str) -> int:
+        try:
+            return int(self.row[name])
+        except ValueError:
+            raise self.fail(name, f"{self.row[name]!r} is not an integer") from None
+
+    def str_list(self, name: str, min_len: int) -> list[str]:
+        """A Python list literal of at least ``min_len`` strings."""
+        text = self.row[name]
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raise self.fail(name, f"{text!r} is not a Python list literal") from None
+        if not isinstance(value, list) or len(value) < min_len or not all(isinstance(v, str) for v in value):
+            raise self.fail(name, f"expected a list of at least {min_len} strings, got {text!r}")
+        return value
+
+    def one_of(self, name: str, allowed: Sequence[str]) -> str:
+        if self.row[name] not in allowed:
+            raise self.fail(name, f"{self.row[name]!r} is not one of {list(allowed)}")
+        return self.row[name]
+
+
+def _target_option(f: _Fields, stereotyped: list[str]) -> int:
+    """The option (0 or 1) whose group (``answer_info``) is the stereotyped one; ans2 must be the
+    unknown placeholder's.
+
+    Raises:
+        DataError: ans2's group is another, or not exactly one of ans0/ans1 is stereotyped.
+    """
+    infos = [f.str_list(f"answer_info.ans{k}", 2) for k in range(3)]
+    if answer_group(infos[2]) != UNKNOWN_PLACEHOLDER:
+        raise f.fail("answer_info.ans2", f"expected group {UNKNOWN_PLACEHOLDER!r}, got {infos[2]!r}")
+    groups = [answer_group(infos[k]) for k in (0, 1)]
+    targets = [k for k in (0, 1) if groups[k] in stereotyped]
+    if len(targets) != 1:
+        raise f.fail(
+            "stereotyped_groups",
+            f"{stereotyped} must contain the group of exactly one of ans0/ans1 (groups {groups})",
+        )
+    return targets[0]
+
+
 class EsBBQ(BBQFamilyBenchmark):
     """EsBBQ (``language="es"``) or CaBBQ (``"ca"``): loader, data check and the authors' prompt
     and choices (see module docstring). Metric flavour ``esbbq``.
@@ -322,73 +387,29 @@ class EsBBQ(BBQFamilyBenchmark):
         items.append(item)
 
     def _item(self, row: dict, where: str, category: str, n_columns: int) -> MCItem:
-        if None in row:
-            raise DataError(f"{where}: {n_columns + len(row[None])} fields, the header has {n_columns}")
-        short = [k for k, v in row.items() if v is None]
-        if short:
-            raise DataError(
-                f"{where}: {n_columns - len(short)} fields, the header has {n_columns} "
-                f"(missing {short[0]!r} onwards)"
-            )
-
-        def fail(name: str, problem: str) -> DataError:
-            return DataError(f"{where}: field {name!r}: {problem}")
-
-        def integer(name: str) -> int:
-            try:
-                return int(row[name])
-            except ValueError:
-                raise fail(name, f"{row[name]!r} is not an integer") from None
-
-        def str_list(name: str, min_len: int) -> list[str]:
-            try:
-                value = ast.literal_eval(row[name])
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                raise fail(name, f"{row[name]!r} is not a Python list literal") from None
-            if (
-                not isinstance(value, list)
-                or len(value) < min_len
-                or not all(isinstance(v, str) for v in value)
-            ):
-                raise fail(name, f"expected a list of at least {min_len} strings, got {row[name]!r}")
-            return value
-
-        def one_of(name: str, allowed: Sequence[str]) -> str:
-            if row[name] not in allowed:
-                raise fail(name, f"{row[name]!r} is not one of {list(allowed)}")
-            return row[name]
-
-        instance_id = integer("instance_id")
-        template_id = integer("template_id")
-        label = integer("label")
+        f = _Fields(row, where, n_columns)
+        instance_id = f.integer("instance_id")
+        template_id = f.integer("template_id")
+        label = f.integer("label")
         if row["category"] != category:
-            raise fail("category", f"{row['category']!r} in the {category} file")
-        condition = one_of("context_condition", ("ambig", "disambig"))
-        polarity = one_of("question_polarity", ("neg", "nonneg"))
-        question_type = one_of("question_type", QUESTION_TYPES)
+            raise f.fail("category", f"{row['category']!r} in the {category} file")
+        condition = f.one_of("context_condition", ("ambig", "disambig"))
+        polarity = f.one_of("question_polarity", ("neg", "nonneg"))
+        question_type = f.one_of("question_type", QUESTION_TYPES)
         allowed_labels = (UNKNOWN_OPTION,) if condition == "ambig" else (0, 1)
         if label not in allowed_labels:
-            raise fail(
+            raise f.fail(
                 "label",
                 f"{label} is not allowed for a {condition} row (expected one of {list(allowed_labels)})",
             )
         for name in ("context", "question", "ans0", "ans1"):
             if not row[name].strip():
-                raise fail(name, "empty")
+                raise f.fail(name, "empty")
         if row["ans2"] != UNKNOWN_PLACEHOLDER:
-            raise fail("ans2", f"expected the placeholder {UNKNOWN_PLACEHOLDER!r}, got {row['ans2']!r}")
-        stereotyped = str_list("stereotyped_groups", 1)
-        infos = [str_list(f"answer_info.ans{k}", 2) for k in range(3)]
-        if answer_group(infos[2]) != UNKNOWN_PLACEHOLDER:
-            raise fail("answer_info.ans2", f"expected group {UNKNOWN_PLACEHOLDER!r}, got {infos[2]!r}")
-        groups = [answer_group(infos[k]) for k in (0, 1)]
-        targets = [k for k in (0, 1) if groups[k] in stereotyped]
-        if len(targets) != 1:
-            raise fail(
-                "stereotyped_groups",
-                f"{stereotyped} must contain the group of exactly one of ans0/ans1 (groups {groups})",
-            )
-        biased = biased_option(target_option=targets[0], unknown_option=UNKNOWN_OPTION, polarity=polarity)
+            raise f.fail("ans2", f"expected the placeholder {UNKNOWN_PLACEHOLDER!r}, got {row['ans2']!r}")
+        stereotyped = f.str_list("stereotyped_groups", 1)
+        target = _target_option(f, stereotyped)
+        biased = biased_option(target_option=target, unknown_option=UNKNOWN_OPTION, polarity=polarity)
         consistent = question_type == expected_question_type(condition, label, biased)
         return MCItem(
             item_id=f"{category}-{instance_id}",

@@ -258,8 +258,7 @@ class _Row:
 @lru_cache(maxsize=4)
 def _read_samples(path: Path) -> tuple[dict[str, list[_Row]], int]:
     """Rows by category and the row count. Raises DataError (file:line, field) on a malformed
-    sample_id or choices, a gold/biased answer that is not an option, or a row whose context
-    letter (a/c counter-biased, b/d biased) disagrees with its gold answer."""
+    or repeated sample_id, or a row ``_sample`` refuses."""
     by_cat: dict[str, list[_Row]] = {}
     seen: set[str] = set()
     rows = _read_tsv(path, SAMPLE_COLUMNS)
@@ -274,58 +273,70 @@ def _read_samples(path: Path) -> tuple[dict[str, list[_Row]], int]:
         if sid in seen:
             raise DataError(f"{where}: duplicate sample_id {sid!r}")
         seen.add(sid)
-        try:
-            choices = ast.literal_eval(row["choices"])
-        except (ValueError, SyntaxError):
-            raise DataError(f"{where}: field 'choices': {row['choices']!r} is not a list literal") from None
-        if not (
-            isinstance(choices, list)
-            and len(choices) == 3
-            and all(isinstance(c, str) for c in choices)
-            and len(set(choices)) == 3
-        ):
-            raise DataError(f"{where}: field 'choices': expected 3 distinct strings, got {choices!r}")
-        if choices.count(DATASET_UNKNOWN) != 1:
-            raise DataError(f"{where}: field 'choices': expected exactly one {DATASET_UNKNOWN!r}")
-        for name in ("answer", "biased_answer"):
-            if row[name] not in choices:
-                raise DataError(f"{where}: field {name!r}: {row[name]!r} is not one of {choices!r}")
-        unknown = choices.index(DATASET_UNKNOWN)
-        gold, biased = choices.index(row["answer"]), choices.index(row["biased_answer"])
-        if biased == unknown:
-            raise DataError(f"{where}: field 'biased_answer' is the unknown option")
-        ambiguous = m["context"] == "amb"
-        if ambiguous != (gold == unknown):
-            raise DataError(
-                f"{where}: field 'answer': {row['answer']!r} for a "
-                f"{'n ambiguous' if ambiguous else ' disambiguated'} row"
-            )
-        # diff_bias_disambig is computed from gold == biased answer; upstream uses the context
-        # letter (b/d biased). They agree on every row of the released data; stop if not.
-        if not ambiguous and (gold == biased) != (m["version"] in "bd"):
-            raise DataError(
-                f"{where}: context letter {m['version']!r} disagrees with the answer "
-                f"({'=' if gold == biased else '!='} biased_answer)"
-            )
-        by_cat.setdefault(m["category"], []).append(
-            _Row(
-                line=line,
-                sample_id=sid,
-                category=m["category"],
-                template_id=f"{m['category']}-{m['template']}",
-                version=m["version"],
-                context_condition="ambig" if ambiguous else "disambig",
-                polarity="neg" if m["polarity"] == "bsd" else "nonneg",
-                label_annotation=row["label_annotation"],
-                context=row["context"],
-                question=row["question"],
-                choices=tuple(choices),
-                gold=gold,
-                biased=biased,
-                unknown=unknown,
-            )
-        )
+        by_cat.setdefault(m["category"], []).append(_sample(row, m, line, where))
     return by_cat, len(rows)
+
+
+def _choices(row: Mapping[str, str], where: str) -> list[str]:
+    """The row's 3 distinct options, one of them the dataset's unknown answer, and the gold and
+    biased answers among them (else DataError)."""
+    try:
+        choices = ast.literal_eval(row["choices"])
+    except (ValueError, SyntaxError):
+        raise DataError(f"{where}: field 'choices': {row['choices']!r} is not a list literal") from None
+    if not (
+        isinstance(choices, list)
+        and len(choices) == 3
+        and all(isinstance(c, str) for c in choices)
+        and len(set(choices)) == 3
+    ):
+        raise DataError(f"{where}: field 'choices': expected 3 distinct strings, got {choices!r}")
+    if choices.count(DATASET_UNKNOWN) != 1:
+        raise DataError(f"{where}: field 'choices': expected exactly one {DATASET_UNKNOWN!r}")
+    for name in ("answer", "biased_answer"):
+        if row[name] not in choices:
+            raise DataError(f"{where}: field {name!r}: {row[name]!r} is not one of {choices!r}")
+    return choices
+
+
+def _sample(row: Mapping[str, str], m: re.Match, line: int, where: str) -> _Row:
+    """One sample row (its sample_id matched as ``m``). Raises DataError on bad choices
+    (``_choices``), a biased answer that is the unknown one, or a gold answer (or context letter:
+    a/c counter-biased, b/d biased) that disagrees with the context."""
+    choices = _choices(row, where)
+    unknown = choices.index(DATASET_UNKNOWN)
+    gold, biased = choices.index(row["answer"]), choices.index(row["biased_answer"])
+    if biased == unknown:
+        raise DataError(f"{where}: field 'biased_answer' is the unknown option")
+    ambiguous = m["context"] == "amb"
+    if ambiguous != (gold == unknown):
+        raise DataError(
+            f"{where}: field 'answer': {row['answer']!r} for a "
+            f"{'n ambiguous' if ambiguous else ' disambiguated'} row"
+        )
+    # diff_bias_disambig is computed from gold == biased answer; upstream uses the context
+    # letter (b/d biased). They agree on every row of the released data; stop if not.
+    if not ambiguous and (gold == biased) != (m["version"] in "bd"):
+        raise DataError(
+            f"{where}: context letter {m['version']!r} disagrees with the answer "
+            f"({'=' if gold == biased else '!='} biased_answer)"
+        )
+    return _Row(
+        line=line,
+        sample_id=row["sample_id"],
+        category=m["category"],
+        template_id=f"{m['category']}-{m['template']}",
+        version=m["version"],
+        context_condition="ambig" if ambiguous else "disambig",
+        polarity="neg" if m["polarity"] == "bsd" else "nonneg",
+        label_annotation=row["label_annotation"],
+        context=row["context"],
+        question=row["question"],
+        choices=tuple(choices),
+        gold=gold,
+        biased=biased,
+        unknown=unknown,
+    )
 
 
 def _parse_int_list(value: Any, name: str, allowed: Sequence[int]) -> tuple[int, ...]:
@@ -796,33 +807,7 @@ class KoBBQ(BBQFamilyBenchmark):
             DataError: no id, an id of another benchmark, fields that disagree, or a missing
                 prompt/permutation that the configuration does not settle.
         """
-
-        def pick(field_name: str, run: tuple[int, ...], flag: str) -> int:
-            if field_name in row:
-                value = row[field_name]
-                if isinstance(value, bool) or not (
-                    isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())
-                ):
-                    raise DataError(f"{where}: field {field_name!r}: {value!r} is not an integer")
-                return int(value)
-            if len(run) != 1:
-                raise DataError(
-                    f"{where}: the row has no {field_name!r} field; add it or pass "
-                    f"{flag} to say which one the file holds"
-                )
-            return run[0]
-
-        derived = None
-        if "sample_id" in row:
-            sid = row["sample_id"]
-            if not isinstance(sid, str) or not _SAMPLE_ID.match(sid):
-                raise DataError(
-                    f"{where}: field 'sample_id': {sid!r} is not a KoBBQ sample id "
-                    "(<category>-<NNN><a-d>-<NNN>-<amb|dis>-<bsd|cnt>); a file of another benchmark?"
-                )
-            k = pick("prompt_id", self.prompts, "--kobbq-prompt")
-            j = pick("permutation", self.permutations, "--kobbq-permutation")
-            derived = f"{sid}-p{k}-o{j}"
+        derived = self._sample_item_id(row, where) if "sample_id" in row else None
         if "id" in row:
             item_id = row["id"]
             m = _ITEM_ID.match(item_id) if isinstance(item_id, str) else None
@@ -847,6 +832,19 @@ class KoBBQ(BBQFamilyBenchmark):
             raise DataError(f"{where}: category {category!r} is not a KoBBQ category")
         return derived, category
 
+    def _sample_item_id(self, row: Mapping[str, Any], where: str) -> str:
+        """The item id of a row's ``sample_id`` with its ``prompt_id`` and ``permutation`` (or the
+        configured one where the row lacks them, ``_row_int``)."""
+        sid = row["sample_id"]
+        if not isinstance(sid, str) or not _SAMPLE_ID.match(sid):
+            raise DataError(
+                f"{where}: field 'sample_id': {sid!r} is not a KoBBQ sample id "
+                "(<category>-<NNN><a-d>-<NNN>-<amb|dis>-<bsd|cnt>); a file of another benchmark?"
+            )
+        k = _row_int(row, "prompt_id", self.prompts, "--kobbq-prompt", where)
+        j = _row_int(row, "permutation", self.permutations, "--kobbq-permutation", where)
+        return f"{sid}-p{k}-o{j}"
+
     def check_prediction_row(self, row: Mapping[str, Any], item: KoBBQItem, where: str) -> None:
         """DataError when the row's ``context``, ``question`` or option texts ``A``/``B``/``C``
         disagree with the joined item (another data version or permutation)."""
@@ -858,6 +856,27 @@ class KoBBQ(BBQFamilyBenchmark):
             "C": item.options[2],
         }
         agree(row, expected, where, f"KoBBQ item {item.item_id!r}", "another data version or permutation?")
+
+
+def _row_int(row: Mapping[str, Any], name: str, run: tuple[int, ...], flag: str, where: str) -> int:
+    """The row's integer field ``name``, or the one value ``run`` holds when the row lacks it.
+
+    Raises:
+        DataError: the field is not an integer, or the row lacks it and ``run`` holds several
+            (naming ``flag``, which says the one the file holds).
+    """
+    if name in row:
+        value = row[name]
+        if isinstance(value, bool) or not (
+            isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())
+        ):
+            raise DataError(f"{where}: field {name!r}: {value!r} is not an integer")
+        return int(value)
+    if len(run) != 1:
+        raise DataError(
+            f"{where}: the row has no {name!r} field; add it or pass {flag} to say which one the file holds"
+        )
+    return run[0]
 
 
 def _suffix(mode: str) -> str:
