@@ -162,6 +162,47 @@ class JoinedPredictions:
         return len(self.by_category.get(category, ())), self.available.get(category, 0)
 
 
+def _place_rows(benchmark, path: Path, prediction_field: str):
+    """``({item id: line}, [(where, row, item id, category)])`` of the file's rows, in file order.
+
+    Raises:
+        DataError: a benchmark that takes no saved predictions, a row it cannot place
+            (``prediction_item``), a duplicated id, or a row without the prediction field
+            (naming the row's fields and the closest one).
+    """
+    if not benchmark.id_fields:
+        raise DataError(
+            f"{benchmark.name} does not score saved predictions (its records come "
+            "from model scores, there is no answer to save)"
+        )
+    lines: dict[str, int] = {}
+    placed: list[tuple[str, dict[str, Any], str, str]] = []
+    for line_no, row in read_predictions(path):
+        where = f"{path}:{line_no}"
+        item_id, category = benchmark.prediction_item(row, where)
+        if item_id in lines:
+            raise DataError(f"{where}: duplicate id {item_id!r} (first at line {lines[item_id]})")
+        lines[item_id] = line_no
+        if prediction_field not in row:
+            close = difflib.get_close_matches(prediction_field, [str(k) for k in row], n=1)
+            raise DataError(
+                f"{where}: missing prediction field {prediction_field!r}; the row's "
+                f"fields are {', '.join(map(repr, row))}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+            )
+        placed.append((where, row, item_id, category))
+    return lines, placed
+
+
+def _saved_output(benchmark, item: Any, value: Any, index_base: int | None, where: str) -> Any:
+    """A row's saved output for ``item``: an option's number made a 0-based index where the
+    benchmark saves answers (``saved_answer``), then checked by the benchmark."""
+    if getattr(benchmark, "saved_answers", "text") == "answer":
+        value = saved_answer(value, index_base, where)
+    benchmark.check_saved_answer(value, item, where)
+    return value
+
+
 def join_predictions(
     benchmark,
     path: str | Path,
@@ -184,28 +225,7 @@ def join_predictions(
             DataError (missing or malformed data files) passes through.
     """
     path = Path(path)
-    if not benchmark.id_fields:
-        raise DataError(
-            f"{benchmark.name} does not score saved predictions (its records come "
-            "from model scores, there is no answer to save)"
-        )
-    rows = read_predictions(path)
-    lines: dict[str, int] = {}
-    placed: list[tuple[str, dict[str, Any], str, str]] = []
-    for line_no, row in rows:
-        where = f"{path}:{line_no}"
-        item_id, category = benchmark.prediction_item(row, where)
-        if item_id in lines:
-            raise DataError(f"{where}: duplicate id {item_id!r} (first at line {lines[item_id]})")
-        lines[item_id] = line_no
-        if prediction_field not in row:
-            close = difflib.get_close_matches(prediction_field, [str(k) for k in row], n=1)
-            raise DataError(
-                f"{where}: missing prediction field {prediction_field!r}; the row's "
-                f"fields are {', '.join(map(repr, row))}"
-                + (f" (did you mean {close[0]!r}?)" if close else "")
-            )
-        placed.append((where, row, item_id, category))
+    lines, placed = _place_rows(benchmark, path, prediction_field)
     categories = [c for c in benchmark.categories if any(p[3] == c for p in placed)]
     data = {c: load_category(c) for c in categories}
     items = {it.item_id: it for d in data.values() for it in d.items}
@@ -223,11 +243,9 @@ def join_predictions(
             files = ", ".join(f.path for f in data[category].files[:1])
             raise DataError(f"{where}: id {item_id!r} is not in the {benchmark.name} data ({files})")
         benchmark.check_prediction_row(row, item, where)
-        value = row[prediction_field]
-        if getattr(benchmark, "saved_answers", "text") == "answer":
-            value = saved_answer(value, index_base, f"{where}: field {prediction_field!r}")
-        benchmark.check_saved_answer(value, item, f"{where}: field {prediction_field!r}")
-        outputs[item_id] = value
+        outputs[item_id] = _saved_output(
+            benchmark, item, row[prediction_field], index_base, f"{where}: field {prediction_field!r}"
+        )
         # A benchmark whose categories share items (pairs: a subgroup and ``overall``) answers
         # each of them with the one row.
         for answered in benchmark.saved_categories(category, item):
