@@ -1,14 +1,21 @@
-"""Which backend runs the audited model: ``hf`` (in this process, ``models/hf.py``), ``openai``
-(any OpenAI-compatible inference server, ``models/openai_server.py``) or ``replay`` (outputs
-saved elsewhere, ``models/replay.py``: ``bias-audit score`` is this backend); their command-line
-options and how each is opened. ``--plan`` swaps ``hf`` for its planning twin
-(``models/plan.py``: tokenizer and config, no weights)."""
+"""Which backend runs the audited model, as a registry of declared backends (``REGISTRY``):
+``hf`` (in this process, ``models/hf.py``), ``openai`` (any OpenAI-compatible inference server,
+``models/openai_server.py``) and ``replay`` (outputs saved elsewhere, ``models/replay.py``:
+``bias-audit score`` is this backend); ``--plan`` swaps ``hf`` for its planning twin
+(``models/plan.py``: tokenizer and config, no weights). Each is a ``BackendSpec``: its options'
+checks, how it is opened, and what the run asks of it (its engine, its item source, whether its
+scores are placeholders); ``spec_for`` picks the run's. Also the backend options' flags.
+
+A new backend is its module under ``models/`` and an entry here."""
 
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
+from typing import Any, Callable, ClassVar
 
-BACKENDS = ("hf", "openai", "replay")
+from .errors import ConfigError, ModelError
 
 
 def add_options(group) -> None:
@@ -109,24 +116,29 @@ def add_options(group) -> None:
     )
 
 
-def options_from_config(config) -> dict:
-    """The ``AuditOptions`` fields of the backend options."""
+def options_from_config(config) -> dict[str, Any]:
+    """The fields of ``AuditOptions.backend`` (``audit_options.BackendOptions``) in a pytest config."""
     get = config.getoption
-    return {
-        "backend": get("audit_backend"),
-        "base_url": base_urls(
+    return dict(
+        name=get("audit_backend"),
+        device=get("audit_device"),
+        dtype=get("audit_dtype"),
+        batch_size=get("audit_batch_size"),
+        base_url=base_urls(
             get("audit_base_url") or os.environ.get("AUDIT_BASE_URL", "").replace(",", " ").split()
         ),
-        "api_key_env": get("audit_api_key_env"),
-        "tokenizer": get("audit_tokenizer"),
-        "max_concurrency": get("audit_max_concurrency"),
-        "request_timeout": get("audit_request_timeout"),
-        "max_retries": get("audit_max_retries"),
-        "predictions": get("audit_predictions"),
-        "prediction_field": get("audit_prediction_field"),
-        "index_base": get("audit_index_base"),
-        "allow_partial": get("audit_allow_partial"),
-    }
+        api_key_env=get("audit_api_key_env"),
+        tokenizer=get("audit_tokenizer"),
+        max_concurrency=get("audit_max_concurrency"),
+        request_timeout=get("audit_request_timeout"),
+        max_retries=get("audit_max_retries"),
+        predictions=get("audit_predictions"),
+        prediction_field=get("audit_prediction_field"),
+        index_base=get("audit_index_base"),
+        allow_partial=get("audit_allow_partial"),
+        plan=get("audit_plan"),
+        plan_params=get("audit_plan_params"),
+    )
 
 
 def base_urls(values) -> tuple[str, ...] | None:
@@ -158,38 +170,135 @@ def base_urls(values) -> tuple[str, ...] | None:
     return tuple(urls) or None
 
 
-def validate(options) -> None:
-    """Raise ConfigError on a backend option that cannot work, naming the flag."""
-    from .errors import ConfigError
+class BackendSpec:
+    """One backend as the run sees it, for one run's ``options`` (``AuditOptions``). Every
+    method has the default of a backend that scores live; a backend overrides what differs.
 
-    if options.backend not in BACKENDS:
-        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {options.backend!r}")
-    if options.backend == "openai" and not options.base_url:
-        raise ConfigError(
-            "--backend openai needs --base-url (the server's API root, e.g. http://127.0.0.1:8000/v1)"
-        )
-    if options.backend != "openai" and options.base_url:
-        from .redact import redact_text
+    Attributes:
+        name: its ``--backend`` name.
+        in_process: the model runs in this process: ``--device``, the model's name and its
+            capabilities are checked at start-up, and xdist workers each pin a GPU.
+        placeholder_scores: what the backend returns are placeholders, not scores (a plan):
+            nothing is stored, judged or written as results; the run counts and writes a plan.
+        benchmark: the one benchmark the backend serves, when it serves one (replay: set by
+            ``check_selection``, and handed to xdist workers).
+    """
 
-        shown = redact_text(" ".join(options.base_url))
-        raise ConfigError(f"--base-url {shown} is only used with --backend openai")
-    replay_only = [
-        flag
-        for flag, value in (
-            ("--predictions", options.predictions),
-            ("--prediction-field", options.prediction_field),
-            ("--index-base", options.index_base),
-            ("--allow-partial", options.allow_partial or None),
+    name: ClassVar[str]
+    in_process: ClassVar[bool] = False
+    placeholder_scores: ClassVar[bool] = False
+
+    def __init__(self, options):
+        self.options = options
+        self.benchmark: str | None = None
+
+    @staticmethod
+    def check_flags(options) -> None:
+        """Raise ConfigError on a backend flag this backend does not take or lacks (default:
+        no ``--base-url``, no replay flag)."""
+        _refuse_base_url(options)
+        _refuse_replay_flags(options)
+
+    def prepare(self, benchmarks: dict, load_data: Callable) -> dict:
+        """The run's benchmarks configured for this backend (default: as they are);
+        ``load_data(benchmark, category)`` reads a category's data."""
+        return benchmarks
+
+    def check_selection(self, benchmarks: list[str]) -> None:
+        """Raise ConfigError when the backend cannot run the selected ``benchmarks`` (default:
+        it runs any)."""
+
+    def open(self):
+        """The audited model (a ``models.base.Backend``), on ``--device`` where it runs here.
+
+        Raises:
+            ModelError: the model cannot be loaded, or the server cannot be used.
+        """
+        raise NotImplementedError
+
+    def engine(self, model, cache):
+        """The run's ``engine.executor.Engine`` over ``model``, with the result ``cache``."""
+        from .engine.executor import Engine
+
+        return Engine(model, cache=cache, memo=True)
+
+    def meter(self, engine):
+        """What counts a category when the scores are placeholders (``planning.PlanMeter``);
+        None: the scores are real."""
+        return None
+
+    def item_source(self, benchmark: str):
+        """Where ``benchmark``'s items come from (``evaluation.sources``): default the seeded
+        ``--limit`` selection."""
+        from .evaluation.sources import FixedSelection
+
+        return FixedSelection(self.options.limit, self.options.seed)
+
+    def run_label(self) -> str:
+        """What the run folder's name says of the run (the model's name, made path-safe)."""
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(self.options.model or "smollm2-135m-instruct").name)
+
+
+class HFSpec(BackendSpec):
+    """The model in this process (``models.zoo.load_model``)."""
+
+    name = "hf"
+    in_process = True
+
+    def open(self):
+        from .models.zoo import load_model
+
+        b = self.options.backend
+        return load_model(self.options.model, device=b.device, dtype=b.dtype, batch_size=b.batch_size)
+
+
+class OpenAISpec(BackendSpec):
+    """An OpenAI-compatible server, or a pool of replicas (``models.openai_server.connect``)."""
+
+    name = "openai"
+
+    @staticmethod
+    def check_flags(options) -> None:
+        if not options.backend.base_url:
+            raise ConfigError(
+                "--backend openai needs --base-url (the server's API root, e.g. http://127.0.0.1:8000/v1)"
+            )
+        _refuse_replay_flags(options)
+
+    def open(self):
+        from .models.openai_server import connect
+
+        b = self.options.backend
+        return connect(
+            list(b.base_url),
+            self.options.model,
+            api_key_env=b.api_key_env,
+            tokenizer=b.tokenizer,
+            max_concurrency=b.max_concurrency,
+            timeout=b.request_timeout,
+            max_retries=b.max_retries,
         )
-        if value is not None
-    ]
-    if options.backend == "replay":
+
+
+class ReplaySpec(BackendSpec):
+    """Saved outputs (``models.replay.ReplayModel``) of one benchmark, joined to its data
+    (``predictions.join_predictions``) once per process; its items are those the file answers."""
+
+    name = "replay"
+
+    def __init__(self, options):
+        super().__init__(options)
+        self._joined: dict[str, Any] = {}
+        self._benchmarks: dict = {}
+        self._load_data: Callable | None = None
+
+    @staticmethod
+    def check_flags(options) -> None:
+        _refuse_base_url(options)
+        b = options.backend
         missing = [
             f
-            for f, v in (
-                ("--predictions", options.predictions),
-                ("--prediction-field", options.prediction_field),
-            )
+            for f, v in (("--predictions", b.predictions), ("--prediction-field", b.prediction_field))
             if not v
         ]
         if missing:
@@ -199,54 +308,188 @@ def validate(options) -> None:
             )
         if options.limit is not None:
             raise ConfigError(
-                "--limit does not apply with --backend replay: the predictions file "
-                "says which items are scored"
+                "--limit does not apply with --backend replay: the predictions file says which items are scored"
             )
-    elif replay_only:
-        raise ConfigError(f"{replay_only[0]} is only used with --backend replay")
-    if options.plan and options.backend != "hf":
-        raise ConfigError(f"--plan plans an in-process run (--backend hf), not --backend {options.backend}")
-    if options.plan_params is not None:
-        if not options.plan:
-            raise ConfigError("--plan-params is only used with --plan")
-        if not options.plan_params >= 1:
-            raise ConfigError(f"--plan-params must be a parameter count >= 1, got {options.plan_params:g}")
-    if options.max_concurrency < 1:
-        raise ConfigError(f"--max-concurrency must be >= 1, got {options.max_concurrency}")
-    if options.request_timeout <= 0:
-        raise ConfigError(f"--request-timeout must be > 0 seconds, got {options.request_timeout}")
-    if options.max_retries < 0:
-        raise ConfigError(f"--max-retries must be >= 0, got {options.max_retries}")
 
+    def prepare(self, benchmarks: dict, load_data: Callable) -> dict:
+        # Saved outputs are read in generate mode: configure before the gates are expanded
+        # (generate-mode gates end in -generate); a benchmark that cannot replay says so when
+        # it is selected (``joined``).
+        out = dict(benchmarks)
+        for name, b in benchmarks.items():
+            try:
+                out[name] = b.for_saved_outputs()
+            except ConfigError:
+                pass
+        self._benchmarks, self._load_data = out, load_data
+        return out
 
-def open_model(options, device: str):
-    """The audited model of ``options`` (an ``AuditOptions``) on ``device`` (in-process only).
+    def check_selection(self, benchmarks: list[str]) -> None:
+        """The run replays one benchmark, and its predictions file joins to the data (every row
+        checked at start-up, so a bad row stops the run before scoring).
 
-    Raises:
-        ModelError: the model cannot be loaded, or the server cannot be used.
-    """
-    if options.backend == "replay":
-        raise ValueError(
-            "the replay backend is opened by the session (it joins the predictions to the data first)"
+        Raises:
+            AuditError: several benchmarks selected, or the file's first bad row (file:line).
+        """
+        if len(benchmarks) != 1:
+            raise ConfigError(
+                f"--backend replay scores the saved outputs of one benchmark, but the "
+                f"run selects {', '.join(benchmarks)}: select one (its audit file, or -k)"
+            )
+        self.benchmark = benchmarks[0]
+        self.joined(benchmarks[0])
+
+    def joined(self, benchmark: str):
+        """The predictions file joined to ``benchmark``'s data (``predictions.join_predictions``),
+        once per process; the benchmark is configured for saved outputs first
+        (``Benchmark.for_saved_outputs``).
+
+        Raises:
+            ConfigError: the benchmark takes no saved outputs in this configuration.
+            DataError: the file, row and reason of the first bad prediction row.
+        """
+        if benchmark not in self._joined:
+            from .predictions import join_predictions
+
+            b = self.options.backend
+            load = self._load_data
+            self._joined[benchmark] = join_predictions(
+                self._benchmarks[benchmark].for_saved_outputs(),
+                b.predictions,
+                b.prediction_field,
+                lambda category: load(benchmark, category),
+                b.index_base,
+            )
+        return self._joined[benchmark]
+
+    def open(self):
+        from .models.base import ModelInfo
+        from .models.replay import ReplayModel
+
+        if self.benchmark is None:
+            raise ModelError("--backend replay: no benchmark selected to replay")
+        joined = self.joined(self.benchmark)
+        path, field = self.options.backend.predictions, self.options.backend.prediction_field
+        return ReplayModel(
+            joined.outputs,
+            ModelInfo(
+                name=str(path),
+                source=f"replay:{path}:{field}",
+                fingerprint=f"sha256:{joined.sha256}",
+                dtype="-",
+                device="-",
+                n_parameters=0,
+                kind="replay",
+            ),
         )
-    if options.backend == "openai":
-        from .models.openai_server import connect
 
-        return connect(
-            list(options.base_url),
-            options.model,
-            api_key_env=options.api_key_env,
-            tokenizer=options.tokenizer,
-            max_concurrency=options.max_concurrency,
-            timeout=options.request_timeout,
-            max_retries=options.max_retries,
-        )
-    if options.plan:
+    def item_source(self, benchmark: str):
+        from .evaluation.sources import ReplayedItems
+
+        return ReplayedItems(self.joined(benchmark))
+
+    def run_label(self) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", f"replay-{Path(self.options.backend.predictions).stem}")
+
+
+class PlanSpec(HFSpec):
+    """``--plan``: the in-process backend's planning twin (``models.plan``), under the planning
+    engine (``planning.PlanEngine``): counts, no scores."""
+
+    placeholder_scores = True
+
+    def __init__(self, options):
+        super().__init__(options)
+        self.embedder = None
+
+    @staticmethod
+    def check_flags(options) -> None:
+        """``--plan`` and ``--plan-params`` (checked whatever the backend)."""
+        b = options.backend
+        if b.plan and b.name != "hf":
+            raise ConfigError(f"--plan plans an in-process run (--backend hf), not --backend {b.name}")
+        if b.plan_params is not None:
+            if not b.plan:
+                raise ConfigError("--plan-params is only used with --plan")
+            if not b.plan_params >= 1:
+                raise ConfigError(f"--plan-params must be a parameter count >= 1, got {b.plan_params:g}")
+
+    def prepare(self, benchmarks: dict, load_data: Callable) -> dict:
+        # KGQuiz's semantic match embeds answers with a second model (MiniLM), which a plan does
+        # not load either: a stand-in counts the texts instead.
+        from .models.plan import PlanEmbedder
+
+        self.embedder = PlanEmbedder()
+        return {name: b.with_embedder(self.embedder) for name, b in benchmarks.items()}
+
+    def open(self):
         from .models.plan import load_plan_model
 
-        return load_plan_model(
-            options.model, device=device, dtype=options.dtype, batch_size=options.batch_size
-        )
-    from .models.zoo import load_model
+        b = self.options.backend
+        return load_plan_model(self.options.model, device=b.device, dtype=b.dtype, batch_size=b.batch_size)
 
-    return load_model(options.model, device=device, dtype=options.dtype, batch_size=options.batch_size)
+    def engine(self, model, cache):
+        from .planning import PlanEngine
+
+        return PlanEngine(model)  # a plan's placeholders are never stored: no cache
+
+    def meter(self, engine):
+        from .planning import PlanMeter
+
+        return PlanMeter(engine, self.embedder)
+
+    def run_label(self) -> str:
+        return f"{super().run_label()}-plan"  # a plan's folder is told apart from a run's at a glance
+
+
+#: The backends by ``--backend`` name.
+REGISTRY: dict[str, type[BackendSpec]] = {spec.name: spec for spec in (HFSpec, OpenAISpec, ReplaySpec)}
+BACKENDS = tuple(REGISTRY)
+
+
+def spec_for(options) -> BackendSpec:
+    """The run's backend: ``--backend``'s, or with ``--plan`` the planning twin of ``hf``."""
+    if options.backend.plan:
+        return PlanSpec(options)
+    return REGISTRY[options.backend.name](options)
+
+
+def in_process(name: str) -> bool:
+    """Whether backend ``name`` runs the model in this process (workers pin GPUs)."""
+    spec = REGISTRY.get(name)
+    return spec is not None and spec.in_process
+
+
+def validate(options) -> None:
+    """Raise ConfigError on a backend option that cannot work, naming the flag."""
+    b = options.backend
+    if b.name not in REGISTRY:
+        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {b.name!r}")
+    REGISTRY[b.name].check_flags(options)
+    PlanSpec.check_flags(options)
+    if b.max_concurrency < 1:
+        raise ConfigError(f"--max-concurrency must be >= 1, got {b.max_concurrency}")
+    if b.request_timeout <= 0:
+        raise ConfigError(f"--request-timeout must be > 0 seconds, got {b.request_timeout}")
+    if b.max_retries < 0:
+        raise ConfigError(f"--max-retries must be >= 0, got {b.max_retries}")
+
+
+def _refuse_base_url(options) -> None:
+    if options.backend.base_url:
+        from .redact import redact_text
+
+        shown = redact_text(" ".join(options.backend.base_url))
+        raise ConfigError(f"--base-url {shown} is only used with --backend openai")
+
+
+def _refuse_replay_flags(options) -> None:
+    b = options.backend
+    for flag, value in (
+        ("--predictions", b.predictions),
+        ("--prediction-field", b.prediction_field),
+        ("--index-base", b.index_base),
+        ("--allow-partial", b.allow_partial or None),
+    ):
+        if value is not None:
+            raise ConfigError(f"{flag} is only used with --backend replay")

@@ -49,10 +49,11 @@ def visible_gpus(env: Mapping[str, str] | None = None, count=None) -> list[str]:
     return [str(i) for i in range(int(count()))]
 
 
-def uses_gpus(backend: str, device: str) -> bool:
-    """Whether workers of this run pin GPUs: the in-process backend on ``auto`` or ``cuda`` (an
-    explicit ``cuda:N`` or ``cpu`` is the user's choice for every worker)."""
-    return backend == "hf" and device in ("auto", "cuda")
+def uses_gpus(in_process: bool, device: str) -> bool:
+    """Whether workers of this run pin GPUs: a backend that runs the model in this process
+    (``backends.in_process``) on ``auto`` or ``cuda`` (an explicit ``cuda:N`` or ``cpu`` is the
+    user's choice for every worker)."""
+    return in_process and device in ("auto", "cuda")
 
 
 def assign(n_workers: int, gpus: list[str], device: str = "auto", share: bool = False) -> list[str | None]:
@@ -146,9 +147,19 @@ def pin(gpu: str | None, env: dict | None = None) -> None:
     (os.environ if env is None else env)[ENV] = gpu
 
 
-def auto_workers(backend: str, device: str, gpus: list[str]) -> int | None:
+def auto_workers(in_process: bool, device: str, gpus: list[str]) -> int | None:
     """The worker count of ``-n auto``: one per GPU when workers pin GPUs and there are any;
     None (xdist's own choice, the CPU count) otherwise."""
-    if uses_gpus(backend, device) and gpus:
+    if uses_gpus(in_process, device) and gpus:
         return len(gpus)
     return None
+
+
+def share_cpu_threads(worker_index: int | None) -> None:
+    """Give an xdist worker its share of the CPU's threads: K workers each using every core
+    oversubscribe the CPU (2 workers x 2 threads on 2 cores ran slower than one process)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if worker_index is not None and workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))

@@ -100,6 +100,26 @@ class PlanEngine(Engine):
         return {**self.backend.take_counts().to_dict(), "whole": asdict(whole)}
 
 
+class PlanMeter:
+    """One category's counts in a plan: what the planning engine and the embedding stand-in
+    (``models.plan.PlanEmbedder``) counted between ``start`` and ``row``."""
+
+    def __init__(self, engine: PlanEngine, embedder):
+        self.engine = engine
+        self.embedder = embedder
+
+    def start(self) -> None:
+        """Drop what earlier categories left counted."""
+        self.engine.take_counts()
+        self.embedder.take_texts()
+
+    def row(self, items: int, stats: Mapping[str, int], new_items: int) -> dict[str, Any]:
+        """The category's row of the plan (``plan_row``) from the engine's counters."""
+        return plan_row(
+            items, stats, self.engine.take_counts(), self.embedder.take_texts(), new_items=new_items
+        )
+
+
 def plan_row(
     items: int,
     stats: Mapping[str, int],

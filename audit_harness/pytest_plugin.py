@@ -53,9 +53,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_xdist_auto_num_workers(config: pytest.Config):
     # `-n auto` with the in-process backend: one worker per GPU (None: xdist's CPU count). This
     # runs before pytest_configure, so before the run exists.
+    from .backends import in_process
     from .devices import auto_workers, visible_gpus
 
-    return auto_workers(config.getoption("audit_backend"), config.getoption("audit_device"), visible_gpus())
+    return auto_workers(
+        in_process(config.getoption("audit_backend")), config.getoption("audit_device"), visible_gpus()
+    )
 
 
 @pytest.fixture(scope="session")

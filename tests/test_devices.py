@@ -53,11 +53,13 @@ def test_each_worker_gets_its_own_gpu_and_more_workers_than_gpus_is_an_error():
 
 
 def test_auto_is_one_worker_per_gpu_for_the_in_process_backend_only():
-    assert devices.auto_workers("hf", "auto", ["0", "1", "2"]) == 3
-    assert devices.auto_workers("hf", "auto", []) is None  # xdist's CPU count
-    assert devices.auto_workers("hf", "cpu", ["0", "1"]) is None
-    assert devices.auto_workers("openai", "auto", ["0", "1"]) is None  # workers share the server
-    assert not devices.uses_gpus("hf", "cuda:1")
+    from audit_harness.backends import in_process
+
+    assert devices.auto_workers(in_process("hf"), "auto", ["0", "1", "2"]) == 3
+    assert devices.auto_workers(in_process("hf"), "auto", []) is None  # xdist's CPU count
+    assert devices.auto_workers(in_process("hf"), "cpu", ["0", "1"]) is None
+    assert devices.auto_workers(in_process("openai"), "auto", ["0", "1"]) is None  # workers share the server
+    assert not devices.uses_gpus(in_process("hf"), "cuda:1")
 
 
 def test_pin_sets_the_variable_and_refuses_after_cuda_started(monkeypatch):

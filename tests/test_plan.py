@@ -242,11 +242,11 @@ def test_plan_options_are_checked_at_start_up(tmp_path, data_dir, weightless):
     "options, message",
     [
         (
-            {"plan": True, "backend": "openai", "base_url": "http://127.0.0.1:9/v1"},
+            {"plan": True, "name": "openai", "base_url": ("http://127.0.0.1:9/v1",)},
             "--plan plans an in-process run",
         ),
         (
-            {"plan": True, "backend": "replay", "predictions": "p.jsonl", "prediction_field": "a"},
+            {"plan": True, "name": "replay", "predictions": "p.jsonl", "prediction_field": "a"},
             "in-process",
         ),
         ({"plan_params": 8e9}, "--plan-params is only used with --plan"),
@@ -255,10 +255,10 @@ def test_plan_options_are_checked_at_start_up(tmp_path, data_dir, weightless):
 )
 def test_plan_options(options, message):
     from audit_harness.errors import ConfigError
-    from audit_harness.session import AuditOptions
+    from audit_harness.audit_options import AuditOptions, BackendOptions
 
     with pytest.raises(ConfigError, match=re.escape(message)):
-        AuditOptions(**options).validate()
+        AuditOptions(backend=BackendOptions(**options)).validate()
 
 
 # -- in process -----------------------------------------------------------------------------------

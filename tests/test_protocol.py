@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from audit_harness.audit_options import AuditOptions
 from audit_harness.benchmarks import Benchmark, Record, registry
 from audit_harness.benchmarks.bbq_family import MCRecord
 from audit_harness.errors import ConfigError, ModelError
 from audit_harness.models.base import Backend, ModelInfo
-from audit_harness.session import AuditOptions, AuditSession
+from audit_harness.session import AuditSession
 
 
 @dataclass
@@ -81,8 +82,7 @@ class _MaskedOnly(Backend):
 
 
 def test_the_session_refuses_a_model_without_the_capability(tmp_path, data_dir):
-    session = AuditSession(AuditOptions(data_dir=str(data_dir)), registry(), tmp_path)
-    session._model = _MaskedOnly()
+    session = AuditSession(AuditOptions(data_dir=str(data_dir)), registry(), tmp_path, model=_MaskedOnly())
     with pytest.raises(
         ModelError,
         match=r"bbq needs loglikelihood, which model 'fake-bert' "

@@ -100,32 +100,24 @@ class AuditRun:
         AuditError
             A bad option, thresholds file or baseline (the plugin makes it a usage error).
         """
+        from ..audit_options import options_from_config
+        from ..backends import spec_for
         from ..benchmarks import registry
-        from ..session import AuditSession, options_from_config
+        from ..session import AuditSession
 
         if config.getoption("audit_thresholds") is None:
             local = Path(config.invocation_params.dir) / "thresholds.yaml"
             config.option.audit_thresholds = str(local if local.is_file() else PACKAGED_THRESHOLDS)
         options = options_from_config(config)
         benchmarks = registry()
-        catalogue = {
-            name: (b.categories, b.metric_names, b.metric_ranges()) for name, b in benchmarks.items()
-        }
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            gates = load_thresholds(
-                Path(options.thresholds),
-                catalogue,
-                min_n=options.min_n,
-                allow_low_confidence=options.allow_low_confidence,
-            )
+        gates, caught = _read_gates(options, benchmarks)
         baseline = _read_baseline(config)
         workerinput = getattr(config, "workerinput", None)
         if workerinput is None:
             # A deprecated key warns once, in the controller...
             for warning in {str(w.message): w.message for w in caught}.values():
                 config.issue_config_time_warning(warning, stacklevel=2)
-            run_id, worker_index = _new_run_id(options), None
+            run_id, worker_index = _new_run_id(spec_for(options)), None
             gpus = startup.gpu_plan(config, options, startup.targets_audits(config))
             compliance = startup.compliance_inputs(options, benchmarks)
         else:
@@ -136,20 +128,9 @@ class AuditRun:
             worker_index = int(re.sub(r"\D", "", workerinput.get("workerid", "gw0")) or 0)
             gpus = compliance = None
         session = AuditSession(
-            options, benchmarks, Path(options.results_dir).resolve() / run_id, worker_index
+            options, benchmarks, Path(options.outputs.results_dir).resolve() / run_id, worker_index
         )
-        if workerinput is not None:
-            session.replay_benchmark = workerinput.get("bias_audit_replay")
-        else:
-            # A progress line (stderr) must not land after pytest's row of outcome letters. The
-            # terminal reporter is looked up when a line is written: it may not be registered yet.
-            def end_outcome_row() -> None:
-                terminal = config.pluginmanager.get_plugin("terminalreporter")
-                if terminal is not None:
-                    terminal.ensure_newline()
-                    terminal.flush()  # stdout is buffered when redirected; the line goes to stderr
-
-            session.progress_line_start = end_outcome_row
+        _connect(session, config, workerinput)
         gates = startup.expand_gates(gates, session.benchmarks)
         if baseline is not None:
             gates = add_regression_gates(gates, baseline.document)
@@ -185,19 +166,19 @@ class AuditRun:
         # A plan judges no gate: a JUnit file of skipped gates would only look like a run's. A
         # selection of no gate makes no run folder: pytest would name a junit.xml in a folder
         # that is gone when the run ends.
-        if not self.config.option.xmlpath and not self.session.options.plan and selected:
+        if not self.config.option.xmlpath and not self.session.backend_spec.placeholder_scores and selected:
             self.config.option.xmlpath = str(self.session.run_dir / "junit.xml")
             self.own_junit = True
 
     def _check(self, pairs: list[tuple[str, str]]) -> None:
         s = self.session
         startup.check_inputs(s, pairs, self.config.getoption("audit_fetch_data"))
-        s.validate_data(startup.present_pairs(s, pairs))
+        startup.validate_data(s, startup.present_pairs(s, pairs))
         if pairs:
-            startup.check_replay(s, sorted({b for b, _ in pairs}))
+            startup.check_backend(s, sorted({b for b, _ in pairs}))
             startup.check_outputs(s, self.baseline.document if self.baseline else None)
             # The whole run's progress line (with xdist the controller scores nothing: unused).
-            s.expect_progress(startup.present_pairs(s, pairs))
+            startup.expect_progress(s, startup.present_pairs(s, pairs))
         self.validated = True
 
     # -- collection and scheduling ----------------------------------------------------------
@@ -264,7 +245,7 @@ class AuditRun:
         from ..devices import worker_number
 
         node.workerinput["bias_audit_run_id"] = self.run_id
-        node.workerinput["bias_audit_replay"] = self.session.replay_benchmark
+        node.workerinput["bias_audit_replay"] = self.session.backend_spec.benchmark
         if self.gpus:
             # A worker xdist starts again after a crash gets a new number: it takes a crashed
             # one's GPU.
@@ -308,11 +289,7 @@ class AuditRun:
         # bytecodes; pytest's rendering of it then raises TypeError, which escapes pytest and
         # turns an interrupted run into exit 1. Drop such entries before anything renders them.
         try:
-            excinfo.traceback = excinfo.traceback.filter(
-                lambda entry: (
-                    getattr(entry, "_rawentry", None) is None or entry._rawentry.tb_lineno is not None
-                )
-            )
+            excinfo.traceback = excinfo.traceback.filter(_has_line_number)
         except Exception:  # noqa: BLE001 - a pytest internal; never let this hook fail
             pass
 
@@ -331,7 +308,7 @@ class AuditRun:
         # A Ctrl-C from here on is counted, not raised: the run's files are written whole, and
         # say the run was interrupted.
         with deferred_interrupts() as presses:
-            if self.session.options.plan:
+            if self.session.backend_spec.placeholder_scores:
                 from .plan import finish_plan
 
                 code = finish_plan(self, exitstatus)
@@ -353,7 +330,7 @@ class AuditRun:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         # A run that selected nothing (or stopped before any gate) leaves no run folder: the JUnit
         # file this run chose for it is removed, and the folder with it when that empties it.
-        if self.session.options.plan and self.plan is None and not self.is_worker:
+        if self.session.backend_spec.placeholder_scores and self.plan is None and not self.is_worker:
             try:  # a plan that planned nothing leaves no run folder either
                 self.session.run_dir.rmdir()
             except OSError:
@@ -376,6 +353,42 @@ class AuditRun:
         return lines
 
 
+def _has_line_number(entry) -> bool:
+    raw = getattr(entry, "_rawentry", None)
+    return raw is None or raw.tb_lineno is not None
+
+
+def _read_gates(options, benchmarks) -> tuple[dict[str, list[Gate]], list]:
+    """The thresholds file's gates, and the warnings reading it raised (deprecated keys)."""
+    catalogue = {name: (b.categories, b.metric_names, b.metric_ranges()) for name, b in benchmarks.items()}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gates = load_thresholds(
+            Path(options.thresholds),
+            catalogue,
+            min_n=options.metrics.min_n,
+            allow_low_confidence=options.metrics.allow_low_confidence,
+        )
+    return gates, caught
+
+
+def _connect(session, config: pytest.Config, workerinput) -> None:
+    """What a worker is told of the controller's start-up, or the controller's progress lines."""
+    if workerinput is not None:
+        session.backend_spec.benchmark = workerinput.get("bias_audit_replay")
+        return
+
+    # A progress line (stderr) must not land after pytest's row of outcome letters. The
+    # terminal reporter is looked up when a line is written: it may not be registered yet.
+    def end_outcome_row() -> None:
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            terminal.ensure_newline()
+            terminal.flush()  # stdout is buffered when redirected; the line goes to stderr
+
+    session.progress_line_start = end_outcome_row
+
+
 def _gate_of(item) -> Gate | None:
     gate = getattr(getattr(item, "callspec", None), "params", {}).get("audit_gate")
     return gate if isinstance(gate, Gate) else None
@@ -392,12 +405,6 @@ def _read_baseline(config: pytest.Config) -> BaselineRun | None:
     return BaselineRun(document=doc, summary=startup.baseline_summary(doc, path, doc.path))
 
 
-def _new_run_id(options) -> str:
-    named = (
-        f"replay-{Path(options.predictions).stem}"
-        if options.backend == "replay"
-        else Path(options.model or "smollm2-135m-instruct").name
-    )
-    model = re.sub(r"[^A-Za-z0-9._-]+", "_", named)
-    kind = "-plan" if options.plan else ""  # a plan's folder is told apart from a run's at a glance
-    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{model}{kind}-{os.getpid()}"
+def _new_run_id(spec) -> str:
+    """The run folder's name: the time, what ran (``BackendSpec.run_label``) and the process."""
+    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{spec.run_label()}-{os.getpid()}"

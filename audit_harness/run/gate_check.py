@@ -57,7 +57,7 @@ class GateCheck:
         g = self.gate
         capman = self._node.config.pluginmanager.getplugin("capturemanager")
         # Progress of a long category goes to the terminal, not into the test's captured output.
-        show = capman is not None and self._session.options.progress != "off"
+        show = capman is not None and self._session.options.outputs.progress != "off"
         try:
             with capman.global_and_fixture_disabled() if show else contextlib.nullcontext():
                 outcome = self._session.outcome(g.benchmark, g.category)
@@ -80,7 +80,7 @@ class GateCheck:
         except Exception as e:  # a backend crash: recorded as this gate's ERROR, traceback kept
             self._record_error(f"{g.benchmark}/{g.category}: {type(e).__name__}: {e}")
             raise
-        if self._session.options.plan:
+        if self._session.backend_spec.placeholder_scores:
             # A plan's values are placeholders: the gate is not judged, whatever they say.
             from ..planning import NOTHING_SCORED
 
@@ -89,7 +89,7 @@ class GateCheck:
         metric = self._session.metric(g.benchmark, g.category, g.metric)
         opts = self._session.options
         verdict = judge(
-            g, metric, self._evidence(outcome), n_resamples=opts.n_resamples, allow_partial=opts.allow_partial
+            g, metric, self._evidence(outcome), n_resamples=opts.metrics.n_resamples, allow_partial=opts.backend.allow_partial
         )
         self._record_verdict(verdict, outcome.n_scored)
         self._session.verdicts.append(verdict)

@@ -58,7 +58,7 @@ def finish_plan(run: AuditRun, exitstatus) -> int | None:
         code = exit_codes.NOTHING_SELECTED
     else:
         code = exit_codes.OK
-    params = session.options.plan_params
+    params = session.options.backend.plan_params
     doc = build_plan(outcomes, model, int(params) if params else None)
     from ..redact import redact
 
@@ -75,7 +75,7 @@ def finish_plan(run: AuditRun, exitstatus) -> int | None:
         "model_error": model_error,
         "errors": errors,
         "skipped": _unique(skipped),
-        "options": redact(dict(session.options.__dict__)),
+        "options": redact(session.options.to_dict()),
         **doc,
     }
     path: Path | str = session.run_dir / "plan.json"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from ..errors import AuditError, ConfigError
+from ..errors import AuditError, ConfigError, DataError, MissingDataError
 
 #: The audit modules ship inside the package (the repository's ``audits/`` links here), so
 #: ``bias-audit run`` works from any directory.
@@ -94,6 +94,60 @@ def present_pairs(session, pairs: list[tuple[str, str]]) -> list[tuple[str, str]
     return out
 
 
+def validate_data(session, pairs: Sequence[tuple[str, str]]) -> None:
+    """Read and validate every (benchmark, category) a run selected, before any model loads
+    (parsing only), so a malformed row stops the run at start-up. With
+    ``require_published_data``, every file read must be the published release
+    (``sources.status_of``).
+
+    Raises:
+        DataError: the first malformed row (file:line: field), or the files that are not the
+            published release, each with its status. A ``MissingDataError`` (a file absent
+            upstream, KGQuiz) is not raised here: those gates are skipped and reported.
+    """
+    from ..sources import status_of
+
+    loaded = []
+    for bench, cat in pairs:
+        try:
+            session.load_data(bench, cat)
+        except MissingDataError:
+            continue  # an absent file skips its gates (reported), it is not malformed data
+        loaded.append((bench, cat))
+    pairs = loaded
+    if not session.options.require_published_data:
+        return
+    bad: dict[str, str] = {}
+    for bench, cat in pairs:
+        for f in session.load_data(bench, cat).files:
+            status = status_of(f.path, f.sha256)
+            if status != "published":
+                bad[f.path] = status if status != "unknown" else "not in the pinned source table"
+    if bad:
+        listed = "; ".join(f"{p}: {s}" for p, s in sorted(bad.items()))
+        raise DataError(
+            f"--require-published-data: {len(bad)} data file(s) in {session.data_dir} "
+            f"are not the published release: {listed} (restore them with "
+            "`bias-audit data fetch`, or drop the flag)"
+        )
+
+
+def expect_progress(session, pairs: Sequence[tuple[str, str]]) -> None:
+    """Tell the run's progress (``engine.progress.Progress.expect``) which categories it will
+    score and how many items each (the backend's item source: the ``--limit`` selection, or
+    the items saved predictions answer). Categories whose data is absent (skipped) are left
+    out. Called by the controller after the start-up checks have read the data."""
+    totals: dict[str, float] = {}
+    for bench, cat in pairs:
+        try:
+            data = session.load_data(bench, cat)
+        except MissingDataError:
+            continue
+        source = session.backend_spec.item_source(bench)
+        totals[f"{bench}/{cat}"] = source.count(session.benchmarks[bench], bench, cat, data)
+    session.progress.expect(totals)
+
+
 def check_inputs(session, pairs: list[tuple[str, str]], fetch: bool = False) -> None:
     """Raise AuditError when the data directory lacks a file a selected category needs
     (``Benchmark.data_files``; fetching them first with ``--fetch-data``), ``--device`` names
@@ -108,34 +162,27 @@ def check_inputs(session, pairs: list[tuple[str, str]], fetch: bool = False) -> 
             needed.setdefault(path, bench)
     require_files(session.data_dir, needed, fetch=fetch)
     selected = sorted({b for b, _ in pairs})
-    if session.options.backend == "hf":  # a server's model name is whatever it serves
+    if session.backend_spec.in_process:  # a server's model name is whatever it serves
         import torch
 
         from ..devices import check_device
 
-        check_device(session.options.device, torch.cuda.device_count())
+        check_device(session.options.backend.device, torch.cuda.device_count())
         check_model_name(session.options.model)
         check_capabilities(
             session.options.model, {name: b.requires for name, b in session.benchmarks.items()}, selected
         )
 
 
-def check_replay(session, benchmarks: list[str]) -> None:
-    """With ``--backend replay``: the run replays one benchmark, and its predictions file joins
-    to the data (every row checked at start-up, so a bad row stops the run before scoring).
+def check_backend(session, benchmarks: list[str]) -> None:
+    """The backend can run the selected ``benchmarks`` (``BackendSpec.check_selection``: with
+    ``--backend replay``, one benchmark whose predictions file joins to the data, every row
+    checked at start-up so a bad row stops the run before scoring).
 
     Raises:
-        AuditError: several benchmarks selected, or the file's first bad row (file:line).
+        AuditError: naming what to select, or the file's first bad row (file:line).
     """
-    if session.options.backend != "replay":
-        return
-    if len(benchmarks) != 1:
-        raise ConfigError(
-            f"--backend replay scores the saved outputs of one benchmark, but the "
-            f"run selects {', '.join(benchmarks)}: select one (its audit file, or -k)"
-        )
-    session.replay_benchmark = benchmarks[0]
-    session.replay_of(benchmarks[0])
+    session.backend_spec.check_selection(benchmarks)
 
 
 def check_outputs(session, baseline: Mapping[str, Any] | None) -> None:
@@ -151,7 +198,7 @@ def check_outputs(session, baseline: Mapping[str, Any] | None) -> None:
         from ..report.compare import comparability_notes, incomplete_notes
 
         mine = {
-            "options": dict(session.options.__dict__),
+            "options": session.options.to_dict(),
             "run": {
                 "thresholds_sha256": sha256_file(Path(session.options.thresholds)),
                 "engine_version": ENGINE_VERSION,
@@ -173,7 +220,7 @@ def check_outputs(session, baseline: Mapping[str, Any] | None) -> None:
 def _explicit_model_notes(baseline: Mapping[str, Any], options) -> list[str]:
     """The model settings an explicit ``--dtype`` / ``--device`` already fixes before the model
     loads (``auto`` is only known after), so ``--strict-baseline`` refuses them before scoring."""
-    had = baseline.get("model") or {}
+    had, options = baseline.get("model") or {}, options.backend
     notes = []
     if options.dtype not in (None, "auto") and had.get("dtype") and had["dtype"] != options.dtype:
         notes.append(f"model dtype differs: {had['dtype']!r} (old) vs {options.dtype!r} (new)")
@@ -190,12 +237,13 @@ def gpu_plan(config, options, audit_run: bool) -> list | None:
     Raises:
         AuditError: more workers than GPUs (an audit's workers each hold a whole model; the
             suite's own tests, ``audit_run`` False, may share GPUs)."""
+    from ..backends import in_process
     from ..devices import assign, uses_gpus, visible_gpus
 
-    workers = getattr(config.option, "numprocesses", None)
-    if not isinstance(workers, int) or workers < 1 or not uses_gpus(options.backend, options.device):
+    workers, device = getattr(config.option, "numprocesses", None), options.backend.device
+    if not isinstance(workers, int) or workers < 1 or not uses_gpus(in_process(options.backend.name), device):
         return None
-    return assign(workers, visible_gpus(), options.device, share=not audit_run)
+    return assign(workers, visible_gpus(), device, share=not audit_run)
 
 
 def compliance_inputs(options, benchmarks: Mapping[str, Any]):
@@ -209,6 +257,7 @@ def compliance_inputs(options, benchmarks: Mapping[str, Any]):
     from ..compliance.mapping import load_mapping
     from ..compliance.meta import load_audit_meta
 
-    meta = load_audit_meta(options.audit_meta) if options.audit_meta else None
+    outputs = options.outputs
+    meta = load_audit_meta(outputs.audit_meta) if outputs.audit_meta else None
     known = {name: tuple(b.metric_names) for name, b in benchmarks.items()}
-    return meta, load_mapping(options.regulatory_mapping, known)
+    return meta, load_mapping(outputs.regulatory_mapping, known)

@@ -1,0 +1,24 @@
+"""One evaluation pipeline for every category of every run: an item source (``sources``: a
+seeded selection, or the items saved predictions answer) scored through the engine, at once or
+in sequential rounds (``pipeline.evaluate_category``), giving a typed ``CategoryEvaluation``;
+``outcome`` makes it the results file's ``CategoryOutcome`` and writes its records."""
+
+from .outcome import CategoryOutcome, overall_from_records, write_records
+from .pipeline import CategoryEvaluation, ParseSensitivity, Scoring, check_capabilities, evaluate_category
+from .sources import Coverage, FixedSelection, ItemSource, ReplayedItems, Selection
+
+__all__ = [
+    "CategoryEvaluation",
+    "CategoryOutcome",
+    "Coverage",
+    "FixedSelection",
+    "ItemSource",
+    "ParseSensitivity",
+    "ReplayedItems",
+    "Scoring",
+    "Selection",
+    "check_capabilities",
+    "evaluate_category",
+    "overall_from_records",
+    "write_records",
+]

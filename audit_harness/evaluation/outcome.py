@@ -1,0 +1,120 @@
+"""``CategoryOutcome``: a category's evaluation as the results file keeps it (JSON-ready), and the
+records file it writes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..benchmarks.base import Benchmark, MetricSettings, Record
+from ..errors import DataError
+from .pipeline import CategoryEvaluation
+
+
+@dataclass
+class CategoryOutcome:
+    """Everything one (benchmark, category) evaluation produced, JSON-ready via ``to_dict``."""
+
+    benchmark: str
+    category: str
+    n_available: int
+    n_scored: int
+    metrics: dict[str, Any]
+    excluded: dict[str, list[str]]
+    notes: dict[str, int]
+    files: list[dict[str, Any]]
+    seconds: float
+    records_path: str
+    #: the engine's counters for this category (``EngineStats.to_dict``: requests, distinct,
+    #: from_cache, computed, tokens_forwarded, forwards, oom_retries).
+    requests: dict[str, int] = field(default_factory=dict)
+    #: a few invalid / out-of-choice model outputs (``Benchmark.report_examples``).
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    #: ``--backend replay``: ``{"predicted", "available", "predictions"}``, the items the saved
+    #: outputs answer of those the category holds; None for a live run.
+    coverage: dict[str, Any] | None = None
+    #: Generate mode: ``{"answer_parsing": the other profile, "metrics": {name: metric dict}}``,
+    #: every metric as the other parsing profile reads the outputs; None when nothing is parsed.
+    sensitivity: dict[str, Any] | None = None
+    #: ``--plan``: the category's counts (``planning.plan_row``); then nothing else in the
+    #: outcome is a score (no metrics, no records written).
+    plan: dict[str, Any] | None = None
+    #: a category with sequential gates (``sequential.CategoryPlan.summary``): rounds, items
+    #: scored and saved, and each gate's decision by test id; None when no gate is sequential.
+    sequential: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def of(cls, benchmark: str, category: str, ev: CategoryEvaluation, records_path: str, seconds: float):
+        """The outcome of an evaluation whose records are at ``records_path`` (relative to the
+        run folder; empty for a plan, which writes none)."""
+        data = ev.data
+        return cls(
+            benchmark=benchmark,
+            category=category,
+            n_available=len(data.items),
+            n_scored=0 if ev.plan is not None else len(ev.records),
+            metrics={k: v.to_dict() for k, v in ev.metrics.items()},
+            excluded=ev.excluded,
+            notes=data.notes,
+            files=[f.__dict__ for f in data.files],
+            seconds=seconds,
+            records_path=records_path,
+            requests=ev.stats,
+            examples=ev.examples,
+            coverage=ev.coverage.to_dict() if ev.coverage is not None else None,
+            sensitivity=ev.sensitivity.to_dict() if ev.sensitivity is not None else None,
+            plan=ev.plan,
+            sequential=ev.sequential.summary() if ev.sequential is not None else None,
+        )
+
+
+def write_records(run_dir: Path, benchmark: str, category: str, ev: CategoryEvaluation) -> str:
+    """Write the category's records (JSON lines, the selection's order) under ``run_dir``;
+    returns their path relative to it. A plan writes none (its scores are placeholders): ``""``."""
+    if ev.plan is not None:
+        return ""
+    path = run_dir / "records" / benchmark / f"{category}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for r in ev.records:
+            f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+    return str(path.relative_to(run_dir))
+
+
+def overall_from_records(
+    benchmarks: Mapping[str, Benchmark],
+    outcomes: Sequence[Mapping[str, Any]],
+    run_dir: Path,
+    settings: MetricSettings,
+) -> dict[str, dict[str, Any]]:
+    """Per benchmark, its ``Benchmark.overall`` aggregates over the evaluated categories, from the
+    records files the processes of the run wrote (each category's ``records_path`` under
+    ``run_dir``), so pooled numbers come from the same records as the per-category ones.
+
+    Returns:
+        ``{benchmark: {"categories": [...], label: {metric: MetricResult dict}}}``.
+    Raises:
+        DataError: a records file is missing or unreadable.
+    """
+    by_bench: dict[str, dict[str, list[Record]]] = {}
+    for o in outcomes:
+        bench = benchmarks[o["benchmark"]]
+        path = run_dir / o["records_path"]
+        try:
+            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+        except (OSError, ValueError) as e:
+            raise DataError(f"cannot read records {path}: {e}") from None
+        by_bench.setdefault(o["benchmark"], {})[o["category"]] = bench.read_records(rows)
+    out: dict[str, dict[str, Any]] = {}
+    for name, per_cat in sorted(by_bench.items()):
+        aggregates = benchmarks[name].overall(per_cat, settings)
+        out[name] = {
+            "categories": sorted(per_cat),
+            **{label: {k: v.to_dict() for k, v in metrics.items()} for label, metrics in aggregates.items()},
+        }
+    return out

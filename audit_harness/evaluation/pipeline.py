@@ -1,0 +1,200 @@
+"""One category's evaluation: the items of an item source scored through the engine (at once,
+or in sequential rounds until every sequential gate is decided), their records, the
+benchmark's metrics over them and what else the category's outcome reports. It reads the run
+through ``Scoring`` only, never the session."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from bias_metrics.result import MetricResult
+
+from ..benchmarks.base import Benchmark, CategoryData, MetricSettings, Record
+from ..errors import ModelError
+from ..gates import Gate
+from .sources import Coverage, ItemSource
+
+
+@dataclass
+class Scoring:
+    """What the pipeline scores with, shared by every category of one process.
+
+    Attributes:
+        engine: the run's ``engine.executor.Engine`` (its ``backend`` is the audited model).
+        settings: the metrics' interval settings.
+        records: ``{(benchmark, item id): Record}`` scored so far in this process: categories
+            that share items (a pair benchmark's ``overall``) score each item once.
+        progress: the run's ``engine.progress.Progress`` (one task per category).
+        gates: ``{(benchmark, category): [Gate]}`` the process judges, or None (not known): a
+            category with sequential gates stops once all of them are decided.
+        sequential: ``--sequential``: every gate is sequential.
+        meter: a plan's ``planning.PlanMeter``: the backend's scores are placeholders, so a
+            category is counted and nothing is computed from them; None in a run.
+    """
+
+    engine: Any
+    settings: MetricSettings
+    records: dict[tuple[str, str], Record] = field(default_factory=dict)
+    progress: Any = None
+    gates: Mapping[tuple[str, str], Sequence[Gate]] | None = None
+    sequential: bool = False
+    meter: Any = None
+
+
+@dataclass(frozen=True)
+class ParseSensitivity:
+    """Generate mode: every metric as the other answer-parsing profile reads the outputs."""
+
+    answer_parsing: str
+    metrics: dict[str, MetricResult]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer_parsing": self.answer_parsing,
+            "metrics": {k: v.to_dict() for k, v in self.metrics.items()},
+        }
+
+
+@dataclass
+class CategoryEvaluation:
+    """What one category's evaluation produced.
+
+    Attributes:
+        data: the category's loaded data.
+        records: the records of the items scored, in the selection's order.
+        metrics: the benchmark's metrics over them (none in a plan).
+        excluded: ``{reason: [item ids]}`` left out (the loader's, the source's, the
+            benchmark's).
+        stats: the engine's counters for this category (``EngineStats.to_dict``).
+        examples: a few invalid / out-of-choice outputs (``Benchmark.report_examples``).
+        coverage: replay: the part of the category the predictions answer.
+        sensitivity: generate mode: the metrics under the other parsing profile.
+        sequential: the category's ``sequential.CategoryPlan`` (None: no sequential gate).
+        plan: a plan's counts (``planning.plan_row``), else None.
+    """
+
+    data: CategoryData
+    records: list[Record]
+    metrics: dict[str, MetricResult] = field(default_factory=dict)
+    excluded: dict[str, list[str]] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    coverage: Coverage | None = None
+    sensitivity: ParseSensitivity | None = None
+    sequential: Any = None
+    plan: dict[str, Any] | None = None
+
+
+def check_capabilities(model, bench: Benchmark) -> None:
+    """Raise ModelError when ``model`` cannot compute what ``bench`` needs (or, a server whose
+    log-probabilities failed the alignment check, cannot be trusted with it)."""
+    model.require_scores(bench.requires)
+    missing = bench.requires - model.capabilities
+    if missing:
+        info = model.info
+        raise ModelError(
+            f"{bench.name} needs {', '.join(sorted(missing))}, which model "
+            f"{info.name!r} ({info.kind} LM) cannot compute"
+        )
+
+
+def evaluate_category(
+    scoring: Scoring, bench: Benchmark, category: str, data: CategoryData, source: ItemSource
+) -> CategoryEvaluation:
+    """Score ``category`` of ``bench`` (its loaded ``data``) on the items ``source`` selects.
+
+    Raises:
+        MissingDataError: the source has nothing of the category (its gates are skipped).
+    """
+    benchmark, engine = bench.name, scoring.engine
+    selection = source.select(bench, benchmark, category, data)
+    items = list(selection.items)
+    todo = [it for it in items if (benchmark, it.item_id) not in scoring.records]
+    engine.reset_stats()
+    if scoring.meter is not None:
+        scoring.meter.start()
+    plan = None if scoring.meter is not None else sequential_plan(scoring, bench, category, items)
+    # The selection's order: records are kept and scored in it whatever order the rounds
+    # scored them in, so a bootstrap interval over the same items is the same interval.
+    selected = {it.item_id: i for i, it in enumerate(items)}
+    with scoring.progress.task(f"{benchmark}/{category}", len(todo)) as task:
+        engine.progress = task
+        try:
+            if plan is not None and plan.can_stop:
+                items = _score_in_rounds(scoring, bench, category, items, plan)
+            else:
+                _score(scoring, bench, todo)
+                if plan is not None:
+                    plan.scored_in_full(len(items))
+        finally:
+            engine.progress = None
+    stats = engine.reset_stats().to_dict()
+    items = sorted(items, key=lambda it: selected[it.item_id])
+    records = [scoring.records[(benchmark, it.item_id)] for it in items]
+    evaluation = CategoryEvaluation(data, records, excluded=dict(data.excluded), stats=stats)
+    if scoring.meter is not None:
+        evaluation.plan = scoring.meter.row(len(records), stats, new_items=len(todo))
+        return evaluation
+    _measure(evaluation, bench, scoring.settings, selection, plan)
+    return evaluation
+
+
+def _measure(evaluation: CategoryEvaluation, bench: Benchmark, settings, selection, plan) -> None:
+    """Fill in an evaluation of scored records: metrics, parse sensitivity, exclusions, examples."""
+    records = evaluation.records
+    evaluation.metrics = bench.metrics(records, settings)
+    alt = bench.parse_sensitivity(records, settings)
+    if alt is not None:
+        evaluation.sensitivity = ParseSensitivity(alt["answer_parsing"], alt["metrics"])
+    excluded = evaluation.excluded
+    excluded.update(selection.excluded)
+    for reason, ids in bench.exclusions(records).items():
+        excluded.setdefault(reason, []).extend(ids)
+    evaluation.examples = bench.report_examples(records)
+    evaluation.coverage = selection.coverage
+    evaluation.sequential = plan
+
+
+def _score(scoring: Scoring, bench: Benchmark, items: Sequence[Any]) -> None:
+    """Score the ``items`` not scored yet in this process and keep their records."""
+    todo = [it for it in items if (bench.name, it.item_id) not in scoring.records]
+    if todo:
+        for record in bench.evaluate(scoring.engine, todo):
+            scoring.records[(bench.name, record.item_id)] = record
+
+
+def sequential_plan(scoring: Scoring, bench: Benchmark, category: str, items: Sequence[Any]):
+    """The category's ``sequential.CategoryPlan``, or None when no gate of it is sequential."""
+    if not scoring.gates:
+        return None
+    from ..sequential import CategoryPlan
+
+    gates = scoring.gates.get((bench.name, category), [])
+    # Every gate of the run that may be decided sequentially (a few may turn out fixed-n:
+    # counting them too only makes a PASS more demanding).
+    family = sum(1 for gs in scoring.gates.values() for g in gs if scoring.sequential or g.sequential)
+    return CategoryPlan.for_category(bench, gates, items, scoring.sequential, family=family)
+
+
+def _score_in_rounds(scoring: Scoring, bench: Benchmark, category: str, items, plan) -> list[Any]:
+    """Score ``items`` in the plan's balanced rounds until every sequential gate is decided
+    or the items run out; returns the items scored, in the order scored (the rounds are
+    seeded, ``sequential.build_rounds``: that order can be rebuilt from the seed, so the
+    records file keeps the selection's order and the sequences can still be recomputed)."""
+    from ..sequential import build_rounds
+
+    # Each round needs only the metrics' values and n (the rule's min_n and defined checks);
+    # the bootstrap intervals are computed once, on the items finally scored.
+    quick = dataclasses.replace(scoring.settings, n_resamples=0)
+    scored: list[Any] = []
+    salt = f"{bench.name}/{category}"
+    for batch in build_rounds(items, bench.balance_key, scoring.settings.seed, salt, plan.size):
+        _score(scoring, bench, batch)
+        scored.extend(batch)
+        records = [scoring.records[(bench.name, it.item_id)] for it in scored]
+        plan.update(records, bench.metrics(records, quick))
+        if plan.done:
+            break
+    return scored
