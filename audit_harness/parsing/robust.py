@@ -177,19 +177,22 @@ def _mentions(text: str, choices: Choices) -> dict[int, str]:
                 spans.setdefault(option, []).append((i, i + k))
     if len(found) > 1:  # drop options named only inside another's longer text
         for a in list(found):
-            for b in found:
-                if (
-                    a != b
-                    and a in spans
-                    and b in spans
-                    and all(
-                        any(bs <= s0 and e0 <= be and (be - bs) > (e0 - s0) for bs, be in spans[b])
-                        for s0, e0 in spans[a]
-                    )
-                ):
-                    found.pop(a, None)
-                    break
+            if any(b != a and _inside(spans.get(a), spans.get(b)) for b in found):
+                found.pop(a)
     taken = {i for option in found for s0, e0 in spans.get(option, ()) for i in range(s0, e0)}
+    return {**found, **_typos(written, taken, choices, found)}
+
+
+def _inside(spans: list[tuple[int, int]] | None, other: list[tuple[int, int]] | None) -> bool:
+    """True when every one of ``spans`` lies within a longer span of ``other``."""
+    if not spans or not other:
+        return False
+    return all(any(bs <= s0 and e0 <= be and (be - bs) > (e0 - s0) for bs, be in other) for s0, e0 in spans)
+
+
+def _typos(written: list[str], taken: set[int], choices: Choices, found: dict[int, str]) -> dict[int, str]:
+    """``{option: "option-text-fuzzy"}`` of the options not ``found`` that the words outside
+    ``taken`` name within small typos (``_typo_close``; not for Korean forms)."""
     fuzzy: dict[int, str] = {}
     for option, form in choices.forms():
         if option in found or has_hangul(form):
@@ -203,7 +206,7 @@ def _mentions(text: str, choices: Choices) -> dict[int, str]:
             if _typo_close(" ".join(written[i : i + k]), goal):
                 fuzzy[option] = "option-text-fuzzy"
                 break
-    return {**found, **fuzzy}
+    return fuzzy
 
 
 def _span_answer(span: str, choices: Choices) -> tuple[str, int | None]:
@@ -305,35 +308,65 @@ def parse_robust(output, choices: Choices) -> Parsed:
         return Parsed(-1, "invalid", "invalid", "empty")
     text = unicodedata.normalize("NFKC", str(output)).strip()
     plain = text.replace("**", "").replace("__", "")
-    strong = _statements(_STRONG, plain, choices)
-    if strong is not None:
-        kind, option, group = strong
-        rule = {"boxed": "boxed"}.get(group, "answer-statement")
-        if kind == "several":
-            return Parsed(-1, "invalid", rule, "several_options")
-        return Parsed(option, "letter", rule)
+    return (
+        _stated(_STRONG, plain, choices)
+        or _leading_letter(text, choices)
+        or _stated(_WEAK, text, choices)
+        or _named(text, choices)
+    )
+
+
+#: The rule that decided, by the statement pattern's group that matched (``_STRONG``, ``_WEAK``).
+_STATEMENT_RULES = {
+    "boxed": "boxed",
+    "rest": "answer-statement",
+    "ko": "answer-statement",
+    "opt": "option-statement",
+    "dollar": "dollar",
+    "bold": "bold",
+    "bracket": "bracket",
+}
+
+
+def _stated(pattern: re.Pattern, text: str, choices: Choices) -> Parsed | None:
+    """The answer of the last statement of ``pattern`` that names an option or several
+    (``_statements``; a bold statement names it by its text), or None when none does."""
+    found = _statements(pattern, text, choices)
+    if found is None:
+        return None
+    kind, option, group = found
+    rule = _STATEMENT_RULES[group]
+    if kind == "several":
+        return Parsed(-1, "invalid", rule, "several_options")
+    return Parsed(option, "text" if group == "bold" else "letter", rule)
+
+
+def _leading_letter(text: str, choices: Choices) -> Parsed | None:
+    """The option whose letter starts the first line ("B", "(B) ...", "B. the grandson"), or
+    several options when the line starts with joined letters, lists another letter after, or
+    later lines list the options; None when no letter starts it."""
     first_line = next((line for line in text.splitlines() if line.strip()), "")
     head = re.sub(r"^[\s*_`\"'“”‘’«»#>]+", "", first_line)
     if _JOINED.match(head):
         return Parsed(-1, "invalid", "leading-letter", "several_options")
     option, after = _letter_at_start(head, choices, lowercase=False)
-    if option is not None:
-        if _other_listed_letters(text, first_line, option, choices):
-            # "A. My daughter\nB. My grandfather": the options echoed as a list, no answer chosen.
-            return Parsed(-1, "invalid", "leading-letter", "several_options")
-        if (
-            re.match(r"^[\s.:)\]-]*[^\n]*?(?<![A-Za-z])[A-Za-z][).:](?:\s|$)", after)
-            and len(set(re.findall(r"(?<![A-Za-z0-9])([A-Z])[).:](?:\s|$)", head))) > 1
-        ):
-            return Parsed(-1, "invalid", "leading-letter", "several_options")
-        return Parsed(option, "letter", "leading-letter")
-    weak = _statements(_WEAK, text, choices)
-    if weak is not None:
-        kind, option, group = weak
-        rule = {"opt": "option-statement", "dollar": "dollar", "bold": "bold", "bracket": "bracket"}[group]
-        if kind == "several":
-            return Parsed(-1, "invalid", rule, "several_options")
-        return Parsed(option, "letter" if group != "bold" else "text", rule)
+    if option is None:
+        return None
+    if _other_listed_letters(text, first_line, option, choices):
+        # "A. My daughter\nB. My grandfather": the options echoed as a list, no answer chosen.
+        return Parsed(-1, "invalid", "leading-letter", "several_options")
+    if (
+        re.match(r"^[\s.:)\]-]*[^\n]*?(?<![A-Za-z])[A-Za-z][).:](?:\s|$)", after)
+        and len(set(re.findall(r"(?<![A-Za-z0-9])([A-Z])[).:](?:\s|$)", head))) > 1
+    ):
+        return Parsed(-1, "invalid", "leading-letter", "several_options")
+    return Parsed(option, "letter", "leading-letter")
+
+
+def _named(text: str, choices: Choices) -> Parsed:
+    """The answer of a text that states none: the unknown answer in other words, the one option
+    it names (``_mentions``), or invalid (several options, several letters, a refusal, or
+    nothing that matches)."""
     named = _mentions(text, choices)
     if choices.unknown is not None and read_epistemic(text) == "unknown":
         # "I can't tell from the information given": the unknown answer in other words; with
