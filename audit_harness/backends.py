@@ -16,104 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from .errors import ConfigError, ModelError
-
-
-def add_options(group) -> None:
-    """Register the backend options on the plugin's option group."""
-    group.addoption(
-        "--backend",
-        dest="audit_backend",
-        choices=list(BACKENDS),
-        default=os.environ.get("AUDIT_BACKEND", "hf"),
-        help="hf: load the model in this process (default); openai: score and generate "
-        "through an OpenAI-compatible server at --base-url (vLLM, SGLang, TGI); "
-        "replay: answer from the saved outputs of --predictions (env AUDIT_BACKEND)",
-    )
-    group.addoption(
-        "--base-url",
-        dest="audit_base_url",
-        action="append",
-        default=None,
-        metavar="URL",
-        help="with --backend openai: the API root, e.g. http://127.0.0.1:8000/v1; several "
-        "times (or @FILE, one URL a line) for a pool of replicas of one model "
-        "(env AUDIT_BASE_URL: URLs separated by spaces or commas)",
-    )
-    group.addoption(
-        "--api-key-env",
-        dest="audit_api_key_env",
-        default="OPENAI_API_KEY",
-        metavar="NAME",
-        help="environment variable holding the server's API key "
-        "(default OPENAI_API_KEY; unset: no key is sent; never logged)",
-    )
-    group.addoption(
-        "--tokenizer",
-        dest="audit_tokenizer",
-        default=None,
-        metavar="NAME",
-        help="with --backend openai: zoo name, folder or hub id of the served model's "
-        "tokenizer, for servers without /tokenize and for chat formatting "
-        "(default: --model when it names one)",
-    )
-    group.addoption(
-        "--max-concurrency",
-        dest="audit_max_concurrency",
-        type=int,
-        default=8,
-        metavar="N",
-        help="with --backend openai: requests in flight per endpoint and process (default 8)",
-    )
-    group.addoption(
-        "--request-timeout",
-        dest="audit_request_timeout",
-        type=float,
-        default=120.0,
-        metavar="SECONDS",
-        help="with --backend openai: seconds per request (default 120)",
-    )
-    group.addoption(
-        "--max-retries",
-        dest="audit_max_retries",
-        type=int,
-        default=5,
-        metavar="N",
-        help="with --backend openai: retries after HTTP 408, 409, 429, "
-        "500, 502, 503, 504 or a connection error, "
-        "with exponential backoff (default 5)",
-    )
-
-    group.addoption(
-        "--predictions",
-        dest="audit_predictions",
-        default=None,
-        metavar="FILE",
-        help="with --backend replay: JSONL of saved outputs, one row per item with its id and the output",
-    )
-    group.addoption(
-        "--prediction-field",
-        dest="audit_prediction_field",
-        default=None,
-        metavar="FIELD",
-        help="with --backend replay: the row field holding the output",
-    )
-    group.addoption(
-        "--index-base",
-        dest="audit_index_base",
-        type=int,
-        choices=[0, 1],
-        default=None,
-        help="with --backend replay: saved answers that are numbers count the options "
-        "from 0 or from 1 (without it a number is an error: '1' could be A or B)",
-    )
-    group.addoption(
-        "--allow-partial",
-        dest="audit_allow_partial",
-        action="store_true",
-        default=False,
-        help="with --backend replay: judge a category the predictions "
-        "cover only in part (else its gates are INSUFFICIENT)",
-    )
+from .option_spec import Option
 
 
 def options_from_config(config) -> dict[str, Any]:
@@ -493,3 +396,103 @@ def _refuse_replay_flags(options) -> None:
     ):
         if value is not None:
             raise ConfigError(f"{flag} is only used with --backend replay")
+
+
+#: The backend flags, each declared once (``option_spec.Option``), in ``--help``'s order;
+#: ``--base-url`` (given several times) is registered by ``add_options`` itself.
+OPTIONS = (
+    Option(
+        "--backend",
+        "hf: load the model in this process (default); openai: score and generate "
+        "through an OpenAI-compatible server at --base-url (vLLM, SGLang, TGI); "
+        "replay: answer from the saved outputs of --predictions (env AUDIT_BACKEND)",
+        default="hf",
+        env="AUDIT_BACKEND",
+        choices=BACKENDS,
+    ),
+    Option(
+        "--api-key-env",
+        "environment variable holding the server's API key "
+        "(default OPENAI_API_KEY; unset: no key is sent; never logged)",
+        default="OPENAI_API_KEY",
+        metavar="NAME",
+    ),
+    Option(
+        "--tokenizer",
+        "with --backend openai: zoo name, folder or hub id of the served model's "
+        "tokenizer, for servers without /tokenize and for chat formatting "
+        "(default: --model when it names one)",
+        metavar="NAME",
+    ),
+    Option(
+        "--max-concurrency",
+        "with --backend openai: requests in flight per endpoint and process (default 8)",
+        default=8,
+        type=int,
+        metavar="N",
+    ),
+    Option(
+        "--request-timeout",
+        "with --backend openai: seconds per request (default 120)",
+        default=120.0,
+        type=float,
+        metavar="SECONDS",
+    ),
+    Option(
+        "--max-retries",
+        "with --backend openai: retries after HTTP 408, 409, 429, "
+        "500, 502, 503, 504 or a connection error, "
+        "with exponential backoff (default 5)",
+        default=5,
+        type=int,
+        metavar="N",
+    ),
+    Option(
+        "--predictions",
+        "with --backend replay: JSONL of saved outputs, one row per item with its id and the output",
+        metavar="FILE",
+    ),
+    Option(
+        "--prediction-field",
+        "with --backend replay: the row field holding the output",
+        metavar="FIELD",
+    ),
+    Option(
+        "--index-base",
+        "with --backend replay: saved answers that are numbers count the options "
+        "from 0 or from 1 (without it a number is an error: '1' could be A or B)",
+        type=int,
+        choices=(0, 1),
+    ),
+    Option(
+        "--allow-partial",
+        "with --backend replay: judge a category the predictions "
+        "cover only in part (else its gates are INSUFFICIENT)",
+        default=False,
+        switch=True,
+    ),
+)
+
+
+def add_options(group) -> None:
+    """Register the backend options (``OPTIONS``, and ``--base-url`` after ``--backend``) on the
+    plugin's option group."""
+    backend, *rest = OPTIONS
+    _register(group, backend)
+    group.addoption(
+        "--base-url",
+        dest="audit_base_url",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="with --backend openai: the API root, e.g. http://127.0.0.1:8000/v1; several "
+        "times (or @FILE, one URL a line) for a pool of replicas of one model "
+        "(env AUDIT_BASE_URL: URLs separated by spaces or commas)",
+    )
+    for opt in rest:
+        _register(group, opt)
+
+
+def _register(group, opt: Option) -> None:
+    default = os.environ.get(opt.env, opt.default) if opt.env else opt.default
+    group.addoption(opt.flag, dest=opt.dest, default=default, **opt.parser_kwargs())

@@ -253,7 +253,6 @@ def build_plan(
     grand = _add({k: v for k, v in s["total"].items() if k != "estimate"} for s in benchmarks.values())
     if grand:
         grand["estimate"] = estimate(grand, n, rates)
-    m = measured
     return {
         "plan": NOTHING_SCORED,
         "parameters": n,
@@ -265,20 +264,25 @@ def build_plan(
         "benchmarks": benchmarks,
         "total": grand,
         "seconds_planning": seconds,
-        "notes": [
-            f"{NOTHING_SCORED}: requests were built and counted with the model's tokenizer and "
-            "config; no weights were loaded and no gate was judged.",
-            "forward tokens: tokens fed to the model (scored sequences through the prefix tree "
-            "and packed rows, generation prompts with a shared prefix once per batch); 'whole': "
-            "every request forwarded whole on its own, as lm-evaluation-harness does.",
-            "tokens to generate: max_new_tokens per distinct generation, an upper bound "
-            "(a batch stops when all its rows have ended).",
-            f"time: a scaling estimate: {m['forward_tokens_per_s']:g} forward, "
-            f"{m['prefill_tokens_per_s']:g} prompt and {m['decode_tokens_per_s']:g} decode "
-            f"tokens/s measured for {m['model']} ({m['parameters']:,} parameters; "
-            f"{m['conditions']}), scaled by {m['parameters']:,} / {n:,} parameters; model time "
-            "only (tokenizing and the metrics come on top; this plan's own time is about the "
-            "tokenizing).",
-            "FLOPs: 2 x parameters x (tokens fed + tokens generated), forward only.",
-        ],
+        "notes": _notes(n, measured),
     }
+
+
+def _notes(n: int, m: Mapping[str, Any]) -> list[str]:
+    """What each number of a plan for ``n`` parameters means (rates measured as ``m``)."""
+    return [
+        f"{NOTHING_SCORED}: requests were built and counted with the model's tokenizer and "
+        "config; no weights were loaded and no gate was judged.",
+        "forward tokens: tokens fed to the model (scored sequences through the prefix tree "
+        "and packed rows, generation prompts with a shared prefix once per batch); 'whole': "
+        "every request forwarded whole on its own, as lm-evaluation-harness does.",
+        "tokens to generate: max_new_tokens per distinct generation, an upper bound "
+        "(a batch stops when all its rows have ended).",
+        f"time: a scaling estimate: {m['forward_tokens_per_s']:g} forward, "
+        f"{m['prefill_tokens_per_s']:g} prompt and {m['decode_tokens_per_s']:g} decode "
+        f"tokens/s measured for {m['model']} ({m['parameters']:,} parameters; "
+        f"{m['conditions']}), scaled by {m['parameters']:,} / {n:,} parameters; model time "
+        "only (tokenizing and the metrics come on top; this plan's own time is about the "
+        "tokenizing).",
+        "FLOPs: 2 x parameters x (tokens fed + tokens generated), forward only.",
+    ]

@@ -111,11 +111,8 @@ def build_rounds(
         for rank, j in enumerate(rng.permutation(len(members))):
             placed.append(((rank + 0.5) / len(members), float(rng.random()), members[int(j)]))
     order = [i for _, _, i in sorted(placed)]
-    rounds = []
-    for start in range(0, len(order), size):
-        chunk = order[start : start + size]
-        rounds.append([items[chunk[int(j)]] for j in rng.permutation(len(chunk))])
-    return rounds
+    chunks = (order[start : start + size] for start in range(0, len(order), size))
+    return [[items[chunk[int(j)]] for j in rng.permutation(len(chunk))] for chunk in chunks]
 
 
 def band_of(gate: Gate) -> tuple[float, float] | None:

@@ -112,6 +112,22 @@ def start_vllm(
     ]
     if nice:
         cmd = ["nice", "-n", str(nice), *cmd]
+    env = _vllm_env(cpus)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    out = open(log, "wb")
+    proc = subprocess.Popen(
+        cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+    )
+    out.close()
+    server = LocalServer(f"http://127.0.0.1:{port}/v1", name, proc.pid, log, proc)
+    if wait:
+        wait_ready(server, timeout_s)
+    return server
+
+
+def _vllm_env(cpus: str | None) -> dict[str, str]:
+    """The vLLM server's environment: offline, no usage reports, its KV cache size, and its CPU
+    worker bound to ``cpus`` (default every core)."""
     env = {
         **os.environ,
         "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KVCACHE_GIB),
@@ -128,16 +144,7 @@ def start_vllm(
         # stall each other's threads.
         env["VLLM_CPU_OMP_THREADS_BIND"] = cpus
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", _all_cores())
-    log.parent.mkdir(parents=True, exist_ok=True)
-    out = open(log, "wb")
-    proc = subprocess.Popen(
-        cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
-    )
-    out.close()
-    server = LocalServer(f"http://127.0.0.1:{port}/v1", name, proc.pid, log, proc)
-    if wait:
-        wait_ready(server, timeout_s)
-    return server
+    return env
 
 
 def wait_ready(server: LocalServer, timeout_s: float = 600.0) -> LocalServer:

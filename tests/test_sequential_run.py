@@ -253,13 +253,32 @@ def test_balanced_rounds_keep_wrong_verdicts_below_alpha_where_cells_differ_most
     assert sum(d == wrong for d in decisions) / len(orders) <= 0.05
 
 
-def random_records(bench, items, seed: int, invalid: float = 0.1):
+def random_records(items, seed: int, invalid: float = 0.1):
     """Records of ``items`` with seeded random answers (some invalid): every answer cell occurs."""
     rng = np.random.default_rng(seed)
     options = [int(rng.integers(3)) if rng.random() > invalid else -1 for _ in items]
-    if hasattr(bench, "_kobbq_record"):
-        return [bench._kobbq_record(it, o, "plain", None, None) for it, o in zip(items, options)]
-    return [bench._record(it, o) for it, o in zip(items, options)]
+    return [record_of(it, o) for it, o in zip(items, options)]
+
+
+def record_of(item, option: int):
+    """The record a benchmark keeps of ``item`` answered with ``option`` in plain prompts (its
+    record type's ``answering``, with the fields its scoring adds)."""
+    from audit_harness.benchmarks.bbq_family import MCRecord
+    from audit_harness.benchmarks.kobbq import KoBBQItem, KoBBQRecord
+
+    if isinstance(item, KoBBQItem):
+        return KoBBQRecord.answering(
+            item,
+            option,
+            label_type="label",
+            sample_id=item.sample_id,
+            prompt_id=item.prompt_id,
+            permutation=item.permutation,
+            answer_mode=item.answer_mode,
+            options=list(item.options),
+            extra={"label_annotation": item.label_annotation},
+        )
+    return MCRecord.answering(item, option, label_type=item.label_type, extra=dict(item.extra))
 
 
 @pytest.mark.parametrize(
@@ -280,7 +299,7 @@ def test_every_form_covers_the_fixed_n_value_when_every_item_is_scored(
 
     bench = registry()[benchmark].configure(**options)
     items = bench.select(bench.load_category(data_dir, category).items, limit, 0, f"{benchmark}/{category}")
-    records = random_records(bench, items, seed=3)
+    records = random_records(items, seed=3)
     metrics = bench.metrics(records, MetricSettings(n_resamples=0))
     checked = 0
     for name, metric in metrics.items():
@@ -303,7 +322,7 @@ def test_a_shares_values_are_what_its_cs_is_made_of(data_dir):
 
     bench = registry()["bbq"]
     items = bench.select(bench.load_category(data_dir, "Religion").items, 160, 0, "bbq/Religion")
-    records = random_records(bench, items, seed=5)
+    records = random_records(items, seed=5)
     shares = 0
     for name in bench.metric_names:
         form = bench.sequential_form(name)

@@ -48,16 +48,7 @@ def finish_plan(run: AuditRun, exitstatus) -> int | None:
         return None
     model = next((p["model"] for p in parts if p["model"]), None)
     interrupted = (int(exitstatus) == exit_codes.INTERRUPTED or run.interrupted) and not model_error
-    if model_error:
-        code = exit_codes.USAGE_ERROR
-    elif interrupted:
-        code = exit_codes.INTERRUPTED
-    elif errors:
-        code = exit_codes.RUN_ERROR
-    elif not outcomes:
-        code = exit_codes.NOTHING_SELECTED
-    else:
-        code = exit_codes.OK
+    code = _exit_code(model_error, interrupted, errors, outcomes)
     params = session.options.backend.plan_params
     doc = build_plan(outcomes, model, int(params) if params else None)
     from ..redact import redact
@@ -87,6 +78,18 @@ def finish_plan(run: AuditRun, exitstatus) -> int | None:
         doc["exit_status"] = code
     run.plan = PlanFiles(doc, path)
     return code
+
+
+def _exit_code(model_error, interrupted: bool, errors: list, outcomes: list) -> int:
+    """4 when the model could not be opened, 2 when interrupted, 3 when a category could not be
+    planned, 5 when nothing was, else 0."""
+    if model_error:
+        return exit_codes.USAGE_ERROR
+    if interrupted:
+        return exit_codes.INTERRUPTED
+    if errors:
+        return exit_codes.RUN_ERROR
+    return exit_codes.OK if outcomes else exit_codes.NOTHING_SELECTED
 
 
 def _unique(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

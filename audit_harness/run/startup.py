@@ -220,11 +220,11 @@ def check_outputs(session, baseline: Mapping[str, Any] | None) -> None:
 def _explicit_model_notes(baseline: Mapping[str, Any], options) -> list[str]:
     """The model settings an explicit ``--dtype`` / ``--device`` already fixes before the model
     loads (``auto`` is only known after), so ``--strict-baseline`` refuses them before scoring."""
-    had, options = baseline.get("model") or {}, options.backend
+    had, backend = baseline.get("model") or {}, options.backend
     notes = []
-    if options.dtype not in (None, "auto") and had.get("dtype") and had["dtype"] != options.dtype:
-        notes.append(f"model dtype differs: {had['dtype']!r} (old) vs {options.dtype!r} (new)")
-    want = None if options.device in (None, "auto") else str(options.device).split(":")[0]
+    if backend.dtype not in (None, "auto") and had.get("dtype") and had["dtype"] != backend.dtype:
+        notes.append(f"model dtype differs: {had['dtype']!r} (old) vs {backend.dtype!r} (new)")
+    want = None if backend.device in (None, "auto") else str(backend.device).split(":")[0]
     old = had.get("device") and str(had["device"]).split(":")[0]
     if want and old and old != want:
         notes.append(f"device type differs: {old!r} (old) vs {want!r} (new)")
