@@ -96,26 +96,8 @@ def match_answer(
     """
     if match not in MATCH_MODES:
         raise ValueError(f"match must be one of {MATCH_MODES}, got {match!r}")
-    n = len(options)
-    if prediction is None:
-        return AnswerMatch(-1, "invalid")
-    if isinstance(prediction, bool):
-        raise TypeError(f"prediction {prediction!r} is a boolean, not an option index, letter or text")
-    if isinstance(prediction, float):
-        if not prediction.is_integer():
-            raise TypeError(f"prediction {prediction!r} is not an integer option index")
-        prediction = int(prediction)
-    if isinstance(prediction, int):
-        if prediction == -1:
-            return AnswerMatch(-1, "invalid")
-        if not 0 <= prediction < n:
-            raise ValueError(f"option index {prediction} is outside [0, {n}) (-1 means no answer)")
-        return AnswerMatch(prediction, "index")
     if not isinstance(prediction, str):
-        raise TypeError(
-            f"prediction of type {type(prediction).__name__} is not an option index, letter or text"
-        )
-
+        return _index_match(prediction, len(options))
     candidates = [(text, i) for i, text in enumerate(options)] + list(extra_choices)
     texts = [prediction]
     if match == "bbq-reference":
@@ -130,16 +112,50 @@ def match_answer(
     # Digits in text name no option: whether "1" is A or B only a saved file can say, and the
     # replay backend reads such numbers with --index-base before they get here.
     norm = normalize_text(prediction)
-    letters = "abcdefghijklmnopqrstuvwxyz"[:n]
+    letters = "abcdefghijklmnopqrstuvwxyz"[: len(options)]
     if len(norm) == 1 and norm in letters:
         return AnswerMatch(letters.index(norm), "letter")
     if match == "bbq-reference":
-        cleaned = bbq_reference_clean(prediction)
-        for i, option in enumerate(options):
-            words = _first_two_words(bbq_reference_clean(option))
-            if words is not None and words in cleaned:
-                return AnswerMatch(i, "fallback")
+        return _reference_fallback(prediction, options)
     return AnswerMatch(-1, "invalid")
+
+
+def _reference_fallback(prediction: str, options: Sequence[str]) -> AnswerMatch:
+    """The BBQ R script's last resort: the first option whose first two words (cleaned) stand in
+    the cleaned prediction (``fallback``), else invalid."""
+    cleaned = bbq_reference_clean(prediction)
+    for i, option in enumerate(options):
+        words = _first_two_words(bbq_reference_clean(option))
+        if words is not None and words in cleaned:
+            return AnswerMatch(i, "fallback")
+    return AnswerMatch(-1, "invalid")
+
+
+def _index_match(prediction: Any, n: int) -> AnswerMatch:
+    """``match_answer`` of a prediction that is not text: None (no output), or an option index
+    (an int, or a float holding one) in [-1, n), -1 being no answer.
+
+    Raises:
+        ValueError: an index outside [-1, n).
+        TypeError: a bool, a float that is not integral, or another type.
+    """
+    if prediction is None:
+        return AnswerMatch(-1, "invalid")
+    if isinstance(prediction, bool):
+        raise TypeError(f"prediction {prediction!r} is a boolean, not an option index, letter or text")
+    if isinstance(prediction, float):
+        if not prediction.is_integer():
+            raise TypeError(f"prediction {prediction!r} is not an integer option index")
+        prediction = int(prediction)
+    if not isinstance(prediction, int):
+        raise TypeError(
+            f"prediction of type {type(prediction).__name__} is not an option index, letter or text"
+        )
+    if prediction == -1:
+        return AnswerMatch(-1, "invalid")
+    if not 0 <= prediction < n:
+        raise ValueError(f"option index {prediction} is outside [0, {n}) (-1 means no answer)")
+    return AnswerMatch(prediction, "index")
 
 
 def match_prediction(
