@@ -454,7 +454,8 @@ OPTIONS = (
     ),
     Option(
         "--prediction-field",
-        "with --backend replay: the row field holding the output",
+        "with --backend replay: the row field holding the output (letter, text or number; "
+        "sentence pairs: the two sentences' log-likelihoods, docs/replay.md)",
         metavar="FIELD",
     ),
     Option(

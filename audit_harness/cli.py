@@ -64,31 +64,6 @@ class _Parser(argparse.ArgumentParser):
 
 #: ``_add_argument``: the option must be given.
 REQUIRED = object()
-#: ``score``'s own options (the replay backend's ``--predictions``, ``--prediction-field`` and
-#: ``--index-base``, passed on as they are) and ``oracle``'s.
-_SCORE_OPTIONS = (
-    Option(
-        "--predictions",
-        "JSONL file: one row per item with its id and a prediction",
-        default=REQUIRED,
-        type=Path,
-        metavar="FILE",
-    ),
-    Option(
-        "--prediction-field",
-        "the row field holding the prediction (letter, text or number; sentence pairs: "
-        "the two sentences' log-likelihoods, docs/replay.md)",
-        default=REQUIRED,
-        metavar="FIELD",
-    ),
-    Option(
-        "--index-base",
-        "numbers count the options from 0 or from 1 (required when the file "
-        "holds numbers: '1' could be A or B)",
-        type=int,
-        choices=(0, 1),
-    ),
-)
 _ORACLE_OPTIONS = (
     Option(
         "--model-kind",
@@ -131,14 +106,6 @@ _KOBBQ_ONE = (
         ),
         "--kobbq-permutations",
     ),
-)
-
-
-#: The replay backend's ``--allow-partial`` (``backends.add_options``).
-_ALLOW_PARTIAL = Option(
-    "--allow-partial",
-    "judge a category the file covers only in part (else its gates are INSUFFICIENT)",
-    switch=True,
 )
 
 
@@ -196,6 +163,7 @@ def _run_options(oracle: bool) -> tuple[tuple[Option, str], ...]:
     replay backend's, a benchmark's), under the subcommand's spelling where it differs
     (``--flavour`` for ``--metric-flavour``...). ``oracle``'s ``--seed`` is its own (the bootstrap
     seed goes after ``--``), and it writes its own predictions."""
+    from .backends import OPTIONS
     from .benchmarks.base import ANSWER_PARSING, METRIC_FLAVOUR
     from .benchmarks.bbq import SPLIT_NAMES
     from .options import SUITE
@@ -203,9 +171,16 @@ def _run_options(oracle: bool) -> tuple[tuple[Option, str], ...]:
     def spelled(opt: Option, flag: str) -> tuple[Option, str]:
         return dataclasses.replace(opt, flag=flag), opt.flag
 
-    own = () if oracle else tuple((opt, opt.flag) for opt in _SCORE_OPTIONS)
+    # score is the replay backend: its options' help needs no "with --backend replay".
+    replay = {
+        o.flag: dataclasses.replace(o, help=o.help.removeprefix("with --backend replay: ")) for o in OPTIONS
+    }
+    saved = [
+        dataclasses.replace(replay[f], default=REQUIRED) for f in ("--predictions", "--prediction-field")
+    ]
+    own = () if oracle else tuple((opt, opt.flag) for opt in (*saved, replay["--index-base"]))
     same = [
-        _ALLOW_PARTIAL,
+        replay["--allow-partial"],
         SUITE["--allow-low-confidence"],
         SUITE["--data-dir"],
         SUITE["--require-published-data"],
