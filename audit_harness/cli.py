@@ -459,7 +459,10 @@ def _oracle(ns: argparse.Namespace) -> int:
     return 0  # only reached when execv is replaced (tests)
 
 
-def _report(ns: argparse.Namespace, being_signed: bool = False) -> int:
+def render_reports(ns: argparse.Namespace, being_signed: bool = False) -> int:
+    """``bias-audit report``: report.md and report.html (and report.pdf with ``--pdf``) rendered
+    from the run's results.json into ``--output-dir`` (default: the run folder); ``being_signed``
+    when ``sign`` renders them again naming the signer."""
     from .report.html import write_html
     from .report.markdown import write_markdown
     from .report.results import ResultsDocument
@@ -525,11 +528,11 @@ def _keygen(ns: argparse.Namespace) -> int:
 
 
 def _rerender_reports(run_dir: Path) -> None:
-    """Render the run's reports again through ``bias-audit report`` itself (``_report``, given
+    """Render the run's reports again through ``bias-audit report`` itself (``render_reports``, given
     the options its own parser makes), so a signed run's reports name their signer; a run folder
     holding report.pdf has it printed again too (``report --pdf``)."""
     args = ["report", str(run_dir)] + (["--pdf"] if (run_dir / "report.pdf").exists() else [])
-    _report(build_parser().parse_args(args), being_signed=True)
+    render_reports(build_parser().parse_args(args), being_signed=True)
 
 
 def _sign(ns: argparse.Namespace) -> int:
@@ -634,7 +637,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = build_parser(args[0]).parse_args(args)
         ns.pytest_args = extra
         commands = {
-            "report": _report,
+            "report": render_reports,
             "compare": _compare,
             "keygen": _keygen,
             "sign": _sign,

@@ -158,7 +158,7 @@ def test_a_signed_run_verifies_end_to_end(run_dir, tmp_path):
 
 def test_sign_renders_the_reports_again_through_bias_audit_report(run_dir, keys, capsys, monkeypatch):
     calls = []
-    report = cli._report
+    report = cli.render_reports
 
     def spy(ns, being_signed=False):
         calls.append(ns)
@@ -167,7 +167,7 @@ def test_sign_renders_the_reports_again_through_bias_audit_report(run_dir, keys,
         assert not (run_dir / "manifest.json").exists()  # and before the files are hashed
         return report(ns, being_signed)
 
-    monkeypatch.setattr(cli, "_report", spy)
+    monkeypatch.setattr(cli, "render_reports", spy)
     (run_dir / "report.md").write_text("stale\n")
     code, out, err = bias_audit(capsys, "sign", run_dir, "--key", keys / PRIVATE, "--signer", "Ada")
     assert code == 0, err
