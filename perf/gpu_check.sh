@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (perf/gpu_check.py holds the logic and its documentation):
+# The GPU check (perf/gpu_check.py holds its documentation and steps, perf/gpucheck/ the parts):
 #   perf/gpu_check.sh --bundle [DIR]   here, with network: gather .gpu-bundle/ for the GPU machine
 #   perf/gpu_check.sh [--json-out F]   on the GPU machine, from the repository root
 #   perf/gpu_check.sh --dry-run        any machine: every step on the CPU at a tiny scale

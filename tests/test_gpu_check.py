@@ -22,11 +22,18 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "perf" / "gpu_check.sh"
 sys.path.insert(0, str(REPO / "perf"))
-gpu_check = importlib.import_module("gpu_check")
+#: The check's modules: the entry script and one per concern (``perf/gpucheck``).
+CONCERNS = ("common", "bundle", "install", "context", "exact", "models", "bf16", "throughput", "xdist")
+MODULES = ("gpu_check", *(f"gpucheck.{m}" for m in CONCERNS))
+common, bundle, install, exact, models, bf16_part, throughput = (
+    importlib.import_module(f"gpucheck.{m}")
+    for m in ("common", "bundle", "install", "exact", "models", "bf16", "throughput")
+)
 
 
-def test_doctests():
-    assert doctest.testmod(gpu_check).failed == 0
+@pytest.mark.parametrize("name", MODULES)
+def test_doctests(name):
+    assert doctest.testmod(importlib.import_module(name)).failed == 0
 
 
 def _wheel(folder: Path, name: str, requires: tuple[str, ...] = (), module: str | None = None) -> Path:
@@ -62,8 +69,8 @@ def test_a_wheel_installs_only_where_its_package_and_its_requirements_allow(tmp_
         _wheel(tmp_path, "gamma", ("delta", "beta; extra == 'x'")),  # delta: nowhere
         _wheel(tmp_path, "present"),  # the machine has it: its version stays
     ]
-    assert gpu_check.wheel_requirements(wheels[2]) == ["delta"]
-    todo, left = gpu_check.wheels_to_install(wheels, installed=lambda name: name == "present")
+    assert install.wheel_requirements(wheels[2]) == ["delta"]
+    todo, left = install.wheels_to_install(wheels, installed=lambda name: name == "present")
     assert [w.name for w in todo] == ["alpha-0.1-py3-none-any.whl", "beta-0.1-py3-none-any.whl"]
     assert left == {"gamma-0.1-py3-none-any.whl": ["delta"]}
 
@@ -72,7 +79,7 @@ def test_the_offline_install_puts_missing_wheels_on_a_path_of_their_own(tmp_path
     bundle = tmp_path / "bundle"
     (bundle / "wheels").mkdir(parents=True)
     _wheel(bundle / "wheels", "gpu-check-demo", module="gpu_check_demo")
-    site = gpu_check.install_bundle(bundle, tmp_path / "work")
+    site = install.install_bundle(bundle, tmp_path / "work")
     assert site == tmp_path / "work" / "site"
     probe = subprocess.run(
         [sys.executable, "-c", "import gpu_check_demo; print(gpu_check_demo.ANSWER)"],
@@ -82,7 +89,7 @@ def test_the_offline_install_puts_missing_wheels_on_a_path_of_their_own(tmp_path
     )
     assert probe.stdout.strip() == "42", probe.stderr
     # Nothing missing: nothing installed, the interpreter as it is.
-    assert gpu_check.install_bundle(tmp_path / "empty", tmp_path / "work2") is None
+    assert install.install_bundle(tmp_path / "empty", tmp_path / "work2") is None
 
 
 def _run(folder: Path, records: dict[str, list[dict]]) -> Path:
@@ -121,7 +128,7 @@ def test_records_compare_scores_within_the_tolerance_and_everything_else_exactly
             "crows_pairs/age.jsonl": [{"id": "9", "score_more": -10.0, "score_less": -11.0, "outcome": 1}],
         },
     )
-    out = gpu_check.compare_records(cpu, cuda)
+    out = exact.compare_records(cpu, cuda)
     assert out["files"] == 2 and out["records"] == 5
     assert out["max_abs_diff"] == pytest.approx(2e-4, rel=1e-3)
     assert [x.split(" ")[0] for x in out["over_tol"]] == ["bbq/Age.jsonl:4:loglikelihoods"]
@@ -131,7 +138,7 @@ def test_records_compare_scores_within_the_tolerance_and_everything_else_exactly
 
     (cuda / "records" / "crows_pairs" / "age.jsonl").unlink()
     _run(cuda, {"bbq/Age.jsonl": [rec("1", [-1.0, -2.0, -3.0], 0)]})
-    out = gpu_check.compare_records(cpu, cuda)
+    out = exact.compare_records(cpu, cuda)
     assert "crows_pairs/age.jsonl only in one run" in out["missing"]
     assert "bbq/Age.jsonl: 2 in one run only" in out["missing"]
 
@@ -140,10 +147,10 @@ def test_bf16_errors_are_projected_onto_the_real_margins():
     fp32 = [[-1.0, -2.0, -3.0], [-5.0, -5.0, -9.0]]
     bf16 = [[-1.0, -2.0, -3.0], [-5.2, -5.0, -9.0]]  # item 2's first option loses 0.2 nats
     real = [[-4.0, -3.0, -9.0], [-2.0, -2.1, -9.0]]  # its real margin is 0.1: it flips
-    out = gpu_check.bf16_agreement(fp32, bf16, real)
+    out = bf16_part.bf16_agreement(fp32, bf16, real)
     assert out["agreement"] == 0.5 and out["projected_agreement"] == 0.5
     assert out["max_abs_diff"] == pytest.approx(0.2) and out["finite"]
-    out = gpu_check.bf16_agreement(fp32, [[float("nan"), -2.0, -3.0], fp32[1]])
+    out = bf16_part.bf16_agreement(fp32, [[float("nan"), -2.0, -3.0], fp32[1]])
     assert not out["finite"] and "projected_agreement" not in out
 
 
@@ -151,25 +158,25 @@ def test_flops_count_every_weight_of_the_8b_shape_once():
     import torch
     from transformers import LlamaConfig
 
-    config = LlamaConfig(**gpu_check.LLAMA3_8B)
-    every, asked = gpu_check.llama_flops(config, tokens=1, queries=0)
+    config = LlamaConfig(**common.LLAMA3_8B)
+    every, asked = throughput.llama_flops(config, tokens=1, queries=0)
     assert every / 2 == pytest.approx(8.03e9, rel=1e-3)  # Llama-3-8B, less its norms
     assert asked < every  # no output head where nothing is scored
-    small = LlamaConfig(**gpu_check.SMALL_LLAMA)
-    model = gpu_check.build_model(small, "cpu", torch.float32)
+    small = LlamaConfig(**common.SMALL_LLAMA)
+    model = models.build_model(small, "cpu", torch.float32)
     norms = (2 * small.num_hidden_layers + 1) * small.hidden_size
-    assert gpu_check.llama_flops(small, 1, 0)[0] / 2 + norms == sum(p.numel() for p in model.parameters())
+    assert throughput.llama_flops(small, 1, 0)[0] / 2 + norms == sum(p.numel() for p in model.parameters())
 
 
 def test_the_data_travels_byte_for_byte_and_the_bundle_fails_over_the_limit(tmp_path, monkeypatch):
     data = tmp_path / "data"
     (data / "bbq" / "data").mkdir(parents=True)
     (data / "bbq" / "data" / "Age.jsonl").write_bytes(b'{"a": 1}\n' * 1000)
-    absent = gpu_check.bundle_data(data, tmp_path / "b" / "data", ["bbq/data/Age.jsonl", "kobbq/none.tsv"])
+    absent = bundle.bundle_data(data, tmp_path / "b" / "data", ["bbq/data/Age.jsonl", "kobbq/none.tsv"])
     assert absent == ["kobbq/none.tsv"]
     packed = tmp_path / "b" / "data" / "bbq" / "data" / "Age.jsonl.gz"
     assert packed.stat().st_size < 200 and gzip.decompress(packed.read_bytes()) == b'{"a": 1}\n' * 1000
-    out = gpu_check.unpack_data(tmp_path / "b", tmp_path / "unpacked")
+    out = bundle.unpack_data(tmp_path / "b", tmp_path / "unpacked")
     assert (out / "bbq" / "data" / "Age.jsonl").read_bytes() == (
         data / "bbq" / "data" / "Age.jsonl"
     ).read_bytes()
@@ -177,17 +184,17 @@ def test_the_data_travels_byte_for_byte_and_the_bundle_fails_over_the_limit(tmp_
     tok = tmp_path / "tok"
     tok.mkdir()
     (tok / "tokenizer.json").write_text("{}")
-    monkeypatch.setattr(gpu_check, "data_files_needed", lambda: ["bbq/data/Age.jsonl"])
+    monkeypatch.setattr(bundle, "data_files_needed", lambda: ["bbq/data/Age.jsonl"])
     kwargs = dict(download=False, reference=False, tokenizer_source=tok)
-    assert gpu_check.make_bundle(tmp_path / "bundle", data, **kwargs) == 0
+    assert bundle.make_bundle(tmp_path / "bundle", data, **kwargs) == 0
     manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
     assert manifest["data_files"] == ["bbq/data/Age.jsonl"]
     assert set(manifest["files"]) == {"tokenizer/tokenizer.json", "data/bbq/data/Age.jsonl.gz"}
-    assert gpu_check.make_bundle(tmp_path / "bundle", data, limit=1000, **kwargs) == 1
+    assert bundle.make_bundle(tmp_path / "bundle", data, limit=1000, **kwargs) == 1
 
 
 def test_the_wheel_plan_leaves_out_what_torch_and_transformers_bring():
-    plan = gpu_check.wheel_plan()
+    plan = bundle.wheel_plan()
     bundled = {n for n, _ in plan.bundle}
     assert not bundled & {"torch", "transformers", "numpy", "pyyaml", "tokenizers", "safetensors", "pytest"}
     assert "gguf" in bundled and "scipy" in plan.compiled
@@ -271,7 +278,7 @@ def test_full_dry_run_from_a_bundle(tmp_path, data_dir):
     assert "to copy to the GPU machine (cap 64.0 MiB): OK" in made.stdout
     proc, res = _dry_run(tmp_path, data_dir, "--bundle-dir", str(bundle))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
-    assert res["passed"] and set(res["parts"]) == set(gpu_check.PARTS)
+    assert res["passed"] and set(res["parts"]) == set(common.PARTS)
     exact = res["parts"]["exact"]
     assert exact["records"] > 0 and exact["max_abs_diff"] == 0.0
     xdist = res["parts"]["xdist"]
