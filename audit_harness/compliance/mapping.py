@@ -226,103 +226,110 @@ def load_mapping(
 
 
 def _parse(doc: Any, where: str, file: str, sha256: str, known) -> RegulatoryMapping:
-    def fail(field: str, problem: str):
-        raise ConfigError(f"{where}: {field}: {problem}")
+    read = _Reader(where, known)
+    read.mapping_of(doc, "top level", ("version", "clauses", "benchmarks"))
+    if doc["version"] != 1:
+        read.fail("version", f"must be 1, got {doc['version']!r}")
+    if not isinstance(doc["clauses"], list) or not doc["clauses"]:
+        read.fail("clauses", "must be a non-empty list")
+    ids: set[str] = set()
+    clauses = [read.clause(raw, f"clauses[{i}]", ids) for i, raw in enumerate(doc["clauses"])]
+    if not isinstance(doc["benchmarks"], dict):
+        read.fail("benchmarks", "must be a mapping of benchmark names")
+    benchmarks = {bench: read.benchmark(raw, bench) for bench, raw in doc["benchmarks"].items()}
+    return RegulatoryMapping(tuple(clauses), benchmarks, file, sha256)
 
-    def mapping_of(value: Any, field: str, keys: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
+
+class _Reader:
+    """Reads a mapping document's fields, each problem a ``ConfigError`` naming the file
+    (``where``) and the field (``clauses[2].rows[0].kind``); ``known`` (``{benchmark: metric
+    names}``, or None) checks the names rows give."""
+
+    def __init__(self, where: str, known: Mapping[str, Collection[str]] | None):
+        self.where = where
+        self.known = known
+
+    def fail(self, field: str, problem: str):
+        raise ConfigError(f"{self.where}: {field}: {problem}")
+
+    def mapping_of(
+        self, value: Any, field: str, keys: tuple[str, ...], optional: tuple[str, ...] = ()
+    ) -> dict:
         if not isinstance(value, dict):
-            fail(field, f"expected a mapping with {', '.join(keys)}")
+            self.fail(field, f"expected a mapping with {', '.join(keys)}")
         for k in value:
             if k not in keys:
-                fail(f"{field}.{k}", f"unknown field (the fields: {', '.join(keys)})")
+                self.fail(f"{field}.{k}", f"unknown field (the fields: {', '.join(keys)})")
         for k in keys:
             if k not in value and k not in optional:
-                fail(f"{field}.{k}", "missing")
+                self.fail(f"{field}.{k}", "missing")
         return value
 
-    def text(value: Any, field: str) -> str:
+    def text(self, value: Any, field: str) -> str:
         if not isinstance(value, str) or not value.strip():
-            fail(field, f"must be non-empty text, got {value!r}")
+            self.fail(field, f"must be non-empty text, got {value!r}")
         return " ".join(value.split())
 
-    def names(value: Any, field: str, allowed: Collection[str] | None) -> tuple[str, ...] | None:
+    def names(self, value: Any, field: str, allowed: Collection[str] | None) -> tuple[str, ...] | None:
         if value == "all":
             return None
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-            fail(field, f"must be 'all' or a non-empty list of names, got {value!r}")
+            self.fail(field, f"must be 'all' or a non-empty list of names, got {value!r}")
         if allowed is not None:
             for v in value:
                 if v not in allowed:
-                    fail(field, f"unknown name {v!r} (known: {', '.join(sorted(allowed))})")
+                    self.fail(field, f"unknown name {v!r} (known: {', '.join(sorted(allowed))})")
         return tuple(value)
 
-    mapping_of(doc, "top level", ("version", "clauses", "benchmarks"))
-    if doc["version"] != 1:
-        fail("version", f"must be 1, got {doc['version']!r}")
-    if not isinstance(doc["clauses"], list) or not doc["clauses"]:
-        fail("clauses", "must be a non-empty list")
-    clauses, ids = [], set()
-    for i, raw in enumerate(doc["clauses"]):
-        at = f"clauses[{i}]"
-        mapping_of(raw, at, _CLAUSE_KEYS)
-        cid = text(raw["id"], f"{at}.id")
+    def clause(self, raw: Any, at: str, ids: set[str]) -> Clause:
+        """A clause, its id not among ``ids`` (the clauses before it), which it joins."""
+        self.mapping_of(raw, at, _CLAUSE_KEYS)
+        cid = self.text(raw["id"], f"{at}.id")
         if cid in ids:
-            fail(f"{at}.id", f"{cid!r} is listed twice")
+            self.fail(f"{at}.id", f"{cid!r} is listed twice")
         ids.add(cid)
         if not isinstance(raw["rows"], list) or not raw["rows"]:
-            fail(f"{at}.rows", "must be a non-empty list")
-        rows = []
-        for j, r in enumerate(raw["rows"]):
-            rat = f"{at}.rows[{j}]"
-            mapping_of(r, rat, _ROW_KEYS)
-            if r["kind"] not in KINDS:
-                fail(f"{rat}.kind", f"must be {' or '.join(KINDS)}, got {r['kind']!r}")
-            benches = names(r["benchmarks"], f"{rat}.benchmarks", known)
-            metrics_known = None
-            if known is not None:
-                metrics_known = {m for b in (benches or known) for m in known[b]}
-            rows.append(
-                Row(
-                    kind=r["kind"],
-                    benchmarks=benches,
-                    metrics=names(r["metrics"], f"{rat}.metrics", metrics_known),
-                    evidence=text(r["evidence"], f"{rat}.evidence"),
-                    not_covered=text(r["not_covered"], f"{rat}.not_covered"),
-                )
-            )
-        clauses.append(
-            Clause(
-                id=cid,
-                framework=text(raw["framework"], f"{at}.framework"),
-                reference=text(raw["reference"], f"{at}.reference"),
-                title=text(raw["title"], f"{at}.title"),
-                rows=tuple(rows),
-            )
+            self.fail(f"{at}.rows", "must be a non-empty list")
+        rows = tuple(self.row(r, f"{at}.rows[{j}]") for j, r in enumerate(raw["rows"]))
+        return Clause(
+            id=cid,
+            framework=self.text(raw["framework"], f"{at}.framework"),
+            reference=self.text(raw["reference"], f"{at}.reference"),
+            title=self.text(raw["title"], f"{at}.title"),
+            rows=rows,
         )
-    if not isinstance(doc["benchmarks"], dict):
-        fail("benchmarks", "must be a mapping of benchmark names")
-    benchmarks = {}
-    for bench, raw in doc["benchmarks"].items():
+
+    def row(self, r: Any, at: str) -> Row:
+        self.mapping_of(r, at, _ROW_KEYS)
+        if r["kind"] not in KINDS:
+            self.fail(f"{at}.kind", f"must be {' or '.join(KINDS)}, got {r['kind']!r}")
+        known = self.known
+        benches = self.names(r["benchmarks"], f"{at}.benchmarks", known)
+        metrics_known = None if known is None else {m for b in (benches or known) for m in known[b]}
+        return Row(
+            kind=r["kind"],
+            benchmarks=benches,
+            metrics=self.names(r["metrics"], f"{at}.metrics", metrics_known),
+            evidence=self.text(r["evidence"], f"{at}.evidence"),
+            not_covered=self.text(r["not_covered"], f"{at}.not_covered"),
+        )
+
+    def benchmark(self, raw: Any, bench: str) -> BenchmarkData:
         at = f"benchmarks.{bench}"
-        if known is not None and bench not in known:
-            fail(at, f"unknown benchmark (known: {', '.join(sorted(known))})")
-        mapping_of(raw, at, ("licence_note", "releases"), optional=("licence_note",))
+        if self.known is not None and bench not in self.known:
+            self.fail(at, f"unknown benchmark (known: {', '.join(sorted(self.known))})")
+        self.mapping_of(raw, at, ("licence_note", "releases"), optional=("licence_note",))
         if not isinstance(raw["releases"], list):
-            fail(f"{at}.releases", "must be a list")
-        releases = []
-        for j, rel in enumerate(raw["releases"]):
-            rat = f"{at}.releases[{j}]"
-            mapping_of(rel, rat, _RELEASE_KEYS)
-            published = text(rel["published"], f"{rat}.published")
-            try:
-                day = date.fromisoformat(published)
-            except ValueError:
-                fail(f"{rat}.published", f"not a date YYYY-MM-DD: {published!r}")
-            releases.append(
-                Release(text(rel["files"], f"{rat}.files"), day, text(rel["source"], f"{rat}.source"))
-            )
+            self.fail(f"{at}.releases", "must be a list")
+        releases = tuple(self.release(rel, f"{at}.releases[{j}]") for j, rel in enumerate(raw["releases"]))
         note = raw.get("licence_note")
-        benchmarks[bench] = BenchmarkData(
-            text(note, f"{at}.licence_note") if note is not None else None, tuple(releases)
-        )
-    return RegulatoryMapping(tuple(clauses), benchmarks, file, sha256)
+        return BenchmarkData(self.text(note, f"{at}.licence_note") if note is not None else None, releases)
+
+    def release(self, rel: Any, at: str) -> Release:
+        self.mapping_of(rel, at, _RELEASE_KEYS)
+        published = self.text(rel["published"], f"{at}.published")
+        try:
+            day = date.fromisoformat(published)
+        except ValueError:
+            self.fail(f"{at}.published", f"not a date YYYY-MM-DD: {published!r}")
+        return Release(self.text(rel["files"], f"{at}.files"), day, self.text(rel["source"], f"{at}.source"))

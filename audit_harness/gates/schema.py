@@ -199,20 +199,62 @@ def check_scale(
 
 def _parse_gate(
     spec: Any,
-    benchmark: str,
-    category: str,
-    metric: str,
+    key: tuple[str, str, str],
     where: str,
     inherited: Mapping[str, Any],
     value_range: tuple[float, float] | None,
 ) -> Gate:
+    """The gate ``spec`` of ``key`` (benchmark, category, metric), with the settings it does not
+    set itself from ``inherited`` (file and benchmark level)."""
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: a gate is a mapping of {', '.join(GATE_KEYS[:-1])}, got {spec!r}")
     unknown = sorted(set(spec) - set(GATE_KEYS))
     if unknown:
         raise ConfigError(f"{where}: unknown gate key {unknown[0]!r}; allowed: {', '.join(GATE_KEYS[:-1])}")
+    bounds = _gate_bounds(spec, where)
+    mode = _gate_mode(spec, where, inherited["mode"])
+    min_n = _min_n(spec["min_n"], f"{where}.min_n") if "min_n" in spec else inherited["min_n"]
+    max_regression = (
+        _max_regression(spec["max_regression"], f"{where}.max_regression")
+        if "max_regression" in spec
+        else inherited["max_regression"]
+    )
+    sequential = (
+        _sequential(spec["sequential"], f"{where}.sequential")
+        if "sequential" in spec
+        else inherited["sequential"]
+    )
+    check_scale(bounds, max_regression, value_range, where)
+    return Gate(
+        *key,
+        mode=mode,
+        min_n=min_n,
+        max_regression=max_regression,
+        confidence=inherited["confidence"],
+        sequential=sequential,
+        **bounds,
+    )
+
+
+def _gate_bounds(spec: Mapping[str, Any], where: str) -> dict[str, float]:
+    """A gate's bounds (``BOUND_KEYS``), checked: at least one, target with tolerance, min not
+    above max, no negative width."""
     bounds = {k: _number(spec[k], f"{where}.{k}") for k in BOUND_KEYS if k in spec}
-    mode = inherited["mode"]
+    if ("target" in bounds) != ("tolerance" in bounds):
+        raise ConfigError(f"{where}: 'target' and 'tolerance' go together")
+    if not bounds:
+        raise ConfigError(f"{where}: a gate needs at least one of min, max, abs_max, target")
+    if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
+        raise ConfigError(f"{where}: min {bounds['min']} > max {bounds['max']}")
+    for k in ("abs_max", "tolerance"):
+        if k in bounds and bounds[k] < 0:
+            raise ConfigError(f"{where}.{k}: must be >= 0, got {bounds[k]}")
+    return bounds
+
+
+def _gate_mode(spec: Mapping[str, Any], where: str, mode: str) -> str:
+    """A gate's decision mode: its ``mode``, or its deprecated ``basis`` (which warns), else the
+    inherited ``mode``."""
     if "basis" in spec:
         if spec["basis"] not in DEPRECATED_BASES:
             raise ConfigError(
@@ -232,38 +274,7 @@ def _parse_gate(
         )
     if "mode" in spec:
         mode = _mode(spec["mode"], f"{where}.mode")
-    if ("target" in bounds) != ("tolerance" in bounds):
-        raise ConfigError(f"{where}: 'target' and 'tolerance' go together")
-    if not bounds:
-        raise ConfigError(f"{where}: a gate needs at least one of min, max, abs_max, target")
-    if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
-        raise ConfigError(f"{where}: min {bounds['min']} > max {bounds['max']}")
-    for k in ("abs_max", "tolerance"):
-        if k in bounds and bounds[k] < 0:
-            raise ConfigError(f"{where}.{k}: must be >= 0, got {bounds[k]}")
-    min_n = _min_n(spec["min_n"], f"{where}.min_n") if "min_n" in spec else inherited["min_n"]
-    max_regression = (
-        _max_regression(spec["max_regression"], f"{where}.max_regression")
-        if "max_regression" in spec
-        else inherited["max_regression"]
-    )
-    sequential = (
-        _sequential(spec["sequential"], f"{where}.sequential")
-        if "sequential" in spec
-        else inherited["sequential"]
-    )
-    check_scale(bounds, max_regression, value_range, where)
-    return Gate(
-        benchmark,
-        category,
-        metric,
-        mode=mode,
-        min_n=min_n,
-        max_regression=max_regression,
-        confidence=inherited["confidence"],
-        sequential=sequential,
-        **bounds,
-    )
+    return mode
 
 
 def _check_known(path: Path, where: str, kind: str, keys, known: tuple[str, ...]) -> None:
@@ -312,7 +323,6 @@ def load_thresholds(
         return {}
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{path}: the top level must map benchmark names to sections")
-    gates: dict[str, list[Gate]] = {}
     file_level = {
         "min_n": _min_n(raw["min_n"], f"{path}: min_n") if "min_n" in raw else DEFAULT_MIN_N,
         "mode": _mode(raw["mode"], f"{path}: mode") if "mode" in raw else "point",
@@ -324,13 +334,12 @@ def load_thresholds(
         ),
         "sequential": _sequential(raw["sequential"], f"{path}: sequential") if "sequential" in raw else False,
     }
+    gates: dict[str, list[Gate]] = {}
     for bench, section in raw.items():
         if bench in FILE_KEYS:
             continue
         if bench not in catalogue:
             raise ConfigError(f"{path}: unknown benchmark {bench!r}; known: {', '.join(sorted(catalogue))}")
-        categories, metrics = catalogue[bench][:2]
-        ranges = catalogue[bench][2] if len(catalogue[bench]) > 2 else {}
         if not isinstance(section, Mapping):
             raise ConfigError(f"{path}: {bench}: expected a mapping with 'defaults' and/or 'categories'")
         extra = sorted(set(section) - set(SECTION_KEYS))
@@ -338,50 +347,66 @@ def load_thresholds(
             raise ConfigError(
                 f"{path}: {bench}: unknown key {extra[0]!r}; allowed: {', '.join(SECTION_KEYS)}"
             )
-        inherited = dict(file_level)
-        if "min_n" in section:
-            inherited["min_n"] = _min_n(section["min_n"], f"{path}: {bench}.min_n")
-        if "mode" in section:
-            inherited["mode"] = _mode(section["mode"], f"{path}: {bench}.mode")
-        if "confidence" in section:
-            inherited["confidence"] = _confidence(
-                section["confidence"], f"{path}: {bench}.confidence", allow_low_confidence
-            )
-        if "sequential" in section:
-            inherited["sequential"] = _sequential(section["sequential"], f"{path}: {bench}.sequential")
-        if "max_regression" in section:
-            inherited["max_regression"] = _max_regression(
-                section["max_regression"], f"{path}: {bench}.max_regression"
-            )
-        defaults = section.get("defaults") or {}
-        overrides = section.get("categories") or {}
-        for where, block in ((f"{bench}.defaults", defaults), (f"{bench}.categories", overrides)):
-            if not isinstance(block, Mapping):
-                raise ConfigError(f"{path}: {where}: expected a mapping")
-        _check_known(path, f"{bench}.defaults", "metric", defaults, metrics)
-        _check_known(path, f"{bench}.categories", "category", overrides, categories)
-        for cat, block in overrides.items():
-            if not isinstance(block, Mapping):
-                raise ConfigError(f"{path}: {bench}.categories.{cat}: expected a mapping of metrics")
-            _check_known(path, f"{bench}.categories.{cat}", "metric", block, metrics)
-        out: list[Gate] = []
-        for cat in categories:
-            merged = dict(defaults)
-            merged.update(overrides.get(cat) or {})
-            for metric, spec in merged.items():
-                if spec is None:  # an override of `null` removes the default gate
-                    continue
-                origin = (
-                    f"{bench}.categories.{cat}.{metric}"
-                    if metric in (overrides.get(cat) or {})
-                    else f"{bench}.defaults.{metric}"
-                )
-                gate = _parse_gate(
-                    spec, bench, cat, metric, f"{path}: {origin}", inherited, ranges.get(metric)
-                )
-                out.append(gate if min_n is None else dataclasses.replace(gate, min_n=min_n))
-        gates[bench] = out
+        inherited = _section_settings(path, bench, section, file_level, allow_low_confidence)
+        out = _section_gates(path, bench, section, catalogue[bench], inherited)
+        gates[bench] = out if min_n is None else [dataclasses.replace(g, min_n=min_n) for g in out]
     return gates
+
+
+def _section_settings(
+    path: Path, bench: str, section: Mapping[str, Any], file_level: Mapping[str, Any], allow_low: bool
+) -> dict[str, Any]:
+    """The settings a benchmark's gates inherit: the file's, overridden by the section's own."""
+    inherited = dict(file_level)
+    if "min_n" in section:
+        inherited["min_n"] = _min_n(section["min_n"], f"{path}: {bench}.min_n")
+    if "mode" in section:
+        inherited["mode"] = _mode(section["mode"], f"{path}: {bench}.mode")
+    if "confidence" in section:
+        inherited["confidence"] = _confidence(section["confidence"], f"{path}: {bench}.confidence", allow_low)
+    if "sequential" in section:
+        inherited["sequential"] = _sequential(section["sequential"], f"{path}: {bench}.sequential")
+    if "max_regression" in section:
+        inherited["max_regression"] = _max_regression(
+            section["max_regression"], f"{path}: {bench}.max_regression"
+        )
+    return inherited
+
+
+def _section_gates(
+    path: Path, bench: str, section: Mapping[str, Any], known: tuple, inherited: Mapping[str, Any]
+) -> list[Gate]:
+    """A benchmark section's gates: its defaults for every category, as each category's block
+    overrides them (``null`` removes one), in category order, then the file's metric order."""
+    categories, metrics = known[:2]
+    ranges = known[2] if len(known) > 2 else {}
+    defaults = section.get("defaults") or {}
+    overrides = section.get("categories") or {}
+    for where, block in ((f"{bench}.defaults", defaults), (f"{bench}.categories", overrides)):
+        if not isinstance(block, Mapping):
+            raise ConfigError(f"{path}: {where}: expected a mapping")
+    _check_known(path, f"{bench}.defaults", "metric", defaults, metrics)
+    _check_known(path, f"{bench}.categories", "category", overrides, categories)
+    for cat, block in overrides.items():
+        if not isinstance(block, Mapping):
+            raise ConfigError(f"{path}: {bench}.categories.{cat}: expected a mapping of metrics")
+        _check_known(path, f"{bench}.categories.{cat}", "metric", block, metrics)
+    out: list[Gate] = []
+    for cat in categories:
+        merged = dict(defaults)
+        merged.update(overrides.get(cat) or {})
+        for metric, spec in merged.items():
+            if spec is None:  # an override of `null` removes the default gate
+                continue
+            origin = (
+                f"{bench}.categories.{cat}.{metric}"
+                if metric in (overrides.get(cat) or {})
+                else f"{bench}.defaults.{metric}"
+            )
+            out.append(
+                _parse_gate(spec, (bench, cat, metric), f"{path}: {origin}", inherited, ranges.get(metric))
+            )
+    return out
 
 
 #: The gates file that ships with the suite (the repository's ``thresholds.yaml`` links to it).

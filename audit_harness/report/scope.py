@@ -130,55 +130,9 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
     skipped = sum(1 for g in gates if g.get("status") == "skipped")
     if skipped:
         reasons.append(f"{skipped} gate(s) skipped, their data missing")
-    judged = judged_items(results)
-    short = [
-        (bench, cat, judged[(bench, cat)], e.get("n_available"), e["n_scored"])
-        for bench, cats in (results.get("benchmarks") or {}).items()
-        for cat, e in cats.items()
-        if e.get("status", "ok") == "ok"
-        and (bench, cat) in judged
-        and (e.get("n_available") is None or judged[(bench, cat)] < e["n_available"])
-    ]
-    if short:
-        # Without --limit the rows came short otherwise (a predictions file that answers part of
-        # a category, under --allow-partial); "rows left out: 368 of 3,680 rows judged" read as
-        # 368 left out when 368 were judged.
-        how = (
-            f"items sampled (--limit {opts['limit']})"
-            if opts.get("limit") is not None
-            else "part of the rows"
-        )
-
-        def of(available) -> str:
-            return f"{available:,}" if available is not None else "?"
-
-        def scored(judged: int, n_scored: int) -> str:
-            # A sequential category that stopped early is judged on rows it did not score: a
-            # reader of "80 judged" beside a results table of 20 took one of them for a typo.
-            return f" ({n_scored:,} scored, sequential)" if n_scored < judged else ""
-
-        bench, cat, judged, available, n_scored = short[0]
-        one = f"{judged:,} of {of(available)} rows judged{scored(judged, n_scored)} in {bench}/{cat}"
-        if len(short) == 1:
-            reasons.append(f"{how}: {one}")
-        else:  # the totals first: "80 of 3,680 ... and 10 more categories" read as 80 in all
-            counted = _rows_once(results, short)
-            total = sum(s[2] for s in counted)
-            whole = None if any(s[3] is None for s in counted) else sum(s[3] for s in counted)
-            all_scored = sum(s[4] for s in counted)
-            # The pooled categories that kept their subgroups out of the sum, named so that the
-            # totals are not taken for a miscount of the categories listed.
-            dropped = {s[0] for s in short if s not in counted}
-            once = [f"{b}/{c}" for b, c, *_ in counted if b in dropped]
-            reasons.append(
-                f"{how}: {total:,} of {of(whole)} rows judged{scored(total, all_scored)} in "
-                f"{len(short)} categories ({one}, ...)"
-                + (
-                    f"; each row counted once: {', '.join(once)} already holds the subgroups' rows"
-                    if once
-                    else ""
-                )
-            )
+    rows = _rows_reason(results)
+    if rows:
+        reasons.append(rows)
     if opts.get("min_n") is not None:
         reasons.append(f"--min-n {opts['min_n']} instead of each gate's own min_n")
     low = sorted({g["confidence"] for g in gates if (g.get("confidence") or 1.0) < CONFIDENCE_FLOOR})
@@ -198,6 +152,55 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
             + ": not a bias verdict there"
         )
     return reasons
+
+
+def _of(available: int | None) -> str:
+    return f"{available:,}" if available is not None else "?"
+
+
+def _scored(judged: int, n_scored: int) -> str:
+    # A sequential category that stopped early is judged on rows it did not score: a reader of
+    # "80 judged" beside a results table of 20 took one of them for a typo.
+    return f" ({n_scored:,} scored, sequential)" if n_scored < judged else ""
+
+
+def _rows_reason(results: Mapping[str, Any]) -> str | None:
+    """The categories judged on fewer rows than they hold (a ``--limit``, or a predictions file
+    that answers part of one), with the totals; None when every category was judged whole."""
+    judged = judged_items(results)
+    short = [
+        (bench, cat, judged[(bench, cat)], e.get("n_available"), e["n_scored"])
+        for bench, cats in (results.get("benchmarks") or {}).items()
+        for cat, e in cats.items()
+        if e.get("status", "ok") == "ok"
+        and (bench, cat) in judged
+        and (e.get("n_available") is None or judged[(bench, cat)] < e["n_available"])
+    ]
+    if not short:
+        return None
+    # Without --limit the rows came short otherwise (a predictions file that answers part of a
+    # category, under --allow-partial); "rows left out: 368 of 3,680 rows judged" read as 368
+    # left out when 368 were judged.
+    limit = (results.get("options") or {}).get("limit")
+    how = f"items sampled (--limit {limit})" if limit is not None else "part of the rows"
+    bench, cat, n_judged, available, n_scored = short[0]
+    one = f"{n_judged:,} of {_of(available)} rows judged{_scored(n_judged, n_scored)} in {bench}/{cat}"
+    if len(short) == 1:
+        return f"{how}: {one}"
+    # The totals first: "80 of 3,680 ... and 10 more categories" read as 80 in all.
+    counted = _rows_once(results, short)
+    total = sum(s[2] for s in counted)
+    whole = None if any(s[3] is None for s in counted) else sum(s[3] for s in counted)
+    all_scored = sum(s[4] for s in counted)
+    # The pooled categories that kept their subgroups out of the sum, named so that the totals
+    # are not taken for a miscount of the categories listed.
+    dropped = {s[0] for s in short if s not in counted}
+    once = [f"{b}/{c}" for b, c, *_ in counted if b in dropped]
+    return (
+        f"{how}: {total:,} of {_of(whole)} rows judged{_scored(total, all_scored)} in "
+        f"{len(short)} categories ({one}, ...)"
+        + (f"; each row counted once: {', '.join(once)} already holds the subgroups' rows" if once else "")
+    )
 
 
 def scope(results: Mapping[str, Any]) -> dict[str, Any]:
