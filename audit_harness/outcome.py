@@ -159,23 +159,9 @@ def decide(
     for s in statuses:
         counts[s] = counts.get(s, 0) + 1
     total = sum(counts.values())
-    if input_error:
-        return _make("INPUT ERROR", f"{input_error}; no verdict of this run counts")
-    if interrupted:
-        return _make(
-            "INTERRUPTED",
-            "the run was stopped before it finished; the numbers are partial and decide nothing",
-        )
-    if counts.get("error") or run_error:
-        parts = []
-        if counts.get("error"):
-            parts.append(
-                f"{counts['error']} gate(s) have no verdict: a model or data error stopped "
-                "their category during the run (not a gate failure)"
-            )
-        if run_error:
-            parts.append(run_error)
-        return _make("RUN ERROR", "; ".join(parts) + "; fix it and run again")
+    stopped = _no_verdict(counts.get("error", 0), interrupted, input_error, run_error)
+    if stopped is not None:
+        return stopped
     if not total:
         return _make("NOTHING CHECKED", "no gate was selected, so nothing was checked: never a pass")
     if counts.get("skipped", 0) == total:
@@ -193,3 +179,28 @@ def decide(
     skipped = counts.get("skipped", 0)
     note = f"; {skipped} skipped (their data is missing), which is not a pass" if skipped else ""
     return _make("PASS", f"all {counts.get('pass', 0)} evaluated gate(s) passed{note}", partial)
+
+
+def _no_verdict(
+    errors: int, interrupted: bool, input_error: str | None, run_error: str | None
+) -> Outcome | None:
+    """The outcome of a run that judged nothing it can stand by (an input error, an interruption,
+    a run error: ``errors`` gates stopped by a model or data error), else None."""
+    if input_error:
+        return _make("INPUT ERROR", f"{input_error}; no verdict of this run counts")
+    if interrupted:
+        return _make(
+            "INTERRUPTED",
+            "the run was stopped before it finished; the numbers are partial and decide nothing",
+        )
+    if errors or run_error:
+        parts = []
+        if errors:
+            parts.append(
+                f"{errors} gate(s) have no verdict: a model or data error stopped "
+                "their category during the run (not a gate failure)"
+            )
+        if run_error:
+            parts.append(run_error)
+        return _make("RUN ERROR", "; ".join(parts) + "; fix it and run again")
+    return None

@@ -166,6 +166,36 @@ class Gate:
         mode = self.decision_mode
         bound = f"{self.describe()} [mode {mode}: {MODE_RULES[mode]}]"
         where = f"{self.benchmark}/{self.category}/{self.metric}"
+        unjudged = self._unjudged(metric, n_resamples, where, bound)
+        if unjudged is not None:
+            return unjudged
+        lo, hi = metric.ci_low, metric.ci_high
+        has_ci = not (math.isnan(lo) or math.isnan(hi))
+        shown = f"{metric.value:.4f}" + (f" (CI {lo:.4f} .. {hi:.4f})" if has_ci else "")
+        if mode in THREE_WAY:
+            status = decide_three_way(metric.value, lo, hi, self.allowed())
+            said = {
+                "pass": f"passes {bound}",
+                "fail": f"fails {bound}",
+                "inconclusive": f"inconclusive under {bound}: the interval straddles a bound, so "
+                "these items neither clear nor break it (never a pass; a sample of the category may "
+                "be decided by more items, a whole category whose value lies near the bound may not)",
+            }[status]
+            return Verdict(self, status, metric, f"{where} = {shown}, n={metric.n}: {said}")
+        ok = decide(mode, metric.value, lo, hi, self.allowed())
+        return Verdict(
+            self,
+            "pass" if ok else "fail",
+            metric,
+            f"{where} = {shown}, n={metric.n}: {'passes' if ok else 'fails'} {bound}",
+        )
+
+    def _unjudged(
+        self, metric: MetricResult, n_resamples: int | None, where: str, bound: str
+    ) -> "Verdict | None":
+        """The verdict of a metric this gate cannot judge (``undefined`` or ``insufficient``, as
+        ``evaluate`` says), else None."""
+        mode = self.decision_mode
         if self.baseline is not None and math.isnan(self.baseline.value):
             return Verdict(
                 self,
@@ -217,23 +247,7 @@ class Gate:
                 f"{where} = {metric.value:.4f} has no confidence interval "
                 f"(n={metric.n}); the gate {bound} needs one",
             )
-        if mode in THREE_WAY:
-            status = decide_three_way(metric.value, lo, hi, self.allowed())
-            said = {
-                "pass": f"passes {bound}",
-                "fail": f"fails {bound}",
-                "inconclusive": f"inconclusive under {bound}: the interval straddles a bound, so "
-                "these items neither clear nor break it (never a pass; a sample of the category may "
-                "be decided by more items, a whole category whose value lies near the bound may not)",
-            }[status]
-            return Verdict(self, status, metric, f"{where} = {shown}, n={metric.n}: {said}")
-        ok = decide(mode, metric.value, lo, hi, self.allowed())
-        return Verdict(
-            self,
-            "pass" if ok else "fail",
-            metric,
-            f"{where} = {shown}, n={metric.n}: {'passes' if ok else 'fails'} {bound}",
-        )
+        return None
 
 
 def _finite(x: float) -> float | None:

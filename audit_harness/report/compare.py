@@ -120,15 +120,6 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
         run with both statuses and ``changed`` (both runs have it and the statuses differ).
     """
 
-    def who(r):
-        m = r.get("model") or {}
-        return {
-            "run_id": r.get("run_id"),
-            "model": m.get("name"),
-            "fingerprint": m.get("fingerprint"),
-            "created": r.get("created"),
-        }
-
     runs = {"old": old, "new": new}
     notes = incomplete_notes(runs) + bias_scope_notes(runs) + comparability_notes(old, new)
     pools_differ = pool_differences(old, new)
@@ -136,7 +127,41 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
         f"{bench} aggregate rows (pooled, ...): {why}; they are shown, not compared"
         for bench, why in pools_differ.items()
     ]
-    models = model_notes(old, new)
+    rows = _metric_rows(old, new, pools_differ)
+    gates = _gate_rows(old, new)
+    return {
+        "old": _who(old),
+        "new": _who(new),
+        "notes": notes,
+        "models": model_notes(old, new),
+        "metrics": rows,
+        "gates": gates,
+        "summary": {
+            "metrics": len(rows),
+            "intervals_disjoint": sum(1 for r in rows if r["intervals_disjoint"]),
+            "not_comparable": sum(1 for r in rows if r["not_comparable"]),
+            "gates": len(gates),
+            "gates_changed": sum(1 for g in gates if g["changed"]),
+            "gates_in_one_run": sum(1 for g in gates if None in (g["old"], g["new"])),
+        },
+    }
+
+
+def _who(r: Mapping[str, Any]) -> dict[str, Any]:
+    m = r.get("model") or {}
+    return {
+        "run_id": r.get("run_id"),
+        "model": m.get("name"),
+        "fingerprint": m.get("fingerprint"),
+        "created": r.get("created"),
+    }
+
+
+def _metric_rows(
+    old: Mapping[str, Any], new: Mapping[str, Any], pools_differ: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """One row per (benchmark, category, metric) of either run, each benchmark's aggregates
+    after its categories (``compare_results`` says what a row holds)."""
     m_old, m_new = _metrics(old), _metrics(new)
     rows = []
     pools = {
@@ -160,6 +185,11 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
                 "not_comparable": unlike,
             }
         )
+    return rows
+
+
+def _gate_rows(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per gate test of either run, with both statuses."""
     g_old = {_gate_key(v): v for v in old.get("gates") or ()}
     g_new = {_gate_key(v): v for v in new.get("gates") or ()}
     gates = []
@@ -178,22 +208,7 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
                 "changed": None not in (sa, sb) and sa != sb,
             }
         )
-    return {
-        "old": who(old),
-        "new": who(new),
-        "notes": notes,
-        "models": models,
-        "metrics": rows,
-        "gates": gates,
-        "summary": {
-            "metrics": len(rows),
-            "intervals_disjoint": sum(1 for r in rows if r["intervals_disjoint"]),
-            "not_comparable": sum(1 for r in rows if r["not_comparable"]),
-            "gates": len(gates),
-            "gates_changed": sum(1 for g in gates if g["changed"]),
-            "gates_in_one_run": sum(1 for g in gates if None in (g["old"], g["new"])),
-        },
-    }
+    return gates
 
 
 def _value(side: Mapping[str, Any] | None) -> str:
@@ -213,6 +228,31 @@ def _status(s: str | None) -> str:
 def render_comparison(c: Mapping[str, Any]) -> str:
     """The comparison as Markdown: runs, caveats, gates that changed verdict, changes whose
     intervals do not overlap, then every metric (``**`` marks a disjoint pair of intervals)."""
+    out = _comparison_head(c)
+    changed = [g for g in c["gates"] if g["changed"]]
+    out += ["## Gates that changed verdict", ""]
+    if changed:
+        out += ["| benchmark | gate | old | new | mode |", "|---|---|---|---|---|"]
+        out += [
+            f"| {g['benchmark']} | {g['test_id']} | {_status(g['old'])} | {_status(g['new'])} | "
+            f"{g['mode'] or '-'} |"
+            for g in changed
+        ]
+    else:
+        out.append("None.")
+    header = [
+        "| benchmark | category | metric | old [CI] | new [CI] | change | intervals |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    disjoint = [r for r in c["metrics"] if r["intervals_disjoint"]]
+    out += ["", "## Changes whose intervals do not overlap", ""]
+    out += header + [_metric_line(r) for r in disjoint] if disjoint else ["None."]
+    out += ["", "## Every metric", "", *header, *(_metric_line(r) for r in c["metrics"]), ""]
+    return "\n".join(out)
+
+
+def _comparison_head(c: Mapping[str, Any]) -> list[str]:
+    """The runs compared, the counts, the models and why the numbers may not be like for like."""
     o, n, s = c["old"], c["new"], c["summary"]
     out = [
         "# Bias audit comparison",
@@ -233,44 +273,24 @@ def render_comparison(c: Mapping[str, Any]) -> str:
     for line in c.get("models") or ():
         out += [f"Compared: {line}", ""]
     if c["notes"]:
-        out += ["Not like for like:", ""] + [f"- {x}" for x in c["notes"]] + [""]
-    else:
-        out += [
-            "Like for like: seed, intervals, dtype, device type, engine, thresholds, protocols "
-            "(prompts, answer parsing, chat template), items scored and data files agree.",
-            "",
-        ]
-    changed = [g for g in c["gates"] if g["changed"]]
-    out += ["## Gates that changed verdict", ""]
-    if changed:
-        out += ["| benchmark | gate | old | new | mode |", "|---|---|---|---|---|"]
-        out += [
-            f"| {g['benchmark']} | {g['test_id']} | {_status(g['old'])} | {_status(g['new'])} | "
-            f"{g['mode'] or '-'} |"
-            for g in changed
-        ]
-    else:
-        out.append("None.")
-    header = [
-        "| benchmark | category | metric | old [CI] | new [CI] | change | intervals |",
-        "|---|---|---|---|---|---|---|",
+        return out + ["Not like for like:", ""] + [f"- {x}" for x in c["notes"]] + [""]
+    return out + [
+        "Like for like: seed, intervals, dtype, device type, engine, thresholds, protocols "
+        "(prompts, answer parsing, chat template), items scored and data files agree.",
+        "",
     ]
 
-    def row(r):
-        change = "-" if r["change"] is None else f"{r['change']:+.3f}"
-        flag = {True: "**do not overlap**", False: "overlap", None: "-"}[r["intervals_disjoint"]]
-        if r.get("not_comparable"):
-            flag = f"not comparable ({r['not_comparable']})"
-        return (
-            f"| {r['benchmark']} | {r['category']} | {r['metric']} | {_value(r['old'])} | "
-            f"{_value(r['new'])} | {change} | {flag} |"
-        )
 
-    disjoint = [r for r in c["metrics"] if r["intervals_disjoint"]]
-    out += ["", "## Changes whose intervals do not overlap", ""]
-    out += header + [row(r) for r in disjoint] if disjoint else ["None."]
-    out += ["", "## Every metric", "", *header, *(row(r) for r in c["metrics"]), ""]
-    return "\n".join(out)
+def _metric_line(r: Mapping[str, Any]) -> str:
+    """A metric's row of the comparison's tables."""
+    change = "-" if r["change"] is None else f"{r['change']:+.3f}"
+    flag = {True: "**do not overlap**", False: "overlap", None: "-"}[r["intervals_disjoint"]]
+    if r.get("not_comparable"):
+        flag = f"not comparable ({r['not_comparable']})"
+    return (
+        f"| {r['benchmark']} | {r['category']} | {r['metric']} | {_value(r['old'])} | "
+        f"{_value(r['new'])} | {change} | {flag} |"
+    )
 
 
 def _signed_run(folder: Path) -> Path | None:
