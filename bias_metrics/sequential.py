@@ -959,16 +959,24 @@ def oracle_sprt_n(values, edges, *, looks: Sequence[int] | None = None, min_n: i
     n_pop = x.shape[1]
     steps = np.arange(1, n_pop + 1) if looks is None else np.asarray(list(looks), dtype=np.int64)
     allowed = _item_counts(steps, n_pop, "looks", looks)
+    stop = _sprt_stops(x, edges, allowed, min_n)
+    return stop[0] if single else stop
+
+
+def _sprt_stops(x: np.ndarray, edges, allowed: np.ndarray, min_n: int) -> np.ndarray:
+    """Per run of ``x`` (runs, N), the first allowed item count below N at which the SPRT has
+    rejected every edge with ``min_n`` defined values seen; N when there is none."""
+    runs, n_pop = x.shape
     defined = ~np.isnan(x)
     d_total = defined.sum(axis=1).astype(np.float64)
     k_true = np.nansum(x, axis=1)
     k_null, limit = _sprt_edges(edges, d_total, k_true)
     log_lr = np.zeros_like(k_null)
     done = np.zeros_like(k_null, dtype=bool)
-    seen = np.zeros(x.shape[0])
-    ones = np.zeros(x.shape[0])
-    stop = np.full(x.shape[0], n_pop)
-    open_runs = np.ones(x.shape[0], dtype=bool)
+    seen = np.zeros(runs)
+    ones = np.zeros(runs)
+    stop = np.full(runs, n_pop)
+    open_runs = np.ones(runs, dtype=bool)
     for i in range(n_pop):
         d = defined[:, i]
         xi = np.nan_to_num(x[:, i])
@@ -982,7 +990,7 @@ def oracle_sprt_n(values, edges, *, looks: Sequence[int] | None = None, min_n: i
             hit = open_runs & done.all(axis=1) & (seen >= min_n)
             stop = np.where(hit, i + 1, stop)
             open_runs &= ~hit
-    return stop[0] if single else stop
+    return stop
 
 
 def _sprt_edges(edges, d_total: np.ndarray, k_true: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
