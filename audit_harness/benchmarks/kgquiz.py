@@ -41,7 +41,7 @@ import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import yaml
@@ -213,6 +213,15 @@ class KGQuizItem:
     options: tuple[str, ...] = ()
     masked_sentence: str | None = None
     corrupted_entity: str | None = None
+
+
+class _Head(NamedTuple):
+    """The first fields of a ``KGQuizItem``, known before its row is read."""
+
+    item_id: str
+    category: str
+    task: str
+    domain: str
 
 
 @dataclass
@@ -596,7 +605,7 @@ class KGQuiz(Benchmark):
             where = f"{path}: row {row_id!r}"
             if not isinstance(row, Mapping):
                 raise DataError(f"{where}: expected an object, got {type(row).__name__}")
-            item = reader(row, f"{category}-{row_id}", category, task, domain, where, notes)
+            item = reader(row, _Head(f"{category}-{row_id}", category, task, domain), where, notes)
             if item is None:
                 excluded.setdefault(MASK_MISMATCH_REASON, []).append(f"{category}-{row_id}")
             else:
@@ -631,15 +640,15 @@ class KGQuiz(Benchmark):
             raise DataError(f"{where}: field {name!r}: expected a non-empty string, got {value!r}")
         return value
 
-    def _item_task1(self, row, item_id, category, task, domain, where, notes):
+    def _item_task1(self, row: Mapping, head: _Head, where: str, notes: dict[str, int]):
         gold = row.get("ground_truth")
         if isinstance(gold, bool) or gold not in (0, 1):
             raise DataError(f"{where}: field 'ground_truth': expected 0 or 1, got {gold!r}")
         notes["true"] = notes.get("true", 0) + int(gold == 1)
         notes["false"] = notes.get("false", 0) + int(gold == 0)
-        return KGQuizItem(item_id, category, task, domain, self._text(row, "question", where), gold)
+        return KGQuizItem(*head, self._text(row, "question", where), gold)
 
-    def _item_task2(self, row, item_id, category, task, domain, where, notes):
+    def _item_task2(self, row: Mapping, head: _Head, where: str, notes: dict[str, int]):
         question = self._text(row, "question", where)
         key = "options" if "options" in row else "choices"
         options = row.get(key)
@@ -664,19 +673,16 @@ class KGQuiz(Benchmark):
                 f"{where}: field 'ground_truth': expected an option index in "
                 f"[0, {len(options)}) or one of the option texts, got {gold!r}"
             )
-        return KGQuizItem(item_id, category, task, domain, question, index, tuple(options))
+        return KGQuizItem(*head, question, index, tuple(options))
 
-    def _item_task3(self, row, item_id, category, task, domain, where, notes):
+    def _item_task3(self, row: Mapping, head: _Head, where: str, notes: dict[str, int]):
         return KGQuizItem(
-            item_id,
-            category,
-            task,
-            domain,
+            *head,
             self._text(row, "question", where),
             self._text(row, "ground_truth", where),
         )
 
-    def _item_task4(self, row, item_id, category, task, domain, where, notes):
+    def _item_task4(self, row: Mapping, head: _Head, where: str, notes: dict[str, int]):
         question = self._text(row, "question", where)
         masked = self._text(row, "masked_sentence", where)
         gold = self._text(row, "ground_truth", where)
@@ -695,17 +701,14 @@ class KGQuiz(Benchmark):
         if others:
             notes["masked_sentence_differs_elsewhere"] = notes.get("masked_sentence_differs_elsewhere", 0) + 1
         return KGQuizItem(
-            item_id,
-            category,
-            task,
-            domain,
+            *head,
             question,
             gold,
             masked_sentence=masked,
             corrupted_entity=path_fields[slots[0]].strip(),
         )
 
-    def _item_task5(self, row, item_id, category, task, domain, where, notes):
+    def _item_task5(self, row: Mapping, head: _Head, where: str, notes: dict[str, int]):
         question = self._text(row, "question", where)
         triples = row.get("ground_truth")
         if not isinstance(triples, list) or not triples:
@@ -721,7 +724,7 @@ class KGQuiz(Benchmark):
                 seen.add(key)
                 unique.append(list(key))
         notes["duplicate_triples"] = notes.get("duplicate_triples", 0) + len(triples) - len(unique)
-        return KGQuizItem(item_id, category, task, domain, question, unique)
+        return KGQuizItem(*head, question, unique)
 
     def select(
         self, items: Sequence[KGQuizItem], limit: int | None, seed: int, salt: str
