@@ -14,7 +14,7 @@ properties, model card, MLflow params) hold no credential whatever field a URL r
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable, Mapping
 
 MASK = "***"
 
@@ -61,17 +61,24 @@ def redact_text(text: str) -> str:
     return text
 
 
+def map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+    """``value`` (JSON-like: mappings, lists, tuples, strings, numbers) with ``fn`` applied to
+    every string in it, keys included; other values as they are. Returns a new object of the
+    same shape (a tuple stays a tuple; a mapping becomes a plain dict)."""
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, Mapping):
+        return {map_strings(k, fn): map_strings(v, fn) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(map_strings(v, fn) for v in value)
+    return value
+
+
 def redact(value: Any) -> Any:
     """``value`` (JSON-like: dicts, lists, tuples, strings, numbers) with ``redact_text`` applied
-    to every string in it, keys included; other values as they are. Returns a new object of the
-    same shape (a tuple stays a tuple; a dict subclass becomes a plain dict)."""
-    if isinstance(value, str):
-        return redact_text(value)
-    if isinstance(value, dict):
-        return {redact(k): redact(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(redact(v) for v in value)
-    return value
+    to every string in it, keys included (``map_strings``); other values as they are. Returns a
+    new object of the same shape (a tuple stays a tuple; a dict subclass becomes a plain dict)."""
+    return map_strings(value, redact_text)
 
 
 def has_credentials(value: Any) -> bool:

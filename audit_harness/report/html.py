@@ -11,23 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from . import views
 from .charts import chart_data_uri
 from .regulatory import clause_summary, limitations_view, mapping_view, meta_rows, signature
 from .verdict import overall_verdict
-from .views import (
-    INVALID_FLAG,
-    coverage_lines,
-    endpoint_lines,
-    excluded_rows,
-    items_scored_text,
-    metric_rows,
-    modified_files,
-    ok_categories,
-    sensitivity_rows,
-    sequential_rows,
-    sequential_totals,
-    table_metrics,
-)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -103,13 +90,13 @@ def _metric_cells(results: Mapping[str, Any], bench: str) -> list[dict[str, Any]
     """The benchmark's table for the template: one row per (category or aggregate, metric
     shown) with its threshold gates, an error row per failed category, then the gates on a
     metric the table does not list (KoBBQ's per-template metrics), which still show."""
-    names = table_metrics(results, bench)
+    names = views.table_metrics(results, bench)
     gates: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for v in results["gates"]:
         if v["benchmark"] == bench and v.get("kind", "threshold") == "threshold":
             gates.setdefault((v["category"], v["metric"]), []).append(v)
     rows: list[dict[str, Any]] = []
-    for row in metric_rows(results, bench):
+    for row in views.metric_rows(results, bench):
         if row.error is not None:
             rows.append({"category": row.label, "error": row.error})
             continue
@@ -152,7 +139,7 @@ def _metric_cells(results: Mapping[str, Any], bench: str) -> list[dict[str, Any]
 def _benchmark_view(results: Mapping[str, Any], bench: str, mapping) -> dict[str, Any]:
     """Everything the template shows for one benchmark, computed from the results document."""
     info = (results.get("benchmark_info") or {}).get(bench) or {}
-    ok = ok_categories(results, bench)
+    ok = views.ok_categories(results, bench)
     rates = [
         {"category": c, "metric": r, **{k: e["metrics"][r][k] for k in ("value", "ci", "n")}}
         for r in info.get("rate_metrics", ())
@@ -167,7 +154,7 @@ def _benchmark_view(results: Mapping[str, Any], bench: str, mapping) -> dict[str
         "rows": _metric_cells(results, bench),
         "rates": rates,
         "rate_metrics": info.get("rate_metrics", []),
-        "excluded": excluded_rows(results, bench),
+        "excluded": views.excluded_rows(results, bench),
         "examples": examples,
         "limits": limitations_view(results, bench, mapping),
         "chart": chart_data_uri(results, bench),
@@ -175,7 +162,7 @@ def _benchmark_view(results: Mapping[str, Any], bench: str, mapping) -> dict[str
         "regressions": regressions,
         "protocol": (results.get("protocols") or {}).get(bench, {}),
         "n_scored": sum(e.get("n_scored", 0) for e in ok.values()),
-        "sensitivity": [r for r in sensitivity_rows(results) if r["benchmark"] == bench],
+        "sensitivity": [r for r in views.sensitivity_rows(results) if r["benchmark"] == bench],
     }
 
 
@@ -205,17 +192,17 @@ def render_html(results: Mapping[str, Any], printing: bool = False) -> str:
         "options": results.get("options") or {},
         "benchmarks": [_benchmark_view(results, b, mapping["mapping"]) for b in results["benchmarks"]],
         "modes": [(m, MODE_RULES.get(m, "")) for m in modes],
-        "modified": modified_files(results),
+        "modified": views.modified_files(results),
         "summary": sorted((results.get("gate_summary") or {}).items()),
         "problems": [v for v in results["gates"] if v["status"] not in ("pass",)],
-        "sequential": sequential_rows(results),
-        "sequential_totals": sequential_totals(results),
+        "sequential": views.sequential_rows(results),
+        "sequential_totals": views.sequential_totals(results),
         "exit_codes": exit_codes,
         "baseline": results.get("baseline"),
-        "items_scored": items_scored_text(results),
-        "endpoints": endpoint_lines(results.get("model") or {}),
-        "coverage": coverage_lines(results),
-        "invalid_flag": INVALID_FLAG,
+        "items_scored": views.items_scored_text(results),
+        "endpoints": views.endpoint_lines(results.get("model") or {}),
+        "coverage": views.coverage_lines(results),
+        "invalid_flag": views.INVALID_FLAG,
     }
     return _environment().get_template("report.html.j2").render(**context)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..compliance.mapping import RegulatoryMapping
+from ..redact import map_strings
 from .regulatory import (
     clause_summary,
     limitations_view,
@@ -76,21 +77,11 @@ def md_text(text: str) -> str:
     return _ACTIVE.sub(_inert, text)
 
 
-def _inert_doc(value: Any) -> Any:
-    if isinstance(value, str):
-        return md_text(value)
-    if isinstance(value, Mapping):
-        return {_inert_doc(k): _inert_doc(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_inert_doc(v) for v in value)
-    return value
-
-
 def inert_results(results: Mapping[str, Any]) -> Mapping[str, Any]:
     """``results`` with every string in it ``md_text``-escaped, rendered from in one place so no
     field of the document (new ones included) reaches report.md active; a ``ResultsDocument``
     keeps its folder (the signature is read from it)."""
-    doc = _inert_doc(dict(results))
+    doc = map_strings(dict(results), md_text)
     if isinstance(results, ResultsDocument):
         inert = ResultsDocument(doc, results.path)
         inert.being_signed = results.being_signed

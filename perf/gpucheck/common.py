@@ -52,23 +52,12 @@ LLAMA3_8B = dict(
     rms_norm_eps=1e-5,
     tie_word_embeddings=False,
 )
-#: The dry run's stand-in for it: the same code path at a size a CPU runs in seconds.
-SMALL_LLAMA = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=128256,
-    max_position_embeddings=8192,
-    rope_theta=500000.0,
-    rms_norm_eps=1e-5,
-    tie_word_embeddings=False,
-)
 #: The dry run's stand-in for SmolLM2's depth and width in the bf16 part.
 SMALL_SMOLLM2 = dict(
     hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
 )
+#: The dry run's stand-in for Llama-3-8B: the same code path at a size a CPU runs in seconds.
+SMALL_LLAMA = {**LLAMA3_8B, **SMALL_SMOLLM2}
 THROUGHPUT_FRACTION = 0.25
 THROUGHPUT_WARMUP_ITEMS = 64
 #: Dense bf16 peaks (TFLOP/s, no sparsity) by a substring of ``torch.cuda.get_device_name``,
