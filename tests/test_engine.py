@@ -27,7 +27,7 @@ from test_prefix_sharing import _tiny
 
 from audit_harness.benchmarks import registry
 from audit_harness.engine.cache import ResultCache, request_key
-from audit_harness.engine.executor import BackendOutOfMemory, Engine, _bins, _size
+from audit_harness.engine.executor import BackendOutOfMemory, Engine, _bins, _size, narrow_tail
 from audit_harness.engine.prefix_tree import build_position_tree, build_tree
 from audit_harness.engine.progress import Progress, progress_mode
 from audit_harness.errors import ModelError
@@ -184,14 +184,14 @@ def test_the_last_forward_packs_narrower_rows_rather_than_pad_a_nearly_empty_one
     backend = SimpleNamespace(batch_size=16, vocab_size=10, logits_budget=1 << 20, token_budget=8192)
     first_fit = _bins(pieces, 512)
     assert sorted(_size(b) for b in first_fit) == [48, 491, 508]
-    rows = Engine(backend)._narrow_tail(sorted(first_fit, key=lambda b: -_size(b)), budget=1536)
+    rows = narrow_tail(backend, sorted(first_fit, key=lambda b: -_size(b)), budget=1536)
     widths = [len(r[0]) for r in rows]
     assert sum(widths) == sum(sizes) and len(rows) * max(widths) <= 1.05 * sum(sizes)
     # Every subtree is in exactly one row, its query column moved with it.
     assert sorted(q[2] for r in rows for q in r[3]) == list(range(len(sizes)))
     # Nothing narrower fits the budget, or nothing is saved: the rows stay as they are.
-    assert Engine(backend)._narrow_tail(sorted(first_fit, key=lambda b: -_size(b)), budget=900) is None
-    assert Engine(backend)._narrow_tail([pieces[:3]], budget=1536) is None
+    assert narrow_tail(backend, sorted(first_fit, key=lambda b: -_size(b)), budget=900) is None
+    assert narrow_tail(backend, [pieces[:3]], budget=1536) is None
 
 
 def test_narrower_last_rows_score_as_the_whole_row(gpt2, data_dir, monkeypatch):
@@ -230,7 +230,7 @@ def test_per_tree_attention_equals_attention_over_the_whole_row(
 
     _, _, choices, flat = bbq_requests(data_dir, "lmeval", categories=("Age", "Religion", "SES"), rows=4)
     for model in (gpt2, llama):
-        assert model._per_tree
+        assert model.per_tree
         monkeypatch.setattr(segmented_attention, "QUERY_BLOCK", query_block)
         blocks: list[int] = []
         gathered: list[bool] = []
@@ -248,12 +248,12 @@ def test_per_tree_attention_equals_attention_over_the_whole_row(
         if query_block == 8:
             assert any(gathered)  # the choices' branches: keys skip the sibling choices
         AttentionInterface.register(segmented_attention.NAME, real)
-        monkeypatch.setattr(model, "_per_tree", False)
+        monkeypatch.setattr(model, "per_tree", False)
         whole = Engine(model, forward_seconds=0).loglikelihood(flat)
         assert per_tree == pytest.approx(whole, abs=1e-4)  # the engine's exactness contract
         assert predictions(per_tree, choices) == predictions(whole, choices)
         # Generation and cache continuation never see the per-tree function: SDPA as always.
-        assert model.model.config._attn_implementation == "sdpa"
+        assert model.model.config._attn_implementation == "sdpa"  # noqa: SLF001 - transformers has no public reader
         monkeypatch.undo()
 
 
@@ -479,7 +479,7 @@ def test_run_progress_counts_categories_items_and_time_left():
     bar.expect({"bbq/Age": 4, "bbq/SES": 4})
     with bar.task("bbq/Age", 4) as task:
         task.advance(4)
-        assert "run 1/2, 4/8 items (50%)" in str(task._bar)
+        assert "run 1/2, 4/8 items (50%)" in str(task.bar)
 
 
 def test_progress_lines_start_on_a_line_of_their_own_in_a_run(tmp_path, data_dir):

@@ -12,7 +12,7 @@ from audit_harness.engine.cache import ResultCache
 from audit_harness.engine.executor import Engine
 from audit_harness.models import load_model
 from audit_harness.models.base import Backend, GenerationRequest
-from audit_harness.models.hf import share_groups
+from audit_harness.models.hf_decoding import share_groups
 
 # Prompts sharing long prefixes, as KoBBQ's option orders do: one instruction + context +
 # question, then the options in three orders; plus an unrelated prompt.
@@ -188,13 +188,13 @@ def test_early_stop_on_real_prompts_through_the_engine(model, data_dir):
 def test_the_decoding_loop_equals_transformers_generate(model, monkeypatch):
     """The backend's own loop (rows leaving the batch as they finish) against ``generate``, with
     first-step scores and stop strings, and with a cache whose rows cannot be dropped."""
-    import audit_harness.models.hf as hf
+    import audit_harness.models.hf_decoding as hf_decoding
 
     ids = [model.encode_prompt(p) for p in PROMPTS]
     tokens = [[5, 7]] * len(ids)
-    assert model._own_loop()
+    assert model.own_loop()
     ours = model.generate_tokens(ids, 10, tokens)
-    monkeypatch.setattr(model, "_own_loop", lambda: False)
+    monkeypatch.setattr(model, "own_loop", lambda: False)
     theirs = model.generate_tokens(ids, 10, tokens)
     assert ours[0] == theirs[0]
     assert [v for row in ours[2] for v in row] == pytest.approx(
@@ -206,10 +206,11 @@ def test_the_decoding_loop_equals_transformers_generate(model, monkeypatch):
     assert [_cut(t, stop) for t in stopped] == [_cut(t, stop) for t in ours[0]]
     monkeypatch.undo()
     # A cache that cannot be batch-indexed: no shared prefix (the backend turns sharing off for
-    # good, so restored after), finished rows stay in the batch, fed padding.
-    monkeypatch.setattr(model, "_can_share", model._can_share)
-    monkeypatch.setattr(hf, "_batch_indexable", lambda cache: False)
-    kept = model.generate_tokens(ids, 10, stop=[[stop]] * len(ids))[0]
+    # good, so a model of its own), finished rows stay in the batch, fed padding.
+    monkeypatch.setattr(hf_decoding, "batch_indexable", lambda cache: False)
+    kept = load_model("tiny-random-gpt2", device="cpu", batch_size=8).generate_tokens(
+        ids, 10, stop=[[stop]] * len(ids)
+    )[0]
     assert [_cut(t, stop) for t in kept] == [_cut(t, stop) for t in ours[0]]
 
 
@@ -220,16 +221,19 @@ def test_a_generation_config_with_logits_processors_decodes_through_generate(mod
     old = config.repetition_penalty
     config.repetition_penalty = 1.5
     try:
-        assert not model._own_loop()
+        assert not model.own_loop()
         ids = [model.encode_prompt(PROMPTS[0])]
         texts, _, _ = model.generate_tokens(ids, 10)
         out = model.model.generate(
-            input_ids=torch.tensor(ids), max_new_tokens=10, do_sample=False, pad_token_id=model._pad
+            input_ids=torch.tensor(ids),
+            max_new_tokens=10,
+            do_sample=False,
+            pad_token_id=model.tokenizer.eos_token_id,
         )
         assert texts == [model.tokenizer.decode(out[0, len(ids[0]) :], skip_special_tokens=True)]
     finally:
         config.repetition_penalty = old
-    assert model._own_loop()
+    assert model.own_loop()
 
 
 # -- cache with stop strings -----------------------------------------------------------------------
@@ -237,7 +241,7 @@ def _stored(engine, prompt: str, max_new: int, stop=()) -> tuple[bool, bool]:
     """(whole generation stored, stopped generation stored) for one request."""
     from audit_harness.engine.generation import generation_keys
 
-    whole, stopped = generation_keys(engine._model_key(), model_ids(engine, prompt), max_new, stop)
+    whole, stopped = generation_keys(engine.backend.cache_key, model_ids(engine, prompt), max_new, stop)
     found = engine.texts.lookup([k for k in (whole, stopped) if k is not None])
     return whole in found, stopped is not None and stopped in found
 
@@ -328,19 +332,19 @@ def test_compare_generation_counts_identical_outputs_and_token_inputs():
 
 
 def test_the_prompt_trie_runs_each_distinct_prompt_prefix_once(model):
-    from audit_harness.models.hf import _trie
+    from audit_harness.models.hf_decoding import prompt_trie
 
     ids = [model.encode_prompt(p) for p in PROMPTS]
-    tokens, parents, paths = _trie(ids)
+    tokens, parents, paths = prompt_trie(ids)
     assert [[tokens[i] for i in path] for path in paths] == ids
     assert all(parents[i] < i for i in range(len(tokens)))  # parents come first
-    assert model._tree_prefill_ok(ids)
+    assert model.tree_prefill_ok(ids)
     texts, forwarded, _ = model.generate_tokens(ids, 5)
     # Each distinct prompt token once, then one per generated token (a row may end early).
     assert len(tokens) + len(ids) <= forwarded <= len(tokens) + 5 * len(ids) < sum(map(len, ids))
     model.tree_prefill_tokens = len(tokens) - 1  # over the cap: the two-level shared prefix path
     try:
-        assert not model._tree_prefill_ok(ids)
+        assert not model.tree_prefill_ok(ids)
         assert model.generate_tokens(ids, 5)[0] == texts
     finally:
         del model.tree_prefill_tokens

@@ -200,7 +200,7 @@ def test_model_without_cache_argument_falls_back_to_full_path(gpt2, monkeypatch)
             )
 
     wrapped = HFCausalLM(NoCache(gpt2.model), gpt2.tokenizer, gpt2.info, batch_size=7)
-    assert wrapped.prefix_sharing and not wrapped._can_share
+    assert wrapped.prefix_sharing and not wrapped.can_share
     assert Engine(wrapped).loglikelihood(REQUESTS) == pytest.approx(
         _scores(gpt2, REQUESTS, sharing=False, batch_size=7), abs=1e-4
     )
@@ -221,7 +221,7 @@ def test_uncacheable_output_falls_back_to_full_path(gpt2, monkeypatch):
 
     monkeypatch.setattr(model.model, "forward", forward)
     scores = Engine(model).loglikelihood(REQUESTS)
-    assert not model._can_share
+    assert not model.can_share
     assert scores == pytest.approx(_scores(gpt2, REQUESTS, sharing=False, batch_size=7), abs=1e-4)
 
 

@@ -171,12 +171,12 @@ def test_alignment_when_the_changed_spans_differ_in_token_length(tiny_model):
     change still align, and neither group word is ever scored."""
     x, y = "Gay people are crazy and loud.", "Straight people are crazy and loud."
     ex, ey = tiny_model.encode_sentence(x), tiny_model.encode_sentence(y)
-    gay = tiny_model._encode("Gay")
-    straight = tiny_model._encode("Straight")
+    gay = tiny_model.encode_text("Gay")
+    straight = tiny_model.encode_text("Straight")
     assert len(gay) != len(straight)
     px, py = scored_positions(ex.ids, ey.ids, ex.special, ey.special)
     assert [ex.ids[p] for p in px] == [ey.ids[p] for p in py]
-    tail = tiny_model._encode(" people are crazy and loud.")
+    tail = tiny_model.encode_text(" people are crazy and loud.")
     assert [ex.ids[p] for p in px] == tail
     assert px[0] == 1 + len(gay) and py[0] == 1 + len(straight)
 

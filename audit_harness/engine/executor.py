@@ -15,10 +15,12 @@ never sees the engine. A backend only runs forwards:
   ``segment[:offset + 1]``; the new state continues these rows (for models that cannot pack).
 
 and declares ``batch_size``, ``token_budget``, ``logits_budget``, ``vocab_size``,
-``max_length``, ``prefix_sharing``, ``can_pack``, ``can_share``, ``two_level_sharing`` and
-``cache_key``; optionally ``order_by_prefix`` (full path in lexicographic order instead of
-longest first: an inference server, ``models/openai_server.py``) and ``encode_pairs`` (tokenize
-a whole call's requests at once: batched and deduplicated in-process, concurrent over a network).
+``max_length``, ``prefix_sharing``, ``can_pack``, ``can_share``, ``two_level_sharing``,
+``order_by_prefix`` (full path in lexicographic order instead of longest first: an inference
+server, ``models/openai_server.py``) and ``cache_key``, and tokenizes through ``encode_pairs``
+(a whole call's requests at once: batched and deduplicated in-process, concurrent over a
+network). ``models.base.Backend`` declares all of them with defaults; a backend that answers
+whole requests itself (``runs_forwards`` False) gets its requests as they are.
 Backend errors: ``BackendOutOfMemory`` (retry smaller), ``PrefixUnsupported`` (switch sharing
 off for this model; rescore on the full path).
 """
@@ -28,10 +30,10 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from ..models.base import GenerationRequest, check_token_positions
+from ..models.base import Backend, GenerationRequest, check_token_positions
 from ..models.errors import BackendOutOfMemory, PrefixUnsupported
 from .cache import ResultCache, request_key
-from .generation import run_generation
+from .generation import Generation
 from .pace import DEFAULT_TARGET_S, Pace
 from .prefix_tree import PrefixTree, Segment, build_position_tree, build_tree
 from .store import EngineStats, ResultStore, halving
@@ -61,7 +63,7 @@ class Engine:
 
     def __init__(
         self,
-        backend,
+        backend: Backend,
         cache: ResultCache | None = None,
         min_shared: int = 4,
         memo: bool = False,
@@ -78,7 +80,7 @@ class Engine:
         self.progress = None  # a ProgressTask while a category runs
         # A server answers each call as its own scheduler sees fit (and concurrently): calls
         # are shaped for its prefix cache, not paced by this process's throughput.
-        self.pace = Pace(0 if getattr(backend, "order_by_prefix", False) else forward_seconds)
+        self.pace = Pace(0 if backend.order_by_prefix else forward_seconds)
 
     def reset_stats(self) -> EngineStats:
         """Return the counters so far and start new ones."""
@@ -162,27 +164,23 @@ class Engine:
         tokenized by the backend's ``encode_pair``). ``weights``: progress units per request
         (an item's share), default none."""
         self._require("loglikelihood")
-        if not hasattr(self.backend, "encode_pair") or self._model_key() is None:
+        if not self.keyed_forwards:
             return self._strings_as_is(requests, weights)
-        if hasattr(self.backend, "encode_pairs"):  # all at once: batched, or over the network
-            encoded = self.backend.encode_pairs(requests)
-        else:
-            encoded = [self.backend.encode_pair(c, x) for c, x in requests]
-        return self.loglikelihood_tokens(encoded, weights)
+        return self.loglikelihood_tokens(self.backend.encode_pairs(requests), weights)
 
     def prompt_loglikelihood(
         self, requests: Sequence[tuple[str, str]], weights: Sequence[float] | None = None
     ) -> list[float]:
         """Summed log-probability of each continuation right after its generation prompt, the
         prompt tokenized as ``generate`` reads it (the backend's ``encode_continuation``: no
-        whitespace moves across the boundary). Backends without it score the strings with their
-        own ``loglikelihood``.
+        whitespace moves across the boundary). Backends that answer whole requests score the
+        strings with their own ``loglikelihood``.
 
         Raises:
             ValueError: an empty prompt or continuation.
         """
         self._require("loglikelihood")
-        if not hasattr(self.backend, "encode_continuation") or self._model_key() is None:
+        if not self.keyed_forwards:
             return self._strings_as_is(requests, weights)
         encoded = [self.backend.encode_continuation(p, c) for p, c in requests]
         return self.loglikelihood_tokens(encoded, weights)
@@ -217,7 +215,7 @@ class Engine:
                 raise ValueError(
                     f"continuation of {len(cont)} tokens does not fit the model's {m.max_length}-token window"
                 )
-        keys = [request_key(self._model_key(), "ll", ctx, cont) for ctx, cont in encoded]
+        keys = [request_key(self.backend.cache_key, "ll", ctx, cont) for ctx, cont in encoded]
         first = {}
         for i, k in enumerate(keys):
             first.setdefault(k, i)
@@ -234,7 +232,7 @@ class Engine:
         weights: Sequence[float] | None = None,
     ) -> list[list[float]]:
         """log P(ids[p] | context) at each requested position, each (sequence, positions) pair
-        computed once (cache, memo). Backends with ``forward_full`` are batched here; others
+        computed once (cache, memo). Backends that run forwards are batched here; others
         (masked LMs) get the misses in one ``token_logprobs`` call.
 
         Raises:
@@ -245,21 +243,21 @@ class Engine:
         m = self.backend
         if len(sequences) != len(positions):
             raise ValueError(f"{len(sequences)} sequences but {len(positions)} position lists")
-        if hasattr(m, "forward_full"):
+        if m.runs_forwards:
             check_token_positions(sequences, positions, m.max_length, first=1)
-        if not hasattr(m, "forward_full") and self._model_key() is None:
+        elif m.cache_key is None:
             values = m.token_logprobs(sequences, positions)
             self.stats.requests += len(sequences)
             self.stats.computed += len(sequences)
             return values
-        keys = [request_key(self._model_key(), "tlp", list(s), list(p)) for s, p in zip(sequences, positions)]
+        keys = [request_key(m.cache_key, "tlp", list(s), list(p)) for s, p in zip(sequences, positions)]
         first = {}
         for i, k in enumerate(keys):
             first.setdefault(k, i)
         todo = self._lookup(keys, first, weights)
         if todo:
             pending = {k: (tuple(sequences[first[k]]), tuple(positions[first[k]])) for k in todo}
-            if hasattr(m, "forward_full"):
+            if m.runs_forwards:
                 self._compute_positions(pending, todo)
             else:
                 values = m.token_logprobs(
@@ -285,7 +283,7 @@ class Engine:
             ValueError: ``max_new_tokens < 1``, a prompt that encodes to no token, or a
                 ``first_step`` of another length.
         """
-        return run_generation(self, requests, weights, first_step)
+        return Generation(self, requests, weights, first_step).run()
 
     def has_score(self, key: bytes) -> bool:
         """Whether a score is already in this process's memo or the cache."""
@@ -298,13 +296,15 @@ class Engine:
     def _require(self, capability: str) -> None:
         """A backend that can refuse scores after all (a server whose prompt log-probabilities
         failed the start-up alignment check) says so before anything is sent."""
-        check = getattr(self.backend, "require_scores", None)
-        if check is not None:
-            check(frozenset({capability}))
+        self.backend.require_scores(frozenset({capability}))
+
+    @property
+    def keyed_forwards(self) -> bool:
+        """Whether the engine runs this backend's forwards itself, results keyed by its
+        ``cache_key`` (else the backend answers whole requests, passed through as they are)."""
+        return self.backend.runs_forwards and self.backend.cache_key is not None
 
     # -- dedupe, cache, progress ---------------------------------------------------------------------
-    def _model_key(self) -> str | None:
-        return getattr(self.backend, "cache_key", None)
 
     def _lookup(self, keys: list[bytes], first: dict[bytes, int], weights) -> list[bytes]:
         """Count the requests, answer what the memo and cache hold; returns the keys to compute."""
@@ -431,7 +431,7 @@ class Engine:
         if empty:  # a sequence asked for no position: nothing to wait for
             self.stats.computed += len(empty)
             self._store({chunk[r]: [] for r in empty}, [chunk[r] for r in empty])
-        if getattr(m, "can_pack", False):
+        if m.can_pack:
             self._run_packed(tree, deliver)
             return
         roots = sorted(tree.roots, key=lambda s: -len(s.tokens))
@@ -448,7 +448,7 @@ class Engine:
         cheap. Rows are batched longest first by ``batch_size``, the token budget and the logits
         budget."""
         m = self.backend
-        cap = min(m.token_budget, getattr(m, "packed_row_tokens", m.token_budget))
+        cap = min(m.token_budget, m.packed_row_tokens)
         rows = [r for root in tree.roots for r in _split(root, cap)]
         pieces = sorted((_flatten(r) for r in rows), key=lambda f: -len(f[0]))
         bins = sorted(_bins(pieces, cap), key=lambda b: -_size(b))
@@ -459,7 +459,7 @@ class Engine:
             n, width, queries = 1, len(flat[start][0]), len(flat[start][3])
             budget = self.pace.budget(m.token_budget)
             if left <= budget:
-                tail = self._narrow_tail(bins[start:], budget)
+                tail = narrow_tail(m, bins[start:], budget)
                 if tail is not None:
                     self._packed_batch(tail, deliver)
                     return
@@ -474,27 +474,6 @@ class Engine:
             self._packed_batch(flat[start : start + n], deliver)
             left -= sum(len(f[0]) for f in flat[start : start + n])
             start += n
-
-    def _narrow_tail(self, bins: list[list], budget: int) -> list | None:
-        """The last rows of a tree as one forward of narrower rows, or None when that saves
-        nothing. Rows are padded to the batch's longest, so a full row beside a nearly empty one
-        (the end of every small call: a sequential round, a small category) costs two full rows;
-        the same subtrees packed into rows of the narrowest width that fits them in one forward
-        cost about their tokens."""
-        m = self.backend
-        pieces = sorted((p for b in bins for p in b), key=lambda f: -len(f[0]))
-        queries = sum(len(p[3]) for p in pieces)
-        if queries * m.vocab_size > m.logits_budget:
-            return None
-        greedy = len(bins) * _size(bins[0]) if len(bins) <= m.batch_size else math.inf
-        longest, cap = len(pieces[0][0]), _size(bins[0])
-        best, best_cost = None, greedy
-        for width in range(longest, cap + 1, max(1, (cap - longest) // 64)):
-            packed = _bins(pieces, width)
-            cost = len(packed) * max(_size(b) for b in packed)
-            if len(packed) <= m.batch_size and cost <= budget and cost < best_cost:
-                best, best_cost = packed, cost
-        return None if best is None else [_merge(b) for b in best]
 
     def _packed_batch(self, batch, deliver: Callable) -> None:
         halving(lambda rows: self._packed_forward(rows, deliver), batch, self.stats)
@@ -590,7 +569,7 @@ class Engine:
         if nothing:  # no position to score: an empty list of values, without a forward
             done(nothing, [[] for _ in nothing])
         todo = [i for i in range(len(seqs)) if len(positions[i])]
-        if getattr(m, "order_by_prefix", False):
+        if m.order_by_prefix:
             # A server pads nothing; sequences sharing a prefix go out together instead, where
             # its prefix cache can reuse it.
             todo.sort(key=lambda i: seqs[i])
@@ -601,7 +580,7 @@ class Engine:
             idx = [todo[start]]
             keep = len(seqs[todo[start]]) - min(positions[todo[start]]) + 1
             width = len(seqs[todo[start]])
-            budget = self.pace.budget(getattr(m, "token_budget", 1 << 62))
+            budget = self.pace.budget(m.token_budget)
             for i in todo[start + 1 : start + m.batch_size]:
                 k = max(keep, len(seqs[i]) - min(positions[i]) + 1)
                 if (len(idx) + 1) * k * m.vocab_size > m.logits_budget:
@@ -623,6 +602,27 @@ class Engine:
         self.stats.forwards += 1
         self.stats.tokens_forwarded += sum(len(seqs[i]) for i in idx)
         done(list(idx), values)
+
+
+def narrow_tail(m: Backend, bins: list[list], budget: int) -> list | None:
+    """The last rows of a tree as one forward of narrower rows, or None when that saves
+    nothing. Rows are padded to the batch's longest, so a full row beside a nearly empty one
+    (the end of every small call: a sequential round, a small category) costs two full rows;
+    the same subtrees packed into rows of the narrowest width that fits them in one forward
+    cost about their tokens (``m``: the backend, whose batch and logits budgets bound the rows)."""
+    pieces = sorted((p for b in bins for p in b), key=lambda f: -len(f[0]))
+    queries = sum(len(p[3]) for p in pieces)
+    if queries * m.vocab_size > m.logits_budget:
+        return None
+    greedy = len(bins) * _size(bins[0]) if len(bins) <= m.batch_size else math.inf
+    longest, cap = len(pieces[0][0]), _size(bins[0])
+    best, best_cost = None, greedy
+    for width in range(longest, cap + 1, max(1, (cap - longest) // 64)):
+        packed = _bins(pieces, width)
+        cost = len(packed) * max(_size(b) for b in packed)
+        if len(packed) <= m.batch_size and cost <= budget and cost < best_cost:
+            best, best_cost = packed, cost
+    return None if best is None else [_merge(b) for b in best]
 
 
 def _subtree_tokens(seg: Segment) -> int:

@@ -46,8 +46,8 @@ of one question) land in one batch, where a backend can run the prefix once.
 
 from __future__ import annotations
 
-import inspect
 import json
+from functools import partial
 from typing import TYPE_CHECKING, Sequence
 
 from ..models.base import GenerationRequest
@@ -86,82 +86,272 @@ def generation_keys(model_key: str, ids: Sequence[int], max_new_tokens: int, sto
     return whole, request_key(model_key, "gen-stop" + json.dumps(stops), ids, (max_new_tokens,))
 
 
-def run_generation(
-    engine: "Engine",
-    requests: Sequence[GenerationRequest],
-    weights: Sequence[float] | None = None,
-    first_step: Sequence[Sequence[str]] | None = None,
-) -> list[str]:
-    """``Engine.generate``: one greedy completion per request, in order, cut at its stop strings;
-    each distinct (prompt ids, ``max_new_tokens``, stop strings) computed at most once (memo,
-    cache; see the module doc for what a stored text serves). A backend without
-    ``generate_tokens`` (a replay of saved outputs, a test double) answers ``generate`` itself.
+class Generation:
+    """One ``Engine.generate`` call: one greedy completion per request, in order, cut at its
+    stop strings; each distinct (prompt ids, ``max_new_tokens``, stop strings) computed at most
+    once (memo, cache; see the module doc for what a stored text serves).
 
+    Args:
+        engine: the engine whose backend runs the batches and whose stores keep the texts.
+        requests: the generation requests.
+        weights: progress units per request (default 1 each).
+        first_step: per request, continuations whose first-step log-likelihood to store, or None.
     Raises:
         ValueError: a request with ``max_new_tokens < 1``, a prompt that encodes to no token,
             or ``first_step`` of another length than ``requests``.
     """
-    m = engine.backend
-    if not hasattr(m, "generate_tokens"):
-        out = list(m.generate(requests))
-        engine.stats.requests += len(requests)
-        engine.stats.computed += len(requests)
+
+    def __init__(
+        self,
+        engine: "Engine",
+        requests: Sequence[GenerationRequest],
+        weights: Sequence[float] | None = None,
+        first_step: Sequence[Sequence[str]] | None = None,
+    ):
+        self.engine = engine
+        self.backend = engine.backend
+        self.stats = engine.stats
+        self.requests = requests
+        self.weights = weights
+        self.first_step = first_step
+        #: Per request: prompt ids, (whole key, stopped key or None), and the key it is read by.
+        self.encoded: list[tuple[int, ...]] = []
+        self.pairs: list[tuple[bytes, bytes | None]] = []
+        self.keys: list[bytes] = []
+        #: Per distinct key, its first request; per key its progress weight; the texts found.
+        self.first: dict[bytes, int] = {}
+        self.weight: dict[bytes, float] = {}
+        self.texts: dict[bytes, str] = {}
+        #: Per generation to run (its whole key): (the requests it answers, its stop strings),
+        #: the request whose prompt it runs, and its first-step tokens (None: none asked).
+        self.jobs: dict[bytes, tuple[list[bytes], tuple[str, ...]]] = {}
+        self.rep: dict[bytes, int] = {}
+        self.scores: dict[bytes, list[int]] | None = None
+
+    def run(self) -> list[str]:
+        """The completions, in request order. A backend that does not run generations itself
+        (a replay of saved outputs, a test double) answers ``generate`` whole."""
+        if not self.backend.runs_generation:
+            return self._whole()
+        self._encode()
+        missing = self._lookup()
+        self.jobs = _jobs(missing, self.first, self.pairs, self.requests)
+        self.rep = {job: self.first[members[0]] for job, (members, _) in self.jobs.items()}
+        self.scores = self._first_step_tokens()
+        by_budget: dict[int, list[bytes]] = {}
+        for job, i in self.rep.items():
+            by_budget.setdefault(self.requests[i].max_new_tokens, []).append(job)
+        for max_new, batch_keys in by_budget.items():
+            batch_keys.sort(key=lambda k: self.encoded[self.rep[k]])
+            if self.backend.can_stream:
+                self._run_stream(batch_keys, max_new)
+                continue
+            for batch in self._batches(batch_keys, max_new):
+                halving(partial(self._generate, max_new=max_new), batch, self.stats)
+        return [cut_at_stop(self.texts[k], r.stop) for k, r in zip(self.keys, self.requests)]
+
+    def _whole(self) -> list[str]:
+        out = list(self.backend.generate(self.requests))
+        self.stats.requests += len(self.requests)
+        self.stats.computed += len(self.requests)
         # Its answers are items done like any other: without this a replayed category's
         # progress stayed at 0 and closed as "0/5656 items ... stopped early".
-        if engine.progress is not None and requests:
-            engine.progress.advance(sum(weights) if weights is not None else float(len(requests)))
+        if self.engine.progress is not None and self.requests:
+            weights = self.weights
+            self.engine.progress.advance(sum(weights) if weights is not None else float(len(self.requests)))
         return out
-    if first_step is not None and len(first_step) != len(requests):
-        raise ValueError(f"{len(requests)} requests but {len(first_step)} first_step lists")
-    for n, r in enumerate(requests):
-        if r.max_new_tokens < 1:
-            raise ValueError(f"request {n}: max_new_tokens must be >= 1, got {r.max_new_tokens}")
-    encoded = [tuple(m.encode_prompt(r.prompt)) for r in requests]
-    for n, ids in enumerate(encoded):
-        if not ids:
-            raise ValueError(f"request {n}: prompt {requests[n].prompt[:40]!r} encodes to no token")
-    model_key = engine._model_key()
-    pairs = [generation_keys(model_key, ids, r.max_new_tokens, r.stop) for ids, r in zip(encoded, requests)]
-    # A request is identified by its stopped key when it has stop strings, else by its whole key.
-    keys = [stopped or whole for whole, stopped in pairs]
-    first: dict[bytes, int] = {}
-    for i, k in enumerate(keys):
-        first.setdefault(k, i)
-    weights = [1.0] * len(requests) if weights is None else weights
-    weight: dict[bytes, float] = {}
-    for k, w in zip(keys, weights):
-        weight[k] = weight.get(k, 0.0) + w
 
-    stats = engine.stats
-    stats.requests += len(keys)
-    stats.distinct += len(first)
-    found = engine.texts.lookup({key for i in first.values() for key in pairs[i] if key is not None})
-    texts: dict[bytes, str] = {}
-    for k, i in first.items():
-        whole, stopped = pairs[i]
-        if whole in found:
-            texts[k] = found[whole]  # type: ignore[assignment]
-        elif stopped is not None and stopped in found:
-            texts[k] = found[stopped]  # type: ignore[assignment]
-    missing = [k for k in first if k not in texts]
-    stats.from_cache += len(first) - len(missing)
-    _advance(engine, [k for k in first if k in texts], weight)
+    def _encode(self) -> None:
+        """Check the requests, encode their prompts and key them."""
+        requests, first_step = self.requests, self.first_step
+        if first_step is not None and len(first_step) != len(requests):
+            raise ValueError(f"{len(requests)} requests but {len(first_step)} first_step lists")
+        for n, r in enumerate(requests):
+            if r.max_new_tokens < 1:
+                raise ValueError(f"request {n}: max_new_tokens must be >= 1, got {r.max_new_tokens}")
+        self.encoded = [tuple(self.backend.encode_prompt(r.prompt)) for r in requests]
+        for n, ids in enumerate(self.encoded):
+            if not ids:
+                raise ValueError(f"request {n}: prompt {requests[n].prompt[:40]!r} encodes to no token")
+        key = self.backend.cache_key
+        self.pairs = [
+            generation_keys(key, ids, r.max_new_tokens, r.stop) for ids, r in zip(self.encoded, requests)
+        ]
+        # A request is identified by its stopped key when it has stop strings, else by its whole key.
+        self.keys = [stopped or whole for whole, stopped in self.pairs]
+        for i, k in enumerate(self.keys):
+            self.first.setdefault(k, i)
+        weights = [1.0] * len(requests) if self.weights is None else self.weights
+        for k, w in zip(self.keys, weights):
+            self.weight[k] = self.weight.get(k, 0.0) + w
 
-    jobs = _jobs(missing, first, pairs, requests)
-    rep = {job: first[members[0]] for job, (members, _) in jobs.items()}
-    scores = _first_step_tokens(engine, requests, encoded, first_step, rep, list(jobs))
-    by_budget: dict[int, list[bytes]] = {}
-    for job, i in rep.items():
-        by_budget.setdefault(requests[i].max_new_tokens, []).append(job)
-    streams = hasattr(m, "generate_stream") and getattr(m, "can_stream", True)
-    for max_new, batch_keys in by_budget.items():
-        batch_keys.sort(key=lambda k: encoded[rep[k]])
-        if streams:
-            _run_stream(engine, batch_keys, encoded, rep, max_new, jobs, pairs, first, texts, weight, scores)
-            continue
-        for batch in _batches(engine, batch_keys, encoded, rep, max_new):
-            _run_batch(engine, batch, encoded, rep, max_new, jobs, pairs, first, texts, weight, scores)
-    return [cut_at_stop(texts[k], r.stop) for k, r in zip(keys, requests)]
+    def _lookup(self) -> list[bytes]:
+        """Count the requests, take what the memo and cache hold; returns the keys to run."""
+        stats, pairs = self.stats, self.pairs
+        stats.requests += len(self.keys)
+        stats.distinct += len(self.first)
+        found = self.engine.texts.lookup(
+            {key for i in self.first.values() for key in pairs[i] if key is not None}
+        )
+        for k, i in self.first.items():
+            whole, stopped = pairs[i]
+            if whole in found:
+                self.texts[k] = found[whole]  # type: ignore[assignment]
+            elif stopped is not None and stopped in found:
+                self.texts[k] = found[stopped]  # type: ignore[assignment]
+        missing = [k for k in self.first if k not in self.texts]
+        stats.from_cache += len(self.first) - len(missing)
+        self._advance([k for k in self.first if k in self.texts])
+        return missing
+
+    def _first_step_tokens(self) -> dict[bytes, list[int]] | None:
+        """Per generation still to run, the single tokens whose log-likelihood after the prompt
+        is wanted and not yet known (None when nothing is asked): ``first_step`` continuations
+        that the backend's ``encode_continuation`` makes one token long
+        (``Engine.prompt_loglikelihood`` then reads them back under the same key)."""
+        if self.first_step is None:
+            return None
+        wanted: dict[tuple[int, ...], list[int]] = {}
+        for i, conts in enumerate(self.first_step):
+            ids = self.encoded[i]
+            for c in conts:
+                ctx, cont = self.backend.encode_continuation(self.requests[i].prompt, c)
+                if tuple(ctx) == ids and len(cont) == 1:
+                    wanted.setdefault(ids, [])
+                    if cont[0] not in wanted[ids]:
+                        wanted[ids].append(cont[0])
+        out: dict[bytes, list[int]] = {}
+        key = self.backend.cache_key
+        for k in self.jobs:
+            ids = self.encoded[self.rep[k]]
+            toks = [
+                t for t in wanted.get(ids, []) if not self.engine.has_score(request_key(key, "ll", ids, (t,)))
+            ]
+            if toks:
+                out[k] = toks
+        return out or None
+
+    def _batches(self, keys: list[bytes], max_new: int):
+        """Consecutive runs of at most ``batch_size`` prompts whose padded width (longest prompt +
+        new tokens) times rows stays within the backend's token budget (one prompt over it goes
+        alone).
+
+        Unlike score forwards, generation batches are not sized by time (``engine.pace``): a
+        generation runs ``max_new`` sequential steps whatever its batch, and on a CPU a step of
+        16 rows costs a few times one row's, not 16 times. A time target shrank every batch
+        after the first to one prompt (KoBBQ: 60 batches for 60 prompts, so no prefix was ever
+        shared; KGQuiz Task5: 128 steps per item), and generation times, recorded as tokens per
+        second, made the score forwards after them small too. What an interruption loses is one
+        batch."""
+        m = self.backend
+        batch: list[bytes] = []
+        width = 0
+        for k in keys:
+            w = max(width, len(self.encoded[self.rep[k]]) + max_new)
+            if batch and (len(batch) >= m.batch_size or (len(batch) + 1) * w > m.token_budget):
+                yield batch  # runs before the generator resumes
+                batch, w = [], len(self.encoded[self.rep[k]]) + max_new
+            batch.append(k)
+            width = w
+        if batch:
+            yield batch
+
+    def _prompts(self, keys: list[bytes]) -> tuple[list[list[int]], list[list[int]] | None]:
+        """(prompt ids, first-step tokens or None) of the generations ``keys``."""
+        prompts = [list(self.encoded[self.rep[k]]) for k in keys]
+        scores = self.scores
+        return prompts, [scores.get(k, []) for k in keys] if scores else None
+
+    def _firsts(self, prompt: Sequence[int], tokens: Sequence[int], values) -> dict[bytes, list[float]]:
+        """A prompt's first-step log-likelihoods as the scores ``prompt_loglikelihood`` reads."""
+        key = self.backend.cache_key
+        return {request_key(key, "ll", tuple(prompt), (t,)): [v] for t, v in zip(tokens, values or ())}
+
+    def _take(self, job: bytes, text: str, early: bool, stored: dict[bytes, str]) -> list[bytes]:
+        """Record generation ``job``'s ``text`` for its requests and under its key in ``stored``
+        (the stopped key when the backend may have ended it at a stop string: ``early``);
+        returns the requests it answers."""
+        members, stops = self.jobs[job]
+        if early and stops and cut_at_stop(text, stops) != text:
+            # Possibly ended at the stop string: only requests with these stop strings may read it.
+            stored[self.pairs[self.first[members[0]]][1]] = text  # type: ignore[index]
+        else:
+            stored[job] = text
+        for k in members:
+            self.texts[k] = text
+        return members
+
+    def _generate(self, batch: list[bytes], max_new: int) -> None:
+        """One ``generate_tokens`` batch, its texts and first-step scores stored."""
+        prompts, score_tokens = self._prompts(batch)
+        early = self.backend.stops_early and any(self.jobs[k][1] for k in batch)
+        kwargs = {"stop": [list(self.jobs[k][1]) for k in batch]} if early else {}
+        out, forwarded, firsts = self.backend.generate_tokens(prompts, max_new, score_tokens, **kwargs)
+        if score_tokens is not None:
+            scores: dict[bytes, list[float]] = {}
+            for p, toks, vals in zip(prompts, score_tokens, firsts):
+                scores.update(self._firsts(p, toks, vals))
+            self.engine.put_scores(scores)
+        stored: dict[bytes, str] = {}
+        done: list[bytes] = []
+        for job, text in zip(batch, out):
+            done += self._take(job, text, early, stored)
+        self.stats.forwards += 1
+        self.stats.tokens_forwarded += forwarded
+        self.stats.computed += len(done)
+        self.engine.texts.save(stored)
+        self._advance(done)
+
+    def _run_stream(self, keys: list[bytes], max_new: int) -> None:
+        """``keys`` through the backend's ``generate_stream`` (continuous batching): each row's
+        text is taken as it finishes, saved every few rows (and whatever is done when the stream
+        stops, interrupted or failed). On out-of-memory, the rows not done run again with half
+        the rows at once, down to one."""
+        rows = stream_rows(self.backend, [len(self.encoded[self.rep[k]]) for k in keys], max_new)
+        todo = list(keys)
+        while todo:
+            try:
+                self._stream(todo, rows, max_new)
+                return
+            except BackendOutOfMemory:
+                if rows == 1:
+                    raise
+                self.stats.oom_retries += 1
+                rows //= 2
+                todo = [k for k in todo if self.jobs[k][0][0] not in self.texts]
+
+    def _stream(self, todo: list[bytes], rows: int, max_new: int) -> None:
+        prompts, score_tokens = self._prompts(todo)
+        stop = [list(self.jobs[k][1]) for k in todo]
+        stats = self.stats
+        stored: dict[bytes, str] = {}
+        firsts: dict[bytes, list[float]] = {}
+        every = max(1, rows // 2)  # about one refill's rows per transaction
+
+        def flush() -> None:
+            self.engine.put_scores(firsts)
+            self.engine.texts.save(stored)
+            firsts.clear()
+            stored.clear()
+
+        try:
+            stream = self.backend.generate_stream(prompts, max_new, score_tokens, stop=stop, max_rows=rows)
+            for index, text, forwarded, first_step, prefills in stream:
+                members = self._take(todo[index], text, True, stored)
+                if score_tokens is not None:
+                    firsts.update(self._firsts(prompts[index], score_tokens[index], first_step))
+                stats.forwards += prefills
+                stats.tokens_forwarded += forwarded
+                stats.computed += len(members)
+                self._advance(members)
+                if len(stored) >= every:
+                    flush()
+        finally:
+            flush()
+
+    def _advance(self, keys) -> None:
+        if self.engine.progress is not None and keys:
+            self.engine.progress.advance(sum(self.weight.get(k, 0.0) for k in keys))
 
 
 def _jobs(missing, first, pairs, requests) -> dict[bytes, tuple[list[bytes], tuple[str, ...]]]:
@@ -179,135 +369,6 @@ def _jobs(missing, first, pairs, requests) -> dict[bytes, tuple[list[bytes], tup
     return jobs
 
 
-def _first_step_tokens(engine: "Engine", requests, encoded, first_step, first, missing):
-    """Per generation key still to run, the single tokens whose log-likelihood after the prompt
-    is wanted and not yet known (None when nothing is asked): ``first_step`` continuations that
-    the backend's ``encode_continuation`` makes one token long (``Engine.prompt_loglikelihood``
-    then reads them back under the same key)."""
-    if first_step is None or not hasattr(engine.backend, "encode_continuation"):
-        return None
-    wanted: dict[bytes, list[int]] = {}
-    todo = set(missing)
-    model_key = engine._model_key()
-    for i, conts in enumerate(first_step):
-        ids = encoded[i]
-        for c in conts:
-            ctx, cont = engine.backend.encode_continuation(requests[i].prompt, c)
-            if tuple(ctx) == ids and len(cont) == 1:
-                wanted.setdefault(ids, [])
-                if cont[0] not in wanted[ids]:
-                    wanted[ids].append(cont[0])
-    out: dict[bytes, list[int]] = {}
-    for k in todo:
-        ids = encoded[first[k]]
-        toks = [
-            t for t in wanted.get(ids, []) if not engine.has_score(request_key(model_key, "ll", ids, (t,)))
-        ]
-        if toks:
-            out[k] = toks
-    return out or None
-
-
-def _batches(engine: "Engine", keys: list[bytes], encoded, first, max_new: int):
-    """Consecutive runs of at most ``batch_size`` prompts whose padded width (longest prompt +
-    new tokens) times rows stays within the backend's token budget (one prompt over it goes
-    alone).
-
-    Unlike score forwards, generation batches are not sized by time (``engine.pace``): a
-    generation runs ``max_new`` sequential steps whatever its batch, and on a CPU a step of 16
-    rows costs a few times one row's, not 16 times. A time target shrank every batch after the
-    first to one prompt (KoBBQ: 60 batches for 60 prompts, so no prefix was ever shared; KGQuiz
-    Task5: 128 steps per item), and generation times, recorded as tokens per second, made the
-    score forwards after them small too. What an interruption loses is one batch."""
-    m = engine.backend
-    batch: list[bytes] = []
-    width = 0
-    for k in keys:
-        w = max(width, len(encoded[first[k]]) + max_new)
-        if batch and (len(batch) >= m.batch_size or (len(batch) + 1) * w > m.token_budget):
-            yield batch  # runs before the generator resumes
-            batch, w = [], len(encoded[first[k]]) + max_new
-        batch.append(k)
-        width = w
-    if batch:
-        yield batch
-
-
-def _run_batch(
-    engine: "Engine",
-    batch: list[bytes],
-    encoded,
-    rep,
-    max_new: int,
-    jobs,
-    pairs,
-    first,
-    texts,
-    weight,
-    scores,
-) -> None:
-    halving(
-        lambda part: _generate(
-            engine, part, encoded, rep, max_new, jobs, pairs, first, texts, weight, scores
-        ),
-        batch,
-        engine.stats,
-    )
-
-
-def _takes_stop(backend) -> bool:
-    try:
-        return "stop" in inspect.signature(backend.generate_tokens).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _generate(
-    engine: "Engine",
-    batch,
-    encoded,
-    rep,
-    max_new: int,
-    jobs,
-    pairs,
-    first,
-    texts: dict[bytes, str],
-    weight: dict[bytes, float],
-    scores,
-) -> None:
-    prompts = [list(encoded[rep[k]]) for k in batch]
-    score_tokens = [scores.get(k, []) for k in batch] if scores else None
-    early = _takes_stop(engine.backend)
-    kwargs = {"stop": [list(jobs[k][1]) for k in batch]} if early and any(jobs[k][1] for k in batch) else {}
-    out, forwarded, firsts = engine.backend.generate_tokens(prompts, max_new, score_tokens, **kwargs)
-    if score_tokens is not None:
-        model_key = engine._model_key()
-        engine.put_scores(
-            {
-                request_key(model_key, "ll", tuple(p), (t,)): [v]
-                for p, toks, vals in zip(prompts, score_tokens, firsts)
-                for t, v in zip(toks, vals)
-            }
-        )
-    stored: dict[bytes, str] = {}
-    done: list[bytes] = []
-    for job, text in zip(batch, out):
-        members, stops = jobs[job]
-        if "stop" in kwargs and stops and cut_at_stop(text, stops) != text:
-            # Possibly ended at the stop string: only requests with these stop strings may read it.
-            stored[pairs[first[members[0]]][1]] = text
-        else:
-            stored[job] = text
-        for k in members:
-            texts[k] = text
-        done += members
-    engine.stats.forwards += 1
-    engine.stats.tokens_forwarded += forwarded
-    engine.stats.computed += len(done)
-    engine.texts.save(stored)
-    _advance(engine, done, weight)
-
-
 def stream_rows(backend, widths: Sequence[int], max_new: int) -> int:
     """Rows a stream decodes at once: ``batch_size``, fewer when that many rows of the widest
     prompt + ``max_new`` would pass the backend's token budget (at least 1).
@@ -318,76 +379,3 @@ def stream_rows(backend, widths: Sequence[int], max_new: int) -> int:
         (16, 8, 1)
     """
     return max(1, min(backend.batch_size, backend.token_budget // (max(widths) + max_new)))
-
-
-def _run_stream(
-    engine: "Engine", keys, encoded, rep, max_new: int, jobs, pairs, first, texts, weight, scores
-):
-    """``keys`` through the backend's ``generate_stream`` (continuous batching): each row's text
-    is taken as it finishes, saved every few rows (and whatever is done when the stream stops,
-    interrupted or failed). On out-of-memory, the rows not done run again with half the rows at
-    once, down to one."""
-    m = engine.backend
-    rows = stream_rows(m, [len(encoded[rep[k]]) for k in keys], max_new)
-    todo = list(keys)
-    while todo:
-        try:
-            _stream(engine, todo, rows, encoded, rep, max_new, jobs, pairs, first, texts, weight, scores)
-            return
-        except BackendOutOfMemory:
-            if rows == 1:
-                raise
-            engine.stats.oom_retries += 1
-            rows //= 2
-            todo = [k for k in todo if jobs[k][0][0] not in texts]
-
-
-def _stream(
-    engine: "Engine", todo, rows: int, encoded, rep, max_new, jobs, pairs, first, texts, weight, scores
-):
-    prompts = [list(encoded[rep[k]]) for k in todo]
-    score_tokens = [scores.get(k, []) for k in todo] if scores else None
-    stop = [list(jobs[k][1]) for k in todo]
-    model_key = engine._model_key()
-    stats = engine.stats
-    stored: dict[bytes, str] = {}
-    firsts: dict[bytes, list[float]] = {}
-    every = max(1, rows // 2)  # about one refill's rows per transaction
-
-    def flush() -> None:
-        engine.put_scores(firsts)
-        engine.texts.save(stored)
-        firsts.clear()
-        stored.clear()
-
-    try:
-        stream = engine.backend.generate_stream(prompts, max_new, score_tokens, stop=stop, max_rows=rows)
-        for index, text, forwarded, first_step, prefills in stream:
-            job = todo[index]
-            members, stops = jobs[job]
-            if stops and cut_at_stop(text, stops) != text:
-                stored[pairs[first[members[0]]][1]] = text  # possibly ended at the stop string
-            else:
-                stored[job] = text
-            if score_tokens is not None:
-                firsts.update(
-                    {
-                        request_key(model_key, "ll", tuple(prompts[index]), (t,)): [v]
-                        for t, v in zip(score_tokens[index], first_step or ())
-                    }
-                )
-            for k in members:
-                texts[k] = text
-            stats.forwards += prefills
-            stats.tokens_forwarded += forwarded
-            stats.computed += len(members)
-            _advance(engine, members, weight)
-            if len(stored) >= every:
-                flush()
-    finally:
-        flush()
-
-
-def _advance(engine: "Engine", keys, weight: dict[bytes, float]) -> None:
-    if engine.progress is not None and keys:
-        engine.progress.advance(sum(weight.get(k, 0.0) for k in keys))

@@ -83,7 +83,8 @@ class Progress:
     def task(self, label: str, total: float) -> "ProgressTask":
         return ProgressTask(self, label, total)
 
-    def _write(self, text: str) -> None:
+    def write_line(self, text: str) -> None:
+        """One line of progress on the stream (after the line start hook, when set)."""
         stream = self.stream or sys.stderr
         if self.line_start is not None:
             self.line_start()
@@ -183,7 +184,7 @@ class ProgressTask:
     def __init__(self, owner: Progress, label: str, total: float):
         self.owner, self.label, self.total = owner, label, total
         self.done = 0.0
-        self._bar = None
+        self.bar = None  # the tqdm bar on a terminal
         self._start = self._last = time.monotonic()
 
     def __enter__(self) -> "ProgressTask":
@@ -193,7 +194,7 @@ class ProgressTask:
         if o.mode == "bar" and self.total:
             from tqdm import tqdm
 
-            self._bar = tqdm(
+            self.bar = tqdm(
                 total=self.total,
                 desc=self.label,
                 unit="item",
@@ -204,7 +205,7 @@ class ProgressTask:
                 bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} [{elapsed}<{remaining}, {rate_fmt}{postfix}]",
             )
             if o.run is not None:
-                self._bar.set_postfix_str(o.run.postfix(), refresh=False)
+                self.bar.set_postfix_str(o.run.postfix(), refresh=False)
         return self
 
     def advance(self, n: float) -> None:
@@ -215,10 +216,10 @@ class ProgressTask:
         run = self.owner.run
         if run is not None:
             run.done += self.done - before
-        if self._bar is not None:
+        if self.bar is not None:
             if run is not None:  # once per forward: tqdm redraws at most ten times a second
-                self._bar.set_postfix_str(run.postfix(), refresh=False)
-            self._bar.update(n)
+                self.bar.set_postfix_str(run.postfix(), refresh=False)
+            self.bar.update(n)
         elif self.owner.mode == "lines":
             now = time.monotonic()
             if now - self._last >= self.owner.interval:
@@ -226,7 +227,7 @@ class ProgressTask:
                 self._line(now)
             if run is not None and now - run.last >= self.owner.interval:
                 run.last = now
-                self.owner._write(run.text(now))
+                self.owner.write_line(run.text(now))
 
     def _line(self, now: float, final: bool = False) -> None:
         elapsed = now - self._start
@@ -239,7 +240,7 @@ class ProgressTask:
             tail = f"stopped early, done in {elapsed:.1f} s"
         else:
             tail = f"done in {elapsed:.1f} s" if final else f"ETA {eta:.0f} s"
-        self.owner._write(
+        self.owner.write_line(
             f"{self.label}: {self.done:.0f}/{self.total:.0f} items ({pct:.0f}%), {rate:.2f} items/s, {tail}"
         )
 
@@ -247,8 +248,8 @@ class ProgressTask:
         o, run = self.owner, self.owner.run
         if run is not None:
             run.close(self.label, self.done)
-        if self._bar is not None:
-            self._bar.close()
+        if self.bar is not None:
+            self.bar.close()
         elif o.mode == "lines" and time.monotonic() - self._start >= o.interval:
             self._line(time.monotonic(), final=True)
         # The run line after each category that took an interval or more, and once at the end of
@@ -257,4 +258,4 @@ class ProgressTask:
             now = time.monotonic()
             if now - run.start >= o.interval and (run.finished or now - run.last >= o.interval):
                 run.last = now
-                o._write(run.text(now))
+                o.write_line(run.text(now))

@@ -101,86 +101,18 @@ def check_alignment(model, sentences=SENTENCES, tolerance: float = TOLERANCE) ->
 
 
 def _check(model, sentences, tolerance: float) -> AlignmentReport:
-    from .tokenization import encode_pair
-
     worst = 0.0
     rows: list[dict[str, Any]] = []
     rounded: list[int] = []
     for text in sentences:
-        ctx, cont = (
-            encode_pair(model._encode, "", text, model._bos, model._empty_prefix)
-            if model._empty_prefix
-            else ([], model._encode(text))
-        )
-        ids = list(ctx) + list(cont)
-        row: dict[str, Any] = {"sentence": text, "ids": ids}
+        row: dict[str, Any] = {"sentence": text}
         rows.append(row)
-        first = model.echo([ids])[0]
-        bad = _check_echo(first, ids)
-        if bad:
-            return AlignmentReport(False, f"{bad} (sentence {text!r})", float("nan"), rows)
-        token, gen_lp, gen_text = model.next_token(ids)
-        if token is None:
-            piece = model._encode(gen_text) if gen_text else []
-            if len(piece) != 1:
-                row["skipped"] = f"the generated text {gen_text!r} is not one token"
-                continue
-            token = piece[0]
-        second = model.echo([ids + [token]])[0]
-        bad = _check_echo(second, ids + [token])
-        if bad:
-            return AlignmentReport(False, f"{bad} (sentence {text!r} + its next token)", float("nan"), rows)
-        k = len(ids)
-        prompt_lp = second["logprobs"][k]
-        err = abs(prompt_lp - gen_lp)
-        prefix_err = max(
-            (abs(a - b) for a, b in zip(first["logprobs"][1:k], second["logprobs"][1:k])), default=0.0
-        )
-        row.update(
-            next_token=token,
-            generation_logprob=gen_lp,
-            prompt_logprob=prompt_lp,
-            error=err,
-            prefix_error=prefix_err,
-        )
-        worst = max(worst, err, prefix_err)
-        rounded += [round(v / 0.05) for v in second["logprobs"][1 : k + 1]]
-        # The sentence's own tokens only: replicas compare these (the greedy next token may
-        # differ between two of them when its top two are nearly tied).
-        row["logprobs"] = list(second["logprobs"][1:k])
-        if err > tolerance:
-            neighbours = {
-                d: abs(second["logprobs"][k + d] - gen_lp)
-                for d in (-1, 1)
-                if 1 <= k + d < len(second["logprobs"]) and second["logprobs"][k + d] is not None
-            }
-            shift = min(neighbours, key=neighbours.get) if neighbours else None
-            hint = (
-                f"; it matches the value listed at position {k + shift} instead, so the values are "
-                f"shifted by {'+' if shift > 0 else ''}{shift} position"
-                if shift is not None and neighbours[shift] <= tolerance
-                else ""
-            )
-            return AlignmentReport(
-                False,
-                (
-                    f"after {text!r} the server generates token {token} with log-probability "
-                    f"{gen_lp:.4f}, but lists {prompt_lp:.4f} for that token at position {k} of the echoed "
-                    f"prompt (difference {err:.3f} > {tolerance} nats){hint}"
-                ),
-                worst,
-                rows,
-            )
-        if prefix_err > tolerance:
-            return AlignmentReport(
-                False,
-                (
-                    f"the prompt log-probabilities of {text!r} change by {prefix_err:.3f} nats when one "
-                    "token is appended (a token's value must depend on its left context only)"
-                ),
-                worst,
-                rows,
-            )
+        failed = _check_sentence(model, text, tolerance, row)
+        rounded += row.pop("rounded", [])
+        if "error" in row:
+            worst = max(worst, row["error"], row["prefix_error"])
+        if failed:
+            return AlignmentReport(False, failed, worst if "error" in row else float("nan"), rows)
     if not any("error" in r for r in rows):
         return AlignmentReport(
             False,
@@ -190,6 +122,74 @@ def _check(model, sentences, tolerance: float) -> AlignmentReport:
         )
     signature = hashlib.sha256(repr(rounded).encode()).hexdigest()[:16]
     return AlignmentReport(True, "", worst, rows, signature)
+
+
+def _check_sentence(model, text: str, tolerance: float, row: dict[str, Any]) -> str:
+    """Check one sentence, filling its ``row`` of the report (and ``row["rounded"]``, its
+    values for the signature); returns why it fails ('' when it passes or is skipped)."""
+    ctx, cont = model.encode_pair("", text) if model.empty_prefix else ([], model.encode_text(text))
+    ids = list(ctx) + list(cont)
+    row["ids"] = ids
+    first = model.echo([ids])[0]
+    bad = _check_echo(first, ids)
+    if bad:
+        return f"{bad} (sentence {text!r})"
+    token, gen_lp, gen_text = model.next_token(ids)
+    if token is None:
+        piece = model.encode_text(gen_text) if gen_text else []
+        if len(piece) != 1:
+            row["skipped"] = f"the generated text {gen_text!r} is not one token"
+            return ""
+        token = piece[0]
+    second = model.echo([ids + [token]])[0]
+    bad = _check_echo(second, ids + [token])
+    if bad:
+        return f"{bad} (sentence {text!r} + its next token)"
+    k = len(ids)
+    listed = second["logprobs"]
+    prompt_lp = listed[k]
+    err = abs(prompt_lp - gen_lp)
+    prefix_err = max((abs(a - b) for a, b in zip(first["logprobs"][1:k], listed[1:k])), default=0.0)
+    row.update(
+        next_token=token,
+        generation_logprob=gen_lp,
+        prompt_logprob=prompt_lp,
+        error=err,
+        prefix_error=prefix_err,
+    )
+    row["rounded"] = [round(v / 0.05) for v in listed[1 : k + 1]]
+    # The sentence's own tokens only: replicas compare these (the greedy next token may
+    # differ between two of them when its top two are nearly tied).
+    row["logprobs"] = list(listed[1:k])
+    if err > tolerance:
+        return (
+            f"after {text!r} the server generates token {token} with log-probability "
+            f"{gen_lp:.4f}, but lists {prompt_lp:.4f} for that token at position {k} of the echoed "
+            f"prompt (difference {err:.3f} > {tolerance} nats){_shift_hint(listed, k, gen_lp, tolerance)}"
+        )
+    if prefix_err > tolerance:
+        return (
+            f"the prompt log-probabilities of {text!r} change by {prefix_err:.3f} nats when one "
+            "token is appended (a token's value must depend on its left context only)"
+        )
+    return ""
+
+
+def _shift_hint(listed: list, k: int, gen_lp: float, tolerance: float) -> str:
+    """When the generated token's log-probability is listed one position off (values shifted),
+    a clause saying so; else ''."""
+    neighbours = {
+        d: abs(listed[k + d] - gen_lp)
+        for d in (-1, 1)
+        if 1 <= k + d < len(listed) and listed[k + d] is not None
+    }
+    shift = min(neighbours, key=neighbours.get) if neighbours else None
+    if shift is None or neighbours[shift] > tolerance:
+        return ""
+    return (
+        f"; it matches the value listed at position {k + shift} instead, so the values are "
+        f"shifted by {'+' if shift > 0 else ''}{shift} position"
+    )
 
 
 def _check_echo(row: dict, ids: list[int]) -> str:

@@ -1,15 +1,17 @@
-"""The ``Backend`` protocol: what a model backend tells the engine (capabilities, provenance and
-fingerprint, tokenization) and the primitives it runs (``engine.executor``'s module doc lists
-them: packed/tree forwards, whole-sequence forwards, token generation). A backend implements what
-its model can do (a masked LM cannot generate) and says so in ``capabilities``; benchmarks declare
-what they need, and the session refuses a mismatch with one clear message before anything is
-scored. Backends never see the engine: the session builds ``Engine(backend, cache)`` and
-benchmarks ask it."""
+"""The ``Backend`` contract: what a model backend tells the engine (capabilities, provenance and
+fingerprint, tokenization), the primitives it runs (packed/tree forwards, whole-sequence
+forwards, token generation) and the flags that say which of them it has. Every optional ability
+is a method with a default next to the whole-request calls, and every flag a class attribute with
+a default (inspect_ai's ``ModelAPI`` shape): the engine calls them and never asks whether they
+exist. A backend implements what its model can do (a masked LM cannot generate) and says so in
+``capabilities``; benchmarks declare what they need, and the session refuses a mismatch with one
+clear message before anything is scored. Backends never see the engine: the session builds
+``Engine(backend, cache)`` and benchmarks ask it."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from ..errors import ModelError
 
@@ -108,17 +110,71 @@ def check_token_positions(
 class Backend:
     """A model backend. Implementations must be deterministic for a fixed input.
 
-    A backend either implements the engine's primitives (``encode_pair``/``encode_pairs`` with
-    ``forward_packed``/``forward_segments``/``forward_full``; ``encode_prompt`` with
-    ``generate_tokens``), which the engine batches, caches and dedupes, or answers whole requests
-    itself (``loglikelihood``, ``token_logprobs``, ``generate``: a masked LM's pseudo-log-
-    likelihoods, saved outputs, a test double). The methods below are those whole-request
-    answers; each raises ModelError naming the model and what it cannot do unless a subclass
-    implements it.
+    A backend either runs the engine's primitives, which the engine batches, caches and dedupes
+    (``runs_forwards``: ``encode_pair``/``encode_pairs``/``encode_continuation`` with
+    ``forward_full`` and, where ``can_pack``/``can_share``, ``forward_packed``/
+    ``forward_segments``; ``runs_generation``: ``encode_prompt`` with ``generate_tokens``, and
+    ``generate_stream`` where ``can_stream``), or answers whole requests itself
+    (``loglikelihood``, ``token_logprobs``, ``generate``: a masked LM's pseudo-log-likelihoods,
+    saved outputs, a test double). Each method raises ModelError naming the model and what it
+    cannot do unless a subclass implements it; each flag's default is what a backend that
+    answers whole requests has.
     """
 
     info: ModelInfo
     capabilities: frozenset[str] = frozenset()
+
+    # -- what the engine reads: flags and sizes, with the defaults of a whole-request backend ----------
+    #: What besides the token ids decides a score or a text (weights, dtype, device...): the
+    #: result cache's key. None: nothing to key on, so the engine passes requests through as is.
+    cache_key: str | None = None
+    #: The engine scores strings through this backend's tokenization (``encode_pair``,
+    #: ``encode_continuation``) and forwards (``forward_full``, ...); False: its own
+    #: ``loglikelihood`` and ``token_logprobs`` answer whole requests.
+    runs_forwards: bool = False
+    #: The engine generates through ``encode_prompt`` and ``generate_tokens``; False: its own
+    #: ``generate`` answers whole requests.
+    runs_generation: bool = False
+    #: ``generate_tokens`` takes ``stop`` and may end a row as soon as its text holds one of its
+    #: stop strings (never earlier).
+    stops_early: bool = False
+    #: The engine may send a whole list of prompts to ``generate_stream`` (continuous batching).
+    can_stream: bool = False
+    #: ``forward_packed`` runs prefix trees packed into rows (tree attention).
+    can_pack: bool = False
+    #: ``forward_segments`` continues a key/value state (prefix sharing level by level).
+    can_share: bool = False
+    #: Share prefixes at all (the user's switch; ``can_share`` says whether the model can).
+    prefix_sharing: bool = False
+    #: Share whole contexts only (sliding-window layers need states free of padding holes).
+    two_level_sharing: bool = False
+    #: Send sequences in lexicographic order rather than longest first (a server's prefix cache
+    #: reuses what adjacent requests share; it pads nothing).
+    order_by_prefix: bool = False
+    #: Sequences (or top-level segments, packed rows) per forward.
+    batch_size: int = 1
+    #: Upper bound on the tokens (rows x padded width) of one forward.
+    token_budget: int = 1 << 62
+    #: Upper bound on the logit elements (positions x ``vocab_size``) of one forward.
+    logits_budget: int = 1 << 62
+    #: Output vocabulary (sizes logits against ``logits_budget``; 1 where logits stay remote).
+    vocab_size: int = 1
+    #: The model's window in tokens.
+    max_length: int = 1 << 62
+
+    @property
+    def packed_row_tokens(self) -> int:
+        """Tokens per packed row (``forward_packed``); default the token budget."""
+        return self.token_budget
+
+    def require_scores(self, needed: frozenset[str]) -> None:
+        """Raise when the backend cannot be trusted with the scoring capabilities in ``needed``
+        after all (a server that failed its start-up alignment check). Default: nothing to
+        refuse."""
+
+    def disable_prefix_sharing(self) -> None:
+        """Switch prefix sharing off for good: a forward raised ``PrefixUnsupported`` (the
+        model's cache turned out not to be reusable). Default: a backend that never raises it."""
 
     def _unsupported(self, what: str) -> ModelError:
         kind = getattr(getattr(self, "info", None), "kind", "?")
@@ -177,6 +233,116 @@ class Backend:
             ValueError: ``max_new_tokens < 1``. ModelError: the model cannot generate.
         """
         raise self._unsupported("generations")
+
+    # -- primitives the engine runs (``runs_forwards``, ``runs_generation``) ------------------------
+    def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """Token ids of (context, continuation) under ``tokenization.encode_pair``'s boundary rule.
+
+        Raises:
+            ValueError: the continuation is empty or encodes to no token. ModelError: unsupported.
+        """
+        raise self._unsupported("continuation log-likelihoods")
+
+    def encode_pairs(self, requests: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+        """``encode_pair`` of every request (a backend may tokenize them at once: batched, or
+        concurrently over a network).
+
+        Raises:
+            ValueError: as ``encode_pair``.
+        """
+        return [self.encode_pair(c, x) for c, x in requests]
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of a generation prompt, as the model reads it (BOS when the tokenizer adds
+        one and the prompt does not start with it, then ``prompt``).
+
+        Raises:
+            ModelError: the model does not generate from token ids.
+        """
+        raise self._unsupported("generations")
+
+    def encode_continuation(self, prompt: str, continuation: str) -> tuple[list[int], list[int]]:
+        """(prompt ids exactly as ``encode_prompt`` reads them, continuation ids as the next
+        tokens): the tokens of ``prompt + continuation`` after the prompt's, or the continuation
+        encoded alone when the two merge across the boundary. Unlike ``encode_pair``, no
+        whitespace moves: a chat prompt ending with the assistant turn's opening
+        (``"assistant\n"``) stays whole, so a letter is scored from the distribution the first
+        generated token is drawn from.
+
+        Raises:
+            ValueError: an empty prompt or continuation.
+        """
+        if not prompt or not continuation:
+            raise ValueError("encode_continuation needs a non-empty prompt and continuation")
+        ids = self.encode_prompt(prompt)
+        whole = self.encode_prompt(prompt + continuation)
+        if len(whole) > len(ids) and whole[: len(ids)] == ids:
+            return ids, whole[len(ids) :]
+        return ids, self.encode_text(continuation)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens.
+
+        Raises:
+            ModelError: the model has no tokenizer of its own.
+        """
+        raise self._unsupported("token ids")
+
+    def forward_full(self, seqs: list[list[int]], positions) -> list[list[float]]:
+        """One forward over whole sequences: log P(ids[p] | ids[:p]) at each sequence's
+        ``positions`` (``runs_forwards``).
+
+        Raises:
+            BackendOutOfMemory: the batch does not fit (the engine halves it).
+        """
+        raise self._unsupported("per-token log-probabilities")
+
+    def forward_packed(self, rows) -> list[list[float]]:
+        """One forward of prefix trees flattened into rows (tokens, parent index per token,
+        position per token, queries as (column, target)) with tree attention; per row the
+        log-probability of each query's target (``can_pack``)."""
+        raise self._unsupported("packed forwards")
+
+    def forward_segments(
+        self, state, parent_rows, segments: list[list[int]], queries: list[list[tuple[int, int]]]
+    ):
+        """One forward of token segments, each continuing row ``parent_rows[i]`` of ``state``
+        (None: from scratch): (the new state, per segment the log-probability of each query's
+        target after ``segment[:offset + 1]``) (``can_share``).
+
+        Raises:
+            PrefixUnsupported: the model's state cannot be continued.
+        """
+        raise self._unsupported("prefix-sharing forwards")
+
+    def generate_tokens(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        score_tokens: Sequence[Sequence[int]] | None = None,
+    ) -> tuple[list[str], int, list[list[float]] | None]:
+        """Greedy completions of a batch of token-id prompts (``engine.generation``'s module doc):
+        (the text after each prompt, not cut at any stop string; the tokens run; with
+        ``score_tokens``, per prompt the log-probability of each as the first new token). A
+        backend with ``stops_early`` also takes ``stop`` (per prompt, its stop strings).
+
+        Raises:
+            ValueError: ``max_new_tokens < 1``. BackendOutOfMemory: the batch does not fit.
+        """
+        raise self._unsupported("generations")
+
+    def generate_stream(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        score_tokens: Sequence[Sequence[int]] | None = None,
+        stop: Sequence[Sequence[str]] | None = None,
+        max_rows: int | None = None,
+    ) -> Iterator[tuple[int, str, int, list[float] | None, int]]:
+        """``generate_tokens`` of a whole list with continuous batching (``can_stream``): yields
+        (prompt index, text, tokens run since the previous item, first-step log-probabilities or
+        None, prompt forwards since the previous item) as rows finish."""
+        raise self._unsupported("streamed generations")
 
     def chat_prompt(self, user_message: str) -> str | None:
         """``user_message`` as one user turn through the tokenizer's chat template, with the

@@ -27,7 +27,7 @@ import torch
 MAX_ROWS = 32
 
 #: The attribute that marks a model whose linear layers already dispatch by rows.
-_MARK = "_audit_decode_linears"
+MARK = "_audit_decode_linears"
 
 
 def available_bytes() -> int | None:
@@ -57,8 +57,8 @@ def enable(model) -> int:
         the number of layers that dispatch by rows (0 when it does not apply, or when the copies
         would take more than half of the available memory).
     """
-    if getattr(model, _MARK, None) is not None:
-        return getattr(model, _MARK)
+    if getattr(model, MARK, None) is not None:
+        return getattr(model, MARK)
     layers = [m for m in model.modules() if type(m) is torch.nn.Linear] if applies(model) else []
     need = sum(m.weight.numel() * m.weight.element_size() for m in layers)
     free = available_bytes()
@@ -69,7 +69,7 @@ def enable(model) -> int:
             weight = layer.weight.detach().to_mkldnn()
             bias = layer.bias if layer.bias is not None else torch.zeros(layer.out_features)
             layer.forward = _dispatch(layer.forward, weight, bias.detach().to_mkldnn())
-    setattr(model, _MARK, len(layers))
+    setattr(model, MARK, len(layers))
     return len(layers)
 
 

@@ -1,5 +1,6 @@
-"""Hugging Face causal-LM backend: the forwards behind continuation log-likelihoods and per-token
-log-probabilities (the engine schedules them), and greedy generation."""
+"""Hugging Face causal-LM backend: tokenization and the forwards behind continuation
+log-likelihoods and per-token log-probabilities (the engine schedules them); greedy generation is
+``hf_decoding``'s, continuous batching ``continuous``'s."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Sequence
 
 import torch
 
-from . import decode_linear, segmented_attention
+from . import segmented_attention
 from .base import GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, Backend, ModelInfo, SentenceEncoding
-from .prompt_prefix import PromptPrefix
+from .continuous import StreamingDecoding
+from .hf_decoding import ancestor_mask, batch_indexable, returned_cache
 from .tokenization import encode_pair, special_ids, texts_to_encode
 
 
@@ -54,7 +56,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return names[dtype]
 
 
-class HFCausalLM(Backend):
+class HFCausalLM(StreamingDecoding, Backend):
     """A ``transformers`` causal LM behind the suite's model interface.
 
     Tokenization boundary: ``tokenization.encode_pair`` (as lm-evaluation-harness, so numbers
@@ -74,6 +76,8 @@ class HFCausalLM(Backend):
       requests longer than the window (left-truncated), ``token_logprobs``.
 
     Both give the same numbers up to float rounding (~2e-5 nats per request in fp32, SmolLM2).
+    Generation is ``hf_decoding.GreedyDecoding``'s (``generate_tokens``) and
+    ``continuous.StreamingDecoding``'s (``generate_stream``).
 
     Args:
         model: a loaded ``PreTrainedModel`` in eval mode, already on its device and dtype.
@@ -95,6 +99,8 @@ class HFCausalLM(Backend):
     """
 
     capabilities = frozenset({LOGLIKELIHOOD, TOKEN_LOGPROBS, GENERATE})
+    runs_forwards = True
+    runs_generation = True
 
     def __init__(
         self,
@@ -128,6 +134,13 @@ class HFCausalLM(Backend):
         self._bos, self._empty_prefix = special_ids(tokenizer)
         pad = tokenizer.pad_token_id
         self._pad = pad if pad is not None else self._empty_prefix[0]
+        self.packing = packing
+        self._read_architecture(model)
+
+    def _read_architecture(self, model) -> None:
+        """What the model's config and forward signature allow: its window, vocabulary and
+        soft-capping, whether its forward can continue a cache (``can_share``), take a packed
+        row (``can_pack``), and whether it has sliding-window layers."""
         cfg = model.config
         self.max_length = int(
             getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048
@@ -146,28 +159,28 @@ class HFCausalLM(Backend):
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
         self._vocab = int(getattr(text_cfg, "vocab_size", 0) or 1 << 18)
         self._softcap = getattr(text_cfg, "final_logit_softcapping", None)
-        # Packing needs a decoder that takes a custom 4-D mask and position ids, an output head,
-        # and full attention everywhere (a custom mask bypasses sliding windows).
-        self.packing = packing
-        self._can_pack = (
-            self._can_share
-            and hasattr(model, "base_model")
-            and model.get_output_embeddings() is not None
-            and "position_ids" in inspect.signature(model.base_model.forward).parameters
-        )
         layer_types = getattr(text_cfg, "layer_types", None) or ()
         self._sliding = any("sliding" in str(t) or "chunked" in str(t) for t in layer_types) or (
             not layer_types
             and getattr(text_cfg, "sliding_window", None) is not None
             and getattr(text_cfg, "use_sliding_window", True) is not False
         )
-        self._can_pack = self._can_pack and not self._sliding
-        # Per-tree attention in packed rows: on CPU it skips the masked scores between trees; on
-        # a GPU one masked kernel over the row beats hundreds of small ones.
-        self._per_tree = self._can_pack and self.device.type == "cpu" and segmented_attention.can_route(model)
+        # Packing needs a decoder that takes a custom 4-D mask and position ids, an output head,
+        # and full attention everywhere (a custom mask bypasses sliding windows).
+        self._can_pack = (
+            self._can_share
+            and not self._sliding
+            and hasattr(model, "base_model")
+            and model.get_output_embeddings() is not None
+            and "position_ids" in inspect.signature(model.base_model.forward).parameters
+        )
+        #: Per-tree attention in packed rows: on CPU it skips the masked scores between trees;
+        #: on a GPU one masked kernel over the row beats hundreds of small ones.
+        self.per_tree = self._can_pack and self.device.type == "cpu" and segmented_attention.can_route(model)
 
     # -- tokenization ----------------------------------------------------------------------------
-    def _encode(self, text: str) -> list[int]:
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens."""
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
@@ -177,7 +190,7 @@ class HFCausalLM(Backend):
         Raises:
             ValueError: the continuation is empty or encodes to no token.
         """
-        return encode_pair(self._encode, context, continuation, self._bos, self._empty_prefix)
+        return encode_pair(self.encode_text, context, continuation, self._bos, self._empty_prefix)
 
     def encode_pairs(self, requests: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
         """``[encode_pair(c, x) for c, x in requests]``, with each distinct string tokenized once
@@ -194,7 +207,7 @@ class HFCausalLM(Backend):
 
         def encode(text: str) -> list[int]:
             ids = known.get(text)
-            return list(ids) if ids is not None else self._encode(text)
+            return list(ids) if ids is not None else self.encode_text(text)
 
         return [encode_pair(encode, c, x, self._bos, self._empty_prefix) for c, x in requests]
 
@@ -206,7 +219,7 @@ class HFCausalLM(Backend):
         Raises:
             ValueError: ``text`` encodes to no token.
         """
-        ids = self._encode(text)
+        ids = self.encode_text(text)
         if not ids:
             raise ValueError(f"sentence {text!r} encodes to no token")
         prefix = list(self._empty_prefix)
@@ -303,61 +316,61 @@ class HFCausalLM(Backend):
         """
         from .errors import PrefixUnsupported
 
-        n = len(segments)
-        lens = torch.tensor([len(s) for s in segments], dtype=torch.long)
+        lens = torch.tensor([len(s) for s in segments], dtype=torch.long).to(self.device)
         if state is None:
             ids, mask, position_ids = self._left_pad(segments)
             width = ids.shape[1]
             cols = [[width - len(seg) + o for o, _ in q] for seg, q in zip(segments, queries)]
             kwargs = {}
-            lengths = lens.to(self.device)
+            lengths = lens
         else:
-            cache, parent_mask, parent_lens = state
-            rows = torch.tensor(parent_rows, dtype=torch.long, device=self.device)
-            # A shallow copy whose layers are rebound to the selected rows (advanced indexing makes
-            # new tensors), so the parent state stays intact for its other children.
-            cache = copy.copy(cache)
-            cache.layers = [copy.copy(layer) for layer in cache.layers]
-            cache.batch_select_indices(rows)
-            width = max(len(s) for s in segments)
-            ids = torch.full((n, width), self._pad, dtype=torch.long)
-            seg_mask = torch.zeros((n, width), dtype=torch.long)
-            for r, seg in enumerate(segments):
-                ids[r, : len(seg)] = torch.tensor(seg, dtype=torch.long)
-                seg_mask[r, : len(seg)] = 1
-            ids, seg_mask = ids.to(self.device), seg_mask.to(self.device)
-            mask = torch.cat([parent_mask.index_select(0, rows), seg_mask], dim=1)
-            base = parent_lens.index_select(0, rows)
-            position_ids = base.unsqueeze(1) + torch.arange(width, device=self.device)
+            ids, mask, position_ids, cache, base = self._continuation_inputs(state, parent_rows, segments)
             cols = [[o for o, _ in q] for q in queries]
             kwargs = {self._cache_arg: cache}
-            lengths = base + lens.to(self.device)
+            lengths = base + lens
         keep = sorted({c for row in cols for c in row})
         if self._keeps_logits and keep:
             kwargs["logits_to_keep"] = torch.tensor(keep, dtype=torch.long, device=self.device)
         res = self._forward(
             input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True, **kwargs
         )
-        new_cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
-        if not _batch_indexable(new_cache):
+        new_cache = returned_cache(res)
+        if not batch_indexable(new_cache):
             raise PrefixUnsupported(f"{type(new_cache).__name__} cache cannot be batch-indexed")
-        out: list[list[float]] = [[] for _ in segments]
-        if keep:
-            col_of = {c: j for j, c in enumerate(keep)} if self._keeps_logits else {c: c for c in keep}
-            q_rows = [r for r, row in enumerate(cols) for _ in row]
-            q_cols = [col_of[c] for row in cols for c in row]
-            targets = [t for q in queries for _, t in q]
-            logits = res.logits[
-                torch.tensor(q_rows, device=self.device), torch.tensor(q_cols, device=self.device)
-            ].float()
-            del res
-            picked = logits.gather(-1, torch.tensor(targets, device=self.device).unsqueeze(-1)).squeeze(-1)
-            values = (picked - torch.logsumexp(logits, dim=-1)).tolist()
-            pos = 0
-            for r, row in enumerate(cols):
-                out[r] = values[pos : pos + len(row)]
-                pos += len(row)
-        return (new_cache, mask, lengths), out
+        if not keep:
+            return (new_cache, mask, lengths), [[] for _ in segments]
+        col_of = {c: j for j, c in enumerate(keep)} if self._keeps_logits else {c: c for c in keep}
+        q_rows = [r for r, row in enumerate(cols) for _ in row]
+        q_cols = [col_of[c] for row in cols for c in row]
+        logits = res.logits[
+            torch.tensor(q_rows, device=self.device), torch.tensor(q_cols, device=self.device)
+        ]
+        del res
+        targets = torch.tensor([t for q in queries for _, t in q], device=self.device)
+        values = _token_logprobs(logits, targets).tolist()
+        return (new_cache, mask, lengths), _per_row(values, [len(row) for row in cols])
+
+    def _continuation_inputs(self, state, parent_rows, segments: list[list[int]]):
+        """(input ids, attention mask, position ids, cache, parent lengths) of ``segments``
+        continuing rows ``parent_rows`` of ``state``, right-padded after the parent's width."""
+        cache, parent_mask, parent_lens = state
+        rows = torch.tensor(parent_rows, dtype=torch.long, device=self.device)
+        # A shallow copy whose layers are rebound to the selected rows (advanced indexing makes
+        # new tensors), so the parent state stays intact for its other children.
+        cache = copy.copy(cache)
+        cache.layers = [copy.copy(layer) for layer in cache.layers]
+        cache.batch_select_indices(rows)
+        width = max(len(s) for s in segments)
+        ids = torch.full((len(segments), width), self._pad, dtype=torch.long)
+        seg_mask = torch.zeros((len(segments), width), dtype=torch.long)
+        for r, seg in enumerate(segments):
+            ids[r, : len(seg)] = torch.tensor(seg, dtype=torch.long)
+            seg_mask[r, : len(seg)] = 1
+        ids, seg_mask = ids.to(self.device), seg_mask.to(self.device)
+        mask = torch.cat([parent_mask.index_select(0, rows), seg_mask], dim=1)
+        base = parent_lens.index_select(0, rows)
+        position_ids = base.unsqueeze(1) + torch.arange(width, device=self.device)
+        return ids, mask, position_ids, cache, base
 
     @property
     def can_pack(self) -> bool:
@@ -385,17 +398,10 @@ class HFCausalLM(Backend):
         n, width = len(rows), max(len(r[0]) for r in rows)
         ids = torch.full((n, width), self._pad, dtype=torch.long)
         pos = torch.zeros((n, width), dtype=torch.long)
-        allowed = np.zeros((n, width, width), dtype=bool)
-        for r, (tokens, parents, positions, _) in enumerate(rows):
+        for r, (tokens, _, positions, _) in enumerate(rows):
             ids[r, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
             pos[r, : len(tokens)] = torch.tensor(positions, dtype=torch.long)
-            a = allowed[r]
-            for i, p in enumerate(parents):  # parents precede children (depth-first order)
-                if p >= 0:
-                    a[i] = a[p]
-                a[i, i] = True
-            for i in range(len(tokens), width):  # padding sees itself: no all-masked row
-                a[i, i] = True
+        allowed = np.stack([ancestor_mask(parents, width) for _, parents, _, _ in rows])
         dtype = self.model.dtype
         mask = torch.zeros((n, 1, width, width), dtype=dtype)
         mask.masked_fill_(~torch.from_numpy(allowed).unsqueeze(1), torch.finfo(dtype).min)
@@ -405,7 +411,7 @@ class HFCausalLM(Backend):
         at: dict[tuple[int, int], int] = {}
         which = [at.setdefault((r, c), len(at)) for r, row in enumerate(rows) for c, _ in row[3]]
         try:
-            if self._per_tree:
+            if self.per_tree:
                 with segmented_attention.routed(self.model):
                     hidden = self.model.base_model(
                         input_ids=ids,
@@ -430,484 +436,16 @@ class HFCausalLM(Backend):
         index = torch.tensor(which, device=self.device)
         targets = torch.tensor([t for row in rows for _, t in row[3]], device=self.device)
         values = (logits[index, targets] - torch.logsumexp(logits, dim=-1)[index]).tolist()
-        out, k = [], 0
-        for row in rows:
-            out.append(values[k : k + len(row[3])])
-            k += len(row[3])
-        return out
+        return _per_row(values, [len(row[3]) for row in rows])
 
-    # -- generation ------------------------------------------------------------------------------
     def encode_prompt(self, prompt: str) -> list[int]:
         """Token ids of a generation prompt: BOS (when the tokenizer adds one) + ``prompt``."""
         # A chat-formatted prompt may already start with the BOS text (Gemma's template writes
         # "<bos>"); prepending it again would condition on two.
         bos_text = self.tokenizer.bos_token
         if self._bos and bos_text and prompt.startswith(bos_text):
-            return self._encode(prompt)
-        return self._bos + self._encode(prompt)
-
-    def encode_continuation(self, prompt: str, continuation: str) -> tuple[list[int], list[int]]:
-        """(prompt ids exactly as ``generate`` reads them, continuation ids as the next tokens):
-        the tokens of ``prompt + continuation`` after the prompt's, or the continuation encoded
-        alone when the two merge across the boundary. Unlike ``encode_pair``, no whitespace moves:
-        a chat prompt ending with the assistant turn's opening (``"assistant\n"``) stays whole,
-        so a letter is scored from the distribution the first generated token is drawn from.
-
-        Raises:
-            ValueError: an empty prompt or continuation.
-        """
-        if not prompt or not continuation:
-            raise ValueError("encode_continuation needs a non-empty prompt and continuation")
-        ids = self.encode_prompt(prompt)
-        whole = self.encode_prompt(prompt + continuation)
-        if len(whole) > len(ids) and whole[: len(ids)] == ids:
-            return ids, whole[len(ids) :]
-        return ids, self._encode(continuation)
-
-    def generate_tokens(
-        self,
-        prompts: list[list[int]],
-        max_new_tokens: int,
-        score_tokens: Sequence[Sequence[int]] | None = None,
-        stop: Sequence[Sequence[str]] | None = None,
-    ) -> tuple[list[str], int, list[list[float]] | None]:
-        """Greedy completions of a batch of token-id prompts (left-padded): the decoded text
-        after each prompt (special tokens skipped), the tokens run, and, when ``score_tokens``
-        is given, per prompt the float32 log-probability of each of its ``score_tokens`` as the
-        first token after the prompt (from the same forward that picks the first new token).
-
-        A row stops at an end-of-sequence token, after ``max_new_tokens``, or, with ``stop``
-        (per prompt, strings), as soon as its decoded text contains one of its stop strings;
-        the text is returned uncut (the caller cuts it), so a text holding none of its stop
-        strings is the whole generation. Finished rows leave the batch (their key/value rows
-        are dropped), and the batch ends when every row has finished.
-
-        Prompts that share a long prefix (``share_groups``) run it once: the prefix's key/value
-        cache is computed per group, copied to the group's rows, and each row continues from it
-        with its own suffix. The padding between prefix and suffix is masked, and position ids
-        come from the mask, so each row sees the same tokens at the same positions as alone
-        (equal up to float rounding). Sliding-window models and models whose cache cannot be
-        batch-indexed run every prompt whole.
-
-        The decoding loop is this class's own (``_greedy``): plain greedy decoding as
-        transformers' ``generate(do_sample=False, num_beams=1)`` does it, without its per-step
-        bookkeeping and with finished rows removed. A model whose generation config adds a
-        logits processor to greedy decoding (``repetition_penalty``, ``min_new_tokens``, ...;
-        ``plain_greedy``) or whose forward takes no cache goes through ``generate`` itself,
-        with the stop strings as a stopping criterion.
-
-        Raises:
-            ValueError: ``max_new_tokens < 1``, an empty prompt, or ``stop`` of another length
-                than ``prompts``. BackendOutOfMemory: CUDA ran out of memory (the engine halves
-                the batch).
-        """
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if any(not p for p in prompts):
-            raise ValueError("an empty prompt: generation needs at least one token to condition on")
-        if stop is not None and len(stop) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(stop)} stop lists")
-
-        stops = [tuple(s for s in row if s) for row in stop] if stop is not None else [()] * len(prompts)
-        self._prepare_decoding()
-        if self._own_loop():
-            state, forwarded = self._prefill_state(prompts)
-            tokens, first = self._greedy(state, max_new_tokens, stops, score_tokens)
-        else:
-            ids, mask, kwargs, forwarded = self._prompt_inputs(prompts)
-            tokens, first = self._generate_hf(ids, mask, kwargs, max_new_tokens, stops, score_tokens)
-        texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
-        return texts, forwarded + sum(len(row) for row in tokens), first
-
-    #: Whether decoding steps on the CPU (float32) run the linear layers' few-row products
-    #: through oneDNN (``decode_linear``: 1.5-2x faster than sgemm there, with a second copy of
-    #: the weights, made at the first generation).
-    onednn_decoding = True
-
-    def _prepare_decoding(self) -> None:
-        if self.onednn_decoding and decode_linear.applies(self.model):
-            decode_linear.enable(self.model)
-
-    #: Whether ``generate_stream`` refills a batch with waiting prompts as its rows finish
-    #: (``continuous.stream_greedy``); off, the engine sends batches to ``generate_tokens``.
-    continuous_batching = True
-
-    @property
-    def can_stream(self) -> bool:
-        """Whether the engine may send a whole list of prompts to ``generate_stream``: continuous
-        batching on, the backend's own decoding loop (``_own_loop``), weights on a real device,
-        and ``generate_tokens`` not replaced by a subclass (a counting double decodes nothing).
-        A cache that turns out not to merge is found at the stream's first prefill, which then
-        runs batch by batch."""
-        return (
-            self.continuous_batching
-            and self.device.type != "meta"
-            and type(self).generate_tokens is HFCausalLM.generate_tokens
-            and self._own_loop()
-        )
-
-    def generate_stream(
-        self,
-        prompts: list[list[int]],
-        max_new_tokens: int,
-        score_tokens: Sequence[Sequence[int]] | None = None,
-        stop: Sequence[Sequence[str]] | None = None,
-        max_rows: int | None = None,
-    ):
-        """Greedy completions of ``prompts`` with at most ``max_rows`` (default ``batch_size``)
-        decoded at once, the batch refilled with waiting prompts when half its rows have
-        finished (``continuous.stream_greedy``); each text equals ``generate_tokens``'.
-
-        Yields, as rows finish: (prompt index, text, tokens run since the previous item, its
-        first-step log-probabilities of ``score_tokens`` or None, prompt forwards started since
-        the previous item). The tokens and forwards summed over all items are the stream's.
-
-        Raises:
-            ValueError: as ``generate_tokens``, or ``max_rows < 1``. BackendOutOfMemory: CUDA ran
-                out of memory (items already yielded stand; the engine runs the rest with fewer
-                rows).
-        """
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if any(not p for p in prompts):
-            raise ValueError("an empty prompt: generation needs at least one token to condition on")
-        if stop is not None and len(stop) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(stop)} stop lists")
-        rows = self.batch_size if max_rows is None else max_rows
-        if rows < 1:
-            raise ValueError(f"max_rows must be >= 1, got {rows}")
-        from .continuous import stream_greedy
-
-        stops = [tuple(s for s in row if s) for row in stop] if stop is not None else [()] * len(prompts)
-        self._prepare_decoding()
-        return stream_greedy(self, prompts, max_new_tokens, stops, score_tokens, rows)
-
-    def _prefill_state(self, prompts: list[list[int]], past: PromptPrefix | None = None):
-        """(``_greedy``'s starting state, tokens run) of a batch: the prompt trie in one packed
-        forward (``_tree_prefill``) when it applies, continuing ``past`` (the key/value cache of
-        a prefix every prompt starts with, kept from an earlier prefill) when given, else a
-        left-padded forward whose shared prefixes (``share_groups``) run once."""
-        from .errors import PrefixUnsupported
-
-        if self._tree_prefill_ok(prompts, past):
-            try:
-                return self._tree_prefill(prompts, past)
-            except PrefixUnsupported:
-                self.disable_prefix_sharing()
-        ids, mask, kwargs, forwarded = self._prompt_inputs(prompts)
-        return self._padded_prefill(ids, mask, kwargs.get(self._cache_arg)), forwarded
-
-    def _prompt_inputs(self, prompts: list[list[int]]):
-        """(input ids, attention mask, generate kwargs, tokens run) of a left-padded batch, a
-        shared prefix per ``share_groups`` group already run into the kwargs' cache."""
-        from .errors import PrefixUnsupported
-
-        groups = (
-            share_groups(prompts)
-            if self.prefix_sharing and self._can_share and not self._sliding
-            else [(0, list(range(len(prompts))))]
-        )
-        if groups[0][0]:
-            try:
-                return self._shared_prefix_inputs(prompts, groups)
-            except PrefixUnsupported:
-                self.disable_prefix_sharing()
-        ids, mask, _ = self._left_pad(prompts)
-        return ids, mask, {}, sum(len(p) for p in prompts)
-
-    def _own_loop(self) -> bool:
-        """Whether ``_greedy`` decodes like ``generate`` for this model: a forward that takes a
-        cache and position ids, and a generation config that adds nothing to plain argmax."""
-        return (
-            self._cache_arg is not None
-            and not getattr(self.model.config, "is_encoder_decoder", False)
-            and "position_ids" in inspect.signature(self.model.forward).parameters
-            and plain_greedy(self.model.generation_config)
-        )
-
-    def _eos(self) -> frozenset[int]:
-        eos = self.model.generation_config.eos_token_id
-        if eos is None:
-            return frozenset()
-        return frozenset([eos] if isinstance(eos, int) else (int(e) for e in eos))
-
-    def _stopped(self, tokens: list[int], stops: tuple[str, ...]) -> bool:
-        """Whether the text of ``tokens`` contains one of ``stops``. A token that ends inside a
-        multi-byte character decodes to U+FFFD, which a later token replaces: it is left out, so
-        a row never stops on text its next token would change."""
-        text = self.tokenizer.decode(tokens, skip_special_tokens=True).rstrip("\ufffd")
-        return any(s in text for s in stops)
-
-    #: Most tokens a generation batch's prompts may hold, once each, for ``_tree_prefill``: the
-    #: packed row attends over all of them, so its attention grows with the square of this.
-    tree_prefill_tokens = 2048
-
-    def _tree_prefill_ok(self, prompts, past: PromptPrefix | None = None) -> bool:
-        cut = past.length if past is not None else 0
-        return (
-            self.prefix_sharing
-            and self._can_share
-            and self.can_pack
-            and (len(prompts) > 1 or cut > 0)
-            and len(_trie([p[cut:] for p in prompts])[0]) <= self.tree_prefill_tokens
-        )
-
-    @torch.inference_mode()
-    def _tree_prefill(self, prompts: list[list[int]], past: PromptPrefix | None = None):
-        """``_greedy``'s starting state from one packed forward of the batch's prompt trie: every
-        distinct prompt prefix runs once (the instruction all prompts share, then each context,
-        then each prompt's own end), token i attending to its ancestors only (a 4-D mask, as in
-        ``forward_packed``) at position id = its depth. Each prompt's key/value cache is then
-        gathered from the packed row along its path, left-padded, so decoding continues as after
-        a left-padded prompt forward; no padding is computed. Returns (state, tokens run).
-
-        With ``past`` (the cache of the first ``past.length`` tokens, which every prompt starts
-        with and goes beyond), only the trie of the rest runs, its tokens attending to those
-        columns as well, at positions after them: a prefix computed once for an earlier batch
-        (the chat preamble, a prompt template's instruction) is not computed again.
-
-        Raises:
-            PrefixUnsupported: the model's cache cannot be batch-indexed.
-        """
-        import numpy as np
-
-        from .errors import PrefixUnsupported
-
-        cut = 0 if past is None else past.length
-        if cut and any(len(p) <= cut or p[:cut] != list(past.ids[:cut]) for p in prompts):
-            raise ValueError("a prompt does not go beyond the prefix whose cache it continues")
-        tokens, parents, paths = _trie([p[cut:] for p in prompts])
-        n, width = len(tokens), max(len(p) for p in prompts)
-        allowed = np.zeros((n, n), dtype=bool)
-        depth = [0] * n
-        for i, p in enumerate(parents):  # parents precede children
-            if p >= 0:
-                allowed[i] = allowed[p]
-                depth[i] = depth[p] + 1
-            allowed[i, i] = True
-        dtype = self.model.dtype
-        mask4 = torch.zeros((1, 1, n, cut + n), dtype=dtype)  # every token sees the past columns
-        mask4[..., cut:].masked_fill_(~torch.from_numpy(allowed), torch.finfo(dtype).min)
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        pos = torch.tensor([[cut + d for d in depth]], dtype=torch.long, device=self.device)
-        last = torch.tensor([path[-1] for path in paths], device=self.device)
-        extra = {}
-        if cut:
-            extra[self._base_cache_arg()] = past.cache(self.device)
-        try:
-            out = self.model.base_model(
-                input_ids=ids, attention_mask=mask4.to(self.device), position_ids=pos, use_cache=True, **extra
-            )
-            logits = self.model.get_output_embeddings()(out.last_hidden_state[0, last]).float()
-        except torch.OutOfMemoryError as e:
-            from .errors import BackendOutOfMemory
-
-            raise BackendOutOfMemory(str(e)) from None
-        if self._softcap:
-            logits = torch.tanh(logits / self._softcap) * self._softcap
-        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-        del out
-        if not _batch_indexable(cache):
-            raise PrefixUnsupported(f"{type(cache).__name__} cache cannot be batch-indexed")
-        # Row r of the new cache holds the past columns and the packed columns of prompt r's
-        # path, left-padded (the padding columns copy column 0 and are masked).
-        gather = torch.zeros((len(prompts), width), dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for r, path in enumerate(paths):
-            gather[r, width - len(path) - cut :] = torch.tensor(list(range(cut)) + [cut + c for c in path])
-            mask[r, width - len(path) - cut :] = 1
-        gather, mask = gather.to(self.device), mask.to(self.device)
-        for layer in cache.layers:
-            layer.keys = layer.keys[0][:, gather].transpose(0, 1).contiguous()
-            layer.values = layer.values[0][:, gather].transpose(0, 1).contiguous()
-        pos = torch.tensor([[len(p) - 1] for p in prompts], dtype=torch.long, device=self.device)
-        return (logits, cache, mask, pos, True), n
-
-    def _base_cache_arg(self) -> str:
-        """The name under which ``base_model``'s forward takes a cache (``cache`` in
-        transformers 5, ``past_key_values`` before)."""
-        params = inspect.signature(self.model.base_model.forward).parameters
-        return "cache" if "cache" in params else "past_key_values"
-
-    @torch.inference_mode()
-    def _padded_prefill(self, ids, mask, cache):
-        """``_greedy``'s starting state from a forward of left-padded ``ids`` (``mask`` its
-        attention mask) as ``generate`` builds it: position ids from the mask (padding at 0), the
-        mask dropped when it has no padding, logits of the last position only, continuing
-        ``cache`` when given (it holds the first columns of ``ids``: a shared prefix)."""
-        past = 0 if cache is None else cache.get_seq_length()
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
-        padded = not bool(mask.all())
-        extra = {"logits_to_keep": 1} if self._keeps_logits else {}
-        if cache is not None:
-            extra[self._cache_arg] = cache
-        res = self._forward(
-            input_ids=ids[:, past:],
-            attention_mask=mask if padded else None,
-            position_ids=pos,
-            use_cache=True,
-            **extra,
-        )
-        logits = res.logits[:, -1, :].float()
-        cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
-        return logits, cache, mask, pos[:, -1:], padded
-
-    @torch.inference_mode()
-    def _greedy(self, state, max_new_tokens: int, stops, score_tokens):
-        """(new token ids per row, first-step log-probabilities of ``score_tokens`` or None):
-        greedy decoding from a prefill ``state`` (logits after each row's prompt, its cache,
-        attention mask, last position id, whether the mask has padding).
-
-        Each step feeds one token per live row at its row's next position, as ``generate``
-        does, the mask dropped when it has no padding, argmax in float32. A row is finished at
-        an end-of-sequence token (kept, as ``generate`` keeps it), at ``max_new_tokens``, or at
-        one of its stop strings. Finished rows are dropped from the batch and from the cache; a
-        cache whose rows cannot be selected keeps them, fed padding, their output ignored.
-        """
-        eos = self._eos()
-        logits, cache, mask, pos, padded = state
-        live = list(range(logits.shape[0]))  # the prompt of each batch row; -1: finished, kept
-        tokens: list[list[int]] = [[] for _ in live]
-        first = None
-        extra = {"logits_to_keep": 1} if self._keeps_logits else {}
-        selectable = None
-        inp = None
-        for step in range(max_new_tokens):
-            if step:
-                extra[self._cache_arg] = cache
-                res = self._forward(
-                    input_ids=inp,
-                    attention_mask=mask if padded else None,
-                    position_ids=pos,
-                    use_cache=True,
-                    **extra,
-                )
-                logits = res.logits[:, -1, :].float()
-                cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
-                del res
-                self.decode_steps += 1
-            if step == 0 and score_tokens is not None:
-                # The model's own forward has applied any final soft-capping already.
-                logp = torch.log_softmax(logits, dim=-1)
-                first = [[float(logp[r, t]) for t in toks] for r, toks in enumerate(score_tokens)]
-            chosen = logits.argmax(-1)
-            finished = set()
-            for row, t in enumerate(chosen.tolist()):
-                i = live[row]
-                if i < 0:
-                    continue
-                tokens[i].append(t)
-                if (
-                    t in eos
-                    or len(tokens[i]) >= max_new_tokens
-                    or (stops[i] and self._stopped(tokens[i], stops[i]))
-                ):
-                    finished.add(row)
-            if finished:
-                if selectable is None:
-                    selectable = _batch_indexable(cache)
-                if selectable:
-                    keep = [row for row in range(len(live)) if row not in finished]
-                    if not keep:
-                        break
-                    rows = torch.tensor(keep, dtype=torch.long, device=self.device)
-                    cache.batch_select_indices(rows)
-                    chosen, mask, pos = chosen[rows], mask[rows], pos[rows]
-                    live = [live[row] for row in keep]
-                else:
-                    live = [-1 if row in finished else i for row, i in enumerate(live)]
-                    if all(i < 0 for i in live):
-                        break
-            if any(i < 0 for i in live):
-                dead = torch.tensor([i < 0 for i in live], device=self.device)
-                chosen = chosen.masked_fill(dead, self._pad)
-            inp = chosen.unsqueeze(-1)
-            pos = pos + 1
-            if padded:
-                mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-        return tokens, first
-
-    def _generate_hf(self, ids, mask, kwargs: dict, max_new_tokens: int, stops, score_tokens):
-        """``_greedy``'s result through transformers' ``generate`` (its logits processors
-        applied), stop strings checked by a stopping criterion after each step."""
-        from transformers import StoppingCriteria, StoppingCriteriaList
-
-        width = ids.shape[1]
-        backend = self
-
-        class StopStrings(StoppingCriteria):
-            def __call__(self, input_ids, scores, **_):
-                return torch.tensor(
-                    [
-                        bool(s) and backend._stopped(input_ids[r, width:].tolist(), s)
-                        for r, s in enumerate(stops)
-                    ],
-                    dtype=torch.bool,
-                    device=input_ids.device,
-                )
-
-        kwargs = dict(kwargs)
-        if any(stops):
-            kwargs["stopping_criteria"] = StoppingCriteriaList([StopStrings()])
-        if score_tokens is not None:
-            # Raw logits of each step (``scores`` would be after logits processors).
-            kwargs.update(return_dict_in_generate=True, output_logits=True)
-        try:
-            out = self.model.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                num_beams=1,
-                pad_token_id=self._pad,
-                **kwargs,
-            )
-        except torch.OutOfMemoryError as e:
-            from .errors import BackendOutOfMemory
-
-            raise BackendOutOfMemory(str(e)) from None
-        first = None
-        gen = out
-        if score_tokens is not None:
-            gen = out.sequences
-            logp = torch.log_softmax(out.logits[0].float(), dim=-1)
-            first = [[float(logp[r, t]) for t in toks] for r, toks in enumerate(score_tokens)]
-        return [row.tolist() for row in gen[:, width:]], first
-
-    def _shared_prefix_inputs(self, prompts: list[list[int]], groups):
-        """(input ids, attention mask, generate kwargs with the copied prefix cache, tokens run)
-        for ``groups`` of (shared prefix length, prompt indices). Layout per row: its group's
-        prefix left-padded to the longest prefix, then its own suffix left-padded to the longest
-        suffix; the prefix forward runs one row per group."""
-        from .errors import PrefixUnsupported
-
-        row_group = [0] * len(prompts)
-        prefixes = []
-        for g, (length, members) in enumerate(groups):
-            for i in members:
-                row_group[i] = g
-            prefixes.append(prompts[members[0]][:length])
-        lengths = [len(p) for p in prefixes]
-        suffixes = [prompts[i][lengths[row_group[i]] :] for i in range(len(prompts))]
-        p_ids, p_mask, p_pos = self._left_pad(prefixes)
-        res = self._forward(
-            input_ids=p_ids,
-            attention_mask=p_mask,
-            position_ids=p_pos,
-            use_cache=True,
-            **({"logits_to_keep": 1} if self._keeps_logits else {}),
-        )
-        cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
-        del res
-        if not _batch_indexable(cache):
-            raise PrefixUnsupported(f"{type(cache).__name__} cache cannot be batch-indexed")
-        rows = torch.tensor(row_group, dtype=torch.long, device=self.device)
-        cache.batch_select_indices(rows)
-        s_ids, s_mask, _ = self._left_pad(suffixes)
-        ids = torch.cat([p_ids.index_select(0, rows), s_ids], dim=1)
-        mask = torch.cat([p_mask.index_select(0, rows), s_mask], dim=1)
-        forwarded = sum(lengths) + sum(len(s) for s in suffixes)
-        return ids, mask, {self._cache_arg: cache}, forwarded
+            return self.encode_text(prompt)
+        return self._bos + self.encode_text(prompt)
 
     def chat_prompt(self, user_message: str) -> str | None:
         template = self.chat_template
@@ -925,175 +463,23 @@ class HFCausalLM(Backend):
         return self._chosen_template(getattr(self.tokenizer, "chat_template", None))
 
 
+def _per_row(values: list[float], counts: list[int]) -> list[list[float]]:
+    """``values`` cut into consecutive rows of ``counts`` values.
+
+    Examples:
+        >>> _per_row([1.0, 2.0, 3.0], [2, 0, 1])
+        [[1.0, 2.0], [], [3.0]]
+    """
+    out, k = [], 0
+    for n in counts:
+        out.append(values[k : k + n])
+        k += n
+    return out
+
+
 def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """log softmax(logits)[target] in float32. logits (batch, seq, vocab), targets (batch, seq)
     -> (batch, seq). logit - logsumexp avoids a second (batch, seq, vocab) tensor."""
     logits = logits.float()
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(logits, dim=-1)
-
-
-#: Generation-config fields with which transformers' ``generate`` adds a logits processor (or
-#: another search) to greedy decoding, and the values that add none. ``_greedy`` implements plain
-#: argmax only, so a model with any other value decodes through ``generate`` itself.
-_NEUTRAL_GREEDY = {
-    "repetition_penalty": (None, 1.0),
-    "encoder_repetition_penalty": (None, 1.0),
-    "no_repeat_ngram_size": (None, 0),
-    "encoder_no_repeat_ngram_size": (None, 0),
-    "bad_words_ids": (None,),
-    "min_length": (None, 0),
-    "min_new_tokens": (None, 0),
-    "forced_bos_token_id": (None,),
-    "forced_eos_token_id": (None,),
-    "forced_decoder_ids": (None,),
-    "suppress_tokens": (None,),
-    "begin_suppress_tokens": (None,),
-    "sequence_bias": (None,),
-    "exponential_decay_length_penalty": (None,),
-    "guidance_scale": (None, 1.0),
-    "watermarking_config": (None,),
-    "penalty_alpha": (None,),
-    "dola_layers": (None,),
-    "assistant_model": (None,),
-    "prompt_lookup_num_tokens": (None,),
-}
-
-
-def plain_greedy(config) -> bool:
-    """Whether greedy ``generate`` with this generation config is a plain argmax per step (no
-    logits processor, no contrastive or assisted search).
-
-    Examples:
-        >>> from transformers import GenerationConfig
-        >>> plain_greedy(GenerationConfig(eos_token_id=2)), plain_greedy(GenerationConfig(repetition_penalty=1.1))
-        (True, False)
-    """
-    return all(getattr(config, k, None) in neutral for k, neutral in _NEUTRAL_GREEDY.items())
-
-
-def _trie(prompts: Sequence[Sequence[int]]) -> tuple[list[int], list[int], list[list[int]]]:
-    """The prompts as one prefix tree in depth-first order: (token per node, parent per node
-    (-1: a root), per prompt the node of each of its tokens).
-
-    Examples:
-        >>> _trie([[1, 2, 3], [1, 2, 4], [5]])
-        ([1, 2, 3, 4, 5], [-1, 0, 1, 1, -1], [[0, 1, 2], [0, 1, 3], [4]])
-    """
-    children: list[dict[int, int]] = [{}]  # node 0: a virtual root
-    tok, par, ends = [-1], [0], []
-    for p in prompts:
-        node = 0
-        for t in p:
-            nxt = children[node].get(t)
-            if nxt is None:
-                nxt = children[node][t] = len(tok)
-                children.append({})
-                tok.append(t)
-                par.append(node)
-            node = nxt
-        ends.append(node)
-    order, stack = [], list(reversed(children[0].values()))
-    while stack:  # depth first, children in first-seen order
-        node = stack.pop()
-        order.append(node)
-        stack.extend(reversed(children[node].values()))
-    index = {node: i for i, node in enumerate(order)}
-    paths = []
-    for end in ends:
-        path, node = [], end
-        while node:
-            path.append(index[node])
-            node = par[node]
-        paths.append(path[::-1])
-    return [tok[v] for v in order], [index[par[v]] if par[v] else -1 for v in order], paths
-
-
-def share_groups(prompts: Sequence[Sequence[int]], min_shared: int = 16) -> list[tuple[int, list[int]]]:
-    """Prompts of one batch cut into groups that run a shared prefix once: (prefix length,
-    member indices), every index in exactly one group, groups in order of their first member.
-
-    The groups are runs of the prompts sorted by token ids whose neighbours share at least
-    ``T`` tokens, with the cut-off ``T`` chosen among the neighbours' common-prefix lengths to
-    minimise the padded work of ``HFCausalLM.generate_tokens``: one prefix row per group at the
-    longest prefix, plus every row at the longest suffix. A group's prefix is its members' common
-    prefix, at most the shortest member minus one (each row needs a suffix token); a prompt
-    that shares less than ``min_shared`` tokens is a group of its own, its prefix all but its
-    last token. ``[(0, all indices)]`` means no split pays off (or a prompt is a single token):
-    run the prompts whole.
-
-    Examples:
-        >>> share_groups([[1, 2, 3, 4, 9], [1, 2, 3, 4, 8], [7, 7, 7, 7, 7]], min_shared=2)
-        [(4, [0, 1]), (4, [2])]
-        >>> share_groups([[1, 2], [3, 4]])
-        [(0, [0, 1])]
-    """
-    n = len(prompts)
-    whole = [(0, list(range(n)))]
-    if n < 2 or min(len(p) for p in prompts) < 2:
-        return whole
-    order = sorted(range(n), key=lambda i: tuple(prompts[i]))
-
-    def lcp(a: Sequence[int], b: Sequence[int]) -> int:
-        k = 0
-        for x, y in zip(a, b):
-            if x != y:
-                break
-            k += 1
-        return k
-
-    neighbour = [lcp(prompts[order[j]], prompts[order[j + 1]]) for j in range(n - 1)]
-
-    def cut(threshold: int) -> list[tuple[int, list[int]]]:
-        runs, run = [], [order[0]]
-        for j in range(n - 1):
-            if neighbour[j] >= threshold:
-                run.append(order[j + 1])
-            else:
-                runs.append(run)
-                run = [order[j + 1]]
-        runs.append(run)
-        out = []
-        for members in runs:
-            shared = min(
-                [lcp(prompts[members[0]], prompts[i]) for i in members[1:]]
-                + [len(prompts[i]) - 1 for i in members]
-            )
-            if len(members) > 1 and shared >= min_shared:
-                out.append((shared, sorted(members)))
-            else:
-                out += [(len(prompts[i]) - 1, [i]) for i in members]
-        return out
-
-    def work(groups) -> int:
-        longest_prefix = max(length for length, _ in groups)
-        longest_suffix = max(len(prompts[i]) - length for length, m in groups for i in m)
-        return len(groups) * longest_prefix + n * longest_suffix
-
-    best, best_work = whole, n * max(len(p) for p in prompts)
-    for threshold in sorted({t for t in neighbour if t >= min_shared}):
-        groups = cut(threshold)
-        if len(groups) < n and (w := work(groups)) < best_work:
-            best, best_work = groups, w
-    return sorted(best, key=lambda g: g[1][0])
-
-
-def _batch_indexable(cache) -> bool:
-    """True when ``cache`` is a transformers ``Cache`` whose layers are plain (or sliding-window)
-    key/value layers, so selecting batch rows selects whole per-sequence states. Recurrent or
-    linear-attention layers keep extra state ``batch_select_indices`` does not cover, and legacy
-    tuple caches have no such method: those models take the full path."""
-    try:
-        from transformers.cache_utils import Cache, DynamicLayer
-    except ImportError:
-        return False
-    try:
-        from transformers.cache_utils import LinearAttentionCacheLayerMixin as _Linear
-    except ImportError:
-        _Linear = ()
-    layers = getattr(cache, "layers", None)
-    return (
-        isinstance(cache, Cache)
-        and bool(layers)
-        and all(isinstance(l, DynamicLayer) and not isinstance(l, _Linear) for l in layers)
-    )

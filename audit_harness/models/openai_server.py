@@ -110,9 +110,9 @@ class OpenAIServerModel(Backend):
         self._chat_ids: dict[tuple[int, ...], str] = {}  # its token ids -> the user turn
         self._warned_plain = False  # chat_prompt warned that there is no chat template
         if tokenizer is not None:
-            self._bos, self._empty_prefix = special_ids(tokenizer)
+            self.bos, self.empty_prefix = special_ids(tokenizer)
         else:
-            self._bos, self._empty_prefix = self._remote_specials()
+            self.bos, self.empty_prefix = self._remote_specials()
         #: the ``alignment.AlignmentReport`` once checked (``check_alignment``), else None: the
         #: reference endpoint's; every other endpoint's agrees with it.
         self.alignment = None
@@ -125,10 +125,8 @@ class OpenAIServerModel(Backend):
         pool.admit = self._admit
 
     # -- engine-facing properties (see engine.executor's module doc) ------------------------------
-    prefix_sharing = False
-    can_share = False
-    can_pack = False
-    two_level_sharing = False
+    runs_forwards = True
+    runs_generation = True
     #: the engine sends sequences in lexicographic order: one context's choices together.
     order_by_prefix = True
     vocab_size = 1  # logits stay on the server: the logits budget never binds
@@ -197,7 +195,8 @@ class OpenAIServerModel(Backend):
             raise ModelError(f"{client.url('/tokenize')}: no token list in the answer {body!r:.200}")
         return [int(t) for t in tokens]
 
-    def _encode(self, text: str) -> list[int]:
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens (memoized: each string is tokenized once)."""
         ids = self._memo.get(text)
         if ids is None:
             ids = self._memo[text] = self._tokenize(text)
@@ -229,7 +228,7 @@ class OpenAIServerModel(Backend):
         Raises:
             ValueError: an empty continuation, or one that encodes to no token.
         """
-        return encode_pair(self._encode, context, continuation, self._bos, self._empty_prefix)
+        return encode_pair(self.encode_text, context, continuation, self.bos, self.empty_prefix)
 
     def encode_pairs(self, requests: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
         """``encode_pair`` of every request, the strings tokenized concurrently first."""
@@ -243,15 +242,15 @@ class OpenAIServerModel(Backend):
         Raises:
             ValueError: ``text`` encodes to no token. ModelError: no BOS/EOS id is known.
         """
-        if not self._empty_prefix:
+        if not self.empty_prefix:
             raise ModelError(
                 f"{self.served_name}: the server's tokenizer adds no BOS token and "
                 "its EOS id is unknown without a local tokenizer; pass --tokenizer"
             )
-        ids = self._encode(text)
+        ids = self.encode_text(text)
         if not ids:
             raise ValueError(f"sentence {text!r} encodes to no token")
-        prefix = list(self._empty_prefix)
+        prefix = list(self.empty_prefix)
         return SentenceEncoding(tuple(prefix + ids), tuple([True] * len(prefix) + [False] * len(ids)))
 
     def echo(
@@ -406,7 +405,7 @@ class OpenAIServerModel(Backend):
                 file=sys.stderr,
             )
 
-    def _check_replica_tokenizers(self) -> None:
+    def check_replica_tokenizers(self) -> None:
         """Every endpoint's ``/tokenize`` of a fixed sentence must be the reference's (the first
         endpoint that answers it: ``_answering``).
 
@@ -521,29 +520,24 @@ class OpenAIServerModel(Backend):
     def encode_prompt(self, prompt: str) -> list[int]:
         """Token ids of a generation prompt as the in-process backend reads it: BOS (when the
         tokenizer adds one and the prompt does not already start with it) + ``prompt``."""
-        ids = self._encode(prompt)
-        if self._bos and ids[: len(self._bos)] != self._bos:
-            ids = list(self._bos) + ids
+        ids = self.encode_text(prompt)
+        if self.bos and ids[: len(self.bos)] != self.bos:
+            ids = list(self.bos) + ids
         turn = self._chat_turns.get(prompt)
         if turn is not None:
             self._chat_ids[tuple(ids)] = turn
         return ids
 
     def encode_continuation(self, prompt: str, continuation: str) -> tuple[list[int], list[int]]:
-        """(prompt ids exactly as ``generate`` reads them, continuation ids as the next tokens),
-        the in-process backend's rule (``HFCausalLM.encode_continuation``: no whitespace moves).
+        """``Backend.encode_continuation`` (the in-process backend's rule: no whitespace moves),
+        both strings tokenized concurrently first.
 
         Raises:
             ValueError: an empty prompt or continuation.
         """
-        if not prompt or not continuation:
-            raise ValueError("encode_continuation needs a non-empty prompt and continuation")
-        self._prefetch([prompt, prompt + continuation])
-        ids = self.encode_prompt(prompt)
-        whole = self.encode_prompt(prompt + continuation)
-        if len(whole) > len(ids) and whole[: len(ids)] == ids:
-            return ids, whole[len(ids) :]
-        return ids, self._encode(continuation)
+        if prompt and continuation:
+            self._prefetch([prompt, prompt + continuation])
+        return super().encode_continuation(prompt, continuation)
 
     def generate_tokens(
         self,
@@ -648,11 +642,13 @@ class _Pinned:
     def __init__(self, model: OpenAIServerModel, endpoint: Endpoint):
         self.model = model
         self.endpoint = endpoint
-        self._bos = model._bos
-        self._empty_prefix = model._empty_prefix
+        self.empty_prefix = model.empty_prefix
 
-    def _encode(self, text: str) -> list[int]:
-        return self.model._encode(text)
+    def encode_text(self, text: str) -> list[int]:
+        return self.model.encode_text(text)
+
+    def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        return self.model.encode_pair(context, continuation)
 
     def echo(self, sequences, extra: dict | None = None) -> list[dict]:
         return self.model.echo(sequences, extra, endpoint=self.endpoint)
@@ -798,71 +794,105 @@ def connect(
             disagree on a fixed sentence.
         ConfigError: a malformed URL or setting, or a URL given twice.
     """
-    from ..errors import ConfigError
-
-    urls = [base_url] if isinstance(base_url, str) else list(base_url)
-    if not urls:
-        raise ConfigError("--backend openai needs --base-url (the server's API root)")
-    key = os.environ.get(api_key_env) or None
-    clients = []
-    for url in urls:
-        try:
-            clients.append(
-                ServerClient(
-                    url,
-                    key,
-                    max_concurrency=max_concurrency,
-                    timeout=timeout,
-                    max_retries=max_retries,
-                    transport=transport,
-                )
-            )
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-    public = [_public_url(c.base_url) for c in clients]
-    twice = sorted({u for u in public if public.count(u) > 1})
-    if twice:
-        raise ConfigError(f"--base-url {twice[0]} is given twice (each endpoint once)")
-    pool = EndpointPool(clients, public)
-    found = _each(lambda c: _inspect(c, model), clients)
-    for e, f in zip(pool.endpoints, found):
-        if isinstance(f, ServerUnavailable) and len(clients) > 1:
-            pool.take_out(e, str(f))  # probed again during the run
-        elif isinstance(f, BaseException):
-            if len(clients) > 1 and isinstance(f, ModelError):
-                raise ModelError(f"endpoint {e.url} is refused: {f}") from None
-            raise f
-    if not pool.up:
-        raise _none_answered(pool)
+    settings = {"max_concurrency": max_concurrency, "timeout": timeout, "max_retries": max_retries}
+    pool = _pool(base_url, os.environ.get(api_key_env) or None, transport, settings)
+    found = _inspect_pool(pool, model)
     # The reference for now: the start-up checks below move it to the next endpoint when this
     # one stops answering (``OpenAIServerModel._answering``).
     reference = pool.up[0]
     ref: _Inspected = found[reference.index]
-    for e in pool.up[1:]:
-        why = _static_difference(ref, found[e.index])
-        if why:
-            raise ModelError(_refusal(e.url, reference.url, why))
-    model = ref.model
-    tok, tok_source, why = _local_tokenizer(tokenizer or model, ref.root)
+    tok, tok_source, why = _local_tokenizer(tokenizer or ref.model, ref.root)
     if tokenizer and tok is None:
         raise ModelError(
             f"--tokenizer {tokenizer!r}: no tokenizer could be loaded from it ({why}; "
             "a hub id must be in the local Hugging Face cache under HF_HUB_OFFLINE=1, "
             "or pass a local folder)"
         )
-    fingerprint, fields = _reference_fields(ref, reference.url, model)
+    m = OpenAIServerModel(
+        pool,
+        ref.model,
+        _server_info(ref, reference.url, pool.urls, tok_source, api_key_env),
+        max_model_len=min(found[e.index].max_len for e in pool.up),
+        tokenizer=tok,
+        remote_tokenize=ref.remote,
+        vllm=ref.vllm,
+    )
+    m.reference = reference.index
+    m.inspected = {e.index: found[e.index] for e in pool.up}
+    m.check_replica_tokenizers()
+    if ref.remote and tok is not None:
+        _check_same_tokenizer(m, tok, tok_source)
+    if check:
+        m.check_alignment()
+    return m
+
+
+def _pool(
+    base_url: str | Sequence[str], key: str | None, transport, settings: dict[str, Any]
+) -> EndpointPool:
+    """The pool of the server(s) at ``base_url`` (their URLs with credentials masked).
+
+    Raises:
+        ConfigError: no URL, a malformed URL or setting, or a URL given twice.
+    """
+    from ..errors import ConfigError
+
+    urls = [base_url] if isinstance(base_url, str) else list(base_url)
+    if not urls:
+        raise ConfigError("--backend openai needs --base-url (the server's API root)")
+    try:
+        clients = [ServerClient(url, key, transport=transport, **settings) for url in urls]
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    public = [_public_url(c.base_url) for c in clients]
+    twice = sorted({u for u in public if public.count(u) > 1})
+    if twice:
+        raise ConfigError(f"--base-url {twice[0]} is given twice (each endpoint once)")
+    return EndpointPool(clients, public)
+
+
+def _inspect_pool(pool: EndpointPool, model: str | None) -> list[Any]:
+    """Every endpoint's ``_inspect``, concurrently: in a pool, one that cannot be reached is
+    taken out (probed again during the run); every endpoint up must agree with the first one up
+    (``_static_difference``). Returns per endpoint index what it said (or its error).
+
+    Raises:
+        ServerUnavailable: none answered. ModelError: one does not serve ``model`` or differs.
+    """
+    many = len(pool.endpoints) > 1
+    found = _each(lambda e: _inspect(e.client, model), pool.endpoints)
+    for e, f in zip(pool.endpoints, found):
+        if isinstance(f, ServerUnavailable) and many:
+            pool.take_out(e, str(f))
+        elif isinstance(f, BaseException):
+            if many and isinstance(f, ModelError):
+                raise ModelError(f"endpoint {e.url} is refused: {f}") from None
+            raise f
+    if not pool.up:
+        raise _none_answered(pool)
+    reference = pool.up[0]
+    for e in pool.up[1:]:
+        why = _static_difference(found[reference.index], found[e.index])
+        if why:
+            raise ModelError(_refusal(e.url, reference.url, why))
+    return found
+
+
+def _server_info(ref: "_Inspected", url: str, public: list[str], tok_source, api_key_env: str) -> ModelInfo:
+    """The model's provenance from the reference endpoint (at ``url``) of the pool ``public``."""
+    fingerprint, fields = _reference_fields(ref, url, ref.model)
     server = {
         **fields,
-        "served_model": model,
+        "served_model": ref.model,
         "engine": ref.engine,
         "tokenizer": "server /tokenize" if ref.remote else tok_source,
         "local_tokenizer": tok_source,
         "api_key_env": api_key_env,
         "api_key_set": bool(os.environ.get(api_key_env)),
     }
-    where = reference.url if len(public) == 1 else ", ".join(public)
-    info = ModelInfo(
-        name=model,
+    where = url if len(public) == 1 else ", ".join(public)
+    return ModelInfo(
+        name=ref.model,
         source=f"server:{where} ({ref.engine})"
         if len(public) == 1
         else f"server pool:{where} ({ref.engine})",
@@ -873,23 +903,6 @@ def connect(
         kind="causal",
         server=server,
     )
-    m = OpenAIServerModel(
-        pool,
-        model,
-        info,
-        max_model_len=min(found[e.index].max_len for e in pool.up),
-        tokenizer=tok,
-        remote_tokenize=ref.remote,
-        vllm=ref.vllm,
-    )
-    m.reference = reference.index
-    m.inspected = {e.index: found[e.index] for e in pool.up}
-    m._check_replica_tokenizers()
-    if ref.remote and tok is not None:
-        _check_same_tokenizer(m, tok, tok_source)
-    if check:
-        m.check_alignment()
-    return m
 
 
 @dataclasses.dataclass
@@ -980,7 +993,7 @@ _PROBE = "The grandfather and the grandson were trying to book a cab on Uber. Wh
 
 def _check_same_tokenizer(model: OpenAIServerModel, tok, where: str) -> None:
     mine = list(tok(_PROBE, add_special_tokens=False)["input_ids"])
-    theirs = model._encode(_PROBE)
+    theirs = model.encode_text(_PROBE)
     if mine != theirs:
         raise ModelError(
             f"the local tokenizer ({where}) and the server's /tokenize disagree on a "

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..errors import ModelError
 from .base import ModelInfo, check_token_positions
-from .hf import HFCausalLM, _trie, share_groups
+from .hf import HFCausalLM
+from .hf_decoding import prompt_trie, share_groups
 from .hf_masked import HFMaskedLM
 from .prompt_prefix import PromptPrefix
 
@@ -153,8 +154,8 @@ class PlanCausalLM(_Counting, HFCausalLM):
         )
         kept = PromptPrefix(self._kept, []).shared_with(prompts) if self._kept else None
         cut = kept.length if kept is not None else 0
-        if self._own_loop() and self._tree_prefill_ok(prompts, kept):
-            prompt_tokens = len(_trie([p[cut:] for p in prompts])[0])
+        if self.own_loop() and self.tree_prefill_ok(prompts, kept):
+            prompt_tokens = len(prompt_trie([p[cut:] for p in prompts])[0])
             self._kept = list(prompts[-1])
         elif groups[0][0]:
             prompt_tokens = sum(length for length, _ in groups) + sum(

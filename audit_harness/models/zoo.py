@@ -382,6 +382,25 @@ def check_capabilities(name: str | None, requires: dict[str, frozenset[str]], se
     )
 
 
+def _locate(name: str) -> tuple[Path | None, str]:
+    """(the local folder of model ``name``, or None for a hub id; where it comes from).
+
+    Raises:
+        ModelError: not a zoo name, a folder or a hub id.
+    """
+    if name in ZOO:
+        return materialize(name), f"zoo:{name} ({ZOO[name].description})"
+    if Path(name).expanduser().is_dir():
+        folder = Path(name).expanduser().resolve()
+        return folder, f"folder:{folder}"
+    if "/" in name:
+        return None, f"hub:{name}"
+    raise ModelError(
+        f"unknown model {name!r}: known zoo models are {', '.join(sorted(ZOO))} "
+        "(or pass a local transformers folder or a hub id such as org/name)"
+    )
+
+
 def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "auto", batch_size: int = 16):
     """Load a model for auditing.
 
@@ -406,17 +425,7 @@ def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "a
 
     hf_logging.disable_progress_bar()  # per-shard bars drown the audit's own output
     name = name or DEFAULT_MODEL
-    if name in ZOO:
-        folder, source = materialize(name), f"zoo:{name} ({ZOO[name].description})"
-    elif Path(name).expanduser().is_dir():
-        folder, source = Path(name).expanduser().resolve(), f"folder:{Path(name).expanduser().resolve()}"
-    elif "/" in name:
-        folder, source = None, f"hub:{name}"
-    else:
-        raise ModelError(
-            f"unknown model {name!r}: known zoo models are {', '.join(sorted(ZOO))} "
-            "(or pass a local transformers folder or a hub id such as org/name)"
-        )
+    folder, source = _locate(name)
     try:
         dev = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, dev)
