@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 _COLOURS = ("#1f77b4", "#d62728", "#9467bd", "#ff7f0e", "#2ca02c", "#8c564b")
@@ -98,43 +99,12 @@ def render_chart(results: Mapping[str, Any], bench: str) -> bytes | None:
     if known:
         value_range = (min(r[0] for r in known), max(r[1] for r in known))
     y_lo, y_hi = _limits(points, value_range)
-    width = len(metrics)
-    slot = 0.8 / width
-    fig = Figure(figsize=(max(6.0, 0.55 * len(categories) * max(1, width / 2) + 2.5), 3.8), dpi=100)
+    frame = _Frame({c: i for i, c in enumerate(categories)}, 0.8 / len(metrics), y_lo, y_hi)
+    fig = Figure(figsize=(max(6.0, 0.55 * len(categories) * max(1, len(metrics) / 2) + 2.5), 3.8), dpi=100)
     ax = fig.subplots()
-    x_of = {c: i for i, c in enumerate(categories)}
     banded = False
     for j, metric in enumerate(metrics):
-        colour = _COLOURS[j % len(_COLOURS)]
-        offset = -0.4 + slot * (j + 0.5)
-        xs, ys, err_lo, err_hi = [], [], [], []
-        for p in (p for p in points if p["metric"] == metric):
-            x = x_of[p["category"]] + offset
-            if p["band"] is not None:
-                lo = y_lo if p["band"][0] is None else max(p["band"][0], y_lo)
-                hi = y_hi if p["band"][1] is None else min(p["band"][1], y_hi)
-                if hi > lo:
-                    ax.add_patch(_rectangle(x - slot / 2, lo, slot, hi - lo))
-                    banded = True
-            if p["value"] is None:
-                ax.annotate(
-                    "undefined",
-                    (x, y_lo),
-                    xytext=(0, 3),
-                    textcoords="offset points",
-                    rotation=90,
-                    fontsize=6,
-                    color=colour,
-                    ha="center",
-                    va="bottom",
-                )
-                continue
-            lo, hi = p["ci"]
-            xs.append(x)
-            ys.append(p["value"])
-            err_lo.append(0.0 if lo is None else max(p["value"] - lo, 0.0))
-            err_hi.append(0.0 if hi is None else max(hi - p["value"], 0.0))
-        ax.errorbar(xs, ys, yerr=[err_lo, err_hi], fmt="o", ms=4, capsize=2, lw=1, color=colour, label=metric)
+        banded |= _plot_metric(ax, frame, j, metric, [p for p in points if p["metric"] == metric])
     if y_lo < 0 < y_hi:
         ax.axhline(0.0, color="#888888", lw=0.6, zorder=0)
     if banded:
@@ -152,6 +122,55 @@ def render_chart(results: Mapping[str, Any], bench: str) -> bytes | None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Where a chart's markers go: each category's x, the width of one metric's slot, the y
+    limits."""
+
+    x_of: Mapping[str, int]
+    slot: float
+    y_lo: float
+    y_hi: float
+
+
+def _plot_metric(ax, frame: _Frame, j: int, metric: str, points: Sequence[Mapping[str, Any]]) -> bool:
+    """The ``j``-th metric's markers, intervals, gate bands and "undefined" notes; whether it
+    drew a band."""
+    colour = _COLOURS[j % len(_COLOURS)]
+    slot, y_lo, y_hi = frame.slot, frame.y_lo, frame.y_hi
+    offset = -0.4 + slot * (j + 0.5)
+    banded = False
+    xs, ys, err_lo, err_hi = [], [], [], []
+    for p in points:
+        x = frame.x_of[p["category"]] + offset
+        if p["band"] is not None:
+            lo = y_lo if p["band"][0] is None else max(p["band"][0], y_lo)
+            hi = y_hi if p["band"][1] is None else min(p["band"][1], y_hi)
+            if hi > lo:
+                ax.add_patch(_rectangle(x - slot / 2, lo, slot, hi - lo))
+                banded = True
+        if p["value"] is None:
+            ax.annotate(
+                "undefined",
+                (x, y_lo),
+                xytext=(0, 3),
+                textcoords="offset points",
+                rotation=90,
+                fontsize=6,
+                color=colour,
+                ha="center",
+                va="bottom",
+            )
+            continue
+        lo, hi = p["ci"]
+        xs.append(x)
+        ys.append(p["value"])
+        err_lo.append(0.0 if lo is None else max(p["value"] - lo, 0.0))
+        err_hi.append(0.0 if hi is None else max(hi - p["value"], 0.0))
+    ax.errorbar(xs, ys, yerr=[err_lo, err_hi], fmt="o", ms=4, capsize=2, lw=1, color=colour, label=metric)
+    return banded
 
 
 def _rectangle(x: float, y: float, w: float, h: float, label: str | None = None):

@@ -186,38 +186,8 @@ def bias_section(results: Mapping[str, Any]) -> str:
         f"{(results.get('options') or {}).get('confidence', '?')} confidence.",
         *_system_lines(results),
     ]
-    gates = {(g["benchmark"], g["category"], g["metric"]): g for g in results.get("gates") or []}
-    info = results.get("benchmark_info") or {}
-    for bench, cats in results["benchmarks"].items():
-        out += [
-            "",
-            f"### {(info.get(bench) or {}).get('title') or bench}",
-            "",
-            "| category | metric | value | interval | n | gate | verdict |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for cat, entry in cats.items():
-            if entry.get("status") == "error":
-                out.append(f"| {_cell(cat)} | - | **ERROR**: {_cell(entry.get('error'))} | | | | |")
-        for config, metrics in _groups(results, bench):
-            label = (
-                f"*{config.removeprefix(AGGREGATE_PREFIX)}*"
-                if config.startswith(AGGREGATE_PREFIX)
-                else config
-            )
-            for name, m in metrics.items():
-                gate = gates.get((bench, config, name))
-                value, interval, n = _value(m)
-                rule, status = (_bounds(gate), f"**{gate['status'].upper()}**") if gate else ("-", "-")
-                out.append(
-                    f"| {_cell(label)} | {name} | {_cell(value)} | {interval} | {n} | {_cell(rule)} | {status} |"
-                )
-        # The run's "What this does not show" lines, as results.json carries them.
-        limitations = (info.get(bench) or {}).get("limitations") or []
-        out += ["", "What this does not show:", ""]
-        out += [f"- {line}" for line in limitations] or [
-            "- The benchmark declares no limitations; read its paper before drawing conclusions."
-        ]
+    for bench in results["benchmarks"]:
+        out += _benchmark_lines(results, bench)
     out += ["", "### Data files", "", "| file | rows | sha256 | release |", "|---|---|---|---|"]
     out += [
         f"| {_cell(p)} | {d.get('rows', '?')} | `{d.get('sha256', '?')}` | {_cell(d.get('status', '?'))} |"
@@ -230,6 +200,40 @@ def bias_section(results: Mapping[str, Any]) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _benchmark_lines(results: Mapping[str, Any], bench: str) -> list[str]:
+    """A benchmark's part of the card: its table (failed categories, then every category's and
+    aggregate's metrics with their gates) and what it does not show."""
+    gates = {(g["benchmark"], g["category"], g["metric"]): g for g in results.get("gates") or []}
+    info = (results.get("benchmark_info") or {}).get(bench) or {}
+    out = [
+        "",
+        f"### {info.get('title') or bench}",
+        "",
+        "| category | metric | value | interval | n | gate | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for cat, entry in results["benchmarks"][bench].items():
+        if entry.get("status") == "error":
+            out.append(f"| {_cell(cat)} | - | **ERROR**: {_cell(entry.get('error'))} | | | | |")
+    for config, metrics in _groups(results, bench):
+        label = (
+            f"*{config.removeprefix(AGGREGATE_PREFIX)}*" if config.startswith(AGGREGATE_PREFIX) else config
+        )
+        for name, m in metrics.items():
+            gate = gates.get((bench, config, name))
+            value, interval, n = _value(m)
+            rule, status = (_bounds(gate), f"**{gate['status'].upper()}**") if gate else ("-", "-")
+            out.append(
+                f"| {_cell(label)} | {name} | {_cell(value)} | {interval} | {n} | {_cell(rule)} | {status} |"
+            )
+    # The run's "What this does not show" lines, as results.json carries them.
+    out += ["", "What this does not show:", ""]
+    return out + (
+        [f"- {line}" for line in info.get("limitations") or []]
+        or ["- The benchmark declares no limitations; read its paper before drawing conclusions."]
+    )
 
 
 def _system_lines(results: Mapping[str, Any]) -> list[str]:

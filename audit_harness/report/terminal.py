@@ -262,26 +262,8 @@ def write_plan(tr, plan: Mapping[str, Any], path) -> None:
             f"are {model.get('name')}'s tokenizer's"
         )
     if plan["benchmarks"]:
-        for text in plan_table(plan):
+        for text in plan_totals(plan):
             tr.write_line(text)
-        total = plan["total"]
-        whole = total["whole"]
-        if whole["generation_requests"]:
-            tr.write_line(
-                f"generations: {total['generations']:,} distinct of {whole['generation_requests']:,} "
-                f"requests, at most {total['tokens_to_generate']:,} tokens to generate "
-                f"({whole['tokens_to_generate']:,} with every request generated on its own)"
-            )
-        est = total["estimate"]
-        tr.write_line(
-            f"every request whole: {whole['forward_tokens']:,} tokens fed, about "
-            f"{_duration(est['whole_seconds'])}, {est['whole_flops']:.2e} FLOPs"
-        )
-        if total.get("texts_to_embed"):
-            tr.write_line(
-                f"kgquiz also embeds {total['texts_to_embed']:,} texts with its sentence-embedding "
-                "model (not counted above)"
-            )
     for s in plan.get("skipped") or []:
         tr.write_line(f"not planned: {s['reason']}", yellow=True)
     for e in plan.get("errors") or []:
@@ -312,6 +294,31 @@ def write_plan(tr, plan: Mapping[str, Any], path) -> None:
         yellow=code == exit_codes.OK and bool(skipped),
         red=code != exit_codes.OK,
     )
+
+
+def plan_totals(plan: Mapping[str, Any]) -> list[str]:
+    """The plan's table and its totals: generations, tokens fed, time and FLOPs, texts to
+    embed."""
+    out = plan_table(plan)
+    total = plan["total"]
+    whole = total["whole"]
+    if whole["generation_requests"]:
+        out.append(
+            f"generations: {total['generations']:,} distinct of {whole['generation_requests']:,} "
+            f"requests, at most {total['tokens_to_generate']:,} tokens to generate "
+            f"({whole['tokens_to_generate']:,} with every request generated on its own)"
+        )
+    est = total["estimate"]
+    out.append(
+        f"every request whole: {whole['forward_tokens']:,} tokens fed, about "
+        f"{_duration(est['whole_seconds'])}, {est['whole_flops']:.2e} FLOPs"
+    )
+    if total.get("texts_to_embed"):
+        out.append(
+            f"kgquiz also embeds {total['texts_to_embed']:,} texts with its sentence-embedding "
+            "model (not counted above)"
+        )
+    return out
 
 
 def _interval(ci) -> str:
