@@ -162,6 +162,12 @@ def decide(
     stopped = _no_verdict(counts.get("error", 0), interrupted, input_error, run_error)
     if stopped is not None:
         return stopped
+    return _judged(counts, total, partial)
+
+
+def _judged(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> Outcome:
+    """The outcome of a run whose gates were judged (``counts`` of each status, ``total`` of
+    them): NOTHING CHECKED, FAIL or PASS."""
     if not total:
         return _make("NOTHING CHECKED", "no gate was selected, so nothing was checked: never a pass")
     if counts.get("skipped", 0) == total:

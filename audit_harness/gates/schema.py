@@ -323,17 +323,7 @@ def load_thresholds(
         return {}
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{path}: the top level must map benchmark names to sections")
-    file_level = {
-        "min_n": _min_n(raw["min_n"], f"{path}: min_n") if "min_n" in raw else DEFAULT_MIN_N,
-        "mode": _mode(raw["mode"], f"{path}: mode") if "mode" in raw else "point",
-        "max_regression": 0.0,
-        "confidence": (
-            _confidence(raw["confidence"], f"{path}: confidence", allow_low_confidence)
-            if "confidence" in raw
-            else DEFAULT_CONFIDENCE
-        ),
-        "sequential": _sequential(raw["sequential"], f"{path}: sequential") if "sequential" in raw else False,
-    }
+    file_level = _file_settings(path, raw, allow_low_confidence)
     gates: dict[str, list[Gate]] = {}
     for bench, section in raw.items():
         if bench in FILE_KEYS:
@@ -351,6 +341,22 @@ def load_thresholds(
         out = _section_gates(path, bench, section, catalogue[bench], inherited)
         gates[bench] = out if min_n is None else [dataclasses.replace(g, min_n=min_n) for g in out]
     return gates
+
+
+def _file_settings(path: Path, raw: Mapping[str, Any], allow_low: bool) -> dict[str, Any]:
+    """The settings every gate inherits unless its benchmark or itself sets them: the file's
+    own, else the defaults."""
+    return {
+        "min_n": _min_n(raw["min_n"], f"{path}: min_n") if "min_n" in raw else DEFAULT_MIN_N,
+        "mode": _mode(raw["mode"], f"{path}: mode") if "mode" in raw else "point",
+        "max_regression": 0.0,
+        "confidence": (
+            _confidence(raw["confidence"], f"{path}: confidence", allow_low)
+            if "confidence" in raw
+            else DEFAULT_CONFIDENCE
+        ),
+        "sequential": _sequential(raw["sequential"], f"{path}: sequential") if "sequential" in raw else False,
+    }
 
 
 def _section_settings(

@@ -141,17 +141,26 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
             f"gates signed off at confidence {', '.join(f'{c:g}' for c in low)}, below the floor of "
             f"{CONFIDENCE_FLOOR:g} (--allow-low-confidence)"
         )
-    ungated = ungated_bias(results)
+    ungated = _ungated_reason(results)
     if ungated:
-        where = ", ".join(f"{b}/{c}" for b, c in ungated[:3]) + (", ..." if len(ungated) > 3 else "")
-        origin = (results.get("run") or {}).get("thresholds_origin")
-        reasons.append(
-            f"no bias metric gated in {len(ungated)} categor{'y' if len(ungated) == 1 else 'ies'} "
-            f"of bias benchmarks ({where})"
-            + (f"; the gates file is {origin}" if origin else "")
-            + ": not a bias verdict there"
-        )
+        reasons.append(ungated)
     return reasons
+
+
+def _ungated_reason(results: Mapping[str, Any]) -> str | None:
+    """The categories of bias benchmarks whose gates check no bias metric (``ungated_bias``), or
+    None."""
+    ungated = ungated_bias(results)
+    if not ungated:
+        return None
+    where = ", ".join(f"{b}/{c}" for b, c in ungated[:3]) + (", ..." if len(ungated) > 3 else "")
+    origin = (results.get("run") or {}).get("thresholds_origin")
+    return (
+        f"no bias metric gated in {len(ungated)} categor{'y' if len(ungated) == 1 else 'ies'} "
+        f"of bias benchmarks ({where})"
+        + (f"; the gates file is {origin}" if origin else "")
+        + ": not a bias verdict there"
+    )
 
 
 def _of(available: int | None) -> str:
