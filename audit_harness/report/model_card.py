@@ -53,22 +53,6 @@ def _bounds(gate: Mapping[str, Any]) -> str:
     return f"{bounds} ({gate.get('mode', '?')})"
 
 
-def _eval_result(
-    task: tuple[str, str], bench: str, title: str, config: str, metric_type: str, value: Any, name: str
-) -> EvalResult:
-    """One metric of one benchmark's category (``config``) on the model-index's terms."""
-    return EvalResult(
-        task_type=task[0],
-        task_name=task[1],
-        dataset_type=bench,
-        dataset_name=title,
-        dataset_config=config,
-        metric_type=metric_type,
-        metric_name=name,
-        metric_value=value,
-    )
-
-
 def eval_results(results: Mapping[str, Any]) -> list[EvalResult]:
     """Every defined metric of the run (categories and aggregates) as ``EvalResult``s. Undefined
     metrics (value null) are left out: the model-index wants a number, and the Markdown section
@@ -79,11 +63,20 @@ def eval_results(results: Mapping[str, Any]) -> list[EvalResult]:
     for bench in results["benchmarks"]:
         title = (info.get(bench) or {}).get("title") or bench
         for config, metrics in _groups(results, bench):
-            for name, m in metrics.items():
-                if m.get("value") is not None:
-                    out.append(
-                        _eval_result(task, bench, title, config, name, m["value"], f"{name} ({config})")
-                    )
+            out += [
+                EvalResult(
+                    task_type=task[0],
+                    task_name=task[1],
+                    dataset_type=bench,
+                    dataset_name=title,
+                    dataset_config=config,
+                    metric_type=name,
+                    metric_name=f"{name} ({config})",
+                    metric_value=m["value"],
+                )
+                for name, m in metrics.items()
+                if m.get("value") is not None
+            ]
     return out
 
 

@@ -277,8 +277,13 @@ def write_plan(tr, plan: Mapping[str, Any], path) -> None:
             f"this plan took {_duration(plan['seconds_planning'])} of tokenizing and prefix trees "
             f"({_duration(plan['duration_s'])} in all); a run spends about as long on them"
         )
-    code = plan["exit_status"]
     tr.write_line(f"plan:    {path}")
+    _plan_outcome(tr, plan)
+
+
+def _plan_outcome(tr, plan: Mapping[str, Any]) -> None:
+    """The plan's last line: what it is and its exit code, with the categories it left out."""
+    code = plan["exit_status"]
     # Last, so that a plan which left categories out (their data files are absent) does not end
     # on a bare "exit code 0": the count and the categories are on the line a reader sees last.
     skipped = plan.get("skipped") or []

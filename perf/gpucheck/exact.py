@@ -47,24 +47,7 @@ def compare_records(a_dir: Path, b_dir: Path, tol: float = TOLERANCE_NATS) -> di
         for item_id in sorted(set(rows_a) & set(rows_b)):
             ra, rb = rows_a[item_id], rows_b[item_id]
             out["records"] += 1
-            other = []
-            for key in sorted(set(ra) | set(rb)):
-                va, vb = ra.get(key), rb.get(key)
-                pairs = list(zip(va, vb)) if isinstance(va, list) and isinstance(vb, list) else [(va, vb)]
-                if isinstance(va, list) and isinstance(vb, list) and len(va) != len(vb):
-                    other.append(key)
-                    continue
-                for x, y in pairs:
-                    if isinstance(x, float) and isinstance(y, float):
-                        d = abs(x - y)
-                        if not math.isfinite(d):
-                            other.append(key)
-                            continue
-                        out["max_abs_diff"] = max(out["max_abs_diff"], d)
-                        if d > tol:
-                            out["over_tol"].append(f"{rel}:{item_id}:{key} {x!r} vs {y!r}")
-                    elif x != y:
-                        other.append(key)
+            other = _field_diffs(ra, rb, tol, f"{rel}:{item_id}", out)
             if other:
                 scores = sorted(_floats(ra))
                 gap = min((b - a for a, b in zip(scores, scores[1:])), default=math.inf)
@@ -74,6 +57,30 @@ def compare_records(a_dir: Path, b_dir: Path, tol: float = TOLERANCE_NATS) -> di
                 else:
                     out["mismatches"].append(what)
     return out
+
+
+def _field_diffs(ra: dict, rb: dict, tol: float, where: str, out: dict[str, Any]) -> list[str]:
+    """The fields of two records that differ other than by a float within ``tol``; each float's
+    difference goes into ``out`` (``max_abs_diff``, and ``over_tol`` above ``tol``)."""
+    other = []
+    for key in sorted(set(ra) | set(rb)):
+        va, vb = ra.get(key), rb.get(key)
+        pairs = list(zip(va, vb)) if isinstance(va, list) and isinstance(vb, list) else [(va, vb)]
+        if isinstance(va, list) and isinstance(vb, list) and len(va) != len(vb):
+            other.append(key)
+            continue
+        for x, y in pairs:
+            if isinstance(x, float) and isinstance(y, float):
+                d = abs(x - y)
+                if not math.isfinite(d):
+                    other.append(key)
+                    continue
+                out["max_abs_diff"] = max(out["max_abs_diff"], d)
+                if d > tol:
+                    out["over_tol"].append(f"{where}:{key} {x!r} vs {y!r}")
+            elif x != y:
+                other.append(key)
+    return other
 
 
 def part_exact(ctx: Context) -> PartResult:
