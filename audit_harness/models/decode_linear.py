@@ -81,7 +81,7 @@ def _dispatch(dense, weight, bias):
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
         if not 0 < rows <= MAX_ROWS or x.dtype != torch.float32 or x.device.type != "cpu":
             return dense(x)
-        y = torch._C._nn.mkldnn_linear(x.reshape(rows, x.shape[-1]).contiguous().to_mkldnn(), weight, bias)
+        y = torch.ops.aten.mkldnn_linear(x.reshape(rows, x.shape[-1]).contiguous().to_mkldnn(), weight, bias)
         y = y.to_dense()
         return y.reshape(*x.shape[:-1], y.shape[-1])
 

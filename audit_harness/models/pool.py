@@ -469,17 +469,7 @@ class EndpointPool:
                     self._assign(run, b)
                 self._run = run
                 try:
-                    for e in self.up:
-                        self._start_slots(run, e)
-                    while run.left and run.error is None:
-                        self._probe_due()
-                        if not self.up and not any(run.slots):
-                            break
-                        self._cond.wait(0.5)
-                    if run.error is None and run.left:
-                        run.error = self._gone()
-                    while any(run.slots):  # the requests in flight end first
-                        self._cond.wait(0.5)
+                    self._wait(run)
                 finally:
                     self._run = None
                     if run.error is None and run.left:
@@ -488,6 +478,22 @@ class EndpointPool:
             if run.error is not None:
                 raise run.error
             return [b.results for b in bundles]
+
+    def _wait(self, run: _Run) -> None:
+        """(Holding the lock.) Start every endpoint's slots and wait until the run's jobs are
+        done, one failed, or no endpoint is left (then the run's error says so); then until the
+        requests in flight end."""
+        for e in self.up:
+            self._start_slots(run, e)
+        while run.left and run.error is None:
+            self._probe_due()
+            if not self.up and not any(run.slots):
+                break
+            self._cond.wait(0.5)
+        if run.error is None and run.left:
+            run.error = self._gone()
+        while any(run.slots):  # the requests in flight end first
+            self._cond.wait(0.5)
 
     def _probe_all(self) -> None:
         """Probe every endpoint that is out, now (a call found none up)."""

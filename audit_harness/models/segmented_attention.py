@@ -101,13 +101,16 @@ def can_route(model) -> bool:
 @contextmanager
 def routed(model) -> Iterator[None]:
     """Within the block, ``model``'s attention is ``segmented_sdpa`` (``can_route`` must hold)."""
+    # transformers reads the attention function from this field at every forward and offers no
+    # public way to set it for a block and restore it (``set_attn_implementation`` re-dispatches
+    # every sub-module and checks the name against its own list).
     config = model.config
-    before = config._attn_implementation_internal
-    config._attn_implementation_internal = NAME
+    before = config._attn_implementation_internal  # noqa: SLF001
+    config._attn_implementation_internal = NAME  # noqa: SLF001
     try:
         yield
     finally:
-        config._attn_implementation_internal = before
+        config._attn_implementation_internal = before  # noqa: SLF001
 
 
 def blocks(
