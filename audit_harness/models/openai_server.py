@@ -683,8 +683,15 @@ def _none_answered(pool: EndpointPool) -> ServerUnavailable:
 
 
 def _reference_fields(ref: "_Inspected", url: str, model: str) -> tuple[str, dict[str, Any]]:
-    """The fingerprint (``connect``'s doc) and the reference's own entries of
-    ``ModelInfo.server``, from what the reference endpoint at ``url`` said about itself."""
+    """The fingerprint and the reference's own entries of ``ModelInfo.server``, from what the
+    reference endpoint at ``url`` said about itself.
+
+    Fingerprint (``ModelInfo.fingerprint``, part of the cache key): the sha256 of the weight
+    files when the folder the reference server reports as the model's ``root`` exists on this
+    machine (a local server, as in the suite's tests), else ``server-metadata:sha256:<hex>`` of
+    the served name, ``root`` and ``max_model_len`` from ``/v1/models`` and the server's version:
+    that identifies the deployment, not the weights, which a remote server does not disclose.
+    """
     weights = ref.root if ref.root and Path(ref.root).is_dir() else None
     if weights is not None:
         from .zoo import weights_fingerprint
@@ -761,19 +768,11 @@ def connect(
 ) -> OpenAIServerModel:
     """Connect to the server(s) at ``base_url`` serving ``model`` and run the alignment check.
 
-    Several URLs make a pool (``pool.EndpointPool``): each endpoint is inspected at start-up,
-    concurrently. One that cannot be reached, at any start-up check, is taken out (a warning and
-    its reason in the accounting; it is probed again during the run); the first one that answers
-    every check is the reference; every other one must serve the same model name with the same
-    engine, tokenize like it and pass the alignment check with the same log-probabilities, or it
-    is refused and the run stops (``ModelError``). Only when no endpoint answers does start-up
+    Several URLs make a pool (``pool.EndpointPool``), checked concurrently as the module doc
+    says: one that cannot be reached is taken out (probed again during the run), one that
+    differs from the reference is refused (``ModelError``); only when none answers does start-up
     fail for being unreachable (``ServerUnavailable`` naming each endpoint and why).
-
-    Fingerprint (``ModelInfo.fingerprint``, part of the cache key): the sha256 of the weight
-    files when the folder the reference server reports as the model's ``root`` exists on this
-    machine (a local server, as in the suite's tests), else ``server-metadata:sha256:<hex>`` of
-    the served name, ``root`` and ``max_model_len`` from ``/v1/models`` and the server's version:
-    that identifies the deployment, not the weights, which a remote server does not disclose.
+    The fingerprint (``ModelInfo.fingerprint``, part of the cache key) is ``_reference_fields``'.
 
     Args:
         base_url: the API root, ``http://host:port/v1``, or several (a pool).
@@ -785,29 +784,19 @@ def connect(
             ``model``, then the server's model folder).
         max_concurrency: requests in flight per endpoint; timeout, max_retries: per request
             (see ``ServerClient``).
-        transport: an ``httpx`` transport (tests).
-        check: run the alignment check now.
+        transport: an ``httpx`` transport (tests). check: run the alignment check now.
     Raises:
         ModelError: no endpoint can be reached (``ServerUnavailable``), one does not serve
-            ``model`` (the served names are listed) or disagrees with the reference, or neither
-            ``/tokenize`` nor a local tokenizer exists; the local tokenizer and the server's
-            disagree on a fixed sentence.
+            ``model`` (the served names are listed) or disagrees with the reference, neither
+            ``/tokenize`` nor a local tokenizer exists, or the two disagree on a fixed sentence.
         ConfigError: a malformed URL or setting, or a URL given twice.
     """
     settings = {"max_concurrency": max_concurrency, "timeout": timeout, "max_retries": max_retries}
     pool = _pool(base_url, os.environ.get(api_key_env) or None, transport, settings)
     found = _inspect_pool(pool, model)
-    # The reference for now: the start-up checks below move it to the next endpoint when this
-    # one stops answering (``OpenAIServerModel._answering``).
     reference = pool.up[0]
     ref: _Inspected = found[reference.index]
-    tok, tok_source, why = _local_tokenizer(tokenizer or ref.model, ref.root)
-    if tokenizer and tok is None:
-        raise ModelError(
-            f"--tokenizer {tokenizer!r}: no tokenizer could be loaded from it ({why}; "
-            "a hub id must be in the local Hugging Face cache under HF_HUB_OFFLINE=1, "
-            "or pass a local folder)"
-        )
+    tok, tok_source = _tokenizer_for(tokenizer, ref)
     m = OpenAIServerModel(
         pool,
         ref.model,
@@ -825,6 +814,23 @@ def connect(
     if check:
         m.check_alignment()
     return m
+
+
+def _tokenizer_for(tokenizer: str | None, ref: "_Inspected"):
+    """(local tokenizer or None, where it came from): ``tokenizer`` when given, else the served
+    model's (``_local_tokenizer``).
+
+    Raises:
+        ModelError: ``tokenizer`` was given and does not load.
+    """
+    tok, tok_source, why = _local_tokenizer(tokenizer or ref.model, ref.root)
+    if tokenizer and tok is None:
+        raise ModelError(
+            f"--tokenizer {tokenizer!r}: no tokenizer could be loaded from it ({why}; "
+            "a hub id must be in the local Hugging Face cache under HF_HUB_OFFLINE=1, "
+            "or pass a local folder)"
+        )
+    return tok, tok_source
 
 
 def _pool(
@@ -854,7 +860,9 @@ def _pool(
 def _inspect_pool(pool: EndpointPool, model: str | None) -> list[Any]:
     """Every endpoint's ``_inspect``, concurrently: in a pool, one that cannot be reached is
     taken out (probed again during the run); every endpoint up must agree with the first one up
-    (``_static_difference``). Returns per endpoint index what it said (or its error).
+    (``_static_difference``), the reference for now: the later start-up checks move it to the
+    next endpoint when it stops answering (``OpenAIServerModel._answering``). Returns per
+    endpoint index what it said (or its error).
 
     Raises:
         ServerUnavailable: none answered. ModelError: one does not serve ``model`` or differs.
