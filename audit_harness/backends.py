@@ -51,10 +51,6 @@ def base_urls(values) -> tuple[str, ...] | None:
     Raises:
         ConfigError: the file cannot be read or lists no URL.
     """
-    from pathlib import Path
-
-    from .errors import ConfigError
-
     urls: list[str] = []
     for value in values or ():
         if not value.startswith("@"):

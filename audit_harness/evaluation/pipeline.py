@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from bias_metrics.result import MetricResult
 
@@ -15,6 +15,9 @@ from ..benchmarks.base import Benchmark, CategoryData, MetricSettings, Record
 from ..errors import ModelError
 from ..gates import Gate
 from .sources import Coverage, ItemSource
+
+if TYPE_CHECKING:
+    from ..sequential import CategoryPlan
 
 
 @dataclass
@@ -83,7 +86,7 @@ class CategoryEvaluation:
     examples: list[dict[str, Any]] = field(default_factory=list)
     coverage: Coverage | None = None
     sensitivity: ParseSensitivity | None = None
-    sequential: Any = None
+    sequential: CategoryPlan | None = None
     plan: dict[str, Any] | None = None
 
 
