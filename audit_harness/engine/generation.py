@@ -1,6 +1,7 @@
 """Generation requests through the engine: dedupe, the result cache, ordering, token-budget
-batching (halved and retried on out-of-memory) and progress, as for scores. A backend runs
-batches:
+batching (halved and retried on out-of-memory) and progress, as for scores
+(``Generation``, one per ``Engine.generate`` call). A backend that ``runs_generation`` runs
+batches (``models.base.Backend`` declares each method and flag below with its default):
 
 - ``encode_prompt(text) -> ids``: the prompt's token ids, as the model will read them.
 - ``generate_tokens(prompts, max_new_tokens, score_tokens=None[, stop=None]) -> (texts, tokens
@@ -8,12 +9,12 @@ batches:
   (the decoded text after each prompt, not cut at any stop string), the number of tokens the
   backend actually ran (prompt tokens shared between prompts counted once, plus one per decoded
   step and row), and, when asked, the log-probability of given tokens as the first token after
-  each prompt. A backend whose ``generate_tokens`` takes ``stop`` (per prompt, its stop
-  strings) may end a row as soon as its text contains one of them; it must not end it earlier,
-  so a text that contains none of its stop strings is the whole generation.
+  each prompt. A backend that ``stops_early`` takes ``stop`` (per prompt, its stop strings) and
+  may end a row as soon as its text contains one of them; it must not end it earlier, so a
+  text that contains none of its stop strings is the whole generation.
 
-A backend may also stream (continuous batching), used instead of batches when it has
-``generate_stream`` and its ``can_stream`` is not False:
+A backend may also stream (continuous batching), used instead of batches when its
+``can_stream`` is True:
 
 - ``generate_stream(prompts, max_new_tokens, score_tokens, stop=..., max_rows=...)``: an
   iterator of ``(prompt index, text, tokens run since the previous item, first-step
