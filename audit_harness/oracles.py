@@ -33,7 +33,7 @@ import json
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -101,29 +101,11 @@ def answer(
     Raises:
         NotApplicable: the item has no such answer (the message says why).
     """
-    n = len(view.answers)
-    if kind == "perfect":
-        if view.gold is None:
-            raise NotApplicable("no gold answer")
-        pick = view.gold
-    elif kind == "stereotyped":
-        if view.biased is None:
-            raise NotApplicable("no bias-aligned answer")
-        pick = view.biased
-    elif kind == "anti_stereotyped":
-        others = [k for k in range(n) if k not in (view.biased, view.unknown)]
-        if view.biased is None or len(others) != 1:
-            raise NotApplicable("no single counter-stereotypical answer")
-        pick = others[0]
-    elif kind == "always_unknown":
-        if view.unknown is None:
-            raise NotApplicable("no unknown answer")
-        pick = view.unknown
-    elif kind == "always_first_option":
-        if view.shape == "text":
-            raise NotApplicable("a free answer: no options")
-        pick = 0
-    elif kind == "random":
+    if kind == "tie":
+        if view.shape != "pair":
+            raise NotApplicable("not a sentence pair")
+        return _pair(view, None)
+    if kind == "random":
         rng = _rng(seed, item_id)
         if view.shape == "text":
             if len(peers) < 2 or view.fill is None:
@@ -131,14 +113,41 @@ def answer(
             other = int(rng.integers(len(peers) - 1))
             other += other >= index
             return view.fill(peers[other].value)
-        pick = int(rng.integers(n))
-    elif kind == "tie":
-        if view.shape != "pair":
-            raise NotApplicable("not a sentence pair")
-        return _pair(view, None)
+        pick = int(rng.integers(len(view.answers)))
+    elif kind in _PICKS:
+        pick = _PICKS[kind](view)
     else:
         raise ConfigError(f"unknown oracle kind {kind!r}; known: {', '.join(KINDS)}")
     return _pair(view, pick) if view.shape == "pair" else view.answers[pick]
+
+
+def _given(pick: int | None, missing: str) -> int:
+    if pick is None:
+        raise NotApplicable(missing)
+    return pick
+
+
+def _anti_stereotyped(view: OracleView) -> int:
+    others = [k for k in range(len(view.answers)) if k not in (view.biased, view.unknown)]
+    if view.biased is None or len(others) != 1:
+        raise NotApplicable("no single counter-stereotypical answer")
+    return others[0]
+
+
+def _first_option(view: OracleView) -> int:
+    if view.shape == "text":
+        raise NotApplicable("a free answer: no options")
+    return 0
+
+
+#: The option each deterministic oracle answers with (NotApplicable where the item has none).
+_PICKS: dict[str, Callable[[OracleView], int]] = {
+    "perfect": lambda view: _given(view.gold, "no gold answer"),
+    "stereotyped": lambda view: _given(view.biased, "no bias-aligned answer"),
+    "anti_stereotyped": _anti_stereotyped,
+    "always_unknown": lambda view: _given(view.unknown, "no unknown answer"),
+    "always_first_option": _first_option,
+}
 
 
 def oracle_rows(
