@@ -44,18 +44,9 @@ def require_files(
 
     missing = absent()
     if missing and fetch:
-        from .fetch import FAILED
-        from .fetch import fetch as do_fetch
-
-        wanted = [b for b in dict.fromkeys(missing.values()) if b in benchmark_names()]
-        print(f"bias audit: fetching {', '.join(wanted)} data into {data_dir}", file=sys.stderr)
-        results = do_fetch(
-            wanted, data_dir, base_url=base_url, out=lambda line: print(f"  {line}", file=sys.stderr)
-        )
-        failed = [r for r in results if r.status == FAILED]
+        why = _fetch_missing(data_dir, missing, base_url)
         missing = absent()
         if missing:
-            why = f" ({failed[0].entry.path}: {failed[0].detail})" if failed else ""
             raise DataError(
                 f"could not fetch {', '.join(dict.fromkeys(missing.values()))} data "
                 f"into {data_dir}{why}; when online run: "
@@ -63,8 +54,28 @@ def require_files(
                 "--data-dir DIR with a copy"
             )
         return
-    if not missing:
-        return
+    if missing:
+        raise _missing_error(data_dir, needed, missing)
+
+
+def _fetch_missing(data_dir: Path, missing: Mapping[str, str], base_url: str | None) -> str:
+    """Fetch the pinned benchmarks of the ``missing`` files into ``data_dir`` (progress on
+    stderr); the first failure as `` (<path>: <detail>)``, or ``""``."""
+    from .fetch import FAILED
+    from .fetch import fetch as do_fetch
+
+    wanted = [b for b in dict.fromkeys(missing.values()) if b in benchmark_names()]
+    print(f"bias audit: fetching {', '.join(wanted)} data into {data_dir}", file=sys.stderr)
+    results = do_fetch(
+        wanted, data_dir, base_url=base_url, out=lambda line: print(f"  {line}", file=sys.stderr)
+    )
+    failed = [r for r in results if r.status == FAILED]
+    return f" ({failed[0].entry.path}: {failed[0].detail})" if failed else ""
+
+
+def _missing_error(data_dir: Path, needed: Mapping[str, str], missing: Mapping[str, str]) -> DataError:
+    """The error naming the data dir, the first missing file (and how many more), the
+    benchmarks and the fetch command (or, for a benchmark without a pinned source, that)."""
     benches = list(dict.fromkeys(missing.values()))
     first = next(iter(missing))
     more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
@@ -82,11 +93,11 @@ def require_files(
         )
     unpinned = [b for b in benches if b not in benchmark_names()]
     if unpinned and len(unpinned) == len(benches):
-        raise DataError(
+        return DataError(
             f"{lead}; {', '.join(unpinned)} has no pinned source to fetch from: add its files to "
             "audit_harness/sources/sources.yaml)"
         )
-    raise DataError(f"{lead}, add --fetch-data, or run: {fetch_command(benches, data_dir)})")
+    return DataError(f"{lead}, add --fetch-data, or run: {fetch_command(benches, data_dir)})")
 
 
 def fetch_command(benchmarks: Iterable[str], data_dir: Path) -> str:

@@ -83,43 +83,20 @@ def download(
     target.parent.mkdir(parents=True, exist_ok=True)
     part = part_path(target)
     transferred = 0
+
+    def written(n: int) -> None:  # counts what failed attempts wrote too: it crossed the network
+        nonlocal transferred
+        transferred += n
+        if on_bytes:
+            on_bytes(n)
+
     last_error = "no attempt made"
     network_failed = False
     for attempt in range(max(1, retry.attempts)):
         if attempt:
             sleep(retry.delay(attempt - 1))
-        offset = part.stat().st_size if part.exists() else 0
-        if size is not None and offset > size:
-            part.unlink()  # longer than the file can be: not a prefix of it
-            offset = 0
-        if size is not None and offset == size:
-            break  # a complete part from an earlier run: just verify it
-        # identity: a Range then counts the file's own bytes, not those of a gzip encoding.
-        headers = {"Accept-Encoding": "identity"}
-        if offset:
-            headers["Range"] = f"bytes={offset}-"
         try:
-            with client.stream("GET", url, headers=headers) as r:
-                if r.status_code == 416 and offset:
-                    break  # nothing left to send: verify what we have
-                if r.status_code == 429 or r.status_code >= 500:
-                    raise _Retryable(f"HTTP {r.status_code}")
-                if r.status_code not in (200, 206):
-                    raise DownloadError(f"{url}: HTTP {r.status_code}")
-                if r.status_code == 206 and not r.headers.get("content-range", "").startswith(
-                    f"bytes {offset}-"
-                ):
-                    raise DownloadError(
-                        f"{url}: server answered the range request with "
-                        f"Content-Range {r.headers.get('content-range')!r}"
-                    )
-                mode = "ab" if r.status_code == 206 else "wb"
-                with open(part, mode) as f:
-                    for chunk in r.iter_bytes():  # as received: a cut loses nothing written
-                        f.write(chunk)
-                        transferred += len(chunk)
-                        if on_bytes:
-                            on_bytes(len(chunk))
+            _fetch_rest(client, url, part, size, written)
             break
         except httpx.TransportError as e:
             last_error, network_failed = f"{type(e).__name__}: {e}", True
@@ -131,6 +108,45 @@ def download(
         )
     _verify_and_move(part, target, sha256, size)
     return transferred
+
+
+def _fetch_rest(
+    client: httpx.Client, url: str, part: Path, size: int | None, written: Callable[[int], None]
+) -> None:
+    """One attempt: the bytes of ``url`` that ``part`` lacks appended to it (``Range``), or the
+    whole file written again when the server ignores ranges; nothing when ``part`` is complete.
+    ``written(n)`` is called per chunk.
+
+    Raises:
+        _Retryable: HTTP 429 or 5xx. httpx.TransportError: the connection failed or was cut.
+        DownloadError: another HTTP status, or a reply for another range.
+    """
+    offset = part.stat().st_size if part.exists() else 0
+    if size is not None and offset > size:
+        part.unlink()  # longer than the file can be: not a prefix of it
+        offset = 0
+    if size is not None and offset == size:
+        return  # a complete part from an earlier run: just verify it
+    # identity: a Range then counts the file's own bytes, not those of a gzip encoding.
+    headers = {"Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    with client.stream("GET", url, headers=headers) as r:
+        if r.status_code == 416 and offset:
+            return  # nothing left to send: verify what we have
+        if r.status_code == 429 or r.status_code >= 500:
+            raise _Retryable(f"HTTP {r.status_code}")
+        if r.status_code not in (200, 206):
+            raise DownloadError(f"{url}: HTTP {r.status_code}")
+        if r.status_code == 206 and not r.headers.get("content-range", "").startswith(f"bytes {offset}-"):
+            raise DownloadError(
+                f"{url}: server answered the range request with "
+                f"Content-Range {r.headers.get('content-range')!r}"
+            )
+        with open(part, "ab" if r.status_code == 206 else "wb") as f:
+            for chunk in r.iter_bytes():  # as received: a cut loses nothing written
+                f.write(chunk)
+                written(len(chunk))
 
 
 def _verify_and_move(part: Path, target: Path, sha256: str, size: int | None) -> None:

@@ -76,19 +76,32 @@ def read_rows(
     if benchmark not in HF_DATASETS:
         raise DataError(f"read_rows: unknown benchmark {benchmark!r}; known: {', '.join(HF_DATASETS)}")
     if source == "files":
-        if data_dir is None:
-            raise DataError("read_rows: source 'files' needs data_dir")
-        path = Path(data_dir) / CSV_SUBDIRS[benchmark] / f"{category}.full.csv"
-        if not path.is_file():
-            raise DataError(f"missing {benchmark} {category} data: {path}")
-        with open(path, encoding="utf-8", newline="") as f:
-            rows = list(csv.DictReader(f, strict=True))
-        return rows, {"source": "files", "path": str(path)}
+        return _file_rows(benchmark, category, data_dir)
     if source != "hf":
         raise DataError(f"read_rows: unknown source {source!r}; known: {', '.join(SOURCES)}")
+    return _hub_rows(hf_path or HF_DATASETS[benchmark], category, revision, cache_dir)
+
+
+def _file_rows(
+    benchmark: str, category: str, data_dir: str | Path | None
+) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """``read_rows`` from the pinned CSV file."""
+    if data_dir is None:
+        raise DataError("read_rows: source 'files' needs data_dir")
+    path = Path(data_dir) / CSV_SUBDIRS[benchmark] / f"{category}.full.csv"
+    if not path.is_file():
+        raise DataError(f"missing {benchmark} {category} data: {path}")
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f, strict=True))
+    return rows, {"source": "files", "path": str(path)}
+
+
+def _hub_rows(
+    dataset: str, category: str, revision: str | None, cache_dir: str | Path | None
+) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """``read_rows`` from the Hub dataset (or local copy) ``dataset``, through ``datasets``."""
     import datasets
 
-    dataset = hf_path or HF_DATASETS[benchmark]
     try:
         builder = datasets.load_dataset_builder(
             dataset, name=category, revision=revision, cache_dir=None if cache_dir is None else str(cache_dir)
