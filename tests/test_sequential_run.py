@@ -267,17 +267,7 @@ def record_of(item, option: int):
     from audit_harness.benchmarks.kobbq import KoBBQItem, KoBBQRecord
 
     if isinstance(item, KoBBQItem):
-        return KoBBQRecord.answering(
-            item,
-            option,
-            label_type="label",
-            sample_id=item.sample_id,
-            prompt_id=item.prompt_id,
-            permutation=item.permutation,
-            answer_mode=item.answer_mode,
-            options=list(item.options),
-            extra={"label_annotation": item.label_annotation},
-        )
+        return KoBBQRecord.answering(item, option)
     return MCRecord.answering(item, option, label_type=item.label_type, extra=dict(item.extra))
 
 

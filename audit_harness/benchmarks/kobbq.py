@@ -200,6 +200,24 @@ class KoBBQRecord(MCRecord):
     answer_mode: str = "generate"
     options: list[str] | None = None
 
+    @classmethod
+    def answering(cls, item: "KoBBQItem", option: int, **fields: Any) -> "KoBBQRecord":
+        """``MCRecord.answering`` with what a KoBBQ item adds: its sample, template, order, mode,
+        options as shown and label annotation; ``fields`` are the scoring's (prompt format and
+        hashes, parsed output or scores)."""
+        return super().answering(
+            item,
+            option,
+            label_type="label",
+            sample_id=item.sample_id,
+            prompt_id=item.prompt_id,
+            permutation=item.permutation,
+            answer_mode=item.answer_mode,
+            options=list(item.options),
+            extra={"label_annotation": item.label_annotation},
+            **fields,
+        )
+
 
 def _read_tsv(path: Path, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
     """(line number, row) of a TSV read with ``csv`` (the files mix CRLF and LF).
@@ -717,16 +735,9 @@ class KoBBQ(BBQFamilyBenchmark):
         return KoBBQRecord.answering(
             it,
             option,
-            label_type="label",
-            sample_id=it.sample_id,
-            prompt_id=it.prompt_id,
-            permutation=it.permutation,
-            answer_mode=it.answer_mode,
-            options=list(it.options),
             prompt_format=fmt,
             chat_template_sha256=digest if fmt == "chat" else None,
             prompt_sha256=prompt_sha256,
-            extra={"label_annotation": it.label_annotation},
             **fields,
         )
 
