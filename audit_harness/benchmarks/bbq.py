@@ -104,6 +104,36 @@ def _read_metadata(path: Path) -> tuple[dict[tuple[str, int], tuple[str | None, 
     return table, duplicates, rows
 
 
+def _checked_row(row: Any, where: str, category: str) -> int:
+    """The unknown option of a BBQ row, once its fields are checked.
+
+    Raises:
+        DataError: not an object, a missing field, another category, an unknown context
+            condition or polarity, ``answer_info`` without exactly one UNKNOWN option, or a label
+            outside 0-2.
+    """
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: expected a JSON object")
+    for key in REQUIRED_FIELDS:
+        if key not in row:
+            raise DataError(f"{where}: missing field {key!r}")
+    if row["category"] != category:
+        raise DataError(f"{where}: category {row['category']!r} in the {category} file")
+    if row["context_condition"] not in ("ambig", "disambig"):
+        raise DataError(f"{where}: context_condition {row['context_condition']!r} is not ambig/disambig")
+    if row["question_polarity"] not in ("neg", "nonneg"):
+        raise DataError(f"{where}: question_polarity {row['question_polarity']!r} is not neg/nonneg")
+    try:
+        unknowns = [k for k in range(3) if row["answer_info"][f"ans{k}"][1] == "unknown"]
+    except (KeyError, IndexError, TypeError):
+        raise DataError(f"{where}: answer_info must map ans0..ans2 to [text, group]") from None
+    if len(unknowns) != 1:
+        raise DataError(f"{where}: expected exactly one UNKNOWN option in answer_info, found {len(unknowns)}")
+    if row["label"] not in (0, 1, 2):
+        raise DataError(f"{where}: label {row['label']!r} is not 0, 1 or 2")
+    return unknowns[0]
+
+
 #: ``--bbq-split-names`` (``bias-audit score --split-names``).
 SPLIT_NAMES = Option(
     "--bbq-split-names",
@@ -195,38 +225,16 @@ class BBQ(BBQFamilyBenchmark):
                         f"{path}:{line_no}: malformed JSON ({e.msg.removesuffix(' at')} at column "
                         f"{e.colno}; a truncated or broken line?)"
                     ) from None
-                item = self._item(row, path, line_no, category, meta, excluded)
+                item = self._item(row, f"{path}:{line_no}", category, meta, excluded)
                 if item is not None:
                     items.append(item)
         files = [DataFile.of(path, data_dir, n_rows), DataFile.of(meta_path, data_dir, meta_rows)]
         notes = {"rows": n_rows, "metadata_duplicates_dropped": duplicates.get(category, 0)}
         return CategoryData(category, items, files, excluded, notes)
 
-    def _item(self, row, path, line_no, category, meta, excluded) -> MCItem | None:
-        where = f"{path}:{line_no}"
-        if not isinstance(row, dict):
-            raise DataError(f"{where}: expected a JSON object")
-        for key in REQUIRED_FIELDS:
-            if key not in row:
-                raise DataError(f"{where}: missing field {key!r}")
-        if row["category"] != category:
-            raise DataError(f"{where}: category {row['category']!r} in the {category} file")
-        if row["context_condition"] not in ("ambig", "disambig"):
-            raise DataError(f"{where}: context_condition {row['context_condition']!r} is not ambig/disambig")
-        if row["question_polarity"] not in ("neg", "nonneg"):
-            raise DataError(f"{where}: question_polarity {row['question_polarity']!r} is not neg/nonneg")
+    def _item(self, row, where: str, category: str, meta, excluded) -> MCItem | None:
+        unknown = _checked_row(row, where, category)
         item_id = f"{category}-{row['example_id']}"
-        try:
-            unknowns = [k for k in range(3) if row["answer_info"][f"ans{k}"][1] == "unknown"]
-        except (KeyError, IndexError, TypeError):
-            raise DataError(f"{where}: answer_info must map ans0..ans2 to [text, group]") from None
-        if len(unknowns) != 1:
-            raise DataError(
-                f"{where}: expected exactly one UNKNOWN option in answer_info, found {len(unknowns)}"
-            )
-        label = row["label"]
-        if label not in (0, 1, 2):
-            raise DataError(f"{where}: label {label!r} is not 0, 1 or 2")
         entry = meta.get((category, int(row["example_id"])))
         if entry is None:
             excluded.setdefault("no metadata row", []).append(item_id)
@@ -236,7 +244,7 @@ class BBQ(BBQFamilyBenchmark):
             excluded.setdefault("target_loc missing (NA) in additional_metadata.csv", []).append(item_id)
             return None
         biased = int(target_loc)
-        if biased == unknowns[0] or biased not in (0, 1, 2):
+        if biased == unknown or biased not in (0, 1, 2):
             raise DataError(f"{where}: target_loc {biased} points at the UNKNOWN option or out of range")
         return MCItem(
             item_id=item_id,
@@ -246,9 +254,9 @@ class BBQ(BBQFamilyBenchmark):
             context=row["context"],
             question=row["question"],
             options=(row["ans0"], row["ans1"], row["ans2"]),
-            gold=label,
+            gold=row["label"],
             biased_option=biased,
-            unknown_option=unknowns[0],
+            unknown_option=unknown,
             template_id=str(row["question_index"]),
             label_type=label_type,
         )
