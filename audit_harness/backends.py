@@ -491,5 +491,6 @@ def add_options(group) -> None:
 
 
 def _register(group, opt: Option) -> None:
-    default = os.environ.get(opt.env, opt.default) if opt.env else opt.default
-    group.addoption(opt.flag, dest=opt.dest, default=default, **opt.parser_kwargs())
+    from .options import default_of, register
+
+    register(group, opt, default_of(opt))

@@ -337,6 +337,26 @@ def _run_pytest_args(args: Sequence[str]) -> None:
     os.execv(sys.executable, argv)
 
 
+def all_flags(benchmarks) -> set[str]:
+    """Every flag of an audit run (the suite's, the backends', the benchmarks'), as the plugin
+    registers them; e.g. for checking the CI examples' command lines."""
+    from .backends import add_options
+    from .options import add_benchmark_options, add_suite_options
+
+    class Collect:
+        def __init__(self):
+            self.flags: set[str] = set()
+
+        def addoption(self, *names, **_):
+            self.flags.update(names)
+
+    c = Collect()
+    add_suite_options(c)
+    add_options(c)
+    add_benchmark_options(c, benchmarks)
+    return c.flags
+
+
 def run_help(pytest_help: str) -> str:
     """``bias-audit run --help``: the audit options (pytest's "model bias audit" group) first,
     then the rest of pytest's help, from the text of ``pytest --help``."""

@@ -315,21 +315,3 @@ def configured_options(config, benchmarks: Mapping[str, Any]) -> dict[str, dict[
             if value is not None:
                 out.setdefault(name, {})[opt.key] = value
     return out
-
-
-def all_flags(benchmarks: Mapping[str, Any]) -> set[str]:
-    """Every audit flag (the suite's, the backends', the benchmarks'), e.g. for checking CI files."""
-    from .backends import add_options
-
-    class Collect:
-        def __init__(self):
-            self.flags: set[str] = set()
-
-        def addoption(self, *names, **_):
-            self.flags.update(names)
-
-    c = Collect()
-    add_suite_options(c)
-    add_options(c)
-    add_benchmark_options(c, benchmarks)
-    return c.flags

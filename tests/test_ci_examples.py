@@ -17,7 +17,7 @@ EXAMPLES = {"github": REPO / "examples" / "github-actions.yml", "gitlab": REPO /
 
 def plugin_options() -> set[str]:
     from audit_harness.benchmarks import registry
-    from audit_harness.options import all_flags
+    from audit_harness.cli import all_flags
 
     return all_flags(registry())
 
