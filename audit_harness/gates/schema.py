@@ -49,6 +49,7 @@ from typing import Any, Mapping
 import yaml
 
 from ..errors import ConfigError
+from ..option_spec import check_confidence
 from .gate import BOUND_KEYS, CONFIDENCE_FLOOR, DEFAULT_CONFIDENCE, DEFAULT_MIN_N, Gate
 from .modes import MODES
 
@@ -135,8 +136,7 @@ def _mode(value: Any, where: str) -> str:
 
 def _confidence(value: Any, where: str, allow_low: bool = False) -> float:
     value = _number(value, where)
-    if not 0.0 < value < 1.0:
-        raise ConfigError(f"{where}: confidence must be in (0, 1), e.g. 0.95, got {value:g}")
+    check_confidence(value, f"{where}: confidence", ", e.g. 0.95", f"{value:g}")
     # A lower level narrows every interval a gate is signed off at: at 0.01 a four-item interval
     # is a point and clears any band, so the file alone must not be able to lower it.
     if value < CONFIDENCE_FLOOR and not allow_low:
