@@ -181,7 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return report(args, results, t0)
 
 
-def restart_installed(args: argparse.Namespace, argv: Sequence[str] | None, bundle: Path, workdir: Path) -> None:
+def restart_installed(
+    args: argparse.Namespace, argv: Sequence[str] | None, bundle: Path, workdir: Path
+) -> None:
     """On the GPU machine: check the bundle is there, install the wheels it lacks, and start
     again in a fresh interpreter that sees them (``--installed``)."""
     if not (bundle / "manifest.json").is_file():
