@@ -89,7 +89,11 @@ class GateCheck:
         metric = self._session.metric(g.benchmark, g.category, g.metric)
         opts = self._session.options
         verdict = judge(
-            g, metric, self._evidence(outcome), n_resamples=opts.metrics.n_resamples, allow_partial=opts.backend.allow_partial
+            g,
+            metric,
+            self._evidence(outcome),
+            n_resamples=opts.metrics.n_resamples,
+            allow_partial=opts.backend.allow_partial,
         )
         self._record_verdict(verdict, outcome.n_scored)
         self._session.verdicts.append(verdict)
