@@ -43,7 +43,6 @@ import numpy as np
 
 from bias_metrics.bbq_family import grouped_cluster_counts, metrics_mean_over_groups
 from bias_metrics.bbq_family import metric_names as flavour_metric_names
-from bias_metrics.records import AnswerClass, answer_class
 from bias_metrics.result import MetricResult
 
 from ..data import DataFile, require_file
@@ -60,7 +59,7 @@ from .base import (
     SequentialForm,
     positive_int,
 )
-from .bbq_family import BBQFamilyBenchmark, MCRecord, agree, balanced_sample
+from .bbq_family import BBQFamilyBenchmark, MCItem, MCRecord, agree, balanced_sample
 from .bbq_family_sequential import kobbq_form
 
 CATEGORIES = (
@@ -133,38 +132,27 @@ class Prompt:
         return self.instruction + "\n\n" + "\n".join(lines) + "\n" + self.answer
 
 
-@dataclass(frozen=True)
-class KoBBQItem:
-    """One test row under one prompt template and one option order (and answer mode).
+@dataclass(frozen=True, kw_only=True)
+class KoBBQItem(MCItem):
+    """One test row under one prompt template and one option order (and answer mode): an
+    ``MCItem`` (``label_type`` "label", no ``extra``) with what KoBBQ adds.
+
+    The ``MCItem`` fields: ``item_id`` is ``<sample_id>-p<prompt>-o<permutation>`` (+ ``-letter``
+    in letter mode); ``context_condition`` ``ambig``/``disambig`` (sample_id ``amb``/``dis``);
+    ``polarity`` ``neg`` for a biased question (``bsd``), ``nonneg`` for a counter-biased one
+    (``cnt``); ``template_id`` ``<category>-<template number>`` (bootstrap cluster); ``options``
+    the 3 option texts in label order (A, B, C) of this permutation, the unknown option being
+    the prompt's phrase; ``gold``, ``biased_option``, ``unknown_option`` positions (0 = A) of the
+    answer, of ``biased_answer`` and of the unknown option.
 
     Attributes:
-        item_id: ``<sample_id>-p<prompt>-o<permutation>`` (+ ``-letter`` in letter mode).
-        category, sample_id, label_annotation: from the row.
-        context_condition: ``ambig``/``disambig`` (sample_id ``amb``/``dis``); polarity: ``neg``
-            for a biased question (``bsd``), ``nonneg`` for a counter-biased one (``cnt``).
-        template_id: ``<category>-<template number>`` (bootstrap cluster).
-        context, question: the row's texts.
-        options: the 3 option texts in label order (A, B, C) of this permutation, the unknown
-            option being the prompt's phrase.
-        gold, biased_option, unknown_option: positions (0 = A) of the answer, of
-            ``biased_answer`` and of the unknown option.
+        sample_id, label_annotation: from the row.
         prompt: the template (``prompt_id`` 1-5); permutation (0-2); answer_mode
             (``generate``/``letter``).
     """
 
-    item_id: str
-    category: str
     sample_id: str
     label_annotation: str
-    context_condition: str
-    polarity: str
-    template_id: str
-    context: str
-    question: str
-    options: tuple[str, str, str]
-    gold: int
-    biased_option: int
-    unknown_option: int
     prompt: Prompt
     permutation: int
     answer_mode: str
@@ -175,9 +163,6 @@ class KoBBQItem:
     @property
     def prompt_id(self) -> int:
         return self.prompt.prompt_id
-
-    def answer_class(self, option: int) -> AnswerClass:
-        return answer_class(option, biased_option=self.biased_option, unknown_option=self.unknown_option)
 
 
 @dataclass
