@@ -251,10 +251,10 @@ def default_of(opt: Option):
         pytest.UsageError: the variable holds a value of the wrong type (``_env_int``,
             ``_env_flag``).
     """
+    if opt.switch:  # off unless turned on: results.json records False, never None
+        return _env_flag(opt.env) if opt.env else bool(opt.default)
     if opt.env is None:
         return opt.default
-    if opt.switch:
-        return _env_flag(opt.env)
     if opt.type is int:
         value = _env_int(opt.env)
         # 0 keeps a non-None default, as ``AUDIT_BATCH_SIZE=0`` has always meant 16.

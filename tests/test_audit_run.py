@@ -95,6 +95,9 @@ def test_results_file_matches_the_saved_records(serial_run, data_dir):
     assert results["model"]["name"] == "tiny-random-gpt2"
     assert results["model"]["fingerprint"].startswith("sha256:")
     assert results["options"]["limit"] == 12 and results["options"]["seed"] == 0
+    # a switch not given is recorded off, not unknown (a reader tests `is False`)
+    for switch in ("plan", "strict_baseline", "allow_low_confidence", "require_published_data"):
+        assert results["options"][switch] is False, switch
     assert results["environment"]["libraries"]["torch"]
     assert results["data_files"]["bbq/data/Religion.jsonl"]["rows"] == 1200
     assert len(results["data_files"]["bbq/data/Religion.jsonl"]["sha256"]) == 64
