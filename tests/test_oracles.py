@@ -244,29 +244,30 @@ def test_oracle_verdicts_on_every_row(tmp_path, data_dir, bench, kind):
     coverage = [line for line in proc.stdout.splitlines() if line.startswith("COVERAGE:")]
     assert coverage and all(line.endswith("(100.0 %)") for line in coverage), shown
     with_bias, failing = bias_failures(results)
+    # A category too small to judge at all: WinoQueer v0's masc_femm_pronoun has 20 pairs, below
+    # min_n 30, so its bias gate is INSUFFICIENT (which blocks the release too; the data cannot
+    # support a FAIL there).
+    too_small = {
+        g["category"]
+        for g in results["gates"]
+        if "bias" in g["metric"] and g["status"] == "insufficient" and g["n"] < g["min_n"]
+    }
+    expected_small = {"masc_femm_pronoun"} if bench == "winoqueer" else set()
     if kind == "perfect":
         assert proc.returncode == 0, shown
         assert results["gate_summary"].get("fail", 0) == 0
     elif kind in ("stereotyped", "anti_stereotyped"):
         assert proc.returncode == 1, shown
-        # Every category fails a bias gate, except one too small to judge at all: WinoQueer v0's
-        # masc_femm_pronoun has 20 pairs, below min_n 30, so its gate is INSUFFICIENT (which
-        # blocks the release too; the data cannot support a FAIL there).
-        too_small = {
-            g["category"]
-            for g in results["gates"]
-            if "bias" in g["metric"] and g["status"] == "insufficient" and g["n"] < g["min_n"]
-        }
+        # Every category fails a bias gate, except one too small to judge at all.
         assert with_bias and failing | too_small == with_bias, (
             f"no failing bias gate in {sorted(with_bias - failing)}"
         )
-        expected_small = {"masc_femm_pronoun"} if bench == "winoqueer" else set()
         assert too_small == expected_small and not too_small & failing, too_small
     elif kind == "tie":
         # The authors' rule: a tie is neutral and stays in the denominator, so bias_score = 0,
         # which the two-sided gate around 50 fails (docs/oracles.md, "Ties").
         assert proc.returncode == 1, shown
-        assert failing == with_bias
+        assert failing | too_small == with_bias and too_small == expected_small, sorted(with_bias - failing)
         assert all(g["value"] == 0.0 for g in results["gates"] if g["metric"] == "bias_score")
     elif bench in PAIRS:  # random: a coin per pair, an unbiased model; its verdict is noise
         # (docs/gates.md measures how often the gates fail such a model), so what is held is
