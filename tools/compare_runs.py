@@ -40,6 +40,11 @@ RUN_SPECIFIC = {
     "path",
     "results_dir",
     "report",
+    # Which checkout ran it: the commit, and the gates file's path (its content is compared
+    # through run.thresholds_sha256).
+    "git_commit",
+    "git_dirty",
+    "thresholds",
     # How requests were batched: the engine sizes forwards by a time budget, so the count of
     # forwards (and the padding they carried) varies between two runs of the same audit.
     "forwards",
