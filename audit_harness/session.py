@@ -211,9 +211,7 @@ class AuditSession:
 
     def metric(self, benchmark: str, category: str, name: str):
         """The ``MetricResult`` of one metric of one category."""
-        from bias_metrics.result import MetricResult
-
-        return MetricResult.from_dict(self.outcome(benchmark, category).metrics[name])
+        return self.outcome(benchmark, category).metrics[name]
 
     def export(self) -> dict[str, Any]:
         """This process's outcomes and verdicts, for the controller's results file."""

@@ -8,20 +8,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from bias_metrics.result import MetricResult
+
 from ..benchmarks.base import Benchmark, MetricSettings, Record
 from ..errors import DataError
-from .pipeline import CategoryEvaluation
+from .pipeline import CategoryEvaluation, ParseSensitivity
 
 
 @dataclass
 class CategoryOutcome:
-    """Everything one (benchmark, category) evaluation produced, JSON-ready via ``to_dict``."""
+    """Everything one (benchmark, category) evaluation produced, JSON-ready via ``to_dict``.
+
+    The metrics stay ``MetricResult`` objects while the run judges its gates; they become dicts
+    only in ``to_dict``, the form the results file and the xdist controller read."""
 
     benchmark: str
     category: str
     n_available: int
     n_scored: int
-    metrics: dict[str, Any]
+    metrics: dict[str, MetricResult]
     excluded: dict[str, list[str]]
     notes: dict[str, int]
     files: list[dict[str, Any]]
@@ -35,9 +40,10 @@ class CategoryOutcome:
     #: ``--backend replay``: ``{"predicted", "available", "predictions"}``, the items the saved
     #: outputs answer of those the category holds; None for a live run.
     coverage: dict[str, Any] | None = None
-    #: Generate mode: ``{"answer_parsing": the other profile, "metrics": {name: metric dict}}``,
-    #: every metric as the other parsing profile reads the outputs; None when nothing is parsed.
-    sensitivity: dict[str, Any] | None = None
+    #: Generate mode: every metric as the other parsing profile reads the outputs (in the results
+    #: file ``{"answer_parsing": the other profile, "metrics": {name: metric dict}}``); None when
+    #: nothing is parsed.
+    sensitivity: ParseSensitivity | None = None
     #: ``--plan``: the category's counts (``planning.plan_row``); then nothing else in the
     #: outcome is a score (no metrics, no records written).
     plan: dict[str, Any] | None = None
@@ -46,7 +52,10 @@ class CategoryOutcome:
     sequential: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        doc = dict(self.__dict__)
+        doc["metrics"] = {k: v.to_dict() for k, v in self.metrics.items()}
+        doc["sensitivity"] = self.sensitivity.to_dict() if self.sensitivity is not None else None
+        return doc
 
     @classmethod
     def of(cls, benchmark: str, category: str, ev: CategoryEvaluation, records_path: str, seconds: float):
@@ -58,7 +67,7 @@ class CategoryOutcome:
             category=category,
             n_available=len(data.items),
             n_scored=0 if ev.plan is not None else len(ev.records),
-            metrics={k: v.to_dict() for k, v in ev.metrics.items()},
+            metrics=dict(ev.metrics),
             excluded=ev.excluded,
             notes=data.notes,
             files=[f.__dict__ for f in data.files],
@@ -67,7 +76,7 @@ class CategoryOutcome:
             requests=ev.stats,
             examples=ev.examples,
             coverage=ev.coverage.to_dict() if ev.coverage is not None else None,
-            sensitivity=ev.sensitivity.to_dict() if ev.sensitivity is not None else None,
+            sensitivity=ev.sensitivity,
             plan=ev.plan,
             sequential=ev.sequential.summary() if ev.sequential is not None else None,
         )

@@ -131,10 +131,8 @@ class GateCheck:
         g = self.gate
         sens = outcome.sensitivity
         other = None
-        if sens and g.metric in sens["metrics"]:
-            from bias_metrics.result import MetricResult
-
-            other = (sens["answer_parsing"], MetricResult.from_dict(sens["metrics"][g.metric]))
+        if sens is not None and g.metric in sens.metrics:
+            other = (sens.answer_parsing, sens.metrics[g.metric])
         return Evidence(
             coverage=outcome.coverage,
             sequential=outcome.sequential["gates"].get(g.test_id) if outcome.sequential else None,
