@@ -32,13 +32,13 @@ PACKAGES = ("audit_harness", "bias_metrics")
 #: Each count's ceiling. Counts above it fail ``make lint``.
 CEILINGS = {
     "functions over 100 lines": 0,
-    "functions over 60 lines": 25,
+    "functions over 60 lines": 6,
     "backend probes outside models/": 0,
     "backend or mode branches outside models/ and backends.py": 0,
     "session.py lines": 300,
     "audit_harness modules in no layers contract": 0,
-    "ruff C901 (too complex)": 39,
-    "ruff PLR0913 (too many arguments)": 58,
+    "ruff C901 (too complex)": 13,
+    "ruff PLR0913 (too many arguments)": 40,
 }
 # The object of a probe that is a backend: `m`, `b`, `backend`, `model`, `self.backend`, ...
 _BACKEND_NAME = re.compile(r"(^|\.)(m|b|backend|model|_model|_backend)$")
