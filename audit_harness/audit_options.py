@@ -16,7 +16,7 @@ from .errors import ConfigError
 class BackendOptions:
     """What opens and runs the audited model (``backends``)."""
 
-    #: ``--backend``: a name of ``backends.REGISTRY`` (``hf``, ``openai``, ``replay``).
+    #: ``--backend``: a name of ``backends.REGISTRY``.
     name: str = "hf"
     device: str = "auto"
     dtype: str = "auto"

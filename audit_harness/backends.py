@@ -84,6 +84,8 @@ class BackendSpec:
     """
 
     name: ClassVar[str]
+    #: what ``--backend <name>`` does, in ``--help``
+    summary: ClassVar[str]
     in_process: ClassVar[bool] = False
     placeholder_scores: ClassVar[bool] = False
 
@@ -142,6 +144,7 @@ class HFSpec(BackendSpec):
     """The model in this process (``models.zoo.load_model``)."""
 
     name = "hf"
+    summary = "load the model in this process (default)"
     in_process = True
 
     def open(self):
@@ -155,6 +158,7 @@ class OpenAISpec(BackendSpec):
     """An OpenAI-compatible server, or a pool of replicas (``models.openai_server.connect``)."""
 
     name = "openai"
+    summary = "score and generate through an OpenAI-compatible server at --base-url (vLLM, SGLang, TGI)"
 
     @staticmethod
     def check_flags(options) -> None:
@@ -184,6 +188,7 @@ class ReplaySpec(BackendSpec):
     (``predictions.join_predictions``) once per process; its items are those the file answers."""
 
     name = "replay"
+    summary = "answer from the saved outputs of --predictions"
 
     def __init__(self, options):
         super().__init__(options)
@@ -396,12 +401,15 @@ def _refuse_replay_flags(options) -> None:
 
 #: The backend flags, each declared once (``option_spec.Option``), in ``--help``'s order;
 #: ``--base-url`` (given several times) is registered by ``add_options`` itself.
+def backend_help() -> str:
+    """``--backend``'s help: every registered backend's name and summary."""
+    return "; ".join(f"{name}: {spec.summary}" for name, spec in REGISTRY.items()) + " (env AUDIT_BACKEND)"
+
+
 OPTIONS = (
     Option(
         "--backend",
-        "hf: load the model in this process (default); openai: score and generate "
-        "through an OpenAI-compatible server at --base-url (vLLM, SGLang, TGI); "
-        "replay: answer from the saved outputs of --predictions (env AUDIT_BACKEND)",
+        backend_help(),
         default="hf",
         env="AUDIT_BACKEND",
         choices=BACKENDS,

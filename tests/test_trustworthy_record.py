@@ -342,6 +342,23 @@ def test_run_help_shows_the_audit_options_first(capsys):
     assert out.index("--min-n") < out.index("pytest options:") < out.index("--maxfail")
 
 
+def test_backend_help_names_every_registered_backend(monkeypatch):
+    # A backend added to the registry is offered by --help without a second, hand-written list.
+    from audit_harness import backends
+
+    flag = next(opt for opt in backends.OPTIONS if opt.flag == "--backend")
+    assert flag.help == backends.backend_help() and flag.choices == tuple(backends.REGISTRY)
+
+    class ToySpec(backends.BackendSpec):
+        name, summary = "toy", "every option scores -1.0"
+
+    monkeypatch.setitem(backends.REGISTRY, "toy", ToySpec)
+    help_text = backends.backend_help()
+    assert "toy: every option scores -1.0" in help_text
+    for name, spec in backends.REGISTRY.items():
+        assert f"{name}: {spec.summary}" in help_text
+
+
 def test_run_help_says_why_it_cannot_list_the_options(tmp_path, monkeypatch, capsys):
     (tmp_path / "thresholds.yaml").write_text("bbq:\n  defaults: {}\nbbq:\n  defaults: {}\n")
     monkeypatch.chdir(tmp_path)
