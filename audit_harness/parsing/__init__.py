@@ -27,6 +27,7 @@ from .authors import (
     match_answer,
     match_leading_label,
     match_prediction,
+    parse_cbbq,
     parse_choice,
 )
 from .choices import REASONS, Choices, Parsed
@@ -37,7 +38,7 @@ from .text import normalize_text
 #: The parsing profiles.
 PROFILES = ("authors", "robust")
 #: The authors' rules a benchmark may name (``parse_answer(authors=...)``).
-AUTHORS_RULES = ("bbq-reference", "exact", "kobbq", "first-word")
+AUTHORS_RULES = ("bbq-reference", "exact", "kobbq", "first-word", "cbbq")
 
 __all__ = [
     "AUTHORS_RULES",
@@ -126,11 +127,12 @@ def parse_answer(
     choices : Choices
         The options as the prompt showed them.
     profile : {"authors", "robust"}
-    authors : {"bbq-reference", "exact", "kobbq", "first-word"}
+    authors : {"bbq-reference", "exact", "kobbq", "first-word", "cbbq"}
         The benchmark's published rule, used under ``authors``: the BBQ R script's matching
         (``bbq-reference``), exact option text or letter (``exact``, where no parser was
         published), KoBBQ's ``raw2prediction`` (``kobbq``), or the first word (``first-word``,
-        KGQuiz true/false, with ``labels`` mapping lower-case words to options).
+        KGQuiz true/false, with ``labels`` mapping lower-case words to options), or CBBQ's
+        letter test (``cbbq``: ``authors.parse_cbbq``).
 
     Returns
     -------
@@ -171,6 +173,9 @@ def _by_profile(output, choices: Choices, profile: str, authors: str, labels) ->
     if authors == "kobbq":
         got = parse_choice(output, choices.texts, choices.letters)
         return Parsed(got.option, got.how, got.rule, got.reason)
+    if authors == "cbbq":  # CBBQ's evaluate_*.py letter test, letters standing alone
+        option, reason = parse_cbbq(output)
+        return Parsed(option, "letter" if option >= 0 else "invalid", "cbbq", reason)
     if authors == "first-word":
         label = match_leading_label(output, labels or {})
         if label is None:

@@ -32,7 +32,7 @@ import unicodedata
 
 from .choices import Choices, Parsed
 from .negation import read_epistemic
-from .text import ARTICLES, content_words, has_hangul, words
+from .text import ARTICLES, content_words, matched_as_substring, words
 from .text import typo_close as _typo_close
 
 _OPT = r"[*_`'\"“”‘’«»\s]*"
@@ -46,7 +46,10 @@ _STRONG = re.compile(
     r"|(?:la\s+)?resposta(?:\s+(?:correcta|final))?" + _OPT + r"(?:és\b|es\b|:|=)"
     r"|la\s+(?:opción|opció)\s+(?:correcta\s+)?(?:es|és)\b"
     r")(?P<rest>[^\n]*)"
-    r"|(?:정답|답변|답)\s*(?:은|는|:|：)(?P<ko>[^\n]*)",
+    r"|(?:정답|답변|답)\s*(?:은|는|:|：)(?P<ko>[^\n]*)"
+    # zh: 答案是/答案为/答案：/正确答案是/我选/选择 (not 不选, 选项, 选择题)
+    r"|(?:正确|最终|最佳)?答案\s*(?:应该|应当|应)?(?:是|为|:|：)(?P<zh>[^\n]*)"
+    r"|(?<![不别])(?:我(?:会|的选择是)?)?(?:选择|选)(?![项择题])\s*(?:的是|了)?(?P<zhsel>[^\n]*)",
     re.IGNORECASE,
 )
 #: Weak statements, used when no strong one names an option.
@@ -61,18 +64,18 @@ _REFUSAL = re.compile(
     r"\b(?:sorry|i\s+(?:can(?:no|')t|am\s+unable\s+to|won't|will\s+not|must\s+decline|"
     r"do\s+not\s+feel\s+comfortable)|as\s+an\s+ai)\b"
     r"|\blo\s+siento\b|\bno\s+puedo\b|\bho\s+sento\b|\bno\s+puc\b"
-    r"|죄송|미안|답변(?:을|해)?\s?(?:드릴|할)\s?수\s?없|답(?:을|해)?\s?(?:드릴|할)\s?수\s?없|도와(?:드릴|줄)\s?수\s?없",
+    r"|抱歉|对不起|죄송|미안|답변(?:을|해)?\s?(?:드릴|할)\s?수\s?없|답(?:을|해)?\s?(?:드릴|할)\s?수\s?없|도와(?:드릴|줄)\s?수\s?없",
     re.IGNORECASE,
 )
 #: An apology or an AI disclaimer: what makes "I can't answer that" a refusal rather than the
 #: unknown answer.
 _APOLOGY = re.compile(
     r"\b(?:sorry|apologi[sz]e|as\s+an\s+ai|language\s+model|decline|"
-    r"not\s+comfortable|lo\s+siento|disculp|ho\s+sento)\b|죄송|미안",
+    r"not\s+comfortable|lo\s+siento|disculp|ho\s+sento)\b|죄송|미안|抱歉|对不起",
     re.IGNORECASE,
 )
 _JOINED = re.compile(
-    r"^\s*[A-Za-z]\s*(?:,|/|&|\bor\b|\band\b|\by\b|\bo\b|\bi\b|\bni\b|와|과|또는|및|나)\s*"
+    r"^\s*[A-Za-z]\s*(?:,|/|&|\bor\b|\band\b|\by\b|\bo\b|\bi\b|\bni\b|와|과|또는|및|나|或者?|和|与|及)\s*"
     r"\(?[A-Za-z]\)?(?![\w'])",
     re.IGNORECASE,
 )
@@ -101,8 +104,8 @@ def _letter_at_start(span: str, choices: Choices, lowercase: bool) -> tuple[int 
     letter. A lower-case letter counts only where ``lowercase`` (inside a statement: in running
     English text "a" is an article)."""
     m = re.match(
-        r"^[\s(\[]*(?P<l>[A-Za-z])(?P<after>(?:[\])]|\.|:|：|,|-|–|[\"'”’*_`]|\s|$)[^\n]*"
-        r"|[\uac00-\ud7a3][^\n]*)$",
+        r"^[\s(\[]*(?P<l>[A-Za-z])(?P<after>(?:[\])]|\.|:|：|,|-|–|、|。|，|[\"'”’*_`]|\s|$)[^\n]*"
+        r"|[\uac00-\ud7a3\u4e00-\u9fff][^\n]*)$",
         span,
     )
     if not m:
@@ -164,7 +167,7 @@ def _mentions(text: str, choices: Choices) -> dict[int, str]:
     spans: dict[int, list[tuple[int, int]]] = {}
     for n, (option, form) in enumerate(choices.forms()):
         rule = "option-text" if n < own else "alias"
-        if has_hangul(form):
+        if matched_as_substring(form):
             key = unicodedata.normalize("NFKC", form).casefold().replace(" ", "")
             if key and key in flat:
                 found.setdefault(option, rule)
@@ -195,7 +198,7 @@ def _typos(written: list[str], taken: set[int], choices: Choices, found: dict[in
     ``taken`` name within small typos (``_typo_close``; not for Korean forms)."""
     fuzzy: dict[int, str] = {}
     for option, form in choices.forms():
-        if option in found or has_hangul(form):
+        if option in found or matched_as_substring(form):
             continue
         target = content_words(form)
         k = len(target)
@@ -245,7 +248,7 @@ def _statements(pattern: re.Pattern, text: str, choices: Choices) -> tuple[str, 
         pos = max(start, m.start() + 1)
     last = None
     for k, (m, group, start) in enumerate(found):
-        if group in ("rest", "ko"):
+        if group in ("rest", "ko", "zh", "zhsel"):
             end = text.find("\n", start)
             end = len(text) if end < 0 else end
             if k + 1 < len(found) and found[k + 1][0].start() < end:
@@ -321,6 +324,8 @@ _STATEMENT_RULES = {
     "boxed": "boxed",
     "rest": "answer-statement",
     "ko": "answer-statement",
+    "zh": "answer-statement",
+    "zhsel": "answer-statement",
     "opt": "option-statement",
     "dollar": "dollar",
     "bold": "bold",

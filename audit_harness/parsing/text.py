@@ -32,6 +32,8 @@ ARTICLES = frozenset(
     }
 )
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
+#: Korean syllables or Chinese characters: scripts whose words are matched as substrings.
+_SUBSTRING_SCRIPT = re.compile(r"[\uac00-\ud7a3\u3400-\u4dbf\u4e00-\u9fff]")
 
 
 def normalize_text(text: str) -> str:
@@ -84,6 +86,19 @@ def has_hangul(text: str) -> bool:
     """Whether ``text`` holds Korean syllables (matched as substrings: particles attach to
     words, so whitespace does not delimit them)."""
     return bool(_HANGUL.search(text))
+
+
+def matched_as_substring(text: str) -> bool:
+    """Whether ``text`` holds Korean syllables or Chinese characters: written without spaces
+    between words (Chinese) or with particles attached (Korean), so an option in these scripts
+    is looked for as a substring, not as whole words.
+
+    Examples
+    --------
+    >>> matched_as_substring("男生"), matched_as_substring("할머니"), matched_as_substring("The man")
+    (True, True, False)
+    """
+    return bool(_SUBSTRING_SCRIPT.search(text))
 
 
 def letter_tokens(text: str, letters: Sequence[str]) -> list[str]:
