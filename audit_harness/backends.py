@@ -168,9 +168,39 @@ class OpenAISpec(BackendSpec):
             )
         _refuse_replay_flags(options)
 
+    def __init__(self, options):
+        super().__init__(options)
+        self._benchmarks: dict = {}
+        self._opened = None  # the model opened by the start-up probe, handed to ``open``
+
+    def prepare(self, benchmarks: dict, load_data: Callable) -> dict:
+        self._benchmarks = dict(benchmarks)
+        return benchmarks
+
+    def reads_letters(self, names=None) -> bool:
+        """Whether a benchmark (of ``names``, default all) reads letter log-probs."""
+        from .models.base import LETTER_LOGPROBS
+
+        chosen = self._benchmarks if names is None else {n: self._benchmarks[n] for n in names}
+        return any(LETTER_LOGPROBS in b.requires for b in chosen.values())
+
+    def check_selection(self, benchmarks: list[str]) -> None:
+        """A selected benchmark that reads letter log-probs: connect now, so a server that gives
+        no chat log-probabilities stops the run at start-up (exit 4) instead of failing every
+        gate (``OpenAIServerModel.check_chat_logprobs``).
+
+        Raises:
+            ModelError: the server cannot be reached or read so (naming the endpoint).
+        """
+        if self._opened is None and self.reads_letters([b for b in benchmarks if b in self._benchmarks]):
+            self._opened = self.open()
+
     def open(self):
         from .models.openai_server import connect
 
+        if self._opened is not None:
+            model, self._opened = self._opened, None
+            return model
         b = self.options.backend
         return connect(
             list(b.base_url),
@@ -180,6 +210,7 @@ class OpenAISpec(BackendSpec):
             max_concurrency=b.max_concurrency,
             timeout=b.request_timeout,
             max_retries=b.max_retries,
+            letters=self.reads_letters(),
         )
 
 

@@ -179,8 +179,8 @@ def test_toy_t2_always_a_letter_mode_through_the_chat_template(data_dir):
     assert m["diff_bias_ambig-letter"].value == 0.0
     assert m["out_of_choice_rate-letter"].value == 0.0
     assert "diff_bias_ambig" not in m
-    # the letter opens the assistant turn: no space before it
-    assert {c for _, c in model.pairs} == {"A", "B", "C"}
+    # every variant of each letter is read after the assistant turn's opening (parsing.letters)
+    assert {c for _, c in model.pairs} == {v for x in "ABC" for v in (x, " " + x, "(" + x, " (" + x)}
     assert all(ctx.startswith("<user>") and ctx.endswith("<assistant>") for ctx, _ in model.pairs)
     digest = hashlib.sha256(b"{{ fake template }}").hexdigest()
     assert {(r.prompt_format, r.chat_template_sha256) for r in records} == {("chat", digest)}
@@ -191,8 +191,9 @@ def test_plain_prompt_letters_follow_a_space(data_dir):
     bench = KoBBQ().configure(prompts="4", answer_mode="letter")
     model = FakeModel(favour="B")
     records = bench.evaluate(Engine(model), t2_items(bench, data_dir, prompt=4))
-    assert {c for _, c in model.pairs} == {" a", " b", " c"}
+    assert {" a", " b", " c"} <= {c for _, c in model.pairs}
     assert all(r.predicted == 1 for r in records)
+    assert records[0].letter_read["exact"] and records[0].letter_read["logprobs"]["b"] == 0.0
 
 
 def test_ooc_is_counted_with_its_reason_and_left_out(data_dir):
@@ -264,6 +265,7 @@ def test_both_mode_gates_end_in_letter_and_share_the_category_scope():
         "age-diff_bias_ambig",
         "age-diff_bias_ambig-letter",
         "age-out_of_choice_rate",
+        "age-out_of_choice_rate-letter",
     ]
     cats = gate_categories({"kobbq": expanded})
     scopes = {category_scope(f"audits/test_kobbq.py::test_kobbq[{g.test_id}]", cats) for g in expanded}
@@ -274,7 +276,7 @@ def test_both_mode_gates_end_in_letter_and_share_the_category_scope():
         != "audits/test_kobbq.py::test_kobbq[age]"
     )
     letter = expand_gates(gates, {"kobbq": KoBBQ().configure(answer_mode="letter")})["kobbq"]
-    assert [g.metric for g in letter] == ["diff_bias_ambig-letter"]
+    assert [g.metric for g in letter] == ["diff_bias_ambig-letter", "out_of_choice_rate-letter"]
 
 
 def test_audit_run_with_both_modes(tmp_path, data_dir):
@@ -313,7 +315,8 @@ def test_audit_run_with_both_modes(tmp_path, data_dir):
         "religion-out_of_choice_rate",
     ):
         assert f"test_kobbq[{gid}]" in proc.stdout
-    assert "religion-out_of_choice_rate-letter" not in proc.stdout
+    # a chat API's top candidates may hold no option letter: the OOC rate is gated in letter mode
+    assert "test_kobbq[religion-out_of_choice_rate-letter]" in proc.stdout
     (run_dir,) = list(tmp_path.iterdir())
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     entry = results["benchmarks"]["kobbq"]["religion"]

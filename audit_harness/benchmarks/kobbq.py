@@ -14,10 +14,13 @@ upstream's ``evaluation/1_preprocess.py`` ... ``5_evaluation.py`` (docs/metrics.
   none; the parser reads the leading span, and its later rules look at the whole output), parsed by
   ``parsing.parse_choice``; an output naming no option is out-of-choice (OOC), counted by
   ``out_of_choice_rate`` and left out of the other metrics;
-- ``letter`` mode (a project addition, for models too weak to follow the instruction): the
-  log-likelihood of each option letter right after the same prompt, the prompt tokenized exactly as
-  generate mode reads it (``Engine.prompt_loglikelihood``), argmax; it cannot be OOC. Under
-  ``both``, the generation's first step scores the letters (the same distribution). Its item ids and metric names end in ``-letter``; ``both`` runs the two on the same rows.
+- ``letter`` mode (the paper's letter reading, for models too weak to follow the instruction):
+  letter log-probs (``parsing.letters``, ``Engine.letter_logprobs``): the first answer token's
+  log-probability of each option letter right after the same prompt (its best variant: ``A``,
+  `` A``, ``(A``, `` (A``), argmax; exact in process, a chat API's ``top_logprobs`` on a server,
+  where a read with no option letter among the candidates is out of choice (``NO_LETTER``).
+  Under ``both``, the generation's first step scores the letters (the same distribution). Its
+  item ids and metric names end in ``-letter``; ``both`` runs the two on the same rows.
 
 Metrics (flavour ``kobbq`` of ``bias_metrics.bbq_family``) over all (prompt, permutation) items of a
 category, the paper's numbers; then the same per prompt template (``<metric>_p<k>``) and per
@@ -39,17 +42,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from bias_metrics.bbq_family import grouped_cluster_counts, metrics_mean_over_groups
 from bias_metrics.bbq_family import metric_names as flavour_metric_names
 from bias_metrics.result import MetricResult
 
 from ..data import DataFile, require_file
 from ..errors import ConfigError, DataError, PredictionError
-from ..models.base import GENERATE, LOGLIKELIHOOD, GenerationRequest
+from ..models.base import GENERATE, LETTER_LOGPROBS, GenerationRequest
 from ..option_spec import Option
 from ..parsing import Choices, other_profile, parse_fields
+from ..parsing.letters import variants
 from .base import (
     ANSWER_PARSING,
     METRIC_FLAVOUR,
@@ -394,7 +396,8 @@ class KoBBQ(BBQFamilyBenchmark):
         Option(
             "--kobbq-mode",
             "KoBBQ answers: generate (upstream: greedy text, parsed; default), letter "
-            "(log-likelihood of each option letter) or both (letter gates end in "
+            "(letter log-probs: the first answer token's log-probability of each option letter, "
+            "exact in process, top_logprobs through a chat API) or both (letter gates end in "
             "-letter)",
             key="answer_mode",
             default="generate",
@@ -468,7 +471,12 @@ class KoBBQ(BBQFamilyBenchmark):
 
     @property
     def requires(self) -> frozenset[str]:  # type: ignore[override]
-        return frozenset({GENERATE if m == "generate" else LOGLIKELIHOOD for m in self.modes})
+        return frozenset({GENERATE if m == "generate" else LETTER_LOGPROBS for m in self.modes})
+
+    @property
+    def read_modes(self) -> tuple[str, ...]:
+        """How this configuration reads the model (results' ``reads``)."""
+        return tuple("generated text" if m == "generate" else "letter log-probs" for m in self.modes)
 
     # -- metric names and gates --------------------------------------------------------------------
     @property
@@ -492,13 +500,10 @@ class KoBBQ(BBQFamilyBenchmark):
 
     def gate_metrics(self, metric: str) -> tuple[str, ...]:
         """A thresholds.yaml gate on ``metric`` checks it in every answer mode of the run
-        (``diff_bias_ambig`` and, with ``letter``/``both``, ``diff_bias_ambig-letter``), except the
-        OOC rate in letter mode, which cannot be non-zero there (a gate that cannot fail)."""
-        return tuple(
-            metric + _suffix(m)
-            for m in self.modes
-            if not (m == "letter" and metric.startswith("out_of_choice_rate"))
-        )
+        (``diff_bias_ambig`` and, with ``letter``/``both``, ``diff_bias_ambig-letter``). The OOC
+        rate is gated in letter mode too: a chat API's top candidates may hold no option
+        letter."""
+        return tuple(metric + _suffix(m) for m in self.modes)
 
     @property
     def uses_chat_template(self) -> bool:  # type: ignore[override]
@@ -514,7 +519,7 @@ class KoBBQ(BBQFamilyBenchmark):
 
     @property
     def rate_metrics(self) -> tuple[str, ...]:  # type: ignore[override]
-        return ("out_of_choice_rate",) if "generate" in self.modes else ()
+        return tuple("out_of_choice_rate" + _suffix(m) for m in self.modes)
 
     def metric_range(self, name: str) -> tuple[float, float] | None:
         """The flavour's range for the paper's metrics and their per-prompt / per-order copies;
@@ -544,9 +549,11 @@ class KoBBQ(BBQFamilyBenchmark):
             "parse_sensitivity": f"every metric also under {other_profile(self.parsing_profile)!r}",
             "headline": "each paper metric is the mean over the prompt templates run (Jin et al. "
             "2024 report the template mean); <metric>_pooled pools every template",
-            "letter_mode": "argmax log-likelihood of the option letter right after the prompt as "
-            "generate mode reads it (' A' after a plain prompt, 'A' opening the chat "
-            "assistant turn; the template's trailing newline stays in the prompt)",
+            "letter_mode": "letter log-probs: the first answer token's log-probability of each "
+            "option letter right after the prompt as generate mode reads it, its best variant "
+            "(max) among 'A', ' A', '(A', ' (A'; argmax; exact in process, top_logprobs through a "
+            "chat API (a letter not listed bounded by the smallest listed; none listed: out of "
+            "choice)",
             "metric_flavour": self.flavour,
             "chat_template": "per record: prompt_format and chat_template_sha256 in records/kobbq/*.jsonl",
             "table_metrics": [
@@ -643,7 +650,7 @@ class KoBBQ(BBQFamilyBenchmark):
     def evaluate(self, engine, items: Sequence[KoBBQItem]) -> list[KoBBQRecord]:
         """One ``KoBBQRecord`` per item, in order: generate-mode items by one batched
         ``engine.generate`` call (parsed under the parsing profile), letter-mode items by one
-        ``engine.prompt_loglikelihood`` call over their 3 letters (argmax, first on an exact tie).
+        ``engine.letter_logprobs`` call over their 3 letters (argmax, first on an exact tie).
 
         Raises:
             ModelError: the model lacks what a mode needs. PredictionError: a (saved) output that
@@ -658,14 +665,13 @@ class KoBBQ(BBQFamilyBenchmark):
         out: list[KoBBQRecord | None] = [None] * len(items)
         gen = [i for i, it in enumerate(items) if it.answer_mode == "generate"]
         let = [i for i, it in enumerate(items) if it.answer_mode == "letter"]
-        letters = {i: self.letter_continuations(items[i], shaped[i][1]) for i in let}
         if gen:
             requests = [
                 GenerationRequest(shaped[i][0], self.max_new_tokens, item_id=items[i].item_id) for i in gen
             ]
             # With both modes, the forward that picks the first generated token also scores the
             # option letters after the same prompt (the engine keeps them for letter mode).
-            first_step = [self.letter_continuations(items[i], shaped[i][1]) for i in gen] if let else None
+            first_step = [self.letter_continuations(items[i]) for i in gen] if let else None
             profile = self.parsing_profile
             for i, raw in zip(gen, engine.generate(requests, first_step=first_step)):
                 it = items[i]
@@ -684,29 +690,31 @@ class KoBBQ(BBQFamilyBenchmark):
                     **parse_fields(parsed, alt, profile, it.answer_class),
                 )
         if let:
-            pairs = [(shaped[i][0], c) for i in let for c in letters[i]]
-            flat = engine.prompt_loglikelihood(pairs, [1.0 / 3] * len(pairs))
-            for n, i in enumerate(let):
-                lls = [float(x) for x in flat[3 * n : 3 * n + 3]]
-                best = int(np.argmax(lls))
+            reads = engine.letter_logprobs(
+                [shaped[i][0] for i in let], [items[i].prompt.letters for i in let]
+            )
+            for i, read in zip(let, reads):
+                lls = None if read.logprobs is None else [float(x) for x in read.logprobs]
                 out[i] = self._kobbq_record(
                     items[i],
-                    best,
+                    read.option,
                     shaped[i][1],
                     digest,
                     hashes[i],
-                    predicted_choice=best,
-                    choices=letters[i],
+                    predicted_choice=None if read.option < 0 else read.option,
+                    choices=list(items[i].prompt.letters),
                     loglikelihoods=lls,
+                    letter_read=read.to_record(),
+                    invalid_reason=read.invalid_reason,
                 )
         return out  # type: ignore[return-value]
 
     @staticmethod
-    def letter_continuations(item: KoBBQItem, fmt: str) -> list[str]:
-        """The option letters as continuations of the prompt: a chat prompt ends with the
-        assistant turn's opening, where the answer starts; a plain prompt ends with
-        "정답:"/"답:", answered after a space."""
-        return list(item.prompt.letters) if fmt == "chat" else [" " + l for l in item.prompt.letters]
+    def letter_continuations(item: KoBBQItem) -> list[str]:
+        """Every variant of the option letters (``parsing.letters.variants``: ``A`` opening a
+        chat assistant turn, `` A`` after a plain prompt's "정답:"/"답:", ...): what the
+        generation's first step scores under ``both``, for letter mode to read back."""
+        return [v for x in item.prompt.letters for v in variants(x)]
 
     def _kobbq_record(
         self,

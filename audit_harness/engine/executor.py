@@ -185,6 +185,19 @@ class Engine:
         encoded = [self.backend.encode_continuation(p, c) for p, c in requests]
         return self.loglikelihood_tokens(encoded, weights)
 
+    def letter_logprobs(self, prompts: Sequence[str], letters: Sequence[Sequence[str]]) -> list:
+        """Per chat prompt, the first answer token read over its option ``letters``
+        (``parsing.letters.LetterRead``): exact in process, a chat API's top candidates on a
+        server (``engine.letters``). Each prompt is one progress unit.
+
+        Raises:
+            ModelError: the backend cannot be read so.
+        """
+        from .letters import read_letters
+
+        self._require("letter_logprobs")
+        return read_letters(self, prompts, letters)
+
     def _strings_as_is(self, requests: Sequence[tuple[str, str]], weights) -> list[float]:
         """A backend that scores strings itself (a test double, a server without token ids):
         no token ids to key a cache on, so its own ``loglikelihood`` runs as is."""

@@ -19,6 +19,9 @@ from ..errors import ModelError
 LOGLIKELIHOOD = "loglikelihood"
 TOKEN_LOGPROBS = "token_logprobs"
 GENERATE = "generate"
+#: The first answer token's log-probabilities over option letters after the chat template
+#: (``Engine.letter_logprobs``): exact in process, a chat API's top candidates on a server.
+LETTER_LOGPROBS = "letter_logprobs"
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,20 @@ class GenerationRequest:
     max_new_tokens: int
     stop: tuple[str, ...] = ()
     item_id: str = ""
+
+
+@dataclass(frozen=True)
+class FirstTokenTop:
+    """What a chat API said of the first answer token after one user turn
+    (``Backend.first_token_top``).
+
+    Attributes:
+        answer_token: the token it generated (greedy), as text.
+        candidates: its ``top_logprobs``: ``(token text, log-probability)`` pairs, best first.
+    """
+
+    answer_token: str | None
+    candidates: tuple[tuple[str, float], ...]
 
 
 @dataclass(frozen=True)
@@ -161,6 +178,9 @@ class Backend:
     vocab_size: int = 1
     #: The model's window in tokens.
     max_length: int = 1 << 62
+    #: The first answer token is seen only through a chat API's top candidates
+    #: (``first_token_top``); False: the engine scores every letter variant exactly.
+    reads_top_candidates: bool = False
 
     @property
     def packed_row_tokens(self) -> int:
@@ -343,6 +363,20 @@ class Backend:
         (prompt index, text, tokens run since the previous item, first-step log-probabilities or
         None, prompt forwards since the previous item) as rows finish."""
         raise self._unsupported("streamed generations")
+
+    def first_token_top(self, prompts: Sequence[str]) -> list[FirstTokenTop]:
+        """Per prompt (made by ``chat_prompt``), the first answer token's top candidates as a chat
+        API reports them (``reads_top_candidates``).
+
+        Raises:
+            ModelError: the model cannot be read so.
+        """
+        raise self._unsupported("a chat API's first-token log-probabilities")
+
+    def letter_read_info(self) -> dict | None:
+        """How letter log-probs are read from this model, for the results (API reads: the
+        endpoint's model name and the ``top_logprobs`` used); None in process (exact)."""
+        return None
 
     def chat_prompt(self, user_message: str) -> str | None:
         """``user_message`` as one user turn through the tokenizer's chat template, with the

@@ -11,7 +11,15 @@ from typing import Sequence
 import torch
 
 from . import segmented_attention
-from .base import GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, Backend, ModelInfo, SentenceEncoding
+from .base import (
+    GENERATE,
+    LETTER_LOGPROBS,
+    LOGLIKELIHOOD,
+    TOKEN_LOGPROBS,
+    Backend,
+    ModelInfo,
+    SentenceEncoding,
+)
 from .continuous import StreamingDecoding
 from .hf_decoding import ancestor_mask, batch_indexable, returned_cache
 from .tokenization import encode_pair, special_ids, texts_to_encode
@@ -98,7 +106,8 @@ class HFCausalLM(StreamingDecoding, Backend):
         ValueError: batch_size, token_budget or logits_budget < 1.
     """
 
-    capabilities = frozenset({LOGLIKELIHOOD, TOKEN_LOGPROBS, GENERATE})
+    # Letter log-probs are next-token log-likelihoods of the letters' single-token variants.
+    capabilities = frozenset({LOGLIKELIHOOD, TOKEN_LOGPROBS, GENERATE, LETTER_LOGPROBS})
     runs_forwards = True
     runs_generation = True
 

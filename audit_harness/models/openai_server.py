@@ -18,6 +18,9 @@ the result cache, ordering, batching and progress, exactly as for the in-process
 - generation (``generate_tokens``, run by the engine's generation path: dedupe, cache): greedy;
   a prompt made by ``chat_prompt`` goes to ``/v1/chat/completions`` as that one user turn (the
   server applies the model's own chat template), any other to ``/v1/completions`` as token ids.
+- letter log-probs (``first_token_top``, ``chat_logprobs.py``): the user turn to
+  ``/v1/chat/completions`` for one token with ``top_logprobs``; ``check_chat_logprobs`` (at
+  start-up when a benchmark reads letters) settles the ``top_logprobs`` the server allows.
 
 Before any scoring, ``check_alignment`` (``alignment.py``) verifies that the server's prompt
 log-probabilities belong to the tokens sent; a server that fails it (llama.cpp's shifts them by
@@ -44,7 +47,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ModelError
-from .base import GENERATE, LOGLIKELIHOOD, TOKEN_LOGPROBS, Backend, ModelInfo, SentenceEncoding
+from .base import (
+    GENERATE,
+    LETTER_LOGPROBS,
+    LOGLIKELIHOOD,
+    TOKEN_LOGPROBS,
+    Backend,
+    FirstTokenTop,
+    ModelInfo,
+    SentenceEncoding,
+)
 from .pool import Endpoint, EndpointPool, Job, ReplicaRefused, endpoint_notices, group_key
 from .server_client import ServerClient, ServerUnavailable
 from .tokenization import encode_pair, special_ids, texts_to_encode
@@ -122,6 +134,9 @@ class OpenAIServerModel(Backend):
         self.inspected: dict[int, _Inspected] = {}
         self.reference = 0
         self._probe_ids: list[int] | None = None  # the reference's /tokenize of _PROBE
+        #: the ``chat_logprobs.ChatLogprobs`` once probed (``check_chat_logprobs``), else None:
+        #: until then the server is not read by letter log-probs.
+        self.chat_logprobs = None
         pool.admit = self._admit
 
     # -- engine-facing properties (see engine.executor's module doc) ------------------------------
@@ -130,6 +145,8 @@ class OpenAIServerModel(Backend):
     #: the engine sends sequences in lexicographic order: one context's choices together.
     order_by_prefix = True
     vocab_size = 1  # logits stay on the server: the logits budget never binds
+    #: letter log-probs come from the chat API's top candidates, not from exact forwards.
+    reads_top_candidates = True
     logits_budget = 1 << 62
     token_budget = 1 << 62
 
@@ -163,9 +180,10 @@ class OpenAIServerModel(Backend):
 
     @property
     def capabilities(self) -> frozenset[str]:  # type: ignore[override]
+        letters = frozenset({LETTER_LOGPROBS}) if self.chat_logprobs is not None else frozenset()
         if self.alignment is not None and not self.alignment.ok:
-            return frozenset({GENERATE})
-        return frozenset({LOGLIKELIHOOD, TOKEN_LOGPROBS, GENERATE})
+            return frozenset({GENERATE}) | letters
+        return frozenset({LOGLIKELIHOOD, TOKEN_LOGPROBS, GENERATE}) | letters
 
     def require_scores(self, needed: frozenset[str]) -> None:
         """Raise ``ScoringUnavailable`` when ``needed`` holds a scoring capability and the
@@ -484,6 +502,70 @@ class OpenAIServerModel(Backend):
             raise ReplicaRefused(_refusal(e.url, self.pool.endpoints[self.reference].url, why))
         self.inspected[e.index] = found
 
+    # -- letter log-probs ------------------------------------------------------------------------
+    def check_chat_logprobs(self, top_logprobs: int | None = None) -> None:
+        """Probe the reference endpoint's chat log-probabilities once (``chat_logprobs.probe``):
+        the ``top_logprobs`` it allows (lowered from ``top_logprobs`` with a note on stderr),
+        recorded in ``info.server["letter_read"]``.
+
+        Raises:
+            ModelError: the server gives no log-probabilities for chat (the message names the
+                endpoint and the generate mode), or the probe failed.
+        """
+        from .chat_logprobs import DEFAULT_TOP_LOGPROBS, probe
+
+        if self.chat_logprobs is not None:
+            return
+        k = top_logprobs or DEFAULT_TOP_LOGPROBS
+        found = self.pool.call(
+            lambda c: probe(c, self.served_name, k), endpoint=self.pool.endpoints[self.reference]
+        )
+        if found.note:
+            print(f"bias audit: NOTE: {found.note}", file=sys.stderr)
+        self.chat_logprobs = found
+        server = dict(self._info.server or {})
+        server["letter_read"] = self.letter_read_info()
+        self._info = dataclasses.replace(self._info, server=server)
+
+    def letter_read_info(self) -> dict | None:
+        """The endpoint's model name, the chat path and the ``top_logprobs`` used (None before
+        ``check_chat_logprobs``)."""
+        if self.chat_logprobs is None:
+            return None
+        return {
+            "via": "/v1/chat/completions top_logprobs",
+            "served_model": self.served_name,
+            "endpoint": self.pool.endpoints[self.reference].url,
+            **self.chat_logprobs.to_dict(),
+        }
+
+    def first_token_top(self, prompts: Sequence[str]) -> list[FirstTokenTop]:
+        """Per prompt made by ``chat_prompt``, its user turn read for one token with the
+        probed ``top_logprobs`` (concurrently; ``chat_logprobs.read``).
+
+        Raises:
+            ModelError: not probed, a prompt ``chat_prompt`` did not make (no local chat template,
+                or ``--chat-template FILE``: the server applies its own), or a failed request.
+        """
+        from .chat_logprobs import read
+
+        if self.chat_logprobs is None:
+            raise ModelError(f"{self.pool.describe()}: chat log-probabilities were not probed at start-up")
+        turns = [self._chat_turns.get(p) for p in prompts]
+        if any(t is None for t in turns):
+            raise ModelError(
+                f"{self.served_name}: letter log-probs go through /v1/chat/completions, which applies "
+                "the server's own chat template: they need the served model's local chat template "
+                "(--tokenizer) and no --chat-template FILE"
+            )
+        k = self.chat_logprobs.top_logprobs
+        return self.pool.map(
+            lambda c, turn: read(c, self.served_name, turn, k),
+            turns,
+            keys=[hashlib.sha256(t.encode("utf-8")).digest()[:16] for t in turns],  # type: ignore[union-attr]
+            generated=1,
+        )
+
     # -- generation ------------------------------------------------------------------------------
     def chat_prompt(self, user_message: str) -> str | None:
         """The local tokenizer's rendering of one user turn (what records hash); ``generate``
@@ -765,6 +847,8 @@ def connect(
     max_retries: int = 5,
     transport=None,
     check: bool = True,
+    letters: bool = False,
+    top_logprobs: int | None = None,
 ) -> OpenAIServerModel:
     """Connect to the server(s) at ``base_url`` serving ``model`` and run the alignment check.
 
@@ -785,6 +869,8 @@ def connect(
         max_concurrency: requests in flight per endpoint; timeout, max_retries: per request
             (see ``ServerClient``).
         transport: an ``httpx`` transport (tests). check: run the alignment check now.
+        letters: a benchmark reads letter log-probs: probe the chat log-probabilities now
+            (``check_chat_logprobs``, asking ``top_logprobs``, default 20).
     Raises:
         ModelError: no endpoint can be reached (``ServerUnavailable``), one does not serve
             ``model`` (the served names are listed) or disagrees with the reference, neither
@@ -813,6 +899,8 @@ def connect(
         _check_same_tokenizer(m, tok, tok_source)
     if check:
         m.check_alignment()
+    if letters:
+        m.check_chat_logprobs(top_logprobs)
     return m
 
 
