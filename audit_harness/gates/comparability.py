@@ -13,6 +13,14 @@ _COMPARABLE_OPTIONS = (
     ("confidence", "confidence (--confidence)"),
     ("n_resamples", "bootstrap resamples (--bootstrap-resamples)"),
 )
+#: How each recorded answer mode reads the model (docs/running.md, "Three ways to read a
+#: model"): runs that read a benchmark differently measure different things.
+READS = {
+    "loglikelihood": "option log-likelihood",
+    "generate": "generated text",
+    "letter": "letter log-probs",
+    "both": "generated text and letter log-probs",
+}
 
 
 def judged_items(results: Mapping[str, Any]) -> dict[tuple[str, str], int]:
@@ -80,6 +88,7 @@ def comparability_notes(
         benches = [b for b in benches if b == scope[0]]
     o_judged, n_judged = judged_items(old), judged_items(new)
     for bench in benches:
+        notes += _read_notes(old, new, bench)
         notes += _protocol_notes(old, new, bench)
         cats = sorted(set(o_bench[bench]) & set(n_bench[bench]))
         if scope is not None:
@@ -123,6 +132,27 @@ def _setting_notes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
             f"(old: {origin[0]}, new: {origin[1]})"
         )
     return notes
+
+
+def read_of(results: Mapping[str, Any], bench: str) -> str | None:
+    """How a run read ``bench``'s model: its protocol's answer mode as ``READS`` names it.
+
+    Examples
+    --------
+    >>> read_of({"protocols": {"bbq": {"answer_mode": "letter"}}}, "bbq")
+    'letter log-probs'
+    """
+    mode = ((results.get("protocols") or {}).get(bench) or {}).get("answer_mode")
+    return None if mode is None else READS.get(mode, str(mode))
+
+
+def _read_notes(old: Mapping[str, Any], new: Mapping[str, Any], bench: str) -> list[str]:
+    """A benchmark read another way (option log-likelihood, letter log-probs, generated text):
+    not like for like, whatever the numbers."""
+    a, b = read_of(old, bench), read_of(new, bench)
+    if a == b:
+        return []
+    return [f"{bench}: the model was read by {a} (old) vs {b} (new): another answer mode, not like for like"]
 
 
 def _protocol_notes(old: Mapping[str, Any], new: Mapping[str, Any], bench: str) -> list[str]:

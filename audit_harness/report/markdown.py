@@ -17,7 +17,7 @@ from .regulatory import (
     signature,
     verdict_line,
 )
-from .results import ResultsDocument
+from .results import ResultsDocument, read_text
 from .verdict import overall_verdict
 from .views import (
     INVALID_FLAG,
@@ -265,6 +265,7 @@ def run_section(results: Mapping[str, Any]) -> list[str]:
         f"- model: `{model.get('source', '?')}`; weights `{model.get('fingerprint', '?')}`; "
         f"{model.get('dtype', '?')} on {model.get('device', '?')}; {model.get('n_parameters', '?')} parameters",
         *[f"- server endpoint {line}" for line in endpoint_lines(model)],
+        *[f"- {b} read by {read_text(e)}" for b, e in (results.get("reads") or {}).items()],
         f"- items scored: {items_scored_text(results)} (seed {opts.get('seed')}); intervals: "
         f"{opts.get('confidence')} confidence, {opts.get('n_resamples')} bootstrap resamples",
         f"- gates ({results['thresholds']}, sha256 `{results.get('run', {}).get('thresholds_sha256', '?')[:16]}…`"

@@ -20,6 +20,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..compliance.meta import FIELDS, LABELS
 from .regulatory import limitations_view, recorded_mapping
+from .results import read_text
 from .scope import scope
 from .verdict import overall_verdict
 from .views import overall_labels
@@ -177,6 +178,7 @@ def bias_section(results: Mapping[str, Any]) -> str:
         f"run `{results['run_id']}` ({results.get('created', '?')}); model `{model.get('source', '?')}`, "
         f"weights `{model.get('fingerprint', '?')}`. Intervals: "
         f"{(results.get('options') or {}).get('confidence', '?')} confidence.",
+        *[f"Read: {b} by {read_text(e)}." for b, e in (results.get("reads") or {}).items()],
         *_system_lines(results),
     ]
     for bench in results["benchmarks"]:

@@ -122,6 +122,9 @@ class ResultsInput:
     baseline: Mapping[str, Any] | None = None
     audit_meta: Mapping[str, Any] | None = None
     regulatory_mapping: Mapping[str, Any] | None = None
+    #: per benchmark how the model was read (``Benchmark.read_modes``: option log-likelihood,
+    #: letter log-probs, generated text): ``reads_entry`` makes results' ``reads``.
+    read_modes: Mapping[str, Any] | None = None
 
 
 #: The keys of a category's outcome that its results entry keeps.
@@ -175,9 +178,50 @@ def build_results(parts: ResultsInput) -> dict[str, Any]:
         "gates": sorted(verdicts, key=lambda v: (v["benchmark"], v["category"], v["metric"])),
         "gate_summary": status_counts,
     }
+    if parts.read_modes:
+        doc["reads"] = reads_entry(parts.read_modes, parts.model)
     # The guard behind run.finish's own redaction: no credential of a URL (an endpoint, an
     # error message, a note) reaches results.json or anything rendered from it.
     return redact(doc)
+
+
+def reads_entry(read_modes: Mapping[str, Any], model: Mapping[str, Any] | None) -> dict[str, Any]:
+    """results.json's ``reads``: per benchmark how the model was read (``answer_mode``: option
+    log-likelihood, letter log-probs, generated text; several joined by " and "), and for letter
+    log-probs how: ``exact (in process)``, or through a chat API (the endpoint's model name, the
+    endpoint, the ``top_logprobs`` used and asked: ``model.server.letter_read``).
+
+    Examples
+    --------
+    >>> reads_entry({"bbq": ("letter log-probs",)}, {"server": None})
+    {'bbq': {'answer_mode': 'letter log-probs', 'letter_read': 'exact (in process)'}}
+    """
+    via = ((model or {}).get("server") or {}).get("letter_read")
+    out: dict[str, Any] = {}
+    for bench, modes in sorted(read_modes.items()):
+        entry: dict[str, Any] = {"answer_mode": " and ".join(modes)}
+        if "letter log-probs" in modes:
+            entry["letter_read"] = dict(via) if via else "exact (in process)"
+        out[bench] = entry
+    return out
+
+
+def read_text(entry: Mapping[str, Any]) -> str:
+    """One benchmark's ``reads`` entry in words (the report, JUnit, the model card).
+
+    Examples
+    --------
+    >>> read_text({"answer_mode": "letter log-probs", "letter_read": {"served_model": "m",
+    ...            "endpoint": "http://h/v1", "top_logprobs": 20, "requested": 20}})
+    'letter log-probs (chat API top_logprobs 20, model m at http://h/v1)'
+    """
+    how = entry.get("letter_read")
+    if isinstance(how, Mapping):
+        return (
+            f"{entry['answer_mode']} (chat API top_logprobs {how.get('top_logprobs')}, model "
+            f"{how.get('served_model')} at {how.get('endpoint')})"
+        )
+    return f"{entry['answer_mode']} ({how})" if how else str(entry["answer_mode"])
 
 
 def _data_files(outcomes: list[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -182,6 +182,9 @@ def build(run: AuditRun, done: Evaluated) -> tuple[dict[str, Any], str | None]:
             baseline=run.baseline.summary if run.baseline else None,
             audit_meta=run.audit_meta.to_dict() if run.audit_meta else None,
             regulatory_mapping=run.mapping.to_dict() if run.mapping else None,
+            read_modes={
+                n: modes for n in touched if (modes := getattr(session.benchmarks[n], "read_modes", None))
+            },
         )
     )
     return results, run_error
@@ -285,7 +288,13 @@ def write_outputs(run: AuditRun, presses: Presses) -> None:
             files.results_copy = write_results(Path(run.config.invocation_params.dir) / copy, files.results)
         except OSError as e:
             files.results_copy = f"{copy}: not written ({e.strerror or e})"
-    add_outcome_properties(run.config, files.outcome, {"run_id": run.run_id, "results": files.results_path})
+    from ..report.results import read_text
+
+    reads = (files.results or {}).get("reads") or {}
+    extra = {"run_id": run.run_id, "results": files.results_path}
+    if reads:  # how each model was read: option log-likelihood, letter log-probs, generated text
+        extra["read"] = "; ".join(f"{b}: {read_text(e)}" for b, e in reads.items())
+    add_outcome_properties(run.config, files.outcome, extra)
 
 
 def junit_unrun_gates(run: AuditRun, gates: list[Gate], why: str, status: str) -> None:

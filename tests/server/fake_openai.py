@@ -29,6 +29,10 @@ class FakeServer:
         fail_next: list of HTTP statuses to answer the next requests with (then normal again).
         shift: return prompt log-probabilities shifted by one position.
         echo: answer echo requests (False: HTTP 400, as a server without prompt log-probabilities).
+        chat_logprobs: answer chat requests' ``logprobs``/``top_logprobs`` with the model's exact
+            first-token candidates (False: the answer holds none, as some servers do).
+        max_logprobs: the largest ``top_logprobs`` allowed (vLLM's ``--max-logprobs``); above it,
+            HTTP 400 with vLLM's message.
         tokenize: serve /tokenize.
         owned_by: ``/v1/models``' owned_by (``vllm`` turns on the vLLM extensions).
         delay: seconds each /v1/completions request waits before it is computed.
@@ -51,7 +55,10 @@ class FakeServer:
         root: str | None = None,
         echo: bool = True,
         port: int = 0,
+        chat_logprobs: bool = True,
+        max_logprobs: int = 20,
     ):
+        self.chat_logprobs, self.max_logprobs = chat_logprobs, max_logprobs
         self.model, self.name, self.shift, self.tokenize = model, name, shift, tokenize
         self.echo = echo
         self.owned_by, self.root = owned_by, root
@@ -184,9 +191,26 @@ class FakeServer:
             prompt = m.tokenizer.apply_chat_template(
                 body["messages"], tokenize=False, add_generation_prompt=True
             )
+            k = body.get("top_logprobs")
+            if body.get("logprobs") and k is not None and k > self.max_logprobs:
+                message = f"Requested sample logprobs of {k}, which is greater than max allowed: {self.max_logprobs}"
+                return 400, {"error": {"message": message, "type": "BadRequestError"}}
+            if body.get("logprobs") and self.chat_logprobs:
+                return 200, self._chat_top(m.encode_prompt(prompt), int(k or 0))
             text = self._generate(m.encode_prompt(prompt), body.get("max_tokens", 16), False)[1]
             return 200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
         return 404, {"error": {"message": f"no route {path}"}}
+
+    @torch.inference_mode()
+    def _chat_top(self, ids: list[int], k: int) -> dict:
+        """One greedy token with its ``k`` best candidates, in OpenAI's chat shape."""
+        lp = torch.log_softmax(self.model.model(torch.tensor([ids])).logits[0, -1].float(), -1)
+        values, tokens = lp.topk(max(k, 1))
+        decode = self.model.tokenizer.decode
+        tops = [{"token": decode([int(t)]), "logprob": float(v)} for v, t in zip(values, tokens)][:k]
+        best = {"token": decode([int(tokens[0])]), "logprob": float(values[0]), "top_logprobs": tops}
+        message = {"role": "assistant", "content": best["token"]}
+        return {"choices": [{"index": 0, "message": message, "logprobs": {"content": [best]}}]}
 
     @torch.inference_mode()
     def _logprobs(self, ids: list[int]) -> list[float | None]:
