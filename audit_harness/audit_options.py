@@ -81,7 +81,7 @@ _RECORDED = (
     "results_dir min_n require_published_data strict_baseline allow_low_confidence sequential "
     "chat_template benchmark_options cache_dir cache progress backend base_url api_key_env "
     "tokenizer max_concurrency request_timeout max_retries predictions prediction_field "
-    "index_base allow_partial plan plan_params audit_meta regulatory_mapping"
+    "index_base allow_partial plan plan_params audit_meta regulatory_mapping bbq_datasets"
 ).split()
 
 
@@ -102,6 +102,9 @@ class AuditOptions:
     chat_template: str = "auto"
     #: ``{benchmark: {option: value}}`` passed to ``Benchmark.configure`` (e.g. KoBBQ's mode).
     benchmark_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: ``--bbq-dataset``: the declarations of BBQ-format datasets (absolute paths) audited beside
+    #: the built-in benchmarks (``benchmarks.registry``).
+    bbq_datasets: tuple[str, ...] = ()
     backend: BackendOptions = field(default_factory=BackendOptions)
     metrics: MetricOptions = field(default_factory=MetricOptions)
     outputs: OutputOptions = field(default_factory=OutputOptions)
@@ -159,6 +162,11 @@ def options_from_config(config) -> AuditOptions:
     from .options import configured_options
 
     get = config.getoption
+    # Relative to where the run started (a declaration's own paths are relative to its file).
+    declared = tuple(
+        str((Path(config.invocation_params.dir) / Path(p).expanduser()).resolve())
+        for p in get("audit_bbq_dataset") or ()
+    )
     opts = AuditOptions(
         model=get("audit_model"),
         data_dir=get("audit_data_dir"),
@@ -168,7 +176,8 @@ def options_from_config(config) -> AuditOptions:
         require_published_data=get("audit_require_published"),
         strict_baseline=get("audit_strict_baseline"),
         chat_template=get("audit_chat_template"),
-        benchmark_options=configured_options(config, registry()),
+        benchmark_options=configured_options(config, registry(declared)),
+        bbq_datasets=tuple(dict.fromkeys(declared)),
         backend=BackendOptions(**backend_options(config)),
         metrics=MetricOptions(
             n_resamples=get("audit_bootstrap"),

@@ -3,7 +3,7 @@
 Subcommands:
 
 - ``bias-audit score BENCHMARK --predictions FILE --prediction-field FIELD [--index-base 0|1]
-  [--allow-partial] [--data-dir DIR] [--require-published-data] [--answer-parsing authors|robust]
+  [--allow-partial] [--data-dir DIR] [--bbq-dataset FILE] [--require-published-data] [--answer-parsing authors|robust]
   [--flavour bbq|kobbq|esbbq] [--split-names] [--output FILE] [--kobbq-prompt K]
   [--kobbq-permutation J] [--bootstrap-resamples N] [--seed S] [--confidence C] [-- PYTEST ARGS]``:
   score saved predictions. It is ``pytest audits/test_<benchmark>.py --backend replay ...`` (the
@@ -183,6 +183,7 @@ def _run_options(oracle: bool) -> tuple[tuple[Option, str], ...]:
         replay["--allow-partial"],
         SUITE["--allow-low-confidence"],
         SUITE["--data-dir"],
+        SUITE["--bbq-dataset"],
         SUITE["--require-published-data"],
         ANSWER_PARSING,
     ]
@@ -403,10 +404,13 @@ def score_args(ns: argparse.Namespace) -> list[str]:
     """
     from .benchmarks import registry
 
-    benchmarks = registry()
+    benchmarks = registry(declarations(ns))
     name = ns.benchmark
     if name not in benchmarks:
-        raise _Error(f"bias-audit score: unknown benchmark {name!r}; known: {', '.join(sorted(benchmarks))}")
+        raise _Error(
+            f"bias-audit score: unknown benchmark {name!r}; known: {', '.join(sorted(benchmarks))} "
+            "(a BBQ-format dataset of your own: --bbq-dataset FILE)"
+        )
     if not benchmarks[name].id_fields:
         raise _Error(
             f"bias-audit score: {name} does not score saved outputs (its records come "
@@ -415,14 +419,33 @@ def score_args(ns: argparse.Namespace) -> list[str]:
     for opt, _ in _KOBBQ_ONE:
         if _given(ns, opt) is not None and name != "kobbq":
             raise _Error(f"bias-audit score: {opt.flag} applies to kobbq only")
-    args = [str(Path(_audits_dir()) / f"test_{name}.py"), "--backend", "replay"]
+    args = [_audit_test(name, benchmarks), "--backend", "replay"]
     for opt, run_flag in _run_options(oracle=False):
         value = _given(ns, opt)
         if value is True and opt.switch:
             args.append(run_flag)
+        elif value is not None and opt.repeat:
+            args += [a for v in value for a in (run_flag, str(v))]
         elif value is not None and not opt.switch:
             args += [run_flag, str(value)]
     return args + list(ns.pytest_args)
+
+
+def declarations(ns: argparse.Namespace) -> list[str]:
+    """The declared datasets of ``score``/``oracle``: ``AUDIT_BBQ_DATASETS``'s, then each
+    ``--bbq-dataset`` (the run they pass on to reads the same)."""
+    from .options import SUITE, default_of
+
+    return [*(default_of(SUITE["--bbq-dataset"]) or ()), *(getattr(ns, "bbq_dataset", None) or ())]
+
+
+def _audit_test(name: str, benchmarks) -> str:
+    """The audit test of benchmark ``name``: its module, or a declared dataset's test."""
+    from .benchmarks.declared import declared_names
+
+    if name in declared_names(benchmarks):
+        return f"{Path(_audits_dir()) / 'test_declared.py'}::TestDeclared::test_{name}"
+    return str(Path(_audits_dir()) / f"test_{name}.py")
 
 
 def _given(ns: argparse.Namespace, opt: Option):
@@ -450,10 +473,11 @@ def oracle_args(ns: argparse.Namespace) -> list[str]:
     from .data import resolve_data_dir
     from .oracles import PREDICTION_FIELD, describe, write_oracle
 
-    benchmarks = registry()
+    benchmarks = registry(declarations(ns))
     if ns.benchmark not in benchmarks:
         raise _Error(
-            f"bias-audit oracle: unknown benchmark {ns.benchmark!r}; known: {', '.join(sorted(benchmarks))}"
+            f"bias-audit oracle: unknown benchmark {ns.benchmark!r}; known: {', '.join(sorted(benchmarks))} "
+            "(a BBQ-format dataset of your own: --bbq-dataset FILE)"
         )
     bench = benchmarks[ns.benchmark].for_saved_outputs()
     if ns.benchmark == "kobbq" and (ns.kobbq_prompt is not None or ns.kobbq_permutation is not None):

@@ -59,6 +59,8 @@ class Option:
         choices: the allowed values, or None.
         metavar: the value's name in ``--help``.
         switch: a flag without a value (``store_true``).
+        repeat: a flag that may be given several times, each value added to a list (its
+            ``env`` variable's value, split on ``os.pathsep``, comes first).
         dest: the pytest option's ``dest`` (default ``audit_<key>``).
         parse: turns a given value into the setting's (e.g. ``"1,3"`` into ``(1, 3)``), raising
             ConfigError; applied before ``check``.
@@ -75,6 +77,7 @@ class Option:
     choices: tuple[Any, ...] | None = None
     metavar: str | None = None
     switch: bool = False
+    repeat: bool = False
     dest: str = ""
     parse: Callable[[Any], Any] | None = None
     check: Callable[[Any], str | None] | None = None
@@ -115,6 +118,8 @@ class Option:
         if self.switch:
             return {"action": "store_true", "help": self.help}
         kwargs: dict[str, Any] = {"help": self.help}
+        if self.repeat:
+            kwargs["action"] = "append"
         if self.type is not None:
             kwargs["type"] = self.type
         if self.choices is not None:

@@ -127,6 +127,16 @@ SUITE_OPTIONS: tuple[Option, ...] = (
         help="confidence level of the intervals",
     ),
     Option(
+        "--bbq-dataset",
+        env="AUDIT_BBQ_DATASETS",
+        metavar="FILE",
+        repeat=True,
+        help="a BBQ-format dataset declared in a YAML file (name, language, files, fields, "
+        "prompts, metric family; docs/datasets.md), audited as a built-in benchmark with the "
+        "thresholds file's section of its name; repeatable (env AUDIT_BBQ_DATASETS: files "
+        "separated by os.pathsep, read first)",
+    ),
+    Option(
         "--thresholds",
         env="AUDIT_THRESHOLDS",
         help="gates file (env AUDIT_THRESHOLDS; default: ./thresholds.yaml when present, "
@@ -253,6 +263,8 @@ def default_of(opt: Option):
     """
     if opt.switch:  # off unless turned on: results.json records False, never None
         return _env_flag(opt.env) if opt.env else bool(opt.default)
+    if opt.repeat:  # a list the flags add to: the variable's paths first (os.pathsep, as PATH)
+        return [p for p in os.environ.get(opt.env or "", "").split(os.pathsep) if p.strip()] or None
     if opt.env is None:
         return opt.default
     if opt.type is int:

@@ -40,6 +40,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "audit(benchmark): an audit test parametrized with the benchmark's gates from thresholds.yaml",
     )
+    config.addinivalue_line(
+        "markers", "audit_declared: the class that holds a test per declared dataset (--bbq-dataset)"
+    )
     try:
         run = AuditRun.from_config(config)
         run.start()

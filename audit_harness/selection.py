@@ -11,24 +11,42 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 _AUDIT_TEST = re.compile(
     r"@pytest\.mark\.audit\(\s*['\"](?P<bench>[\w-]+)['\"]\s*\)\s*\n\s*def\s+(?P<func>test_\w+)"
 )
 
 
-def audit_functions(module: Path) -> list[tuple[str, str]]:
-    """``(benchmark, test function)`` pairs declared in one audit module."""
+#: The class of the declared datasets' tests (audits/test_declared.py): a test_<name> per dataset.
+_DECLARED_CLASS = re.compile(r"@pytest\.mark\.audit_declared\s*\n\s*class\s+\w+")
+
+
+def audit_functions(module: Path, declared: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """``(benchmark, test function)`` pairs declared in one audit module; a module holding the
+    declared datasets' class has a ``test_<name>`` for each of ``declared``."""
     try:
         text = module.read_text(encoding="utf-8")
     except OSError:
         return []
-    return [(m["bench"], m["func"]) for m in _AUDIT_TEST.finditer(text)]
+    found = [(m["bench"], m["func"]) for m in _AUDIT_TEST.finditer(text)]
+    if _DECLARED_CLASS.search(text):
+        found += [(name, f"test_{name}") for name in declared]
+    return found
 
 
-def _candidates(audits_dir: Path, args: Iterable[str], invocation_dir: Path) -> list[tuple[str, str, str]]:
-    """``(benchmark, test function, module file name)`` of the audit tests the paths name."""
+def _declared(audits_dir: Path, gate_ids: Mapping[str, Iterable[str]]) -> list[str]:
+    """The benchmarks with gates that no audit module names: the declared datasets
+    (``--bbq-dataset``), whose tests the declared datasets' class holds."""
+    named = {bench for module in Path(audits_dir).glob("test_*.py") for bench, _ in audit_functions(module)}
+    return [bench for bench in gate_ids if bench not in named]
+
+
+def _candidates(
+    audits_dir: Path, args: Iterable[str], invocation_dir: Path, declared: Sequence[str] = ()
+) -> list[tuple[str, str, str]]:
+    """``(benchmark, test function, module file name)`` of the audit tests the paths name
+    (``declared``: the run's declared datasets)."""
     audits_dir = audits_dir.resolve()
     candidates: list[tuple[str, str, str]] = []
     for arg in args:
@@ -37,9 +55,13 @@ def _candidates(audits_dir: Path, args: Iterable[str], invocation_dir: Path) -> 
         if path != audits_dir and audits_dir not in path.parents:
             continue
         modules = sorted(path.rglob("test_*.py")) if path.is_dir() else [path]
-        only = rest.split("[", 1)[0] if rest else None
+        # The last part names the function (``TestDeclared::test_mybbq``); a class alone keeps all.
+        only = rest.split("[", 1)[0].split("::")[-1] if rest else None
         for module in modules:
-            for bench, func in audit_functions(module):
+            found = audit_functions(module, declared)
+            if only is not None and only.startswith("Test") and only not in {f for _, f in found}:
+                only = None
+            for bench, func in found:
                 if only is None or only == func:
                     candidates.append((bench, func, module.name))
     return candidates
@@ -58,7 +80,7 @@ def selected_gate_ids(
     matcher = _keyword_filter(keyword)
     out: dict[str, list[str]] = {}
     dirname = audits_dir.resolve().name
-    for bench, func, module in _candidates(audits_dir, args, invocation_dir):
+    for bench, func, module in _candidates(audits_dir, args, invocation_dir, _declared(audits_dir, gate_ids)):
         ids = list(gate_ids.get(bench, ()))
         if not ids:
             if matcher([func, module, dirname, "audit"]):

@@ -103,14 +103,16 @@ class AuditRun:
         from ..audit_options import options_from_config
         from ..backends import spec_for
         from ..benchmarks import registry
+        from ..benchmarks.declared import require_gates
         from ..session import AuditSession
 
         if config.getoption("audit_thresholds") is None:
             local = Path(config.invocation_params.dir) / "thresholds.yaml"
             config.option.audit_thresholds = str(local if local.is_file() else PACKAGED_THRESHOLDS)
         options = options_from_config(config)
-        benchmarks = registry()
+        benchmarks = registry(options.bbq_datasets)
         gates, caught = _read_gates(options, benchmarks)
+        require_gates(benchmarks, gates, options.thresholds)  # a declared dataset never runs no gate
         baseline = _read_baseline(config)
         workerinput = getattr(config, "workerinput", None)
         if workerinput is None:
@@ -182,6 +184,13 @@ class AuditRun:
         self.validated = True
 
     # -- collection and scheduling ----------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pycollect_makeitem(self, collector, name: str, obj) -> None:
+        # The declared datasets' audit class (audits/test_declared.py) gets one test_<name> per
+        # dataset this run declares, before pytest collects it as any test class.
+        if isinstance(obj, type) and any(m.name == "audit_declared" for m in getattr(obj, "pytestmark", ())):
+            _declare_tests(obj, self.declared, collector.obj.audit_test)
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "audit_gate" not in metafunc.fixturenames:
@@ -344,6 +353,13 @@ class AuditRun:
         except OSError:
             pass
 
+    @property
+    def declared(self) -> list[str]:
+        """The names of the BBQ-format datasets this run declares (``--bbq-dataset``)."""
+        from ..benchmarks.declared import declared_names
+
+        return declared_names(self.session.benchmarks)
+
     def known_audits(self) -> list[str]:
         """Lines naming every benchmark and the categories its gates cover (the ``-k`` hint)."""
         lines = []
@@ -351,6 +367,21 @@ class AuditRun:
             cats = list(dict.fromkeys(g.category for g in self.gates.get(name, ())))
             lines.append(f"  test_{name}: {', '.join(cats) if cats else '(no gates configured)'}")
         return lines
+
+
+def _declare_tests(cls: type, names: list[str], body) -> None:
+    """Set ``cls``'s tests to one ``test_<name>`` per declared dataset, marked
+    ``audit(<name>)`` (so ``pytest_generate_tests`` gives it that dataset's gates) and running
+    ``body(audit_gate)``; a test of an earlier run in this process is removed."""
+    for attr in [a for a in vars(cls) if a.startswith("test_")]:
+        delattr(cls, attr)
+    for name in names:
+
+        def test(self, audit_gate):
+            body(audit_gate)
+
+        test.__name__ = test.__qualname__ = f"test_{name}"
+        setattr(cls, test.__name__, pytest.mark.audit(name)(test))
 
 
 def _has_line_number(entry) -> bool:
