@@ -7,13 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from vllm_runs import PARITY, SERVED_NAME, VLLM_PYTHON, audit, finish, need_vllm
+from vllm_runs import LETTER_ARGS, LETTER_PARITY, PARITY, SERVED_NAME, VLLM_PYTHON, audit, finish, need_vllm
 
 
 @pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory):
+def vllm_server(tmp_path_factory, in_process_letter_run):
     """A ``serving.LocalServer`` running vLLM (CPU, fp32) with SmolLM2-135M-Instruct, on every
-    core; stopped when its module's tests are done (the two-server tests start their own)."""
+    core; stopped when its module's tests are done (the two-server tests start their own). The
+    in-process letter-mode run is made before it starts (see ``in_process_run``)."""
     need_vllm()
     from audit_harness.models.zoo import materialize
     from audit_harness.serving import start_vllm
@@ -32,3 +33,12 @@ def in_process_run(tmp_path_factory, data_dir) -> Path:
     need_vllm()
     results = tmp_path_factory.mktemp("in-process")
     return finish(audit(results, data_dir, PARITY), results)
+
+
+@pytest.fixture(scope="session")
+def in_process_letter_run(tmp_path_factory, data_dir) -> Path:
+    """The letter log-probs parity audits in process (exact next-token log-probabilities), once
+    per session and before the vLLM starts, as ``in_process_run``."""
+    need_vllm()
+    results = tmp_path_factory.mktemp("in-process-letter")
+    return finish(audit(results, data_dir, LETTER_PARITY, *LETTER_ARGS), results)

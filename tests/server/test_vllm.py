@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from vllm_runs import PARITY, audit, finish, records
+from vllm_runs import LETTER_ARGS, LETTER_PARITY, PARITY, audit, finish, records
 
 from audit_harness.engine.executor import Engine
 from audit_harness.models import load_model
@@ -52,6 +52,38 @@ def test_audit_through_vllm_predicts_what_the_in_process_run_predicts(
         model["fingerprint"]
         == json.loads((in_process_run / "results.json").read_text())["model"]["fingerprint"]
     )
+
+
+def test_letter_logprobs_through_vllm_chat_choose_what_the_in_process_run_chooses(
+    in_process_letter_run, vllm_server, tmp_path, data_dir
+):
+    """BBQ, EsBBQ and KoBBQ in letter mode through vLLM's /v1/chat/completions top_logprobs:
+    the same letter on every item as the exact in-process read; each letter both saw within
+    1e-3 nats (both fp32: what differs is the kernels, as for the scores above); a letter
+    outside the server's top 20 gets a bound no lower than its exact value."""
+    results = tmp_path / "server-letter"
+    args = ("--backend", "openai", "--base-url", vllm_server.url, *LETTER_ARGS)
+    server_run = finish(audit(results, data_dir, LETTER_PARITY, *args), results)
+    served, local = records(server_run), records(in_process_letter_run)
+    assert served.keys() == local.keys() and len(served) == 3 * 8
+    differ = [k for k in served if served[k]["predicted"] != local[k]["predicted"]]
+    worst = 0.0
+    for k in served:
+        api, exact = served[k]["letter_read"], local[k]["letter_read"]
+        assert exact["exact"] and not api["exact"] and len(api["candidates"]) == 20
+        for letter, value in api["logprobs"].items():
+            if letter in api.get("bounded", ()):
+                assert value >= exact["logprobs"][letter] - 1e-3, (k, letter)
+            else:
+                worst = max(worst, abs(value - exact["logprobs"][letter]))
+    print(
+        f"\n{len(served)} letter reads, {len(served) - len(differ)} identical choices, max |dlogp| {worst:.2e}"
+    )
+    assert not differ and worst < 1e-3
+    doc = json.loads((server_run / "results.json").read_text())
+    read = doc["reads"]["bbq"]["letter_read"]
+    assert doc["reads"]["bbq"]["answer_mode"] == "letter log-probs"
+    assert read["served_model"] == vllm_server.name and read["top_logprobs"] == 20
 
 
 def test_alignment_check_passes_on_vllm(served):

@@ -18,6 +18,21 @@ SERVED_NAME = DEFAULT_MODEL  # the embedded SmolLM2-135M-Instruct
 #: The parity audits: BBQ, EsBBQ and CaBBQ, 8 items per category (the two-server run: BBQ only).
 PARITY = ("audits/test_bbq.py", "audits/test_esbbq.py", "audits/test_cabbq.py")
 LIMIT = "8"
+#: The letter log-probs parity audits (``--bbq-answer-mode letter``, ``--kobbq-mode letter``):
+#: BBQ, EsBBQ and KoBBQ, one category each (KoBBQ under prompt 1, order 0), 8 items each.
+LETTER_PARITY = ("audits/test_bbq.py", "audits/test_esbbq.py", "audits/test_kobbq.py")
+LETTER_ARGS = (
+    "--bbq-answer-mode",
+    "letter",
+    "--kobbq-mode",
+    "letter",
+    "--kobbq-prompts",
+    "1",
+    "--kobbq-permutations",
+    "0",
+    "-k",
+    "religion",
+)
 
 
 def need_vllm() -> None:
