@@ -263,6 +263,25 @@ def test_spanish_declaration_reads_esbbqs_items(tmp_path, data_dir):
     )
 
 
+def test_a_language_without_the_suites_prompt_takes_the_declared_one(tmp_path, data_dir):
+    """In a language the suite has no lettered prompt for, the declared one is shown to the model
+    and recorded, in generate and letter modes."""
+    path = spanish_copy(tmp_path, data_dir, categories=("Religion",), every=40)
+    doc = yaml.safe_load(path.read_text())
+    doc.update(language="pt", generate_prompt="{context}\nPergunta: {question}\nA) {a}\nB) {b}\nC) {c}")
+    bench = registry([write_yaml(path, doc)])["esbbq_propio"]
+    item = bench.load_category(data_dir, "Religion").items[0]
+    assert (
+        bench.generate_prompt(item)
+        == f"{item.context}\nPergunta: {item.question}\nA) "
+        + "\nB) ".join(item.options[:2])
+        + f"\nC) {item.options[2]}"
+    )
+    for mode in ("generate", "letter"):
+        recorded = bench.configure(answer_mode=mode).provenance()["generate_prompt_template"]
+        assert recorded == doc["generate_prompt"]
+
+
 @pytest.mark.parametrize(
     ("edit", "field", "line"),
     [

@@ -13,6 +13,7 @@ metrics rely on it. Every problem names the data file, the line and the column.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -22,7 +23,7 @@ from bias_metrics.records import biased_option
 from ..data import DataFile, csv_rows, require_file, sha256_file
 from ..errors import ConfigError, DataError
 from .base import CategoryData
-from .bbq_family import BBQFamilyBenchmark, MCItem
+from .bbq_family import GENERATE_PROMPTS, BBQFamilyBenchmark, MCItem
 from .declaration import CHOICE_FIELDS, Declaration, read_declaration
 
 #: What every declared dataset's report says first (its own ``limitations`` follow).
@@ -107,12 +108,18 @@ class DeclaredBBQ(BBQFamilyBenchmark):
 
     def provenance(self) -> dict[str, Any]:
         d = self.declaration
+        base = self
+        if d.generate_prompt is not None and self.language not in GENERATE_PROMPTS:
+            # The family's provenance looks the suite's prompt up by language; the declared
+            # prompt replaces it below, so any language the suite has stands in for the lookup.
+            base = copy.copy(self)
+            base.language = "en"
         out = {
             "protocol": f"declared BBQ-format dataset {d.name} (cloze over the 3 options)",
             "declaration": d.path.name,
             "declaration_sha256": d.sha256,
             "prompt_template": d.prompt,
-            **super().provenance(),
+            **BBQFamilyBenchmark.provenance(base),
         }
         if "generate_prompt_template" in out and d.generate_prompt is not None:
             out["generate_prompt_template"] = d.generate_prompt
