@@ -694,20 +694,23 @@ class KoBBQ(BBQFamilyBenchmark):
                 [shaped[i][0] for i in let], [items[i].prompt.letters for i in let]
             )
             for i, read in zip(let, reads):
-                lls = None if read.logprobs is None else [float(x) for x in read.logprobs]
-                out[i] = self._kobbq_record(
-                    items[i],
-                    read.option,
-                    shaped[i][1],
-                    digest,
-                    hashes[i],
-                    predicted_choice=None if read.option < 0 else read.option,
-                    choices=list(items[i].prompt.letters),
-                    loglikelihoods=lls,
-                    letter_read=read.to_record(),
-                    invalid_reason=read.invalid_reason,
-                )
+                out[i] = self._letter_record(items[i], read, shaped[i][1], digest, hashes[i])
         return out  # type: ignore[return-value]
+
+    def _letter_record(self, it: KoBBQItem, read, fmt: str, digest: str | None, sha: str | None):
+        """The record of a letter-mode item read by ``read`` (``parsing.letters.LetterRead``)."""
+        return self._kobbq_record(
+            it,
+            read.option,
+            fmt,
+            digest,
+            sha,
+            predicted_choice=None if read.option < 0 else read.option,
+            choices=list(it.prompt.letters),
+            loglikelihoods=None if read.logprobs is None else [float(x) for x in read.logprobs],
+            letter_read=read.to_record(),
+            invalid_reason=read.invalid_reason,
+        )
 
     @staticmethod
     def letter_continuations(item: KoBBQItem) -> list[str]:

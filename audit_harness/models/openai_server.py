@@ -848,7 +848,6 @@ def connect(
     transport=None,
     check: bool = True,
     letters: bool = False,
-    top_logprobs: int | None = None,
 ) -> OpenAIServerModel:
     """Connect to the server(s) at ``base_url`` serving ``model`` and run the alignment check.
 
@@ -869,8 +868,7 @@ def connect(
         max_concurrency: requests in flight per endpoint; timeout, max_retries: per request
             (see ``ServerClient``).
         transport: an ``httpx`` transport (tests). check: run the alignment check now.
-        letters: a benchmark reads letter log-probs: probe the chat log-probabilities now
-            (``check_chat_logprobs``, asking ``top_logprobs``, default 20).
+        letters: probe the chat log-probabilities now (``check_chat_logprobs``).
     Raises:
         ModelError: no endpoint can be reached (``ServerUnavailable``), one does not serve
             ``model`` (the served names are listed) or disagrees with the reference, neither
@@ -897,10 +895,16 @@ def connect(
     m.check_replica_tokenizers()
     if ref.remote and tok is not None:
         _check_same_tokenizer(m, tok, tok_source)
+    return _checked(m, check, letters)
+
+
+def _checked(m: OpenAIServerModel, check: bool, letters: bool) -> OpenAIServerModel:
+    """``m`` after the start-up checks asked: the alignment check (``check``), the chat
+    log-probabilities' probe (``letters``: a benchmark reads letter log-probs)."""
     if check:
         m.check_alignment()
     if letters:
-        m.check_chat_logprobs(top_logprobs)
+        m.check_chat_logprobs()
     return m
 
 

@@ -288,13 +288,20 @@ def write_outputs(run: AuditRun, presses: Presses) -> None:
             files.results_copy = write_results(Path(run.config.invocation_params.dir) / copy, files.results)
         except OSError as e:
             files.results_copy = f"{copy}: not written ({e.strerror or e})"
+    add_outcome_properties(run.config, files.outcome, junit_extra(run, files))
+
+
+def junit_extra(run: AuditRun, files: RunFiles) -> dict[str, Any]:
+    """The run's JUnit properties beyond its outcome: run id, results path and, where recorded,
+    how each model was read (``bias_audit_read``: option log-likelihood, letter log-probs,
+    generated text)."""
     from ..report.results import read_text
 
+    extra: dict[str, Any] = {"run_id": run.run_id, "results": files.results_path}
     reads = (files.results or {}).get("reads") or {}
-    extra = {"run_id": run.run_id, "results": files.results_path}
-    if reads:  # how each model was read: option log-likelihood, letter log-probs, generated text
+    if reads:
         extra["read"] = "; ".join(f"{b}: {read_text(e)}" for b, e in reads.items())
-    add_outcome_properties(run.config, files.outcome, extra)
+    return extra
 
 
 def junit_unrun_gates(run: AuditRun, gates: list[Gate], why: str, status: str) -> None:
