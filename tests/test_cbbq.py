@@ -104,6 +104,9 @@ def test_loader_reads_json_with_the_bom_key_and_csv_fallback(data_dir):
 def test_a_category_without_its_files_is_skipped_naming_the_file(data_dir):
     with pytest.raises(MissingDataError, match=r"cbbq/data/race/ambiguous/ambiguous\.json"):
         CBBQ().load_category(data_dir, "race")
+    # a category with its files but no row the matcher maps is skipped too, never judged on NaN
+    with pytest.raises(MissingDataError, match=r"no CBBQ physical_appearance row is scorable"):
+        CBBQ().load_category(data_dir, "physical_appearance")
 
 
 def _write(tmp_path: Path, rows: list[dict]) -> Path:

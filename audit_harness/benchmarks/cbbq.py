@@ -250,7 +250,7 @@ class CBBQ(BBQFamilyBenchmark):
 
         Raises:
             DataError: an unknown category or a bad row; MissingDataError: a condition with
-                neither its JSON nor its CSV.
+                neither its JSON nor its CSV, or no row whose targeted group the matcher maps.
         """
         if category not in CATEGORIES:
             raise DataError(f"unknown cbbq category {category!r}; known: {', '.join(CATEGORIES)}")
@@ -274,6 +274,14 @@ class CBBQ(BBQFamilyBenchmark):
             notes[f"csv_{condition}"] = int(path.suffix == ".csv")
         notes["matched"] = len(items)
         notes["target_not_matched"] = sum(len(v) for v in excluded.values())
+        if not items:
+            # Nothing can be scored (physical_appearance: its group text names no option): the
+            # gates are skipped and reported, as for absent data, never judged on NaN.
+            raise MissingDataError(
+                f"no CBBQ {category} row is scorable: the targeted group of all "
+                f"{notes['target_not_matched']} rows matches neither ans0 nor ans1 "
+                "(audit_harness.benchmarks.cbbq_groups rules)"
+            )
         notes["target_is_ans0"] = sum(1 for it in items if it.extra["target_option"] == 0)
         return CategoryData(category, items, files, excluded, notes)
 
