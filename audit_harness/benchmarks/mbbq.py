@@ -370,7 +370,7 @@ class MBBQ(BBQFamilyBenchmark):
             notes[f"{tag}rows".strip()] = n_rows
             for row, unknown, targeted in rows:
                 items += [
-                    self._item(category, row, (unknown, targeted), control, k, proto) for k in PROMPT_IDS
+                    self._item(category, row, (unknown, targeted, control), (k, proto)) for k in PROMPT_IDS
                 ]
         files.append(DataFile.of(proto.path, data_dir, 0))
         return CategoryData(category, items, files, excluded, notes)

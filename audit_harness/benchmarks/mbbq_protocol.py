@@ -184,7 +184,7 @@ def read_protocol(path: Path) -> Protocol:
     if not path.is_file():
         raise DataError(
             f"{path}: the MBBQ authors' answer_detection.py is missing (prompts and answer phrases "
-            "are read from it at run time): bias-audit data fetch mbbq --to DATA_DIR"
+            "are read from it at run time): bias-audit data fetch mbbq --accept-unlicensed --to DATA_DIR"
         )
     with _lock:
         return _read(path)
