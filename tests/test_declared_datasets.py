@@ -477,6 +477,7 @@ def test_oracles_of_a_declared_dataset(tmp_path, data_dir, kind, code):
         assert {(c, "diff_bias_ambig-generate") for c in CATEGORIES} <= failed
 
 
+@pytest.mark.slow  # about 30 s on 2 shared cores: greedy decoding; the verdicts are guarded above
 def test_spanish_declared_dataset_in_generate_mode(tmp_path, data_dir):
     """The Spanish declaration runs end to end in generate mode (the suite's Spanish lettered
     prompt, the esbbq metric family's gates ending in -generate)."""

@@ -329,7 +329,10 @@ def load_thresholds(
         if bench in FILE_KEYS:
             continue
         if bench not in catalogue:
-            raise ConfigError(f"{path}: unknown benchmark {bench!r}; known: {', '.join(sorted(catalogue))}")
+            raise ConfigError(
+                f"{path}: unknown benchmark {bench!r}; known: {', '.join(sorted(catalogue))} (a "
+                "BBQ-format dataset of your own is known once declared: --bbq-dataset FILE)"
+            )
         if not isinstance(section, Mapping):
             raise ConfigError(f"{path}: {bench}: expected a mapping with 'defaults' and/or 'categories'")
         extra = sorted(set(section) - set(SECTION_KEYS))
