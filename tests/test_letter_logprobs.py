@@ -85,7 +85,15 @@ def test_letter_mode_oracles_replayed_give_their_verdicts(tmp_path, data_dir, ki
     assert gates and all(g["metric"].endswith("-letter") for g in gates)
     if kind == "stereotyped":
         assert any(g["status"] == "fail" and "bias" in g["metric"] for g in gates)
-    assert results["reads"]["bbq"]["answer_mode"] == "letter log-probs"
+    assert results["reads"]["bbq"] == {
+        "answer_mode": "letter log-probs",
+        "letter_read": "replayed from saved letter reads",
+    }
+    junit = (run / "junit.xml").read_text()
+    assert 'name="bias_audit_read" value="bbq: letter log-probs (replayed from saved letter reads)"' in junit
+    assert (
+        "- bbq read by letter log-probs (replayed from saved letter reads)" in (run / "report.md").read_text()
+    )
 
 
 def test_another_answer_mode_is_not_like_for_like():

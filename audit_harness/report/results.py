@@ -188,7 +188,7 @@ def build_results(parts: ResultsInput) -> dict[str, Any]:
 def reads_entry(read_modes: Mapping[str, Any], model: Mapping[str, Any] | None) -> dict[str, Any]:
     """results.json's ``reads``: per benchmark how the model was read (``answer_mode``: option
     log-likelihood, letter log-probs, generated text; several joined by " and "), and for letter
-    log-probs how: ``exact (in process)``, or through a chat API (the endpoint's model name, the
+    log-probs how: ``exact (in process)``, replayed from saved reads, or through a chat API (the endpoint's model name, the
     endpoint, the ``top_logprobs`` used and asked: ``model.server.letter_read``).
 
     Examples
@@ -197,11 +197,17 @@ def reads_entry(read_modes: Mapping[str, Any], model: Mapping[str, Any] | None) 
     {'bbq': {'answer_mode': 'letter log-probs', 'letter_read': 'exact (in process)'}}
     """
     via = ((model or {}).get("server") or {}).get("letter_read")
+    if not via:  # in process (exact), or letter reads saved elsewhere and replayed
+        via = (
+            "replayed from saved letter reads"
+            if (model or {}).get("kind") == "replay"
+            else "exact (in process)"
+        )
     out: dict[str, Any] = {}
     for bench, modes in sorted(read_modes.items()):
         entry: dict[str, Any] = {"answer_mode": " and ".join(modes)}
         if "letter log-probs" in modes:
-            entry["letter_read"] = dict(via) if via else "exact (in process)"
+            entry["letter_read"] = dict(via) if isinstance(via, Mapping) else via
         out[bench] = entry
     return out
 
