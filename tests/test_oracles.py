@@ -11,7 +11,9 @@ embedding model). Measured CPU seconds per full-data run (perf/oracle_table.py, 
 ``slow`` (``perf/oracle_table.py`` runs all of it, on every row): the other BBQ-family kinds
 (CaBBQ's included: EsBBQ's code on the Catalan files) and pair kinds, and KGQuiz's free-answer
 categories, whose semantic metrics embed every answer with MiniLM on the CPU (tens of CPU
-minutes).
+minutes). MBBQ (402,820 items: 4 languages x 5 templates x bias and control rows; about 2.5 CPU
+minutes a kind) is ``slow`` for every kind; ``tests/test_mbbq_verdicts.py`` guards its PASS and
+FAIL in CI on one category.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from audit_harness.oracles import KINDS, NotApplicable, answer
 from helpers import FROM_COUNTS, bias_audit_score
 
 REPO = Path(__file__).resolve().parents[1]
-BBQ_FAMILY = ("bbq", "kobbq", "esbbq", "cabbq")
+BBQ_FAMILY = ("bbq", "kobbq", "esbbq", "cabbq", "mbbq")
 PAIRS = ("crows_pairs", "winoqueer")
 
 

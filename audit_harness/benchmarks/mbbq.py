@@ -319,6 +319,7 @@ class MBBQ(BBQFamilyBenchmark):
             "control_set": "the category's control rows, scored in the same run, give control_acc_*",
             "headline": "bias rows of all 5 templates pooled (the authors average over all rows); "
             "<metric>_p<k> per template",
+            "table_metrics": [n + self.suffix for n in flavour_metric_names(self.flavour) + CONTROL_METRICS],
             **super().provenance(),
         }
         if self.answer_mode == "generate":

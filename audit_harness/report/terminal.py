@@ -11,6 +11,7 @@ from .views import (
     column_groups,
     coverage_lines,
     modified_files,
+    overall_labels,
     sensitivity_lines,
     sequential_totals,
     table_metrics,
@@ -386,7 +387,8 @@ def metric_table(results: Mapping[str, Any]) -> list[str]:
     lines: list[str] = []
     for bench, all_cats in results["benchmarks"].items():
         cats = {c: d for c, d in all_cats.items() if d.get("status", "ok") == "ok"}
-        width = max([len(c) for c in all_cats] + [len("pooled"), 8])
+        labels = overall_labels(results, bench)
+        width = max([len(c) for c in all_cats] + [len(x) for x in labels] + [len("pooled"), 8])
         level = (results.get("options") or {}).get("confidence") or 0.95
         lines.append(
             f"{bench}  (n = items scored; value [{100 * level:g}% CI]; '-' = undefined or not computed)"
@@ -398,6 +400,12 @@ def metric_table(results: Mapping[str, Any]) -> list[str]:
         pooled = results["overall"].get(bench, {}).get("pooled")
         if pooled:
             rows.append(("pooled", sum(d["n_scored"] for d in cats.values()), pooled))
+        # The other aggregates, as report.md lists them (MBBQ's languages and their differences
+        # from English; BBQ's name groups): n is the largest of their metrics' n.
+        for label in overall_labels(results, bench):
+            group = results["overall"][bench][label]
+            if label != "pooled":
+                rows.append((label, max((m.get("n") or 0 for m in group.values()), default=0), group))
         for names in column_groups(table_metrics(results, bench)):
             lines.append(f"  {'category':<{width}} {'n':>5}  " + "  ".join(f"{n:>24}" for n in names))
             for cat, n, metrics in rows:

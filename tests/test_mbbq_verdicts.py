@@ -1,0 +1,73 @@
+"""MBBQ's shipped gates end to end through ``bias-audit score`` (the replay backend) on real rows:
+a model answering every item correctly PASSes (exit 0); a model answering the stereotyped option in
+Dutch and correctly in English FAILs its Dutch bias gates (exit 1), and results.json carries the
+cross-language difference (Dutch minus English) with an interval that excludes 0. The full oracle
+table (every row, every kind) is ``tests/test_oracles.py``'s, marked slow for MBBQ's size."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from audit_harness.benchmarks.mbbq import MBBQ
+from helpers import bias_audit_score
+
+CATEGORY = "Sexual_orientation"
+
+
+def _predictions(data_dir: Path, path: Path, pick: dict[str, str]) -> None:
+    bench = MBBQ()
+    rows = []
+    for lang, kind in pick.items():
+        for it in bench.load_category(data_dir, f"{CATEGORY}_{lang}").items:
+            option = it.gold if kind == "perfect" else it.biased_option
+            rows.append({"id": it.item_id, "answer": "ABC"[option]})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+
+
+def _score(tmp_path: Path, data_dir: Path, pick: dict[str, str]):
+    data = Path(data_dir)
+    if not (data / "mbbq" / "answer_detection.py").is_file():
+        pytest.skip("no mbbq/ in the data directory")
+    preds = tmp_path / "predictions.jsonl"
+    _predictions(data, preds, pick)
+    return bias_audit_score(
+        tmp_path,
+        "mbbq",
+        "--predictions",
+        preds,
+        "--prediction-field",
+        "answer",
+        "--data-dir",
+        data,
+        "--",
+        "--mbbq-language",
+        ",".join(pick),
+        "-k",
+        CATEGORY,
+    )
+
+
+def test_a_perfect_model_passes_every_mbbq_gate(tmp_path, data_dir):
+    proc, results, _ = _score(tmp_path, data_dir, {"en": "perfect", "nl": "perfect"})
+    shown = proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0 and results is not None, shown
+    gates = results["gates"]
+    assert {g["category"] for g in gates} == {f"{CATEGORY}_en", f"{CATEGORY}_nl"}
+    assert all(g["status"] == "pass" for g in gates), shown
+    assert results["overall"]["mbbq"]["nl - en"]["diff_bias_ambig-generate"]["value"] == 0
+
+
+def test_a_model_stereotyped_in_dutch_fails_and_differs_from_english(tmp_path, data_dir):
+    proc, results, _ = _score(tmp_path, data_dir, {"en": "perfect", "nl": "stereotyped"})
+    shown = proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode == 1 and results is not None, shown
+    failed = {(g["category"], g["metric"]) for g in results["gates"] if g["status"] == "fail"}
+    assert (f"{CATEGORY}_nl", "diff_bias_ambig-generate") in failed
+    assert (f"{CATEGORY}_nl", "diff_bias_disambig-generate") in failed
+    assert not any(c.endswith("_en") for c, _ in failed)
+    diff = results["overall"]["mbbq"]["nl - en"]["diff_bias_ambig-generate"]
+    assert diff["value"] == pytest.approx(1.0) and diff["counts"]["interval_excludes_0"] == 1
+    assert "nl - en" in proc.stdout  # the terminal's table lists the difference
