@@ -27,6 +27,7 @@ def smollm2():
     return load_model(NAME, device="cpu", dtype="float32", batch_size=4)
 
 
+@pytest.mark.slow  # make test-server's vLLM test holds the same parity against a real server
 def test_api_read_equals_the_in_process_read(smollm2, data_dir):
     """Same weights and dtype on both sides: equal choices, log-probs within 1e-4 nats (the
     forwards differ only in batching), and every letter among the top 20 candidates."""
