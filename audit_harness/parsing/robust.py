@@ -346,13 +346,18 @@ def _stated(pattern: re.Pattern, text: str, choices: Choices) -> Parsed | None:
     return Parsed(option, "text" if group == "bold" else "letter", rule)
 
 
+#: An option label right before Chinese text (``A.男生``, ``B、女生``): two of them on the first line
+#: are the options echoed back (``A.男生B.女生C.不确定``, no space between them), not an answer.
+_ECHOED_ZH = re.compile(r"(?<![A-Za-z0-9])([A-Z])[.)．:：、](?=[\u3400-\u9fff])")
+
+
 def _leading_letter(text: str, choices: Choices) -> Parsed | None:
     """The option whose letter starts the first line ("B", "(B) ...", "B. the grandson"), or
     several options when the line starts with joined letters, lists another letter after, or
     later lines list the options; None when no letter starts it."""
     first_line = next((line for line in text.splitlines() if line.strip()), "")
     head = re.sub(r"^[\s*_`\"'“”‘’«»#>]+", "", first_line)
-    if _JOINED.match(head):
+    if _JOINED.match(head) or len(set(_ECHOED_ZH.findall(head))) > 1:
         return Parsed(-1, "invalid", "leading-letter", "several_options")
     option, after = _letter_at_start(head, choices, lowercase=False)
     if option is None:
