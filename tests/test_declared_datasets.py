@@ -571,3 +571,36 @@ def test_declared_dataset_without_gates_exits_4(tmp_path, data_dir):
     proc, run_dir = audit(tmp_path, decl, write_yaml(tmp_path / "gates.yaml", {"bbq": BBQ_GATES}))
     assert proc.returncode == USAGE_ERROR and run_dir is None, tail(proc)
     assert "the dataset 'bbq_renamed' declared in" in proc.stderr and "has no gates" in proc.stderr
+
+
+# -- the option and the selection ------------------------------------------------------------------
+
+
+def test_declarations_come_from_the_environment_then_the_flags(monkeypatch, tmp_path):
+    """``AUDIT_BBQ_DATASETS`` (os.pathsep-separated) gives the declarations the flags add to,
+    for the audit run and for ``bias-audit score``/``oracle`` alike."""
+    from audit_harness.cli import build_parser, declarations
+    from audit_harness.options import SUITE, default_of
+
+    monkeypatch.setenv("AUDIT_BBQ_DATASETS", os.pathsep.join(["a.yaml", "", "b.yaml"]))
+    assert default_of(SUITE["--bbq-dataset"]) == ["a.yaml", "b.yaml"]
+    ns = build_parser("score").parse_args(
+        ["score", "x", "--predictions", "p", "--prediction-field", "f", "--bbq-dataset", "c.yaml"]
+    )
+    assert declarations(ns) == ["a.yaml", "b.yaml", "c.yaml"]
+    monkeypatch.delenv("AUDIT_BBQ_DATASETS")
+    assert default_of(SUITE["--bbq-dataset"]) is None
+
+
+def test_keyword_selection_reaches_the_declared_tests(tmp_path):
+    """``-k`` selects a declared dataset's gates as a built-in's, before collection (the start-up
+    checks read only what is selected)."""
+    from audit_harness.selection import selected_gate_ids
+
+    ids = {"bbq": ["Age-diff_bias_ambig"], "team": ["Age-diff_bias_ambig", "SES-diff_bias_ambig"]}
+    assert selected_gate_ids(REPO / "audits", ["audits"], REPO, "team and SES", ids) == {
+        "team": ["SES-diff_bias_ambig"]
+    }
+    only = ["audits/test_declared.py::TestDeclared::test_team"]
+    assert selected_gate_ids(REPO / "audits", only, REPO, None, ids) == {"team": ids["team"]}
+    assert selected_gate_ids(REPO / "audits", ["audits/test_bbq.py"], REPO, None, ids) == {"bbq": ids["bbq"]}
