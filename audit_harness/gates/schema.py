@@ -57,6 +57,8 @@ GATE_KEYS = BOUND_KEYS + ("mode", "min_n", "max_regression", "sequential", "basi
 SECTION_KEYS = ("defaults", "categories", "min_n", "mode", "max_regression", "confidence", "sequential")
 #: Keys of the file's top level besides the benchmark sections.
 FILE_KEYS = ("min_n", "mode", "confidence", "sequential")
+#: What an unknown section may be: a dataset of the user's own, not declared in this run.
+_DECLARE = " (a BBQ-format dataset of your own is known once declared: --bbq-dataset FILE)"
 #: ``basis`` values of the old schema and the mode each now means.
 DEPRECATED_BASES = {"point": "point", "ci": "ci_inside"}
 
@@ -330,8 +332,7 @@ def load_thresholds(
             continue
         if bench not in catalogue:
             raise ConfigError(
-                f"{path}: unknown benchmark {bench!r}; known: {', '.join(sorted(catalogue))} (a "
-                "BBQ-format dataset of your own is known once declared: --bbq-dataset FILE)"
+                f"{path}: unknown benchmark {bench!r}; known: {', '.join(sorted(catalogue))}{_DECLARE}"
             )
         if not isinstance(section, Mapping):
             raise ConfigError(f"{path}: {bench}: expected a mapping with 'defaults' and/or 'categories'")
