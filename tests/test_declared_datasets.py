@@ -456,8 +456,9 @@ def test_declared_run_gates_reports_signs_and_verifies(bbq_and_copy, tmp_path):
 @pytest.mark.parametrize(("kind", "code"), [("perfect", OK), ("stereotyped", GATE_FAILED)])
 def test_oracles_of_a_declared_dataset(tmp_path, data_dir, kind, code):
     """``bias-audit oracle NAME --bbq-dataset FILE``: with bbq's gates, the perfect model passes
-    and the stereotyped one fails (every item of the copy, 288 and 400 per category)."""
-    decl = make_bbq_copy(tmp_path / "copy", data_dir)
+    and the stereotyped one fails (every item of the copy, 288 and 400 per category; the copy
+    in CSV here, JSONL in the other runs)."""
+    decl = make_bbq_copy(tmp_path / "copy", data_dir, ext="csv")
     proc, results, _ = bias_audit_score(
         tmp_path,
         "bbq_renamed",
