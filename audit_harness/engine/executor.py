@@ -296,6 +296,10 @@ class Engine:
             ValueError: ``max_new_tokens < 1``, a prompt that encodes to no token, or a
                 ``first_step`` of another length.
         """
+        if self.backend.reads_top_candidates:
+            # Letter log-probs come from the chat API's own candidates (``letter_logprobs``),
+            # never from these scores: computing them would only cost echo requests.
+            first_step = None
         return Generation(self, requests, weights, first_step).run()
 
     def has_score(self, key: bytes) -> bool:
