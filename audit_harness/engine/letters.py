@@ -37,6 +37,7 @@ def read_letters(engine, prompts: Sequence[str], letters: Sequence[Sequence[str]
     if backend.reads_top_candidates:
         tops = backend.first_token_top(list(prompts))
         engine.stats.requests += len(prompts)
+        engine.stats.distinct += len(prompts)  # each item's own prompt: nothing to dedupe
         engine.stats.computed += len(prompts)
         if engine.progress is not None:
             engine.progress.advance(float(len(prompts)))
