@@ -289,8 +289,9 @@ def test_b3_disambig_bias_nan_with_reason(flavour):
 @pytest.mark.parametrize("flavour", sorted(FLAVOURS))
 def test_b4_minus_one_not_zero(flavour):
     r = compute(toy(B4_ROWS), flavour, n_resamples=50)
-    amb = "diff_bias_ambig" if flavour == "kobbq" else "bias_score_ambig"
-    dis = "diff_bias_disambig" if flavour == "kobbq" else "bias_score_disambig"
+    # CBBQ's bias scores are shares of biased answers in [0, 1]: its signed scores are diff-bias.
+    amb = "diff_bias_ambig" if flavour in ("kobbq", "cbbq") else "bias_score_ambig"
+    dis = "diff_bias_disambig" if flavour in ("kobbq", "cbbq") else "bias_score_disambig"
     assert r[amb].value == -1.0
     assert r[dis].value == -1.0
 
@@ -300,8 +301,11 @@ def test_b5_invalid_dropped_equals_b1(flavour):
     r1 = compute(toy(B1_ROWS), flavour, n_resamples=0)
     r5 = compute(toy(B5_ROWS), flavour, n_resamples=0)
     rate = "out_of_choice_rate" if flavour == "kobbq" else "invalid_rate"
+    # CBBQ's S_amb divides by every ambiguous example, invalid ones too (its authors' script):
+    # invalid answers lower it, and the total with it.
+    kept_invalid = {"bias_score_ambig", "bias_score_total"} if flavour == "cbbq" else set()
     for name in r1:
-        if name != rate:
+        if name != rate and name not in kept_invalid:
             assert r5[name].value == pytest.approx(r1[name].value), name
     assert r5[rate].value == pytest.approx(2 / 22)
 
@@ -560,6 +564,16 @@ def _denominators(c):
             bias_score_disambig=min(aligned, nonaligned),
             bias_score_ambig_upper_bound=amb_valid,
             bias_score_disambig_upper_bound=dis_valid,
+            invalid_rate=total,
+        ),
+        "cbbq": dict(
+            acc_ambig=amb_valid,
+            acc_disambig=dis_valid,
+            bias_score_ambig=amb_valid + c[bf.A_X],
+            bias_score_disambig=c[bf.DA_B] + c[bf.DA_C] + c[bf.DN_B] + c[bf.DN_C],
+            bias_score_total=min(amb_valid + c[bf.A_X], c[bf.DA_B] + c[bf.DA_C] + c[bf.DN_B] + c[bf.DN_C]),
+            diff_bias_ambig=amb_valid,
+            diff_bias_disambig=min(aligned, nonaligned),
             invalid_rate=total,
         ),
     }
