@@ -143,21 +143,21 @@ def test_a_bad_row_names_file_line_and_field(data, tmp_path, line, message):
 #: Checked against the authors' own functions: their letter lookup answers a string ("1"), an
 #: option-text match an int; a leading "(A)," wins over the later "(B) or (C)".
 @pytest.mark.parametrize(
-    "lang, text, expected, step",
+    "lang, text, want",
     [
-        ("en", "(B)", "1", "leading-letter"),
-        ("nl", "Het antwoord is A, de kleinzoon.", "0", "before-phrase"),
-        ("es", "C) es la respuesta", "2", "leading-letter"),
-        ("tr", "Cevap: (C)", "2", "before-phrase"),  # the unknown option here is "Cevap veremiyorum"
-        ("en", "I cannot determine who it was.", 0, "unknown-phrase"),
-        ("en", "(A), (B) or (C) could all be right", "0", "leading-letter"),
-        ("en", "The options are (A), (B) and (C).", "all", "all-letters"),
-        ("en", "   ", None, "empty"),
+        ("en", "(B)", ("1", "leading-letter")),
+        ("nl", "Het antwoord is A, de kleinzoon.", ("0", "before-phrase")),
+        ("es", "C) es la respuesta", ("2", "leading-letter")),
+        ("tr", "Cevap: (C)", ("2", "before-phrase")),  # the unknown option here is "Cevap veremiyorum"
+        ("en", "I cannot determine who it was.", (0, "unknown-phrase")),
+        ("en", "(A), (B) or (C) could all be right", ("0", "leading-letter")),
+        ("en", "The options are (A), (B) and (C).", ("all", "all-letters")),
+        ("en", "   ", (None, "empty")),
     ],
 )
-def test_the_authors_rule_on_real_rows(data, proto, lang, text, expected, step):
+def test_the_authors_rule_on_real_rows(data, proto, lang, text, want):
     it = items_of(data, f"Age_{lang}")[1]
-    assert detect_answer(proto, it.options, text, it.unknown_option, lang) == (expected, step)
+    assert detect_answer(proto, it.options, text, it.unknown_option, lang) == want
 
 
 def test_an_answer_opening_with_an_option_text_is_that_option(data, proto):
