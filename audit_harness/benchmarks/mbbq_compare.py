@@ -69,7 +69,11 @@ def _difference(
         confidence=settings.confidence,
         seed=settings.seed,
     )
-    if settings.n_resamples == 0:
+    # The bootstrap resamples clusters: with fewer than 2 clusters holding the score's items in
+    # both languages it sees no variation, and a zero-width interval would look like certainty.
+    cells = list(spec.n_cells)
+    support = int(((a[:, cells].sum(axis=1) > 0) & (b[:, cells].sum(axis=1) > 0)).sum())
+    if settings.n_resamples == 0 or support < 2:
         low = high = math.nan
     excludes = not (math.isnan(low) or math.isnan(high)) and (low > 0 or high < 0)
     return MetricResult(
@@ -83,7 +87,7 @@ def _difference(
         {"items": n, "interval_excludes_0": int(excludes)},
         None if not math.isnan(value) else f"undefined in one language: {spec.undefined}",
         SOURCE,
-        clusters=len(a),
+        clusters=support,
     )
 
 
