@@ -148,8 +148,9 @@ def test_generation_budgets_are_each_benchmarks(planned):
     budgets = benchmarks["kgquiz"].protocol.max_new_tokens
     assert rows[("kgquiz", "Task1-ConceptNet")]["tokens_to_generate"] == 4 * budgets["Task1"]
     assert rows[("kgquiz", "Task3-ConceptNet")]["tokens_to_generate"] == 4 * budgets["Task3"]
-    # KoBBQ's letters are scored too: 3 requests a generation (read from its first step).
-    assert kobbq["requests"] == 12 + 3 * 12
+    # KoBBQ's letters are scored too: every single-token variant of the 3 letters (SmolLM2: A
+    # and ' A', parsing.letters), 6 requests a generation (read from its first step).
+    assert kobbq["requests"] == 12 + 6 * 12
     # Task3's answers and golds go to the embedding model, which the plan does not load.
     assert rows[("kgquiz", "Task3-ConceptNet")]["texts_to_embed"] == 2 * 4
 
