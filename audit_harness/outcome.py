@@ -183,7 +183,7 @@ def _judged(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> Ou
             "FAIL", f"{blocked} of {total} gate(s) did not pass ({parts}): the release is blocked", partial
         )
     skipped = counts.get("skipped", 0)
-    note = f"; {skipped} skipped (their data is missing), which is not a pass" if skipped else ""
+    note = f"; {skipped} skipped (no scorable data), which is not a pass" if skipped else ""
     return _make("PASS", f"all {counts.get('pass', 0)} evaluated gate(s) passed{note}", partial)
 
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, ClassVar, Hashable, Mapping, Sequence
 
 import numpy as np
 
+from bias_metrics.bbq_family import FLAVOURS
 from bias_metrics.result import MetricResult
 
 from ..data import DataFile
@@ -63,9 +64,11 @@ ANSWER_PARSING = Option(
 )
 METRIC_FLAVOUR = Option(
     "--metric-flavour",
-    "BBQ-family metric definitions of another paper: bbq, kobbq or esbbq (default: each benchmark's own)",
+    "BBQ-family metric definitions of another paper: "
+    + ", ".join(FLAVOURS)
+    + " (default: each benchmark's own)",
     key="flavour",
-    choices=("bbq", "kobbq", "esbbq"),
+    choices=tuple(FLAVOURS),
 )
 #: ``saved``: the benchmark reads saved outputs (``for_saved_outputs``), never set by a flag.
 SAVED = Option(None, key="saved", default=False)

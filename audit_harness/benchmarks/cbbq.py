@@ -263,7 +263,7 @@ class CBBQ(BBQFamilyBenchmark):
                 raise MissingDataError(
                     f"missing CBBQ {category} {condition} data: neither "
                     f"cbbq/data/{category}/{condition}/{condition}.json nor .csv in {data_dir} "
-                    "(bias-audit data fetch cbbq)"
+                    "(bias-audit data fetch cbbq; files the pinned table marks unavailable cannot be fetched: docs/data.md)"
                 )
             got, left, n = read_condition(path, category, condition)
             items += got

@@ -302,7 +302,11 @@ def gates_section(results: Mapping[str, Any]) -> list[str]:
     out += _baseline_lines(results.get("baseline"))
     skipped = [v for v in results["gates"] if v["status"] == "skipped"]
     if skipped:
-        out += ["", "Skipped gates (their data is missing; a skipped gate is not a pass):", ""]
+        out += [
+            "",
+            "Skipped gates (their data is missing or has no scorable row; a skipped gate is not a pass):",
+            "",
+        ]
         out += [f"- {v['benchmark']}/{v['category']}/{v['metric']}: {v['message']}" for v in skipped]
     return out
 

@@ -129,7 +129,7 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
         reasons.append(f"{len(gates)} of {shown} configured gates evaluated")
     skipped = sum(1 for g in gates if g.get("status") == "skipped")
     if skipped:
-        reasons.append(f"{skipped} gate(s) skipped, their data missing")
+        reasons.append(f"{skipped} gate(s) skipped, no scorable data")
     rows = _rows_reason(results)
     if rows:
         reasons.append(rows)
