@@ -651,11 +651,13 @@ class BBQFamilyBenchmark(Benchmark):
             return bbq_paper_category(self.metric_record(record))
         return record.category
 
-    def metrics(self, records: Sequence[MCRecord], settings: MetricSettings) -> dict[str, MetricResult]:
-        """Every metric of the flavour over ``records``; bootstrap intervals resample whole
-        templates (within their category). Generate mode names them ``<metric>-generate``."""
+    def flavour_metrics(
+        self, records: Sequence[MCRecord], settings: MetricSettings
+    ) -> dict[str, MetricResult]:
+        """Every metric of the flavour over ``records``, under its plain name; bootstrap intervals
+        resample whole templates (within their category)."""
         clusters = cluster_cell_counts([self.metric_record(r) for r in records])
-        out = metrics_from_counts(
+        return metrics_from_counts(
             self.flavour,
             clusters.sum(axis=0),
             clusters if len(clusters) else None,
@@ -663,6 +665,10 @@ class BBQFamilyBenchmark(Benchmark):
             n_resamples=settings.n_resamples,
             seed=settings.seed,
         )
+
+    def metrics(self, records: Sequence[MCRecord], settings: MetricSettings) -> dict[str, MetricResult]:
+        """``flavour_metrics``; generate mode names them ``<metric>-generate``."""
+        out = self.flavour_metrics(records, settings)
         if not self.suffix:
             return out
         import dataclasses

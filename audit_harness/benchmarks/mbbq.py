@@ -29,7 +29,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from bias_metrics.bbq_family import cluster_cell_counts, metrics_from_counts
 from bias_metrics.bbq_family import metric_names as flavour_metric_names
 from bias_metrics.result import MetricResult
 
@@ -488,27 +487,16 @@ class MBBQ(BBQFamilyBenchmark):
         return MBBQRecord.answering(it, option, **fields)
 
     # -- metrics -------------------------------------------------------------------------------------
-    def _plain(self, records: Sequence[MBBQRecord], settings: MetricSettings) -> dict[str, MetricResult]:
-        clusters = cluster_cell_counts([self.metric_record(r) for r in records])
-        return metrics_from_counts(
-            self.flavour,
-            clusters.sum(axis=0),
-            clusters if len(clusters) else None,
-            confidence=settings.confidence,
-            n_resamples=settings.n_resamples,
-            seed=settings.seed,
-        )
-
     def metrics(self, records: Sequence[MBBQRecord], settings: MetricSettings) -> dict[str, MetricResult]:
         """The flavour's metrics over the bias rows of all templates, the control accuracies, and
         the flavour's metrics per template; generate mode adds ``-generate`` to every name."""
         bias = [r for r in records if not r.control]
-        out = dict(self._plain(bias, settings))
-        control = self._plain([r for r in records if r.control], settings)
+        out = dict(self.flavour_metrics(bias, settings))
+        control = self.flavour_metrics([r for r in records if r.control], settings)
         for name in CONTROL_METRICS:
             out[name] = control[name.removeprefix("control_")]
         for k in PROMPT_IDS:
-            for name, m in self._plain([r for r in bias if r.prompt_id == k], settings).items():
+            for name, m in self.flavour_metrics([r for r in bias if r.prompt_id == k], settings).items():
                 out[f"{name}_p{k}"] = m
         return {n + self.suffix: dataclasses.replace(m, name=n + self.suffix) for n, m in out.items()}
 
