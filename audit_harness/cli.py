@@ -166,6 +166,7 @@ def _run_options(oracle: bool) -> tuple[tuple[Option, str], ...]:
     from .backends import OPTIONS
     from .benchmarks.base import ANSWER_PARSING, METRIC_FLAVOUR
     from .benchmarks.bbq import SPLIT_NAMES
+    from .benchmarks.bbq_family import BBQ_ANSWER_MODE
     from .options import SUITE
 
     def spelled(opt: Option, flag: str) -> tuple[Option, str]:
@@ -186,6 +187,7 @@ def _run_options(oracle: bool) -> tuple[tuple[Option, str], ...]:
         SUITE["--bbq-dataset"],
         SUITE["--require-published-data"],
         ANSWER_PARSING,
+        BBQ_ANSWER_MODE,
     ]
     later = [SUITE["--bootstrap-resamples"]] + ([] if oracle else [SUITE["--seed"]])
     later += [SUITE["--confidence"], SUITE["--thresholds"], SUITE["--results-dir"]]
@@ -419,6 +421,7 @@ def score_args(ns: argparse.Namespace) -> list[str]:
     for opt, _ in _KOBBQ_ONE:
         if _given(ns, opt) is not None and name != "kobbq":
             raise _Error(f"bias-audit score: {opt.flag} applies to kobbq only")
+    _answer_mode(ns, benchmarks[name], "score")
     args = [_audit_test(name, benchmarks), "--backend", "replay"]
     for opt, run_flag in _run_options(oracle=False):
         value = _given(ns, opt)
@@ -446,6 +449,21 @@ def _audit_test(name: str, benchmarks) -> str:
     if name in declared_names(benchmarks):
         return f"{Path(_audits_dir()) / 'test_declared.py'}::TestDeclared::test_{name}"
     return str(Path(_audits_dir()) / f"test_{name}.py")
+
+
+def _answer_mode(ns: argparse.Namespace, bench, command: str) -> str | None:
+    """``--bbq-answer-mode`` as given (None: not given): ``letter`` reads saved letter reads,
+    any other value saved text. A benchmark without that flag refuses it rather than ignore it.
+
+    Raises:
+        _Error: the flag given for a benchmark outside the BBQ family.
+    """
+    from .benchmarks.bbq_family import BBQ_ANSWER_MODE
+
+    mode = _given(ns, BBQ_ANSWER_MODE)
+    if mode is not None and BBQ_ANSWER_MODE not in bench.settings:
+        raise _Error(f"bias-audit {command}: --bbq-answer-mode does not apply to {bench.name}")
+    return mode
 
 
 def _given(ns: argparse.Namespace, opt: Option):
@@ -479,7 +497,9 @@ def oracle_args(ns: argparse.Namespace) -> list[str]:
             f"bias-audit oracle: unknown benchmark {ns.benchmark!r}; known: {', '.join(sorted(benchmarks))} "
             "(a BBQ-format dataset of your own: --bbq-dataset FILE)"
         )
-    bench = benchmarks[ns.benchmark].for_saved_outputs()
+    bench = benchmarks[ns.benchmark]
+    mode = _answer_mode(ns, bench, "oracle")
+    bench = (bench.configure(answer_mode=mode) if mode else bench).for_saved_outputs()
     if ns.benchmark == "kobbq" and (ns.kobbq_prompt is not None or ns.kobbq_permutation is not None):
         narrowed = {"prompts": ns.kobbq_prompt, "permutations": ns.kobbq_permutation}
         bench = bench.configure(**{k: str(v) for k, v in narrowed.items() if v is not None})

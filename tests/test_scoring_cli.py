@@ -517,6 +517,19 @@ def test_an_index_out_of_range_is_a_broken_file(tmp_path, data_dir):
             ["score", "bbq", "--predictions", "x", "--prediction-field", "p", "--kobbq-prompt", "1"],
             "--kobbq-prompt applies to kobbq only",
         ),
+        (
+            [
+                "score",
+                "kgquiz",
+                "--predictions",
+                "x",
+                "--prediction-field",
+                "p",
+                "--bbq-answer-mode",
+                "letter",
+            ],
+            "--bbq-answer-mode does not apply to kgquiz",
+        ),
         (["frobnicate"], "invalid choice"),
     ],
 )
@@ -804,3 +817,22 @@ def test_score_bbq_never_reads_a_negated_option_and_reads_epistemic_answers_as_u
     assert n_invalid == 5
     invalid_rate = doc["benchmarks"]["bbq"]["Age"]["metrics"]["invalid_rate-generate"]["value"]
     assert invalid_rate == pytest.approx(n_invalid / len(records), abs=FROM_COUNTS)
+
+
+def test_score_and_oracle_pass_the_answer_mode_on(monkeypatch, tmp_path, data_dir):
+    """``--bbq-answer-mode letter``: score replays saved letter reads in letter mode, and the
+    oracle writes letter reads (``{letter: log-probability}``) that the same run reads."""
+    calls = []
+    monkeypatch.setattr(cli.os, "execv", lambda exe, argv: calls.append(argv))
+    score_cmd = ["score", "bbq", "--predictions", "p.jsonl", "--prediction-field", "out"]
+    assert cli.main([*score_cmd, "--bbq-answer-mode", "letter"]) == 0
+    assert calls[0][calls[0].index("--bbq-answer-mode") + 1] == "letter"
+    out = tmp_path / "oracle.jsonl"
+    oracle_cmd = ["oracle", "bbq", "--model-kind", "perfect", "--predictions-out", str(out)]
+    assert cli.main([*oracle_cmd, "--data-dir", str(data_dir), "--bbq-answer-mode", "letter"]) == 0
+    assert calls[1][calls[1].index("--bbq-answer-mode") + 1] == "letter"
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    gold = {it.item_id: it.gold for it in registry()["bbq"].load_category(data_dir, "Religion").items}
+    religion = [r for r in rows if r["id"] in gold]
+    assert len(religion) == len(gold) and all(set(r["prediction"]) == {"A", "B", "C"} for r in religion)
+    assert all(max(r["prediction"], key=r["prediction"].get) == "ABC"[gold[r["id"]]] for r in religion)
