@@ -24,12 +24,20 @@ def tiny():
 
 def kobbq_prompts(engine, data_dir, limit: int, prompts: str = "1,5") -> tuple[list[str], list[list[str]]]:
     """(prompts, option letters as first-step continuations) of KoBBQ age rows as the benchmark
-    renders them for ``engine``'s model (its chat template when it has one)."""
+    renders them for ``engine``'s model (its chat template when it has one): the letter variants
+    that are one token after their prompt, the ones a generation's first step scores."""
     bench = KoBBQ().configure(answer_mode="generate", prompts=prompts)
     data = bench.load_category(data_dir, "age")
     items = bench.select(data.items, limit, 0, salt="kobbq/age")
     shaped = [KoBBQ.model_input(engine, it) for it in items]
-    return [p for p, _ in shaped], [KoBBQ.letter_continuations(it, f) for it, (_, f) in zip(items, shaped)]
+
+    def one_token(prompt: str, variant: str) -> bool:
+        return len(engine.backend.encode_continuation(prompt, variant)[1]) == 1
+
+    letters = [
+        [v for v in KoBBQ.letter_continuations(it) if one_token(p, v)] for it, (p, _) in zip(items, shaped)
+    ]
+    return [p for p, _ in shaped], letters
 
 
 def run(model, requests, *, continuous: bool, batch_size: int, first_step=None, memo=False):

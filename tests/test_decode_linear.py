@@ -68,7 +68,7 @@ def test_greedy_texts_on_kobbq_equal_those_without_it(data_dir):
     items = bench.select(bench.load_category(data_dir, "age").items, 2, 0, salt="kobbq/age")
     shaped = [KoBBQ.model_input(Engine(plain), it) for it in items]
     requests = [GenerationRequest(p, 12) for p, _ in shaped]
-    letters = [KoBBQ.letter_continuations(it, f) for it, (_, f) in zip(items, shaped)]
+    letters = [KoBBQ.letter_continuations(it) for it in items]
 
     def run(model):
         engine = Engine(model)
