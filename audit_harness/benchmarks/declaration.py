@@ -19,7 +19,7 @@ import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import yaml
 
@@ -327,20 +327,36 @@ def data_columns(path: Path, fmt: str) -> list[str]:
     Raises:
         DataError: the file is empty or its first row malformed (file:line).
     """
-    with open(path, encoding="utf-8", newline="") as f:
-        if fmt == "csv":
+    if fmt == "csv":
+        with open(path, encoding="utf-8", newline="") as f:
             header = next(csv.reader(f), None)
-            if not header:
-                raise DataError(f"{path}:1: empty file (no header row)")
-            return header
-        first = f.readline()
-    try:
-        row = json.loads(first)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}:1: malformed JSON ({e.msg} at column {e.colno})") from None
-    if not isinstance(row, dict):
-        raise DataError(f"{path}:1: expected a JSON object per line")
-    return list(row)
+        if not header:
+            raise DataError(f"{path}:1: empty file (no header row)")
+        return header
+    first = next(jsonl_rows(path), None)
+    if first is None:
+        raise DataError(f"{path}:1: empty file (no rows)")
+    return list(first[1])
+
+
+def jsonl_rows(path: Path) -> Iterator[tuple[str, dict]]:
+    """``("<file>:<line>", row)`` of each line of a JSONL file.
+
+    Raises:
+        DataError: an empty line, malformed JSON or a line that is not an object (file:line).
+    """
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            where = f"{path}:{line_no}"
+            if not line.strip():
+                raise DataError(f"{where}: empty line")
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{where}: expected a JSON object per line")
+            yield where, row
 
 
 def _check_columns(

@@ -14,7 +14,6 @@ metrics rely on it. Every problem names the data file, the line and the column.
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -24,7 +23,7 @@ from ..data import DataFile, csv_rows, require_file, sha256_file
 from ..errors import ConfigError, DataError
 from .base import CategoryData
 from .bbq_family import GENERATE_PROMPTS, BBQFamilyBenchmark, MCItem
-from .declaration import CHOICE_FIELDS, Declaration, read_declaration
+from .declaration import CHOICE_FIELDS, Declaration, jsonl_rows, read_declaration
 
 #: What every declared dataset's report says first (its own ``limitations`` follow).
 DECLARED_LIMITATION = (
@@ -135,18 +134,7 @@ def _rows(path: Path, fmt: str, columns) -> Iterator[tuple[str, dict]]:
                 raise DataError(f"{path}:{start}: the row does not have the header's {width} fields")
             yield f"{path}:{start}", row
         return
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            where = f"{path}:{line_no}"
-            if not line.strip():
-                raise DataError(f"{where}: empty line")
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{where}: expected a JSON object")
-            yield where, row
+    yield from jsonl_rows(path)
 
 
 def _text(value: Any) -> str:
