@@ -130,7 +130,9 @@ def _add_scoring_parsers(sub, run_options: bool) -> None:
         help="score saved predictions: an audit run with the replay "
         "backend (same records, gates, results and reports)",
     )
-    score.add_argument("benchmark", help="benchmark name, e.g. bbq, esbbq, cabbq, kobbq, cbbq, mbbq, kgquiz, crows_pairs")
+    score.add_argument(
+        "benchmark", help="benchmark name, e.g. bbq, esbbq, cabbq, kobbq, cbbq, mbbq, kgquiz, crows_pairs"
+    )
     oracle = sub.add_parser(
         "oracle",
         help="score an oracle model built from the data (perfect, stereotyped, ...): the "
