@@ -1154,6 +1154,7 @@ def metrics_mean_over_groups(
     confidence: float = 0.95,
     n_resamples: int = 1000,
     seed: int = 0,
+    only: Iterable[str] | None = None,
 ) -> dict[str, MetricResult]:
     """Every metric of ``flavour`` as the mean of its values over groups.
 
@@ -1183,6 +1184,8 @@ def metrics_mean_over_groups(
         Bootstrap draws; 0 skips the interval.
     seed : int, default=0
         Seed of the bootstrap.
+    only : iterable of str, optional
+        Compute just these metrics (as ``metrics_from_counts``).
 
     Returns
     -------
@@ -1217,7 +1220,7 @@ def metrics_mean_over_groups(
     >>> m["acc_ambig"].n, m["acc_ambig"].n_variants
     (1, 2)
     """
-    specs = _specs(flavour)
+    specs = _specs(flavour, only)
     groups = np.asarray(group_clusters, dtype=np.int64)
     if groups.ndim != 3 or groups.shape[2] != N_CELLS or (groups < 0).any():
         raise ValueError(
