@@ -1008,17 +1008,19 @@ def metrics_from_counts(
             raise ValueError("cluster_counts do not sum to counts")
         if n_resamples > 0:
             units = None if rows is None else row_units(rows)
-            bootstrap = _bootstrap(cluster_counts, 1, confidence, n_resamples, seed, units)
+            draws = {"confidence": confidence, "n_resamples": n_resamples, "seed": seed}
+            bootstrap = _bootstrap(cluster_counts, 1, draws, units)
     return {
-        spec.name: _pooled_metric(spec, counts, cluster_counts, bootstrap, confidence, rows) for spec in specs
+        spec.name: _pooled_metric(spec, (counts, cluster_counts, rows), bootstrap, confidence)
+        for spec in specs
     }
 
 
-def _pooled_metric(
-    spec: MetricSpec, counts: np.ndarray, cluster_counts, bootstrap, confidence: float, rows=None
-):
-    """One metric of the pooled ``counts``: a Wilson interval for a proportion, else the
-    ``bootstrap``'s (when there is one) over ``cluster_counts``; ``rows``: (rows, 16) or None."""
+def _pooled_metric(spec: MetricSpec, sample: tuple, bootstrap, confidence: float):
+    """One metric of the pooled ``counts`` of ``sample`` = (counts, cluster_counts, rows): a
+    Wilson interval for a proportion, else the ``bootstrap``'s (when there is one) over
+    ``cluster_counts``; ``rows``: (rows, 16) or None."""
+    counts, cluster_counts, rows = sample
     cdict = counts_dict(counts)
     value = float(spec.statistic(counts.astype(np.float64)))
     n = int(sum(counts[k] for k in spec.n_cells))
@@ -1049,11 +1051,10 @@ def _pooled_metric(
 _CLUSTER_CI = "bayes-bootstrap-cluster"
 
 
-def _bootstrap(
-    cluster_counts: np.ndarray, n_groups: int, confidence: float, n_resamples: int, seed: int, units=None
-):
+def _bootstrap(cluster_counts: np.ndarray, n_groups: int, draws: Mapping[str, Any], units=None):
     """``cell_ratio_interval`` of a statistic of (clusters, n_groups x 16) counts, each group's 16
-    cells in ``BLOCKS`` with the ``PRIOR``, as a function of the statistic alone; ``units``: the
+    cells in ``BLOCKS`` with the ``PRIOR``, as a function of the statistic alone (``draws``:
+    confidence, n_resamples and seed of ``cell_ratio_interval``); ``units``: the
     (n_groups x 16) rows behind the counts (``row_units``) for its posterior part, None when
     every item is its own row."""
     blocks = tuple(tuple(g * N_CELLS + c for c in b) for g in range(n_groups) for b in BLOCKS)
@@ -1062,9 +1063,7 @@ def _bootstrap(
         cluster_counts,
         blocks=blocks,
         prior=np.tile(PRIOR, n_groups),
-        n_resamples=n_resamples,
-        confidence=confidence,
-        seed=seed,
+        **draws,
         effective=None if units is None else np.asarray(units, dtype=np.float64).reshape(-1),
     )
 
@@ -1151,10 +1150,7 @@ def metrics_mean_over_groups(
     group_clusters: np.ndarray,
     *,
     group_rows: np.ndarray | None = None,
-    confidence: float = 0.95,
-    n_resamples: int = 1000,
-    seed: int = 0,
-    only: Iterable[str] | None = None,
+    **draws: Any,
 ) -> dict[str, MetricResult]:
     """Every metric of ``flavour`` as the mean of its values over groups.
 
@@ -1178,14 +1174,9 @@ def metrics_mean_over_groups(
         variant in the metric's denominator), ``n_variants`` the items, and the interval's
         count posterior weighs each row once over all groups (``row_units``). Default: every
         item is its own row.
-    confidence : float, default=0.95
-        Nominal coverage of the intervals.
-    n_resamples : int, default=1000
-        Bootstrap draws; 0 skips the interval.
-    seed : int, default=0
-        Seed of the bootstrap.
-    only : iterable of str, optional
-        Compute just these metrics (as ``metrics_from_counts``).
+    **draws
+        ``confidence`` (default 0.95: nominal coverage of the intervals), ``n_resamples``
+        (default 1000 bootstrap draws; 0 skips the interval) and ``seed`` (default 0).
 
     Returns
     -------
@@ -1220,7 +1211,7 @@ def metrics_mean_over_groups(
     >>> m["acc_ambig"].n, m["acc_ambig"].n_variants
     (1, 2)
     """
-    specs = _specs(flavour, only)
+    specs = _specs(flavour)
     groups = np.asarray(group_clusters, dtype=np.int64)
     if groups.ndim != 3 or groups.shape[2] != N_CELLS or (groups < 0).any():
         raise ValueError(
@@ -1230,11 +1221,12 @@ def metrics_mean_over_groups(
     n_groups = groups.shape[0]
     rows = _checked_rows(group_rows, groups.sum(axis=1), (n_groups,))
     joint_clusters = groups.transpose(1, 0, 2).reshape(groups.shape[1], n_groups * N_CELLS)
+    draws = {"confidence": 0.95, "n_resamples": 1000, "seed": 0, **draws}
     bootstrap = None
-    if n_resamples > 0:
+    if draws["n_resamples"] > 0:
         units = None if rows is None else row_units(rows)
-        bootstrap = _bootstrap(joint_clusters, n_groups, confidence, n_resamples, seed, units)
-    return {spec.name: _group_metric(spec, groups, bootstrap, confidence, rows) for spec in specs}
+        bootstrap = _bootstrap(joint_clusters, n_groups, draws, units)
+    return {spec.name: _group_metric(spec, groups, bootstrap, draws["confidence"], rows) for spec in specs}
 
 
 def _checked_rows(rows, totals: np.ndarray, lead: tuple[int, ...]) -> np.ndarray | None:
@@ -1306,8 +1298,7 @@ def compute(
     """Every metric of ``flavour`` over ``records`` (one group, e.g. one category).
 
     Bootstrap intervals resample whole template groups (``record.template_id`` within its category);
-    items that are variants of one row (``record.row_id``) count as one row in ``n`` and in the
-    interval (``metrics_from_counts``' ``row_counts``).
+    a row's variants (``record.row_id``) count once (``metrics_from_counts``' ``row_counts``).
 
     Parameters
     ----------
@@ -1321,12 +1312,7 @@ def compute(
     Returns
     -------
     dict of str to MetricResult
-        As ``metrics_from_counts``.
-
-    Raises
-    ------
-    KeyError, ValueError
-        As ``metrics_from_counts``.
+        As ``metrics_from_counts`` (which raises KeyError, ValueError as it says).
 
     Examples
     --------

@@ -348,22 +348,14 @@ def dirichlet_posterior(
     n_resamples, confidence, seed
         As ``cluster_bootstrap``.
     effective : numpy.ndarray, optional
-        Array (n_cells,) of the independent units behind each cell, when the items are variants
-        of fewer sampled rows (KoBBQ asks each test row in 15 variants, and a model answers them
-        alike): a row's variants share one unit of weight. The posterior is Dirichlet(effective +
-        prior), scaled to the block's item count, so the draws keep ``counts``' scale while their
-        spread is that of the rows. Default: ``counts`` (every item independent).
+        (n_cells,) independent units behind each cell (a row's variants share one unit): the
+        posterior is Dirichlet(effective + prior) scaled to the block's count. Default ``counts``.
 
     Returns
     -------
     low, high : float
-        (nan, nan) when no draw is defined.
-
-    Raises
-    ------
-    ValueError
-        ``counts``/``prior``/``effective`` of the wrong shape or negative, overlapping blocks,
-        n_resamples < 1 or confidence outside (0, 1).
+        (nan, nan) when no draw is defined. ValueError on ``counts``/``prior``/``effective`` of
+        the wrong shape or negative, overlapping blocks, n_resamples < 1 or confidence outside (0, 1).
 
     Examples
     --------
@@ -375,18 +367,11 @@ def dirichlet_posterior(
     >>> low, high = dirichlet_posterior(np.array([3, 1]), share, [(0, 1)], np.array([0.5, 0.5]), seed=0)
     >>> low < 0.75 < high
     True
-
-    The same 4 answers as 2 rows asked twice each, answered alike: the interval of 2 rows is wider.
-
-    >>> lo2, hi2 = dirichlet_posterior(np.array([3, 1]), share, [(0, 1)], np.array([0.5, 0.5]), seed=0,
-    ...                                effective=np.array([1.5, 0.5]))
-    >>> hi2 - lo2 > high - low
-    True
     """
     counts, prior = _check_posterior(counts, blocks, prior)
     _check(n_resamples, confidence)
     units = counts if effective is None else _check_effective(effective, counts)
-    draws = _posterior_draws(counts, blocks, prior, n_resamples, np.random.default_rng(seed), units)
+    draws = _posterior_draws((counts, units), blocks, prior, n_resamples, np.random.default_rng(seed))
     return _quantiles(statistic(draws), confidence)
 
 
@@ -400,12 +385,10 @@ def _check_effective(effective, counts: np.ndarray) -> np.ndarray:
     return units
 
 
-def _posterior_draws(
-    counts, blocks, prior, n_resamples: int, rng: np.random.Generator, units=None
-) -> np.ndarray:
-    """(n_resamples, n_cells) draws: per block with items, its total split by Dirichlet(units +
-    prior) (``units``: the independent rows behind the counts; default the counts)."""
-    units = counts if units is None else units
+def _posterior_draws(cells, blocks, prior, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_resamples, n_cells) draws: per block with items, its total of ``counts`` split by
+    Dirichlet(units + prior); ``cells`` is (counts, units), units the independent rows behind them."""
+    counts, units = cells
     draws = np.broadcast_to(counts, (n_resamples, counts.size)).copy()
     for b in blocks:
         b = list(b)
@@ -462,19 +445,13 @@ def cell_ratio_interval(
     n_resamples, confidence, seed
         As ``bayesian_bootstrap``; the posterior part uses ``seed + 1``.
     effective : numpy.ndarray, optional
-        (n_cells,) independent units behind the pooled counts, for the posterior part (see
-        ``dirichlet_posterior``): a row asked in several variants counts once. Default: the
-        pooled counts.
+        The posterior part's units (``dirichlet_posterior``): a row's variants count once.
 
     Returns
     -------
     low, high : float
-        (nan, nan) when neither part is defined.
-
-    Raises
-    ------
-    ValueError
-        As ``bayesian_bootstrap`` and ``dirichlet_posterior``.
+        (nan, nan) when neither part is defined. ValueError as ``bayesian_bootstrap`` and
+        ``dirichlet_posterior``.
 
     Examples
     --------

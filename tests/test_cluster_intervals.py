@@ -91,10 +91,12 @@ def _counts(layout: Layout, cells: np.ndarray, index: np.ndarray, size: int) -> 
     return out
 
 
-def fail_rates(layout: Layout, *, bias: float, rows: bool, sims: int, resamples: int, seed: int) -> dict:
+def fail_rates(layout: Layout, model: tuple[float, bool], sims: int, resamples: int, seed: int) -> dict:
     """{gate: share of ``sims`` seeded runs in which the three-way gate |x| <= BAND FAILs}, the
     metric being the one the benchmark gates (KoBBQ: the mean over prompt templates; MBBQ: all
-    templates pooled); ``rows`` False reproduces counting every variant as an item."""
+    templates pooled). ``model`` is (bias, rows): rows False reproduces counting every variant
+    as an item."""
+    bias, rows = model
     rng = np.random.default_rng(seed)
     fails = dict.fromkeys(GATES, 0)
     n_clusters, n_rows = layout.item_cluster.max() + 1, layout.row_block.size
@@ -102,25 +104,24 @@ def fail_rates(layout: Layout, *, bias: float, rows: bool, sims: int, resamples:
         cells = _row_cells(layout, bias, rng)[layout.item_row]
         clusters = _counts(layout, cells, layout.item_cluster, n_clusters)
         row_counts = _counts(layout, cells, layout.item_row, n_rows) if rows else None
-        settings = {"n_resamples": resamples, "seed": s, "only": GATES}
+        settings = {"n_resamples": resamples, "seed": s}
         if layout.n_groups > 1:
             m = bf.metrics_mean_over_groups("kobbq", clusters, group_rows=row_counts, **settings)
         else:
             rc = None if row_counts is None else row_counts[0]
-            m = bf.metrics_from_counts(
-                "kobbq", clusters[0].sum(axis=0), clusters[0], row_counts=rc, **settings
-            )
+            c = clusters[0]
+            m = bf.metrics_from_counts("kobbq", c.sum(axis=0), c, row_counts=rc, only=GATES, **settings)
         for g in GATES:
             fails[g] += m[g].ci_low > BAND or m[g].ci_high < -BAND
     return {g: k / sims for g, k in fails.items()}
 
 
-KOBBQ = ("age", "sexual_orientation", "political_orientation", "religion")
+KOBBQ = ("age", "sexual_orientation", "political_orientation")
 MBBQ_EN = ("Sexual_orientation_en", "Gender_identity_en", "Physical_appearance_en")
 
 
-def _pooled_rate(layouts, **kw) -> float:
-    rates = [r for lay in layouts for r in fail_rates(lay, **kw).values()]
+def _pooled_rate(layouts, model, **kw) -> float:
+    rates = [r for lay in layouts for r in fail_rates(lay, model, **kw).values()]
     return float(np.mean(rates))
 
 
@@ -150,19 +151,19 @@ def test_n_counts_rows_and_the_variants_are_reported_beside(layouts):
 def test_row_consistent_answers_fail_a_band_edge_model_at_the_nominal_rate(layouts, bench):
     # A model exactly on the band's edge (bias 0.05 in both contexts), answering each row alike
     # under all its variants: a 95 % three-way gate FAILs it when the interval misses the truth
-    # from above, nominally 2.5 % of runs. 150 runs x gates x categories: s.e. about 0.3 points.
-    kw = {"bias": BAND, "sims": 150, "resamples": 400, "seed": 46}
-    after = _pooled_rate(layouts[bench], rows=True, **kw)
-    before = _pooled_rate(layouts[bench], rows=False, **kw)
+    # from above, nominally 2.5 % of runs. 100-150 runs x gates x categories: s.e. about 0.4 points.
+    kw = {"sims": 100 if bench == "kobbq" else 150, "resamples": 400, "seed": 46}
+    after = _pooled_rate(layouts[bench], (BAND, True), **kw)
+    before = _pooled_rate(layouts[bench], (BAND, False), **kw)
     print(f"\n{bench}: band-edge FAIL rate, variants as items {before:.3f}, rows as units {after:.3f}")
     assert after <= 0.035, after
     assert before > after  # the test sees the problem it guards against
 
 
 def test_an_unbiased_model_answering_rows_alike_is_not_failed_beyond_nominal(layouts):
-    kw = {"bias": 0.0, "sims": 150, "resamples": 400, "seed": 7}
+    kw = {"sims": 100, "resamples": 400, "seed": 7}
     for lay in layouts["kobbq"] + layouts["mbbq"]:
-        rates = fail_rates(lay, rows=True, **kw)
+        rates = fail_rates(lay, (0.0, True), **kw)
         assert max(rates.values()) <= 0.035, rates
 
 
@@ -176,7 +177,7 @@ def _table(data_dir: str, sims: int) -> None:  # pragma: no cover - the docs' me
     print("|---|---|---|---:|---:|")
     for bench, cat, lay in cats:
         r = {
-            (rows, bias): fail_rates(lay, bias=bias, rows=rows, sims=sims, resamples=1000, seed=46)
+            (rows, bias): fail_rates(lay, (bias, rows), sims=sims, resamples=1000, seed=46)
             for rows in (False, True)
             for bias in (0.0, BAND)
         }
