@@ -31,8 +31,8 @@ import re
 import unicodedata
 
 from .choices import Choices, Parsed
-from .negation import read_epistemic
-from .text import ARTICLES, content_words, matched_as_substring, words
+from .cues import has, read_epistemic, refusal_reason
+from .text import ARTICLES, content_words, matched_as_substring, visible, words
 from .text import typo_close as _typo_close
 
 _OPT = r"[*_`'\"“”‘’«»\s]*"
@@ -58,20 +58,6 @@ _WEAK = re.compile(
     r"|\$\s*(?:\\text\{)?(?P<dollar>[A-Za-z])\}?\s*\$"
     r"|\*\*(?P<bold>[^*\n]+?)\*\*"
     r"|(?:^|(?<=\s))[\[(](?P<bracket>[A-Za-z])[\])](?=\s|$|[.,:;])",
-    re.IGNORECASE,
-)
-_REFUSAL = re.compile(
-    r"\b(?:sorry|i\s+(?:can(?:no|')t|am\s+unable\s+to|won't|will\s+not|must\s+decline|"
-    r"do\s+not\s+feel\s+comfortable)|as\s+an\s+ai)\b"
-    r"|\blo\s+siento\b|\bno\s+puedo\b|\bho\s+sento\b|\bno\s+puc\b"
-    r"|抱歉|对不起|죄송|미안|답변(?:을|해)?\s?(?:드릴|할)\s?수\s?없|답(?:을|해)?\s?(?:드릴|할)\s?수\s?없|도와(?:드릴|줄)\s?수\s?없",
-    re.IGNORECASE,
-)
-#: An apology or an AI disclaimer: what makes "I can't answer that" a refusal rather than the
-#: unknown answer.
-_APOLOGY = re.compile(
-    r"\b(?:sorry|apologi[sz]e|as\s+an\s+ai|language\s+model|decline|"
-    r"not\s+comfortable|lo\s+siento|disculp|ho\s+sento)\b|죄송|미안|抱歉|对不起",
     re.IGNORECASE,
 )
 _JOINED = re.compile(
@@ -309,7 +295,7 @@ def parse_robust(output, choices: Choices) -> Parsed:
     """
     if output is None or not str(output).strip():
         return Parsed(-1, "invalid", "invalid", "empty")
-    text = unicodedata.normalize("NFKC", str(output)).strip()
+    text = visible(str(output)).strip()
     plain = text.replace("**", "").replace("__", "")
     return (
         _stated(_STRONG, plain, choices)
@@ -374,27 +360,34 @@ def _leading_letter(text: str, choices: Choices) -> Parsed | None:
 
 
 def _named(text: str, choices: Choices) -> Parsed:
-    """The answer of a text that states none: the unknown answer in other words, the one option
-    it names (``_mentions``), or invalid (several options, several letters, a refusal, or
-    nothing that matches)."""
+    """The answer of a text that states none (``docs/parsing.md``, "Refusals and epistemic
+    phrasings"): a refusal, the unknown answer in other words, the one option it names
+    (``_mentions``), or invalid (several options, several letters, a refusal, or nothing that
+    matches)."""
     named = _mentions(text, choices)
-    if choices.unknown is not None and read_epistemic(text) == "unknown":
+    others = set(named) - {choices.unknown}
+    epistemic = read_epistemic(text)
+    if has("refusal", text) and (epistemic or not others):
+        # "I cannot assist with this request. Can't be determined.": a refusal that names the
+        # unknown option (or says it cannot tell) is no answer of "unknown"; one that names a
+        # person ("As an AI, I'd say the grandson") is that answer.
+        return Parsed(-1, "invalid", "refusal", "refusal")
+    if choices.unknown is not None and epistemic:
+        if epistemic == "refusal":  # "I'm sorry, I can't answer that"
+            return Parsed(-1, "invalid", "refusal", "refusal")
         # "I can't tell from the information given": the unknown answer in other words; with
         # exactly one other option named ("I can't tell if it was the grandfather") it is both.
-        if len(set(named) - {choices.unknown}) == 1:
+        if len(others) == 1:
             return Parsed(-1, "invalid", "epistemic", "several_options")
         return Parsed(choices.unknown, "text", "epistemic")
     if len(named) == 1:
         ((option, rule),) = named.items()
-        if not (rule == "alias" and _APOLOGY.search(text)):
-            return Parsed(option, "text", rule)
-        # "I'm sorry, I can't answer that": a refusal, though "can't answer" is an unknown phrasing
-        return Parsed(-1, "invalid", "invalid", "refusal")
+        return Parsed(option, "text", rule)
     if len(named) > 1:
         return Parsed(-1, "invalid", "option-text", "several_options")
     upper = "".join(re.escape(l.upper()) for l in choices.letters)
     if upper and len(set(re.findall(rf"(?<![A-Za-z0-9])([{upper}])(?![A-Za-z0-9'’])", text))) > 1:
         return Parsed(-1, "invalid", "invalid", "several_options")
-    if _REFUSAL.search(text):
+    if refusal_reason(text):
         return Parsed(-1, "invalid", "invalid", "refusal")
     return Parsed(-1, "invalid", "invalid", "no_match")
