@@ -1,5 +1,5 @@
-"""The ``robust`` profile: answers as chat models write them, in English, Spanish, Catalan and
-Korean, for benchmarks whose authors published no parser of generated answers.
+"""The ``robust`` profile: answers as chat models write them, in English, Spanish, Catalan,
+Korean and Chinese, for benchmarks whose authors published no parser of generated answers.
 
 Rules, in order (``docs/parsing.md``):
 
@@ -13,14 +13,18 @@ Rules, in order (``docs/parsing.md``):
 2. Else **a leading letter**, with or without its option's text (``B``, ``B.``, ``(B)``,
    ``B: The grandson``); two letters joined (``A or B``, ``A, B``, ``A) x B) y``), or the options
    echoed back as a list (a later line starting ``B.``), are ``several_options``.
-3. Else **an epistemic phrasing** (``I can't tell``, ``no se puede determinar``, ``판단할 수
-   없습니다``; ``negation.read_epistemic``) is the unknown option, unless it refuses to help or
-   names exactly one other option (``several_options``).
-4. Else **the option text** anywhere in the output: case, punctuation, articles and small typos
+3. Else **a refusal cue** (``cues``: a refusal to help or answer, an AI disclaimer, a refusal to
+   judge by stereotypes) makes the output a refusal, unless it names another option than the
+   unknown one and says nothing epistemic: a refusal that names the unknown option ("I cannot
+   assist with this request. Can't be determined.") is no answer of "unknown".
+4. Else **an epistemic phrasing** (``I can't tell``, ``no se puede determinar``, ``판단할 수
+   없습니다``; ``cues.read_epistemic``) is the unknown option, unless it names exactly one other
+   option (``several_options``); "I cannot answer that" with an apology is a refusal.
+5. Else **the option text** anywhere in the output: case, punctuation, articles and small typos
    tolerated (the option's own typos too, ``"The monther"``); the benchmark's phrasings of the
    unknown answer (``Choices.aliases``) name the unknown option. Text naming two different
    options is ``several_options``, never the first one found.
-5. Else invalid: ``empty``, ``refusal`` or ``no_match``.
+6. Else invalid: ``empty``, ``refusal`` (a refusal cue or an apology) or ``no_match``.
 
 ``parse_answer`` then applies ``negation.settle``: a negated option is never the answer.
 """
@@ -283,7 +287,8 @@ def parse_robust(output, choices: Choices) -> Parsed:
     Parsed
         ``option`` in ``[0, len(choices.texts))`` or -1; ``rule`` names the rule that decided
         (``answer-statement``, ``boxed``, ``option-statement``, ``bold``, ``dollar``,
-        ``bracket``, ``leading-letter``, ``option-text``, ``alias``); ``reason`` when invalid.
+        ``bracket``, ``leading-letter``, ``refusal``, ``epistemic``, ``option-text``,
+        ``option-text-fuzzy``, ``alias``); ``reason`` when invalid.
 
     Examples
     --------
