@@ -574,6 +574,138 @@ def test_declared_dataset_without_gates_exits_4(tmp_path, data_dir):
     assert "the dataset 'bbq_renamed' declared in" in proc.stderr and "has no gates" in proc.stderr
 
 
+# -- hostile data files stop the run at start-up (exit 4) ------------------------------------------
+
+
+def _bad_bytes(data: Path) -> None:
+    """Line 3's context holds bytes that are not UTF-8 (a file saved in another encoding)."""
+    lines = data.read_bytes().split(b"\n")
+    if data.suffix == ".csv":
+        premise = list(csv.DictReader(data.open(encoding="utf-8", newline="")))[1]["premise"].encode()
+        lines[2] = lines[2].replace(premise, b"\xe9" + premise, 1)
+    else:
+        lines[2] = lines[2].replace(b'"premise": "', b'"premise": "\xff\xfe', 1)
+    data.write_bytes(b"\n".join(lines))
+
+
+def _lone_surrogate(data: Path) -> None:
+    """Line 3's context holds a JSON escape of half an emoji (valid JSON, not text)."""
+    lines = data.read_text(encoding="utf-8").split("\n")
+    lines[2] = lines[2].replace('"premise": "', '"premise": "\\ud83d ', 1)
+    data.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _symlink_loop(data: Path) -> None:
+    loop = data.with_name("loop")
+    data.unlink()
+    data.symlink_to(loop)
+    loop.symlink_to(data)
+
+
+def _header_only(data: Path) -> None:
+    data.write_text(data.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("ext", "spoil", "expect"),
+    [
+        ("jsonl", _bad_bytes, "{data}:3: field 'premise' holds bytes that are not UTF-8"),
+        ("csv", _bad_bytes, "{data}:3: column 'premise' holds bytes that are not UTF-8"),
+        ("jsonl", _lone_surrogate, "{data}:3: field 'premise' holds a lone UTF-16 surrogate"),
+        (
+            "jsonl",
+            _symlink_loop,
+            "{decl}:6: field 'files.Sexual_orientation': data file data/sexual_orientation.jsonl",
+        ),
+        ("csv", _header_only, "{data}:2: no rows after the header"),
+        ("jsonl", lambda data: data.write_bytes(b""), "{data}:1: empty file (no rows)"),
+    ],
+    ids=[
+        "bad-bytes-jsonl",
+        "bad-bytes-csv",
+        "lone-surrogate",
+        "symlink-loop",
+        "header-only-csv",
+        "empty-jsonl",
+    ],
+)
+def test_hostile_data_files_exit_4_at_startup_naming_file_line_and_field(
+    tmp_path, data_dir, ext, spoil, expect
+):
+    """``bias-audit oracle``: each data file a declaration names is read to the last row before
+    anything is scored; bytes that are not UTF-8, a lone surrogate, a symbolic link loop or a file
+    without rows (a header-only CSV as a 0-byte JSONL) is exit 4 naming the file, the line and
+    the field, never an internal error (exit 3) or categories of n = 0."""
+    decl = make_bbq_copy(tmp_path / "copy", data_dir, ext=ext, every=37)
+    data = tmp_path / "copy" / "data" / f"sexual_orientation.{ext}"
+    spoil(data)
+    proc, results, _ = bias_audit_score(
+        tmp_path,
+        "bbq_renamed",
+        "--model-kind",
+        "perfect",
+        "--bbq-dataset",
+        decl,
+        "--thresholds",
+        thresholds_for(tmp_path, "bbq_renamed"),
+        command="oracle",
+    )
+    assert proc.returncode == USAGE_ERROR and results is None, tail(proc)
+    assert expect.format(data=data, decl=decl) in proc.stderr, proc.stderr[-2000:]
+    assert "internal error" not in proc.stderr
+
+
+def test_a_lone_surrogate_stops_bias_audit_run_before_scoring(tmp_path, data_dir):
+    """Through ``bias-audit run`` with a model: exit 4 at start-up, no run folder (it was exit 3
+    after every category had been scored, writing the records)."""
+    decl = make_bbq_copy(tmp_path / "copy", data_dir, every=37)
+    data = tmp_path / "copy" / "data" / "sexual_orientation.jsonl"
+    _lone_surrogate(data)
+    proc, results, _ = bias_audit_score(
+        tmp_path,
+        "--bbq-dataset",
+        decl,
+        "--thresholds",
+        thresholds_for(tmp_path, "bbq_renamed"),
+        "--model",
+        "tiny-random-gpt2",
+        command="run",
+    )
+    assert proc.returncode == USAGE_ERROR and results is None, tail(proc)
+    assert f"{data}:3: field 'premise' holds a lone UTF-16 surrogate" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("edit", "expect"),
+    [
+        (lambda d: d.update(name="b" * 300), ":1: field 'name': 300 characters: at most 64"),
+        (
+            lambda d: d["files"].update({"R" * 300: d["files"]["Religion"]}),
+            ":7: field 'files.RRRR",
+        ),
+    ],
+    ids=["name", "category"],
+)
+def test_a_name_too_long_for_a_file_is_refused_up_front(tmp_path, data_dir, edit, expect):
+    """A 300-character name or category would name the run's files (255 bytes at most): exit 4
+    from the declaration's line, before scoring (it was ``File name too long`` late)."""
+    decl = _break(make_bbq_copy(tmp_path / "copy", data_dir, every=37), edit)
+    name = yaml.safe_load(decl.read_text())["name"]
+    proc, results, _ = bias_audit_score(
+        tmp_path,
+        name,
+        "--model-kind",
+        "perfect",
+        "--bbq-dataset",
+        decl,
+        "--thresholds",
+        thresholds_for(tmp_path, name),
+        command="oracle",
+    )
+    assert proc.returncode == USAGE_ERROR and results is None, tail(proc)
+    assert f"{decl}{expect}" in proc.stderr, proc.stderr[-2000:]
+
+
 # -- the option and the selection ------------------------------------------------------------------
 
 

@@ -12,7 +12,6 @@ file exists and that each mapped column is among the data's columns. Each proble
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import re
@@ -23,6 +22,7 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
+from ..data import csv_rows, decoded_lines, not_text
 from ..errors import ConfigError, DataError
 
 #: The BBQ fields every row must have, and the column of the data that holds each.
@@ -63,6 +63,10 @@ FORMATS = ("jsonl", "csv")
 _EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _CATEGORY = re.compile(r"\w+")
+#: The longest name and category: both name files of the run folder (``records/<name>/
+#: <category>.jsonl``), and a file name longer than the file system's 255 bytes failed the run
+#: after scoring.
+MAX_NAME = 64
 _LANGUAGE = re.compile(r"[a-z]{2,3}(-[A-Za-z0-9]+)*")
 _CONSTRUCTOR = yaml.constructor.SafeConstructor()
 
@@ -187,7 +191,7 @@ def read_declaration(path: str | Path, taken: Mapping[str, str] | None = None) -
             wrong type or value, names a data file that does not exist or a column the data
             lacks; the message names the file, the line and the field.
     """
-    file = Path(path).expanduser().resolve()
+    file = resolved(path)
     try:
         raw = file.read_bytes()
         text = raw.decode("utf-8")
@@ -227,6 +231,18 @@ def read_declaration(path: str | Path, taken: Mapping[str, str] | None = None) -
     )
 
 
+def resolved(path: str | Path) -> Path:
+    """The declaration's absolute path.
+
+    Raises:
+        ConfigError: it cannot be resolved (a symbolic link loop, a name too long).
+    """
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symbolic link loop (Python < 3.13)
+        raise ConfigError(f"--bbq-dataset {path}: cannot resolve the declaration's path ({e})") from None
+
+
 def _top_level(tree: _Tree) -> dict[str, Any]:
     if not isinstance(tree.doc, dict):
         raise ConfigError(
@@ -246,6 +262,8 @@ def _top_level(tree: _Tree) -> dict[str, Any]:
 
 def _name(tree: _Tree, value: Any, taken: Mapping[str, str]) -> str:
     name = tree.text(value, ("name",), "a name")
+    if len(name) > MAX_NAME:
+        raise tree.fail(("name",), f"{len(name)} characters: at most {MAX_NAME} (it names the run's files)")
     if not _NAME.fullmatch(name):
         raise tree.fail(
             ("name",),
@@ -283,9 +301,16 @@ def _files(
             raise tree.fail(
                 at, f"category {category!r}: letters, digits and _ only (it names test ids and files)"
             )
+        if len(category) > MAX_NAME:
+            raise tree.fail(
+                at, f"category of {len(category)} characters: at most {MAX_NAME} (it names files)"
+            )
         text = tree.text(raw, at, "a data file's path")
         path = Path(text).expanduser()
-        path = (path if path.is_absolute() else tree.path.parent / path).resolve()
+        try:
+            path = (path if path.is_absolute() else tree.path.parent / path).resolve()
+        except (OSError, RuntimeError) as e:  # RuntimeError: a symbolic link loop (Python < 3.13)
+            raise tree.fail(at, f"data file {path} cannot be resolved ({e})") from None
         if not path.is_file():
             raise tree.fail(at, f"data file {path} does not exist (paths are relative to {tree.path.parent})")
         formats[category] = fmt or _EXTENSIONS.get(path.suffix.lower(), "")
@@ -325,14 +350,15 @@ def data_columns(path: Path, fmt: str) -> list[str]:
     """The columns of a data file: a CSV's header, or the keys of a JSONL file's first row.
 
     Raises:
-        DataError: the file is empty or its first row malformed (file:line).
+        DataError: the file is empty, holds a header and no row, or its first row is
+            malformed (file:line).
     """
     if fmt == "csv":
-        with open(path, encoding="utf-8", newline="") as f:
-            header = next(csv.reader(f), None)
-        if not header:
-            raise DataError(f"{path}:1: empty file (no header row)")
-        return header
+        first = next(csv_rows(path, ()), None)
+        if first is None:
+            # As a 0-byte JSONL file is refused: a header alone would give categories of n = 0.
+            raise DataError(f"{path}:2: no rows after the header")
+        return [column for column in first[2] if column is not None]
     first = next(jsonl_rows(path), None)
     if first is None:
         raise DataError(f"{path}:1: empty file (no rows)")
@@ -343,20 +369,25 @@ def jsonl_rows(path: Path) -> Iterator[tuple[str, dict]]:
     """``("<file>:<line>", row)`` of each line of a JSONL file.
 
     Raises:
-        DataError: an empty line, malformed JSON or a line that is not an object (file:line).
+        DataError: an empty line, malformed JSON, a line that is not an object, or a value that
+            is not text (bytes that are not UTF-8, a lone ``\\ud800`` escape), naming the file,
+            the line and the field.
     """
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            where = f"{path}:{line_no}"
-            if not line.strip():
-                raise DataError(f"{where}: empty line")
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{where}: expected a JSON object per line")
-            yield where, row
+    for line_no, line, utf8 in decoded_lines(path):
+        where = f"{path}:{line_no}"
+        if not line.strip():
+            raise DataError(f"{where}: empty line")
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            bytes_note = "" if utf8 else "; the line is not UTF-8"
+            raise DataError(f"{where}: malformed JSON ({e.msg} at column {e.colno}{bytes_note})") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{where}: expected a JSON object per line")
+        bad = not_text(row, where, utf8)
+        if bad is not None:
+            raise bad
+        yield where, row
 
 
 def _check_columns(

@@ -23,7 +23,7 @@ from ..data import DataFile, csv_rows, require_file, sha256_file
 from ..errors import ConfigError, DataError
 from .base import CategoryData
 from .bbq_family import GENERATE_PROMPTS, BBQFamilyBenchmark, MCItem
-from .declaration import CHOICE_FIELDS, Declaration, jsonl_rows, read_declaration
+from .declaration import CHOICE_FIELDS, Declaration, jsonl_rows, read_declaration, resolved
 
 #: What every declared dataset's report says first (its own ``limitations`` follow).
 DECLARED_LIMITATION = (
@@ -248,10 +248,10 @@ def declared_benchmarks(paths: Sequence[str | Path], known: Mapping[str, Any]) -
     out: dict[str, DeclaredBBQ] = {}
     read: set[Path] = set()
     for path in paths:
-        resolved = Path(path).expanduser().resolve()
-        if resolved in read:
+        file = resolved(path)
+        if file in read:
             continue
-        read.add(resolved)
+        read.add(file)
         d = read_declaration(path, taken)
         taken[d.name] = f"the dataset declared in {d.path}"
         out[d.name] = DeclaredBBQ(d)
