@@ -161,6 +161,14 @@ def _saved_output(benchmark, item: Any, value: Any, index_base: int | None, wher
     return value
 
 
+def _left_out(benchmark, data: dict[str, Any]) -> Callable[[str], tuple[str, str] | None]:
+    """``item id -> (category, reason)`` where the loader leaves the item's row out, else None.
+    A complete output set answers those rows too: BBQ's 16 without target_loc, MBBQ's whose
+    targeted option cannot be resolved, each in its 5 templates (``Benchmark.excluded_row``)."""
+    table = {i: (c, reason) for c, d in data.items() for reason, ids in d.excluded.items() for i in ids}
+    return lambda item_id: table.get(item_id) or table.get(benchmark.excluded_row(item_id))
+
+
 def join_predictions(
     benchmark,
     path: str | Path,
@@ -187,15 +195,16 @@ def join_predictions(
     categories = [c for c in benchmark.categories if any(p[3] == c for p in placed)]
     data = {c: load_category(c) for c in categories}
     items = {it.item_id: it for d in data.values() for it in d.items}
-    left_out = {i: (c, reason) for c, d in data.items() for reason, ids in d.excluded.items() for i in ids}
+    left_out = _left_out(benchmark, data)
     outputs: dict[str, Any] = {}
     by_category: dict[str, list[str]] = {c: [] for c in categories}
     held_out: dict[str, dict[str, list[str]]] = {}
     for where, row, item_id, category in placed:
         item = items.get(item_id)
         if item is None:
-            if item_id in left_out:  # e.g. BBQ's 16 rows without target_loc: left out, counted
-                cat, reason = left_out[item_id]
+            held = left_out(item_id)
+            if held is not None:  # e.g. BBQ's 16 rows without target_loc: left out, counted
+                cat, reason = held
                 held_out.setdefault(cat, {}).setdefault(reason, []).append(item_id)
                 continue
             files = ", ".join(f.path for f in data[category].files[:1])
