@@ -58,8 +58,14 @@ OPTIONAL_KEYS = (
     "unknown_phrasings",
     "delimiter",
     "limitations",
+    "metadata",
 )
-FORMATS = ("jsonl", "csv")
+#: ``format: bbq``: BBQ's own JSONL rows (``bbq.REQUIRED_FIELDS``), read as the built-in ``bbq``
+#: reads them; ``fields`` and ``values`` do not apply, ``language``, ``metric_family`` and
+#: ``prompt`` default to BBQ's.
+NATIVE = "bbq"
+NATIVE_DEFAULTS = {"language": "en", "metric_family": "bbq"}
+FORMATS = ("jsonl", "csv", NATIVE)
 _EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _CATEGORY = re.compile(r"\w+")
@@ -89,6 +95,9 @@ class Declaration:
             or None for the suite's own in ``language``.
         unknown_phrasings: further texts that name the unknown option (generate mode's parser).
         delimiter: put between the prompt and each scored option. limitations: for reports.
+        metadata: ``format: bbq``: BBQ's ``additional_metadata.csv``, whose ``target_loc`` names
+            each row's bias-aligned option, or None (derived from the row's own
+            ``stereotyped_groups``).
     """
 
     path: Path
@@ -108,6 +117,7 @@ class Declaration:
     delimiter: str = " "
     limitations: tuple[str, ...] = ()
     lines: dict[str, int] = field(default_factory=dict)
+    metadata: Path | None = None
 
     def where(self, key: str) -> str:
         """``<declaration>:<line>: field '<key>'``, for a message about one of its fields."""
@@ -201,13 +211,15 @@ def read_declaration(path: str | Path, taken: Mapping[str, str] | None = None) -
         raise ConfigError(f"{file}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     tree = _Tree(file, text)
     doc = _top_level(tree)
+    native = doc.get("format") == NATIVE
     name = _name(tree, doc["name"], taken or {})
     language = tree.text(doc["language"], ("language",), "a language code such as en, es, zh")
     if not _LANGUAGE.fullmatch(language):
         raise tree.fail(("language",), f"{language!r} is not a language code (en, es, pt-BR, ...)")
     files, shown, formats = _files(tree, doc, name)
-    fields = _fields(tree, doc["fields"])
-    _check_columns(tree, fields, files, formats)
+    fields = {} if native else _fields(tree, doc["fields"])
+    metadata = _metadata(tree, doc, files) if native else None
+    _check_columns(tree, fields, files, formats, metadata)
     return Declaration(
         path=file,
         sha256=hashlib.sha256(raw).hexdigest(),
@@ -228,6 +240,7 @@ def read_declaration(path: str | Path, taken: Mapping[str, str] | None = None) -
         delimiter=_delimiter(tree, doc.get("delimiter", " ")),
         limitations=tree.texts(doc["limitations"], ("limitations",)) if "limitations" in doc else (),
         lines=dict(tree.lines),
+        metadata=metadata,
     )
 
 
@@ -251,6 +264,10 @@ def _top_level(tree: _Tree) -> dict[str, Any]:
     for key in tree.doc:
         if key not in REQUIRED_KEYS + OPTIONAL_KEYS:
             raise tree.fail((key,), f"unknown field; known: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}")
+    if tree.doc.get("format") == NATIVE:
+        return _native_top_level(tree)
+    if "metadata" in tree.doc:
+        raise tree.fail(("metadata",), "applies to format: bbq only (BBQ's own rows)")
     for key in REQUIRED_KEYS:
         if key not in tree.doc:
             raise ConfigError(
@@ -258,6 +275,23 @@ def _top_level(tree: _Tree) -> dict[str, Any]:
                 "docs/datasets.md)"
             )
     return tree.doc
+
+
+def _native_top_level(tree: _Tree) -> dict[str, Any]:
+    """``format: bbq``: ``name`` and ``files`` required; BBQ's language, metric family and prompt
+    by default; ``fields`` and ``values`` refused (the rows are BBQ's: nothing to map)."""
+    from .bbq import PROMPT
+
+    doc = tree.doc
+    for key in ("fields", "values"):
+        if key in doc:
+            raise tree.fail(
+                (key,), "does not apply to format: bbq (BBQ's own rows; docs/datasets.md); remove it"
+            )
+    for key in ("name", "files"):
+        if key not in doc:
+            raise ConfigError(f"{tree.path}:1: missing field {key!r} (format: bbq requires name and files)")
+    return {**NATIVE_DEFAULTS, "prompt": PROMPT, **doc}
 
 
 def _name(tree: _Tree, value: Any, taken: Mapping[str, str]) -> str:
@@ -390,11 +424,49 @@ def jsonl_rows(path: Path) -> Iterator[tuple[str, dict]]:
         yield where, row
 
 
+def _metadata(tree: _Tree, doc: Mapping[str, Any], files: Mapping[str, Path]) -> Path | None:
+    """``format: bbq``'s ``metadata``: BBQ's ``additional_metadata.csv`` (relative to the
+    declaration), or None."""
+    if "metadata" not in doc:
+        return None
+    at = ("metadata",)
+    path = Path(tree.text(doc["metadata"], at, "the path of BBQ's additional_metadata.csv")).expanduser()
+    try:
+        path = (path if path.is_absolute() else tree.path.parent / path).resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symbolic link loop (Python < 3.13)
+        raise tree.fail(at, f"{path} cannot be resolved ({e})") from None
+    if not path.is_file():
+        raise tree.fail(at, f"{path} does not exist (paths are relative to {tree.path.parent})")
+    return path
+
+
+def _native_columns(metadata: Path | None) -> tuple[str, ...]:
+    """The fields of a BBQ row ``format: bbq`` reads: the built-in loader's, and the row's own
+    ``additional_metadata`` (its ``stereotyped_groups``) without a metadata file."""
+    from .bbq import REQUIRED_FIELDS as BBQ_FIELDS
+
+    return BBQ_FIELDS if metadata is not None else (*BBQ_FIELDS, "additional_metadata")
+
+
 def _check_columns(
-    tree: _Tree, fields: Mapping[str, str], files: Mapping[str, Path], formats: Mapping[str, str]
+    tree: _Tree,
+    fields: Mapping[str, str],
+    files: Mapping[str, Path],
+    formats: Mapping[str, str],
+    metadata: Path | None = None,
 ) -> None:
-    """Every mapped column is in every data file (a CSV's header, a JSONL file's first row)."""
+    """Every mapped column is in every data file (a CSV's header, a JSONL file's first row);
+    ``format: bbq``: every field of a BBQ row."""
     for category, path in files.items():
+        if formats[category] == NATIVE:
+            columns = data_columns(path, "jsonl")
+            missing = [c for c in _native_columns(metadata) if c not in columns]
+            if missing:
+                raise tree.fail(
+                    ("files", category),
+                    f"{path}:1: not a BBQ row (format: bbq): missing field(s) {', '.join(missing)}",
+                )
+            continue
         columns = data_columns(path, formats[category])
         for key, column in fields.items():
             if column not in columns:
