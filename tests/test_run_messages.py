@@ -116,6 +116,22 @@ def test_a_lone_surrogate_in_a_predictions_row_stops_at_startup(tmp_path, data_d
     assert "Traceback" not in out and no_run_folder(tmp_path)
 
 
+def test_a_predictions_row_with_bytes_that_are_not_utf8_names_its_line_and_field(tmp_path, data_dir):
+    rows = gold_rows(data_dir, "Age", 3)
+    path = tmp_path / "preds.jsonl"
+    write_jsonl(path, rows)
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b'"pred": "', b'"pred": "\xff', 1)  # a Latin-1 or broken writer's byte
+    path.write_bytes(b"\n".join(lines))
+    proc, doc, _ = bias_audit_score(
+        tmp_path, "bbq", "--predictions", path, "--prediction-field", "pred", "--data-dir", data_dir
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4 and doc is None, out[-3000:]  # was refused without its line
+    assert f"{path}:2: field 'pred' holds bytes that are not UTF-8" in out
+    assert "Traceback" not in out and no_run_folder(tmp_path)
+
+
 @pytest.mark.parametrize(
     "template,needle",
     [

@@ -614,6 +614,12 @@ class Benchmark(ABC):
         """Raise DataError when fields a prediction row carries contradict the joined item (a file
         of another benchmark or data version); default no check."""
 
+    def excluded_row(self, item_id: str) -> str:
+        """The id under which ``CategoryData.excluded`` names the data row of ``item_id``; default
+        the item's own. A benchmark with several items per row (MBBQ's templates) names the row,
+        so that a saved output for an item of an excluded row is held out, not an unknown id."""
+        return item_id
+
     def saved_categories(self, category: str, item: Any) -> tuple[str, ...]:
         """The categories a saved output for ``item`` (a row naming ``category``) answers;
         default the one. A benchmark whose categories share items answers several (a pair

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
@@ -63,6 +64,7 @@ BASE_CATEGORIES = (
 CATEGORIES = tuple(f"{c}_{lang}" for c in BASE_CATEGORIES for lang in LANGUAGES)
 PROTOCOL_FILE = Path("mbbq/answer_detection.py")
 PROMPT_IDS = (1, 2, 3, 4, 5)
+_TEMPLATE_SUFFIX = re.compile(r"-p\d+$")
 #: The control-set accuracies reported beside the bias (the paper's Table 2 / Figure 3 pairing).
 CONTROL_METRICS = ("control_acc_ambig", "control_acc_disambig")
 REQUIRED_FIELDS = (
@@ -415,6 +417,11 @@ class MBBQ(BBQFamilyBenchmark):
             targeted_option=targeted,
             protocol=proto,
         )
+
+    def excluded_row(self, item_id: str) -> str:
+        """``Gender_identity_nl-276-p1`` -> ``Gender_identity_nl-276``: the loader excludes rows
+        (``row_id``), each of which the authors' pipeline answers in its 5 templates."""
+        return _TEMPLATE_SUFFIX.sub("", item_id)
 
     def prediction_item(self, row: Mapping[str, Any], where: str) -> tuple[str, str]:
         """(item id, category) of a saved output: its ``id``, whose prefix names the category.
