@@ -72,7 +72,7 @@ def write_summary(tr, files, junit_path: str | None) -> None:
     if seq:
         tr.write_line(seq)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items()))
-    tr.write_line(f"gates: {summary}")
+    tr.write_line(f"gates: {summary or 'none'}")
     tr.write_line(outcome.line(), green=outcome.passed, red=not outcome.passed, bold=True)
     tr.write_line(f"results: {files.results_path}")
     if files.results_copy:
