@@ -34,6 +34,7 @@ from .views import (
     sequential_rows,
     sequential_totals,
     table_metrics,
+    truncation_lines,
 )
 
 
@@ -237,6 +238,13 @@ def verdict_section(results: Mapping[str, Any]) -> list[str]:
         out += (
             [f"> **Scored from saved predictions** (`{(model.get('source') or '?')}`):", ">"]
             + [f"> - {x}" for x in covered]
+            + [""]
+        )
+    cut = truncation_lines(results)
+    if cut:
+        out += (
+            ["> **Prompts truncated to the model's context window** (as lm-evaluation-harness does):", ">"]
+            + [f"> - {md_text(x)}" for x in cut]
             + [""]
         )
     if results.get("errors"):

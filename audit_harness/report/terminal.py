@@ -15,6 +15,7 @@ from .views import (
     sensitivity_lines,
     sequential_totals,
     table_metrics,
+    truncation_lines,
 )
 
 
@@ -175,6 +176,7 @@ def notices(results: Mapping[str, Any], outcome, moved: bool = False) -> list[tu
     out += [
         (f"COVERAGE: {line}", "red" if "INSUFFICIENT" in line else None) for line in coverage_lines(results)
     ]
+    out += [(f"TRUNCATED: {line}", "yellow") for line in truncation_lines(results)]
     out += [(f"PARSING: {line}", "yellow") for line in sensitivity_lines(results)]
     server = (results.get("model") or {}).get("server") or {}
     out += [(f"SERVER: {line}", "yellow") for line in server.get("notices") or []]
