@@ -115,7 +115,6 @@ def decide(
     input_error: str | None = None,
     run_error: str | None = None,
     partial: Sequence[str] = (),
-    nothing_checked: str | None = None,
 ) -> Outcome:
     """The outcome of a run from its gate statuses and what happened around them.
 
@@ -133,9 +132,6 @@ def decide(
     partial : sequence of str
         Why the run covers less than a full audit (``report.scope.partial_reasons``): a PASS or
         FAIL then has status ``partial`` and says why in its reason.
-    nothing_checked : str, optional
-        Why no gate was selected (e.g. the gates file configures none for the benchmarks the
-        run names): the reason of a NOTHING CHECKED with no gate.
 
     Returns
     -------
@@ -151,8 +147,6 @@ def decide(
     'PASS'
     >>> decide(["skipped"]).label
     'NOTHING CHECKED'
-    >>> decide([], nothing_checked="the gates file configures no gate for bbq").line()
-    'VERDICT: NOTHING CHECKED: the gates file configures no gate for bbq, so nothing was checked: never a pass (exit code 5)'
     >>> decide(["pass"], interrupted=True).exit_code
     2
     >>> o = decide(["pass"], partial=["items sampled (--limit 8)"])
@@ -168,14 +162,26 @@ def decide(
     stopped = _no_verdict(counts.get("error", 0), interrupted, input_error, run_error)
     if stopped is not None:
         return stopped
-    return _judged(counts, total, partial, nothing_checked or "no gate was selected")
+    return _judged(counts, total, partial)
 
 
-def _judged(counts: Mapping[str, int], total: int, partial: Sequence[str], why_none: str) -> Outcome:
+def nothing_checked(why: str = "no gate was selected") -> Outcome:
+    """NOTHING CHECKED for a run that selected no gate, saying ``why`` (e.g. the gates file
+    configures none for the benchmarks the run audits).
+
+    Examples
+    --------
+    >>> nothing_checked("the gates file t.yaml configures no gate for bbq").line()
+    'VERDICT: NOTHING CHECKED: the gates file t.yaml configures no gate for bbq, so nothing was checked: never a pass (exit code 5)'
+    """
+    return _make("NOTHING CHECKED", f"{why}, so nothing was checked: never a pass")
+
+
+def _judged(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> Outcome:
     """The outcome of a run whose gates were judged (``counts`` of each status, ``total`` of
-    them): NOTHING CHECKED (``why_none``: why no gate was selected), FAIL or PASS."""
+    them): NOTHING CHECKED, FAIL or PASS."""
     if not total:
-        return _make("NOTHING CHECKED", f"{why_none}, so nothing was checked: never a pass")
+        return nothing_checked()
     if counts.get("skipped", 0) == total:
         return _make(
             "NOTHING CHECKED",

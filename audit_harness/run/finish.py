@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AuditError
 from ..gates import Gate, Verdict, thresholds_provenance
-from ..outcome import Outcome, decide
+from ..outcome import Outcome, decide, nothing_checked
 from ..report.results import ResultsDocument
 
 if TYPE_CHECKING:
@@ -81,10 +81,10 @@ def finish(run: AuditRun, exitstatus, presses: Presses) -> int | None:
         errors=[e for p in parts for e in p.get("errors", [])],
     )
     model_error = next((p["model_error"] for p in parts if p.get("model_error")), None)
-    nothing_checked = None
+    why_unchecked = None
     if not (done.outcomes or done.verdicts or done.errors or run.collected_gates):
-        nothing_checked = None if model_error else unchecked(run)
-        if nothing_checked is None:
+        why_unchecked = None if model_error else unchecked(run)
+        if why_unchecked is None:
             return 4 if model_error else None
     # (A model that cannot load stops the run through shouldstop, which pytest also reports as
     # INTERRUPTED: that is an input error, not a Ctrl-C.)
@@ -99,7 +99,7 @@ def finish(run: AuditRun, exitstatus, presses: Presses) -> int | None:
         interrupted=interrupted,
         run_error=run_error,
         input_error=f"the model could not be loaded: {model_error}" if model_error else None,
-        nothing_checked=nothing_checked,
+        nothing_checked=why_unchecked,
     )
     if run.baseline is not None:
         compare_baseline(run, results, facts)
@@ -254,8 +254,9 @@ def decide_outcome(files: RunFiles, presses: Presses) -> Outcome:
         input_error=facts.input_error,
         run_error=facts.run_error,
         partial=partial_reasons(results),
-        nothing_checked=facts.nothing_checked,
     )
+    if outcome.label == "NOTHING CHECKED" and facts.nothing_checked:
+        outcome = nothing_checked(facts.nothing_checked)
     results["run"]["outcome"] = outcome.to_dict()
     results["run"]["status"] = outcome.status
     results["run"]["exit_status"] = outcome.exit_code
