@@ -383,7 +383,10 @@ def metrics_section(results: Mapping[str, Any], bench: str) -> list[str]:
         if len(names) == len(every)
         else f" ({len(every) - len(names)} further metrics per category in results.json)"
     )
-    out = ["", f"## {bench}: metrics per category{more}"]
+    title = ((results.get("benchmark_info") or {}).get(bench) or {}).get("title") or bench
+    # As report.html heads it: the title (a declared dataset's from its declaration), then the name.
+    named = f"{title} (`{bench}`)" if title != bench else bench
+    out = ["", f"## {named}: metrics per category{more}"]
     rows = metric_rows(results, bench)
     for group in column_groups(names):
         out += ["", "| category | items | " + " | ".join(group) + " |", "|---|---|" + "---|" * len(group)]
