@@ -140,13 +140,16 @@ def unchecked(run: AuditRun) -> str | None:
     skip each test for an empty parameter set and exit 0, a pass of a release nothing checked.
     A ``-k`` that selects nothing (``run.selected == {}``) keeps pytest's own exit 5 and leaves
     no run folder."""
-    if not run.selected:
+    if not run.selected or run.config.option.collectonly:
         return None
     names = ", ".join(sorted(run.selected))
     thresholds = run.session.options.thresholds
     if not any(run.selected.values()):
         return f"the gates file {thresholds} configures no gate for {names}"
-    return f"no gate of {thresholds} for {names} has its category in the data directory"
+    return (
+        f"no gate of {thresholds} for {names} was collected (their categories are not in the data "
+        "directory, or the command line deselected them)"
+    )
 
 
 def compare_baseline(run: AuditRun, results: dict[str, Any], facts: Facts) -> None:
