@@ -50,6 +50,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(e)) from None
     config.stash[RUN_KEY] = run
     config.pluginmanager.register(run, "bias-audit-run")
+    from .interrupts import sigterm_as_interrupt
+
+    # A CI runner's timeout or cancel (SIGTERM) leaves the evidence a Ctrl-C leaves.
+    run.restore_sigterm = sigterm_as_interrupt()
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own (a CPU count)

@@ -57,6 +57,11 @@ class DeclaredBBQ(BBQFamilyBenchmark):
     def __repr__(self) -> str:
         return f"DeclaredBBQ({self.name!r}, {str(self.declaration.path)!r})"
 
+    def report_info(self) -> dict[str, Any]:
+        """The BBQ family's, and the metric ``family`` (its ``flavour``): the regulatory mapping
+        counts the dataset's gates where it lists that family's benchmark (``Row.covers``)."""
+        return {**super().report_info(), "family": self.flavour}
+
     @property
     def rate_metrics(self) -> tuple[str, ...]:  # type: ignore[override]
         """The flavour's rate of answers naming no option (``invalid_rate``, KoBBQ's

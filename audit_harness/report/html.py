@@ -202,6 +202,7 @@ def render_html(results: Mapping[str, Any], printing: bool = False) -> str:
         "items_scored": views.items_scored_text(results),
         "endpoints": views.endpoint_lines(results.get("model") or {}),
         "coverage": views.coverage_lines(results),
+        "truncated": views.truncation_lines(results),
         "invalid_flag": views.INVALID_FLAG,
     }
     return _environment().get_template("report.html.j2").render(**context)

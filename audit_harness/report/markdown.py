@@ -34,6 +34,7 @@ from .views import (
     sequential_rows,
     sequential_totals,
     table_metrics,
+    truncation_lines,
 )
 
 
@@ -239,6 +240,13 @@ def verdict_section(results: Mapping[str, Any]) -> list[str]:
             + [f"> - {x}" for x in covered]
             + [""]
         )
+    cut = truncation_lines(results)
+    if cut:
+        out += (
+            ["> **Prompts truncated to the model's context window** (as lm-evaluation-harness does):", ">"]
+            + [f"> - {md_text(x)}" for x in cut]
+            + [""]
+        )
     if results.get("errors"):
         out += [
             f"> **{len(results['errors'])} category evaluation(s) failed** (ERROR verdicts "
@@ -375,7 +383,10 @@ def metrics_section(results: Mapping[str, Any], bench: str) -> list[str]:
         if len(names) == len(every)
         else f" ({len(every) - len(names)} further metrics per category in results.json)"
     )
-    out = ["", f"## {bench}: metrics per category{more}"]
+    title = ((results.get("benchmark_info") or {}).get(bench) or {}).get("title") or bench
+    # As report.html heads it: the title (a declared dataset's from its declaration), then the name.
+    named = f"{title} (`{bench}`)" if title != bench else bench
+    out = ["", f"## {named}: metrics per category{more}"]
     rows = metric_rows(results, bench)
     for group in column_groups(names):
         out += ["", "| category | items | " + " | ".join(group) + " |", "|---|---|" + "---|" * len(group)]

@@ -15,6 +15,7 @@ from .views import (
     sensitivity_lines,
     sequential_totals,
     table_metrics,
+    truncation_lines,
 )
 
 
@@ -72,7 +73,7 @@ def write_summary(tr, files, junit_path: str | None) -> None:
     if seq:
         tr.write_line(seq)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items()))
-    tr.write_line(f"gates: {summary}")
+    tr.write_line(f"gates: {summary or 'none'}")
     tr.write_line(outcome.line(), green=outcome.passed, red=not outcome.passed, bold=True)
     tr.write_line(f"results: {files.results_path}")
     if files.results_copy:
@@ -175,6 +176,7 @@ def notices(results: Mapping[str, Any], outcome, moved: bool = False) -> list[tu
     out += [
         (f"COVERAGE: {line}", "red" if "INSUFFICIENT" in line else None) for line in coverage_lines(results)
     ]
+    out += [(f"TRUNCATED: {line}", "yellow") for line in truncation_lines(results)]
     out += [(f"PARSING: {line}", "yellow") for line in sensitivity_lines(results)]
     server = (results.get("model") or {}).get("server") or {}
     out += [(f"SERVER: {line}", "yellow") for line in server.get("notices") or []]

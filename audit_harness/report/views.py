@@ -149,6 +149,28 @@ def coverage_lines(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def truncation_lines(results: Mapping[str, Any]) -> list[str]:
+    """One sentence per category in which prompts longer than the model's window were read with
+    the left of their context cut off (``requests.truncated``, counted by the engine).
+
+    Examples
+    --------
+    >>> doc = {"benchmarks": {"cbbq": {"disease": {"requests": {"truncated": 3}, "n_scored": 8}}}}
+    >>> truncation_lines(doc)
+    ["cbbq/disease: 3 prompt(s) of 8 items longer than the model's context window, read with the left of their context cut off to fit"]
+    """
+    lines = []
+    for bench, cats in (results.get("benchmarks") or {}).items():
+        for cat, entry in cats.items():
+            cut = (entry.get("requests") or {}).get("truncated")
+            if cut:
+                lines.append(
+                    f"{bench}/{cat}: {cut:,} prompt(s) of {entry.get('n_scored', 0):,} items longer "
+                    "than the model's context window, read with the left of their context cut off to fit"
+                )
+    return lines
+
+
 def metric_names_of(categories: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Metric names of a benchmark's categories (``results["benchmarks"][bench]``): the union, in
     order of first appearance, since categories may compute different metrics (KGQuiz: accuracy
