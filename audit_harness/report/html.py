@@ -32,6 +32,7 @@ def _environment():
     env.filters["interval"] = _interval
     env.filters["ticks"] = _ticks
     env.filters["breakable"] = breakable
+    env.filters["command"] = command_words
     return env
 
 
@@ -53,6 +54,27 @@ def breakable(text: Any):
     from markupsafe import Markup, escape
 
     return Markup("".join(f"{escape(c)}<wbr>" if c in _SEPARATORS else str(escape(c)) for c in str(text)))
+
+
+def command_words(text: Any):
+    """Escaped command line ``text`` with each option (a word starting with ``-``) kept whole:
+    a browser may wrap after any hyphen, which printed ``--audit-meta`` as ``--`` and
+    ``audit-meta`` on two lines; the line still wraps between words, and a long path inside a
+    word where it must.
+
+    Examples
+    --------
+    >>> str(command_words("pytest --audit-meta m.yaml"))
+    'pytest <span class="nobr">--audit-meta</span> m.yaml'
+    """
+    from markupsafe import Markup, escape
+
+    words = str(text).split(" ")
+    return Markup(
+        " ".join(
+            f'<span class="nobr">{escape(w)}</span>' if w.startswith("-") else str(escape(w)) for w in words
+        )
+    )
 
 
 def _ticks(text: str):
