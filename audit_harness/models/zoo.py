@@ -434,6 +434,20 @@ def opening_notice(name: str | None) -> str:
     )
 
 
+def first_use(name: str | None, n_parameters: int = 0) -> dict:
+    """What loading model ``name`` costs beyond reading weights, for a plan: whether a zoo
+    model still ``converts`` (its cached copy is absent), whether a hub id may ``download``, and
+    ``weight_bytes`` to read (the converted copy's size, else float32 of ``n_parameters``)."""
+    name = name or DEFAULT_MODEL
+    if name in ZOO:
+        weights = cache_dir() / "models" / name / "model.safetensors"
+        if weights.is_file():
+            return {"converts": False, "downloads": False, "weight_bytes": weights.stat().st_size}
+        return {"converts": ZOO[name].gguf is not None, "downloads": False, "weight_bytes": 4 * n_parameters}
+    folder = Path(name).expanduser()
+    return {"converts": False, "downloads": not folder.is_dir(), "weight_bytes": 4 * n_parameters}
+
+
 def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "auto", batch_size: int = 16):
     """Load a model for auditing.
 
