@@ -272,16 +272,21 @@ def write_plan(tr, plan: Mapping[str, Any], path) -> None:
     if plan.get("model_error"):
         tr.write_line(f"ERROR: the model could not be opened: {plan['model_error']}", red=True)
     if plan["benchmarks"]:
-        for note in plan["notes"][1:]:
-            tr.write_line(note)
-        tr.write_line(
-            f"this plan took {_duration(plan['seconds_planning'])} of tokenizing and prefix trees "
-            f"({_duration(plan['duration_s'])} in all); a run spends about as long on them"
-        )
-        if plan.get("first_run"):
-            tr.write_line(first_run_line(plan["first_run"]), bold=True)
+        _plan_notes(tr, plan)
     tr.write_line(f"plan:    {path}")
     _plan_outcome(tr, plan)
+
+
+def _plan_notes(tr, plan: Mapping[str, Any]) -> None:
+    """What the plan's numbers mean, its own time, and a first real run's estimate."""
+    for note in plan["notes"][1:]:
+        tr.write_line(note)
+    tr.write_line(
+        f"this plan took {_duration(plan['seconds_planning'])} of tokenizing and prefix trees "
+        f"({_duration(plan['duration_s'])} in all); a run spends about as long on them"
+    )
+    if plan.get("first_run"):
+        tr.write_line(first_run_line(plan["first_run"]), bold=True)
 
 
 def first_run_line(first: Mapping[str, Any]) -> str:
