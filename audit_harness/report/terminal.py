@@ -426,6 +426,8 @@ def metric_table(results: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"{bench}  (n = items scored; value [{100 * level:g}% CI]; '-' = undefined or not computed)"
         )
+        legend = ((results.get("benchmark_info") or {}).get(bench) or {}).get("table_legend") or []
+        lines += [f"  {text}" for text in legend]
         lines += [
             f"  {c:<{width}} ERROR  {d['error']}" for c, d in all_cats.items() if d.get("status") == "error"
         ]
