@@ -33,6 +33,8 @@ def _environment():
     env.filters["ticks"] = _ticks
     env.filters["breakable"] = breakable
     env.filters["command"] = command_words
+    env.filters["visible"] = visible
+    env.globals["rows_text"] = views.rows_text
     return env
 
 
@@ -54,6 +56,21 @@ def breakable(text: Any):
     from markupsafe import Markup, escape
 
     return Markup("".join(f"{escape(c)}<wbr>" if c in _SEPARATORS else str(escape(c)) for c in str(text)))
+
+
+def visible(value: Any) -> Any:
+    r"""A protocol value as a reader can see it: a string whose whitespace matters (a delimiter
+    that is a space, a template ending in a newline, an empty string) quoted as Python writes
+    it, as report.md does; other values unchanged.
+
+    Examples
+    --------
+    >>> visible(" "), visible("a\n"), visible(""), visible("log-likelihood"), visible(3)
+    ("' '", "'a\\n'", "''", 'log-likelihood', 3)
+    """
+    if isinstance(value, str) and ("\n" in value or value != value.strip() or not value):
+        return repr(value)
+    return value
 
 
 def command_words(text: Any):
