@@ -382,8 +382,8 @@ def rows_text(path: str, rows: int) -> str:
     Examples
     --------
     >>> rows_text("mbbq/data/Age_en.jsonl", 220), rows_text("mbbq/answer_detection.py", 0)
-    ('220', "code, not rows (the authors' prompt templates and answer phrases)")
+    ('220', "no rows: code (the authors' templates)")
     """
     if str(path).endswith(".py"):
-        return "code, not rows (the authors' prompt templates and answer phrases)"
+        return "no rows: code (the authors' templates)"
     return str(rows)
