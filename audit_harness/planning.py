@@ -337,7 +337,9 @@ def first_run(
     """What the first real run of the plan's selection would take here, first-use costs
     included: ``parts`` (name, seconds; each named even where it cannot be estimated, with
     ``None``), the machine's ``load`` and ``cores``, the ``factor`` CPU-bound parts are scaled
-    by (``load_factor``) and the ``seconds`` in all.
+    by (``load_factor``; the model's multi-threaded forwards by its square) and the
+    ``seconds`` in all. A heuristic: it names what a first run spends its time on and how a
+    shared machine stretches it, within about 2x of the runs it was checked on.
 
     Args:
         plan: ``build_plan``'s document with ``seconds_planning`` (its tokenizing, already at
@@ -360,7 +362,11 @@ def first_run(
     weights = first_use.get("weight_bytes")
     parts.append(("loading the weights", weights / LOAD_BYTES_PER_S * factor if weights else None))
     parts.append(("tokenizing and prefix trees (as long as this plan's)", plan.get("seconds_planning", 0.0)))
-    parts.append(("the model's forwards (the estimate above)", model_s * factor))
+    # The forwards run torch's threads, which meet at every operation: on a busy machine each
+    # waits for a descheduled peer, so they slow by about the square of the machine's share
+    # (measured: CBBQ religion --limit 8 took 56x its idle 9 s at load average 10 on 2 cores,
+    # under nice; 5.2 squared is 27; the conversion, one thread mostly, 5x).
+    parts.append((f"the model's forwards (the estimate above x {factor**2:.1f})", model_s * factor**2))
     return {
         "parts": parts,
         "load": load,

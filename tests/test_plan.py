@@ -472,9 +472,11 @@ def test_a_first_run_estimate_adds_the_first_use_costs_scaled_by_the_machine_s_l
     assert idle["seconds"] == pytest.approx(STARTUP_S + CONVERSION_S + 1.0 + 3.0 + 9.0)
     assert any("converting smollm2-135m-instruct" in name for name, _ in idle["parts"])
     # Load average 5 on 2 cores: 4 other threads beside the plan's; a run's 2 threads get a
-    # third of the machine, so the CPU-bound parts take 3x; the tokenizing was measured here.
+    # third of the machine, so the CPU-bound parts take 3x, the model's forwards 9x; the
+    # tokenizing was measured here.
     busy = first_run(plan, "smollm2-135m-instruct", {"converts": False, "weight_bytes": 5e8}, 5.0, 2)
     assert busy["factor"] == 3.0
-    assert busy["seconds"] == pytest.approx(3 * (STARTUP_S + 1.0 + 9.0) + 3.0)
+    # The forwards' threads wait for each other: the square of the factor.
+    assert busy["seconds"] == pytest.approx(3 * (STARTUP_S + 1.0) + 9 * 9.0 + 3.0)
     hub = first_run(plan, "org/model", {"downloads": True, "weight_bytes": 0}, 0.0, 2)
     assert ("downloading org/model (first use; not estimated)", None) in hub["parts"]
