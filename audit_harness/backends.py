@@ -117,6 +117,10 @@ class BackendSpec:
         """
         raise NotImplementedError
 
+    def opening_notice(self) -> str | None:
+        """What ``open`` is about to do, printed before it (``None``: nothing worth a line)."""
+        return None
+
     def engine(self, model, cache):
         """The run's ``engine.executor.Engine`` over ``model``, with the result ``cache``."""
         from .engine.executor import Engine
@@ -146,6 +150,11 @@ class HFSpec(BackendSpec):
     name = "hf"
     summary = "load the model in this process (default)"
     in_process = True
+
+    def opening_notice(self) -> str | None:
+        from .models.zoo import opening_notice
+
+        return opening_notice(self.options.model)
 
     def open(self):
         from .models.zoo import load_model
@@ -356,6 +365,9 @@ class PlanSpec(HFSpec):
 
         self.embedder = PlanEmbedder()
         return {name: b.with_embedder(self.embedder) for name, b in benchmarks.items()}
+
+    def opening_notice(self) -> str | None:
+        return None  # a plan loads the tokenizer and config only: nothing slow to announce
 
     def open(self):
         from .models.plan import load_plan_model

@@ -32,7 +32,9 @@ def resolve_data_dir(option: str | os.PathLike | None) -> Path:
     raw = option or os.environ.get(DATA_DIR_ENV)
     if not raw:
         return default_data_dir().resolve()
-    path = Path(raw).expanduser().resolve()
+    # absolute(), not resolve(): messages name the directory the user gave, not where its
+    # symlink points.
+    path = Path(raw).expanduser().absolute()
     if not path.is_dir():
         raise DataError(
             f"data directory {path} does not exist (from {'--data-dir' if option else DATA_DIR_ENV})"

@@ -70,7 +70,11 @@ def mypy_errors() -> list[str]:
 
 def typing_escapes() -> dict[str, list[str]]:
     """``path:line`` of every ``Any`` name, ``dict[str, Any]`` and ``# type: ignore`` in code."""
-    found: dict[str, list[str]] = {"Any in code": [], "dict[str, Any] in code": [], "type: ignore comments": []}
+    found: dict[str, list[str]] = {
+        "Any in code": [],
+        "dict[str, Any] in code": [],
+        "type: ignore comments": [],
+    }
     for rel, text in _sources():
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
             place = f"{rel}:{tok.start[0]}"
@@ -80,7 +84,9 @@ def typing_escapes() -> dict[str, list[str]]:
                 found["type: ignore comments"].append(place)
         for number, line in enumerate(text.splitlines(), 1):
             code = line.split("#", 1)[0]
-            found["dict[str, Any] in code"] += [f"{rel}:{number}"] * len(re.findall(r"dict\[str,\s*Any\]", code))
+            found["dict[str, Any] in code"] += [f"{rel}:{number}"] * len(
+                re.findall(r"dict\[str,\s*Any\]", code)
+            )
     return found
 
 

@@ -401,6 +401,53 @@ def _locate(name: str) -> tuple[Path | None, str]:
     )
 
 
+def _size(path: Path) -> str:
+    """A file's size for a person: ``270 MB``."""
+    return f"{path.stat().st_size / 1e6:,.0f} MB"
+
+
+def opening_notice(name: str | None) -> str:
+    """What ``load_model(name)`` is about to do, for the line a run prints before its first item
+    (a first run converts the default model, which takes a minute with nothing else on screen):
+    the model, its size on disk, where its converted copy is cached, and whether this is the
+    first use.
+
+    Examples
+    --------
+    >>> opening_notice("org/some-model")
+    'loading model org/some-model (a hub id: from the Hugging Face cache, or downloaded) ...'
+    """
+    name = name or DEFAULT_MODEL
+    if name not in ZOO:
+        if Path(name).expanduser().is_dir():
+            return f"loading model {name} (a local folder) ..."
+        return f"loading model {name} (a hub id: from the Hugging Face cache, or downloaded) ..."
+    entry, folder = ZOO[name], cache_dir() / "models" / name
+    weights = folder / "model.safetensors"
+    if weights.is_file():
+        return f"loading model {name} ({entry.description}; {_size(weights)} cached in {folder}) ..."
+    if entry.build is not None:
+        return f"building model {name} ({entry.description}) into {folder}, once (first use) ..."
+    return (
+        f"first use of model {name} ({entry.description}): converting its GGUF weights into {folder} "
+        "once (about 20-70 s on a CPU; later runs load the converted copy in about a second) ..."
+    )
+
+
+def first_use(name: str | None, n_parameters: int = 0) -> dict:
+    """What loading model ``name`` costs beyond reading weights, for a plan: whether a zoo
+    model still ``converts`` (its cached copy is absent), whether a hub id may ``download``, and
+    ``weight_bytes`` to read (the converted copy's size, else float32 of ``n_parameters``)."""
+    name = name or DEFAULT_MODEL
+    if name in ZOO:
+        weights = cache_dir() / "models" / name / "model.safetensors"
+        if weights.is_file():
+            return {"converts": False, "downloads": False, "weight_bytes": weights.stat().st_size}
+        return {"converts": ZOO[name].gguf is not None, "downloads": False, "weight_bytes": 4 * n_parameters}
+    folder = Path(name).expanduser()
+    return {"converts": False, "downloads": not folder.is_dir(), "weight_bytes": 4 * n_parameters}
+
+
 def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "auto", batch_size: int = 16):
     """Load a model for auditing.
 

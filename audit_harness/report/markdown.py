@@ -30,6 +30,8 @@ from .views import (
     metric_rows,
     modified_files,
     ok_categories,
+    parameters_text,
+    rows_text,
     sensitivity_rows,
     sequential_rows,
     sequential_totals,
@@ -271,7 +273,7 @@ def run_section(results: Mapping[str, Any]) -> list[str]:
         f"duration {run.get('duration_s', '?')} s",
         f"- suite: bias-audit {suite.get('version', '?')}, commit `{commit}`{dirty}",
         f"- model: `{model.get('source', '?')}`; weights `{model.get('fingerprint', '?')}`; "
-        f"{model.get('dtype', '?')} on {model.get('device', '?')}; {model.get('n_parameters', '?')} parameters",
+        f"{model.get('dtype', '?')} on {model.get('device', '?')}; {parameters_text(model.get('n_parameters'))} parameters",
         *[f"- server endpoint {line}" for line in endpoint_lines(model)],
         *[f"- {b} read by {read_text(e)}" for b, e in (results.get("reads") or {}).items()],
         f"- items scored: {items_scored_text(results)} (seed {opts.get('seed')}); intervals: "
@@ -461,7 +463,7 @@ def data_section(results: Mapping[str, Any]) -> list[str]:
     """The data files (rows, sha256, release status) and the library versions."""
     out = ["", "## Data files", "", "| file | rows | sha256 | release |", "|---|---|---|---|"]
     out += [
-        f"| {p} | {d['rows']} | `{d['sha256'][:16]}…` | {d.get('status', '?')} |"
+        f"| {p} | {rows_text(p, d['rows'])} | `{d['sha256'][:16]}…` | {d.get('status', '?')} |"
         for p, d in sorted(results["data_files"].items())
     ]
     libs = results["environment"]["libraries"]

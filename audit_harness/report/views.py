@@ -382,3 +382,30 @@ def excluded_rows(results: Mapping[str, Any], bench: str) -> list[dict[str, Any]
         for c, e in ok_categories(results, bench).items()
         for reason, ids in (e.get("excluded") or {}).items()
     ]
+
+
+def parameters_text(n: int | None) -> str:
+    """A parameter count for a reader: ``134,515,008``, or ``unknown`` where the run could not
+    count them (a served model reports none: 0 is recorded).
+
+    Examples
+    --------
+    >>> parameters_text(134515008), parameters_text(0), parameters_text(None)
+    ('134,515,008', 'unknown', 'unknown')
+    """
+    return f"{n:,}" if n else "unknown"
+
+
+def rows_text(path: str, rows: int) -> str:
+    """A data file's row count for the reports; a script read for its prompt templates and
+    answer phrases (MBBQ's ``answer_detection.py``, hashed like the data) has no rows: it says
+    so instead of ``0``.
+
+    Examples
+    --------
+    >>> rows_text("mbbq/data/Age_en.jsonl", 220), rows_text("mbbq/answer_detection.py", 0)
+    ('220', "no rows: code (the authors' templates)")
+    """
+    if str(path).endswith(".py"):
+        return "no rows: code (the authors' templates)"
+    return str(rows)
