@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Mapping
 
 from .errors import ConfigError, ModelError
 from .option_spec import Option
@@ -109,6 +109,26 @@ class BackendSpec:
         """Raise ConfigError when the backend cannot run the selected ``benchmarks`` (default:
         it runs any)."""
 
+    def capabilities(self, needed: frozenset[str]) -> frozenset[str] | None:
+        """What the audited model computes (``models.base`` capability names: those its opened
+        model's ``capabilities`` will hold), known before any item runs and without loading
+        weights, for the start-up check (``check_capabilities``). Every backend declares it.
+
+        Args:
+            needed: what the selected benchmarks ask; a backend that must ask a server to tell
+                asks only when ``needed`` holds more than every such backend computes.
+        Returns:
+            The capability names; None when they cannot be known before the model loads (a hub
+            id not in the local cache: loading reports it, and the mid-run check stands).
+        Raises:
+            ModelError: the backend cannot be reached to tell (a server).
+        """
+        raise NotImplementedError(f"backend {self.name!r} declares no capabilities (BackendSpec.capabilities)")
+
+    def describe(self) -> str:
+        """The audited model as the start-up capability check names it (after ``capabilities``)."""
+        return f"the model of --backend {self.name}"
+
     def open(self):
         """The audited model (a ``models.base.Backend``), on ``--device`` where it runs here.
 
@@ -146,6 +166,26 @@ class HFSpec(BackendSpec):
     name = "hf"
     summary = "load the model in this process (default)"
     in_process = True
+
+    def __init__(self, options):
+        super().__init__(options)
+        self._kind = "?"
+
+    def capabilities(self, needed: frozenset[str]) -> frozenset[str] | None:
+        """Those of the class the model's kind loads as, the kind read from the zoo table or the
+        model's config (``zoo.kind_and_capabilities``: no weights)."""
+        from .models.zoo import kind_and_capabilities
+
+        found = kind_and_capabilities(self.options.model)
+        if found is None:
+            return None
+        self._kind, capabilities = found
+        return capabilities
+
+    def describe(self) -> str:
+        from .models.zoo import DEFAULT_MODEL
+
+        return f"model {self.options.model or DEFAULT_MODEL!r} ({self._kind} LM)"
 
     def open(self):
         from .models.zoo import load_model
@@ -194,6 +234,32 @@ class OpenAISpec(BackendSpec):
         """
         if self._opened is None and self.reads_letters([b for b in benchmarks if b in self._benchmarks]):
             self._opened = self.open()
+
+    def capabilities(self, needed: frozenset[str]) -> frozenset[str] | None:
+        """Generation alone needs nothing asked (every OpenAI-compatible server generates);
+        anything more is what the server offers once connected (its alignment check and, for
+        letter log-probs, its chat log-probabilities: ``OpenAIServerModel.capabilities``); the
+        connection is kept for the run (``open``)."""
+        from .models.base import GENERATE
+
+        if not needed - {GENERATE}:
+            return frozenset({GENERATE})
+        if self._opened is None:
+            self._opened = self.open()
+        return self._opened.capabilities
+
+    def describe(self) -> str:
+        model = self._opened
+        if model is None:
+            return f"the server at {self.options.backend.base_url[0]}"
+        said = f"server {model.pool.describe()} ({model.served_name})"
+        if model.alignment is not None and not model.alignment.ok:
+            said += (
+                " (it failed the start-up alignment check of its prompt log-probabilities: "
+                f"{model.alignment.reason}; scores from it would be wrong, so only generation "
+                "audits can run against it)"
+            )
+        return said
 
     def open(self):
         from .models.openai_server import connect
@@ -297,6 +363,16 @@ class ReplaySpec(BackendSpec):
             )
         return self._joined[benchmark]
 
+    def capabilities(self, needed: frozenset[str]) -> frozenset[str] | None:
+        """What saved outputs answer: generations (``ReplayModel.capabilities``), whatever the
+        file holds; a benchmark reads them through ``Benchmark.for_saved_outputs``."""
+        from .models.replay import ReplayModel
+
+        return ReplayModel.capabilities
+
+    def describe(self) -> str:
+        return f"the saved outputs of {self.options.backend.predictions} (read as generations)"
+
     def open(self):
         from .models.base import ModelInfo
         from .models.replay import ReplayModel
@@ -393,6 +469,36 @@ def in_process(name: str) -> bool:
     """Whether backend ``name`` runs the model in this process (workers pin GPUs)."""
     spec = REGISTRY.get(name)
     return spec is not None and spec.in_process
+
+
+def check_capabilities(spec: BackendSpec, requires: Mapping[str, frozenset[str]], selected: list[str]) -> None:
+    """Refuse, before any item runs, a backend that cannot compute what a selected benchmark
+    needs (``BackendSpec.capabilities``): a usage error at start-up, not an error in every gate
+    of those benchmarks later (``evaluation.pipeline.check_capabilities`` stays the backstop).
+
+    Args:
+        spec: the run's backend.
+        requires: ``{benchmark: Benchmark.requires}`` for every known benchmark, as configured
+            for this backend.
+        selected: the benchmarks the run selected (keys of ``requires``).
+    Raises:
+        ModelError: naming the backend, each selected benchmark it cannot run with the
+            capabilities it lacks, what the model computes, and the benchmarks it can run.
+    """
+    needed = frozenset().union(*(requires[b] for b in selected))
+    capabilities = spec.capabilities(needed)
+    if capabilities is None:
+        return
+    unable = {b: sorted(requires[b] - capabilities) for b in selected if requires[b] - capabilities}
+    if not unable:
+        return
+    can = sorted(b for b, needs in requires.items() if needs <= capabilities)
+    listed = "; ".join(f"{b} needs {', '.join(needs)}" for b, needs in sorted(unable.items()))
+    hint = f'; it can run {", ".join(can)} (select them with -k "{" or ".join(can)}")' if can else ""
+    raise ModelError(
+        f"--backend {spec.name} cannot run {', '.join(sorted(unable))}: {listed}; {spec.describe()} "
+        f"computes {', '.join(sorted(capabilities)) or 'nothing'} only{hint}"
+    )
 
 
 def validate(options) -> None:
