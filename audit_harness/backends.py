@@ -123,7 +123,9 @@ class BackendSpec:
         Raises:
             ModelError: the backend cannot be reached to tell (a server).
         """
-        raise NotImplementedError(f"backend {self.name!r} declares no capabilities (BackendSpec.capabilities)")
+        raise NotImplementedError(
+            f"backend {self.name!r} declares no capabilities (BackendSpec.capabilities)"
+        )
 
     def describe(self) -> str:
         """The audited model as the start-up capability check names it (after ``capabilities``)."""
@@ -240,33 +242,35 @@ class OpenAISpec(BackendSpec):
         anything more is what the server offers once connected (its alignment check and, for
         letter log-probs, its chat log-probabilities: ``OpenAIServerModel.capabilities``); the
         connection is kept for the run (``open``)."""
-        from .models.base import GENERATE
+        from .models.base import GENERATE, LETTER_LOGPROBS
 
         if not needed - {GENERATE}:
             return frozenset({GENERATE})
         if self._opened is None:
-            self._opened = self.open()
+            self._opened = self._connect(letters=LETTER_LOGPROBS in needed or self.reads_letters())
         return self._opened.capabilities
 
     def describe(self) -> str:
         model = self._opened
         if model is None:
             return f"the server at {self.options.backend.base_url[0]}"
-        said = f"server {model.pool.describe()} ({model.served_name})"
+        said = f"server {model.pool.describe()} serving {model.served_name!r}"
         if model.alignment is not None and not model.alignment.ok:
             said += (
-                " (it failed the start-up alignment check of its prompt log-probabilities: "
-                f"{model.alignment.reason}; scores from it would be wrong, so only generation "
-                "audits can run against it)"
+                ", which failed the start-up alignment check of its prompt log-probabilities "
+                f"({model.alignment.reason}): scores from it would be wrong, so it"
             )
         return said
 
     def open(self):
-        from .models.openai_server import connect
-
         if self._opened is not None:
             model, self._opened = self._opened, None
             return model
+        return self._connect(letters=self.reads_letters())
+
+    def _connect(self, letters: bool):
+        from .models.openai_server import connect
+
         b = self.options.backend
         return connect(
             list(b.base_url),
@@ -276,7 +280,7 @@ class OpenAISpec(BackendSpec):
             max_concurrency=b.max_concurrency,
             timeout=b.request_timeout,
             max_retries=b.max_retries,
-            letters=self.reads_letters(),
+            letters=letters,
         )
 
 
@@ -471,7 +475,9 @@ def in_process(name: str) -> bool:
     return spec is not None and spec.in_process
 
 
-def check_capabilities(spec: BackendSpec, requires: Mapping[str, frozenset[str]], selected: list[str]) -> None:
+def check_capabilities(
+    spec: BackendSpec, requires: Mapping[str, frozenset[str]], selected: list[str]
+) -> None:
     """Refuse, before any item runs, a backend that cannot compute what a selected benchmark
     needs (``BackendSpec.capabilities``): a usage error at start-up, not an error in every gate
     of those benchmarks later (``evaluation.pipeline.check_capabilities`` stays the backstop).
