@@ -158,8 +158,10 @@ class BackendSpec:
         return FixedSelection(self.options.limit, self.options.seed)
 
     def run_label(self) -> str:
-        """What the run folder's name says of the run (the model's name, made path-safe)."""
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(self.options.model or "smollm2-135m-instruct").name)
+        """What the run folder's name says of the run, made path-safe: the backend and, when
+        ``--model`` names it, the model (never the in-process default, which did not run)."""
+        model = self.options.model
+        return _path_safe(f"{self.name}-{Path(model).name}" if model else self.name)
 
 
 class HFSpec(BackendSpec):
@@ -188,6 +190,12 @@ class HFSpec(BackendSpec):
         from .models.zoo import DEFAULT_MODEL
 
         return f"model {self.options.model or DEFAULT_MODEL!r} ({self._kind} LM)"
+
+    def run_label(self) -> str:
+        """The model's name (the embedded default when ``--model`` is not given)."""
+        from .models.zoo import DEFAULT_MODEL
+
+        return _path_safe(Path(self.options.model or DEFAULT_MODEL).name)
 
     def open(self):
         from .models.zoo import load_model
@@ -404,7 +412,7 @@ class ReplaySpec(BackendSpec):
         return ReplayedItems(self.joined(benchmark))
 
     def run_label(self) -> str:
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", f"replay-{Path(self.options.backend.predictions).stem}")
+        return _path_safe(f"replay-{Path(self.options.backend.predictions).stem}")
 
 
 class PlanSpec(HFSpec):
@@ -520,6 +528,10 @@ def validate(options) -> None:
         raise ConfigError(f"--request-timeout must be > 0 seconds, got {b.request_timeout}")
     if b.max_retries < 0:
         raise ConfigError(f"--max-retries must be >= 0, got {b.max_retries}")
+
+
+def _path_safe(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label)
 
 
 def _refuse_base_url(options) -> None:

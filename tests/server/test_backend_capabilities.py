@@ -2,11 +2,17 @@
 any item runs) is what the model it opens reports (``Backend.capabilities``), for every
 registered backend and the planning twin, so the declaration cannot drift from the model; and
 the start-up check refuses a backend that cannot serve a selected benchmark, naming the backend,
-the benchmark and the capability (a plug-in backend too). The fake server is ``fake_openai.py``'s."""
+the benchmark and the capability (a plug-in backend too). And the run folder is named after the
+model actually audited, never the in-process default. The fake server is ``fake_openai.py``'s."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from fake_openai import FakeServer
@@ -17,9 +23,11 @@ from audit_harness.benchmarks import registry
 from audit_harness.errors import ModelError
 from audit_harness.models import load_model
 from audit_harness.models.base import GENERATE, LETTER_LOGPROBS, LOGLIKELIHOOD, TOKEN_LOGPROBS
+from audit_harness.models.zoo import DEFAULT_MODEL
 from audit_harness.run import startup
 from audit_harness.session import AuditSession
 
+REPO = Path(__file__).resolve().parents[2]
 #: Everything a benchmark can ask: a backend that must ask its server asks it all.
 EVERYTHING = frozenset({GENERATE, LETTER_LOGPROBS, LOGLIKELIHOOD, TOKEN_LOGPROBS})
 
@@ -170,3 +178,41 @@ def test_a_backend_that_declares_nothing_says_so(monkeypatch, tmp_path, data_dir
 
     with pytest.raises(NotImplementedError, match="backend 'undeclared' declares no capabilities"):
         Undeclared(_options(data_dir, None)).capabilities(EVERYTHING)
+
+
+# --- the run folder's name ----------------------------------------------------------------------
+@pytest.mark.parametrize("backend", [*backends.REGISTRY, "toy"])
+def test_no_backend_but_hf_files_its_run_under_the_default_model(backend, monkeypatch, data_dir, tmp_path):
+    monkeypatch.setitem(backends.REGISTRY, "toy", _ToySpec)
+    extra = {
+        "openai": {"base_url": ("http://127.0.0.1:9/v1",)},
+        "replay": {"predictions": str(tmp_path / "answers.jsonl"), "prediction_field": "pred"},
+    }.get(backend, {})
+    unnamed = backends.spec_for(_options(data_dir, None, name=backend, **extra))
+    named = backends.spec_for(_options(data_dir, "org/My Model", name=backend, **extra))
+    label, with_model = unnamed.run_label(), named.run_label()
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", label) and re.fullmatch(r"[A-Za-z0-9._-]+", with_model)
+    if backend == "hf":
+        assert label == DEFAULT_MODEL and with_model == "My_Model"
+    elif backend == "replay":
+        assert label == with_model == "replay-answers"  # the saved outputs are what is audited
+    else:
+        assert label == backend and with_model == f"{backend}-My_Model"
+
+
+def test_a_server_run_without_model_is_filed_under_the_backend_and_records_the_served_name(
+    servers, tmp_path, data_dir
+):
+    # Before: <time>-smollm2-135m-instruct-<pid>, the in-process default's name, whatever the
+    # server served. The served name is known once connected; the folder is named before that.
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "pytest", "audits/test_bbq.py", "--backend", "openai"]
+    cmd += ["--base-url", servers["aligned"].url, "--limit", "2", "-k", "Religion", "--no-cache"]
+    cmd += ["--data-dir", str(data_dir), "--results-dir", str(results), "-p", "no:cacheprovider"]
+    cmd += ["--bootstrap-resamples", "0"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode in (0, 1), (proc.stdout + proc.stderr)[-3000:]
+    (run,) = results.iterdir()
+    assert re.fullmatch(r"\d{8}T\d{6}Z-openai-\d+", run.name), run.name
+    assert json.loads((run / "results.json").read_text())["model"]["name"] == SERVED
