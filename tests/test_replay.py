@@ -133,7 +133,12 @@ def test_replay_of_a_benchmark_it_cannot_serve_stops_at_start_up(tmp_path, data_
     cmd += ["--predictions", str(path), "--prediction-field", "pred", "--kobbq-mode", "letter"]
     cmd += ["--data-dir", str(data_dir), "--results-dir", str(results), "-p", "no:cacheprovider"]
     proc = subprocess.run(
-        cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)}
+        cmd,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out[-3000:]
