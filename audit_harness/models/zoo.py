@@ -341,21 +341,20 @@ def check_model_name(name: str | None) -> None:
     )
 
 
-def check_capabilities(name: str | None, requires: dict[str, frozenset[str]], selected: list[str]) -> None:
-    """Refuse, before anything loads, a model that cannot compute what a selected benchmark needs
-    (a masked LM cannot score continuations or generate), so the run stops at start-up as a usage
-    error instead of failing every gate of those benchmarks later.
+def kind_and_capabilities(name: str | None) -> tuple[str, frozenset[str]] | None:
+    """(kind, capabilities) of the in-process model ``name``, before anything loads: what
+    ``backends.HFSpec.capabilities`` declares, so a model that cannot compute what a selected
+    benchmark needs (a masked LM cannot score continuations or generate) stops the run at
+    start-up instead of failing every gate of those benchmarks later.
 
-    The model's kind comes from the zoo table or from its config alone (``model_kind``, no
-    weights); a hub id that cannot be resolved offline is not checked here (loading reports it).
+    The kind comes from the zoo table or from the model's config alone (``model_kind``, no
+    weights); the capabilities are those of the backend class that kind loads as.
 
     Args:
         name: as ``load_model``'s (``None`` = the embedded default).
-        requires: ``{benchmark: Benchmark.requires}`` for every known benchmark.
-        selected: the benchmarks the run selected (keys of ``requires``).
-    Raises:
-        ModelError: naming the model, its kind, each selected benchmark it cannot run with the
-            capabilities that benchmark needs, and the benchmarks it can run.
+    Returns:
+        ``("causal" | "masked", capability names)``, or None for a hub id that cannot be
+        resolved offline (loading reports it).
     """
     from .hf import HFCausalLM
     from .hf_masked import HFMaskedLM
@@ -368,18 +367,8 @@ def check_capabilities(name: str | None, requires: dict[str, frozenset[str]], se
         try:
             kind = model_kind(str(folder) if folder.is_dir() else name)
         except (OSError, ValueError, ModelError):
-            return
-    capabilities = HFMaskedLM.capabilities if kind == "masked" else HFCausalLM.capabilities
-    unable = {b: sorted(requires[b] - capabilities) for b in selected if requires[b] - capabilities}
-    if not unable:
-        return
-    can = sorted(b for b, needs in requires.items() if needs <= capabilities)
-    listed = "; ".join(f"{b} needs {', '.join(needs)}" for b, needs in sorted(unable.items()))
-    hint = f'; it can run {", ".join(can)} (select them with -k "{" or ".join(can)}")' if can else ""
-    raise ModelError(
-        f"model {name!r} is a {kind} LM, which computes "
-        f"{', '.join(sorted(capabilities))} only: {listed}{hint}"
-    )
+            return None
+    return kind, HFMaskedLM.capabilities if kind == "masked" else HFCausalLM.capabilities
 
 
 def _locate(name: str) -> tuple[Path | None, str]:
