@@ -174,6 +174,7 @@ class AuditRun:
 
     def _check(self, pairs: list[tuple[str, str]]) -> None:
         s = self.session
+        pairs = startup.read_pairs(s, pairs)  # a pooled gate reads every category it pools
         startup.check_inputs(s, pairs, self.config.getoption("audit_fetch_data"))
         startup.validate_data(s, startup.present_pairs(s, pairs))
         if pairs:
@@ -245,8 +246,13 @@ class AuditRun:
             return None
         from .scheduling import category_scheduler
 
-        # Audit modules name their test ``test_<benchmark>`` (see audits/).
-        whole = frozenset(f"test_{name}" for name, b in self.session.benchmarks.items() if b.shared_items)
+        # Audit modules name their test ``test_<benchmark>`` (see audits/). A benchmark with a
+        # pooled gate stays whole on one worker too: the gate reads every category's records.
+        whole = frozenset(
+            f"test_{name}"
+            for name, b in self.session.benchmarks.items()
+            if b.shared_items or any(g.category in b.pooled_names for g in self.gates.get(name, ()))
+        )
         return category_scheduler(config, log, self.gates, whole)
 
     @pytest.hookimpl(optionalhook=True)
@@ -422,7 +428,10 @@ def _has_line_number(entry) -> bool:
 
 def _read_gates(options, benchmarks) -> tuple[dict[str, list[Gate]], list]:
     """The thresholds file's gates, and the warnings reading it raised (deprecated keys)."""
-    catalogue = {name: (b.categories, b.metric_names, b.metric_ranges()) for name, b in benchmarks.items()}
+    catalogue = {
+        name: (b.categories, b.metric_names, b.metric_ranges(), b.pooled_names)
+        for name, b in benchmarks.items()
+    }
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         gates = load_thresholds(
