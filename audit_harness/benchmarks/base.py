@@ -431,6 +431,11 @@ class Benchmark(ABC):
         keeping its (category, template) cluster. Default: none (``pooled_names`` is empty)."""
         return {}
 
+    def gate_catalogue(self) -> tuple:
+        """What a thresholds file may gate (``gates.load_thresholds``' catalogue entry):
+        categories, metric names, their value ranges and the pooled categories."""
+        return (self.categories, self.metric_names, self.metric_ranges(), self.pooled_names)
+
     def pooled_members(self, data_dir: Path | None) -> dict[str, tuple[str, ...]]:
         """``pooled_groups`` over every category a run on ``data_dir`` has (``categories_in``),
         whatever ``-k`` selects: a pooled gate is judged on the whole benchmark."""

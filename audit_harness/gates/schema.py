@@ -312,10 +312,9 @@ def load_thresholds(
     path : Path
         The YAML file.
     catalogue : mapping
-        ``{benchmark: (categories, metric names[, {metric: (low, high)}[, pooled names]])}`` of
-        the benchmarks the suite knows; the optional third element gives each metric's value
-        range (``Benchmark.metric_range``) for the scale check, the fourth the pooled categories
-        a ``pooled:`` section makes (``Benchmark.pooled_names``; absent or empty: it cannot pool).
+        ``{benchmark: (categories, metrics[, {metric: (low, high)}[, pooled names]])}``: the
+        optional value ranges (``Benchmark.metric_range``) for the scale check, and the pooled
+        categories a ``pooled:`` section makes (``Benchmark.pooled_names``; none: cannot pool).
     min_n : int, optional
         When given (``--min-n``), every gate's min_n, whatever the file says.
     allow_low_confidence : bool, default=False
@@ -324,8 +323,7 @@ def load_thresholds(
     Returns
     -------
     dict
-        ``{benchmark: [Gate, ...]}``: the pooled gates first, then in category order, each in
-        the file's metric order.
+        ``{benchmark: [Gate, ...]}``: pooled gates, then by category, in the file's metric order.
 
     Raises
     ------

@@ -428,10 +428,7 @@ def _has_line_number(entry) -> bool:
 
 def _read_gates(options, benchmarks) -> tuple[dict[str, list[Gate]], list]:
     """The thresholds file's gates, and the warnings reading it raised (deprecated keys)."""
-    catalogue = {
-        name: (b.categories, b.metric_names, b.metric_ranges(), b.pooled_names)
-        for name, b in benchmarks.items()
-    }
+    catalogue = {name: b.gate_catalogue() for name, b in benchmarks.items()}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         gates = load_thresholds(
