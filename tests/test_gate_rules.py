@@ -178,7 +178,8 @@ def test_a_pooled_gate_fail_blocks_and_is_its_own_test(tmp_path, data_dir, relig
         == (pooled["value"], pooled["n"])
         == (1.0, by_cat["Religion"]["n"])
     )
-    assert "FAILED audits/test_bbq.py::test_bbq[pooled-acc_disambig-generate]" in proc.stdout
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED ")]
+    assert len(failed) == 1 and failed[0].endswith("::test_bbq[pooled-acc_disambig-generate]"), failed
     assert 'name="test_bbq[pooled-acc_disambig-generate]"' in (run_dir / "junit.xml").read_text()
 
 
