@@ -455,3 +455,22 @@ def test_a_bad_pooled_block_names_file_line_and_field(tmp_path, text, fragment):
     with pytest.raises(ConfigError) as err:
         load_thresholds(write(tmp_path, text), POOLING)
     assert fragment in str(err.value)
+
+
+def test_a_pooled_gate_reads_its_baseline_from_the_baseline_runs_pooled_verdict():
+    """A pooled category is no category of results.json's benchmarks: its regression twin reads
+    the baseline's pooled verdict (value, interval, n), not an absent entry (UNDEFINED)."""
+    from audit_harness.gates.regression import baseline_of
+
+    pooled = {"benchmark": "bbq", "category": "pooled", "metric": "diff_bias_ambig", "kind": "threshold"}
+    results = {
+        "run_id": "R0",
+        "benchmarks": {"bbq": {"Age": {"metrics": {}}}},
+        "gates": [
+            {**pooled, "kind": "regression", "value": 0.9, "ci": [0.8, 1.0], "n": 1},
+            {**pooled, "value": 0.01, "ci": [-0.004, 0.024], "n": 29000},
+        ],
+    }
+    base = baseline_of(results, "bbq", "pooled", "diff_bias_ambig")
+    assert (base.value, base.ci_low, base.ci_high, base.n, base.run_id) == (0.01, -0.004, 0.024, 29000, "R0")
+    assert math.isnan(baseline_of(results, "bbq", "pooled", "acc_disambig").value)
