@@ -393,6 +393,7 @@ class AuditRun:
         lines = []
         for name in sorted(self.session.benchmarks):
             cats = list(dict.fromkeys(g.category for g in self.gates.get(name, ())))
+            cats.sort(key=lambda c: c in self.session.benchmarks[name].pooled_names)  # pooled last
             lines.append(f"  test_{name}: {', '.join(cats) if cats else '(no gates configured)'}")
         return lines
 
