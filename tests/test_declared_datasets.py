@@ -407,7 +407,8 @@ def test_declared_copy_scores_as_builtin_bbq(bbq_and_copy):
     predictions and the same metrics and intervals as the built-in bbq."""
     bbq_run, copy_run, proc = bbq_and_copy
     assert proc.returncode in (OK, GATE_FAILED), tail(proc)
-    assert "TestDeclared::test_bbq_renamed[Religion-diff_bias_ambig]" in proc.stdout
+    # (a detection gate the tiny model leaves not decided is in no FAILED line: read the JUnit file)
+    assert 'name="test_bbq_renamed[Religion-diff_bias_ambig]"' in (copy_run / "junit.xml").read_text()
     for cat in CATEGORIES:
         want = {r["id"]: r for r in map(json.loads, (bbq_run / "records/bbq" / f"{cat}.jsonl").open())}
         got = {
@@ -437,7 +438,14 @@ def test_declared_run_gates_reports_signs_and_verifies(bbq_and_copy, tmp_path):
     _, copy_run, _ = bbq_and_copy
     results = json.loads((copy_run / "results.json").read_text())
     gates = [g for g in results["gates"] if g["benchmark"] == "bbq_renamed"]
-    assert {g["category"] for g in gates} == set(CATEGORIES) and len(gates) == 6
+    # three gates per category (invalid_rate is generate mode's) and the same three pooled over
+    # both categories, as the packaged bbq section has
+    assert {g["category"] for g in gates} == {*CATEGORIES, "pooled"} and len(gates) == 9
+    pooled = [g for g in gates if g["category"] == "pooled"]
+    assert {g["mode"] for g in pooled} == {"ci_three_way"}
+    assert {g["n"] for g in pooled if g["metric"] == "diff_bias_ambig"} == {
+        sum(g["n"] for g in gates if g["metric"] == "diff_bias_ambig" and g["category"] in CATEGORIES)
+    }
     assert results["protocols"]["bbq_renamed"]["declaration"] == "bbq_renamed.yaml"
     assert results["options"]["bbq_datasets"][0].endswith("bbq_renamed.yaml")
     assert "bbq_renamed" in (copy_run / "report.md").read_text()

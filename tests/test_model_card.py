@@ -94,9 +94,9 @@ def test_model_card_yaml_round_trips_through_huggingface_hub(real_run, results, 
     }
     assert len(audit_entry["gates"]) == len(results["gates"])
     # Every kind of verdict the card must carry: a failure, an undefined metric, and a pass or
-    # (ci_three_way on the tiny model's few items) an inconclusive one.
+    # (the tiny model's few items) an inconclusive or, under a detection gate, a not decided one.
     verdicts = {g[3] for g in gates}
-    assert {"FAIL", "UNDEFINED"} <= verdicts and verdicts & {"PASS", "INCONCLUSIVE"}
+    assert {"FAIL", "UNDEFINED"} <= verdicts and verdicts & {"PASS", "INCONCLUSIVE", "NOT_DECIDED"}
     assert (audit_entry["verdict"], audit_entry["exit_code"]) == (outcome["label"], outcome["exit_code"])
     assert audit_entry["run_id"] == results["run_id"]
     assert audit_entry["suite_version"] == results["run"]["suite"]["version"]
