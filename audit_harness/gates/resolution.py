@@ -153,8 +153,7 @@ class ToDecide:
 
 def to_decide(
     value: float | None,
-    ci_low: float | None,
-    ci_high: float | None,
+    ci: tuple[float | None, float | None],
     bounds: Mapping[str, float],
     n: int | None = None,
     clusters: int | None = None,
@@ -165,7 +164,7 @@ def to_decide(
     ----------
     value : float or None
         The point estimate.
-    ci_low, ci_high : float or None
+    ci : (low, high)
         The interval.
     bounds : mapping
         The gate's bounds.
@@ -181,51 +180,53 @@ def to_decide(
 
     Examples
     --------
-    >>> to_decide(0.02, -0.02, 0.06, {"abs_max": 0.05}, n=300)  # 0.04 reaches 0.03 past 0.02
+    >>> to_decide(0.02, (-0.02, 0.06), {"abs_max": 0.05}, n=300)  # 0.04 reaches 0.03 past 0.02
     ToDecide(outcome='pass', scale=1.78, items=534, clusters=None)
-    >>> to_decide(0.09, 0.04, 0.14, {"abs_max": 0.05}, n=300, clusters=40)
+    >>> to_decide(0.09, (0.04, 0.14), {"abs_max": 0.05}, n=300, clusters=40)
     ToDecide(outcome='fail', scale=1.56, items=469, clusters=63)
-    >>> to_decide(0.05, 0.0, 0.1, {"abs_max": 0.05}, n=300)
+    >>> to_decide(0.05, (0.0, 0.1), {"abs_max": 0.05}, n=300)
     ToDecide(outcome='none', scale=None, items=None, clusters=None)
-    >>> to_decide(0.6, 0.45, 0.75, {"min": 0.5}, n=100).outcome
+    >>> to_decide(0.6, (0.45, 0.75), {"min": 0.5}, n=100).outcome
     'pass'
-    >>> to_decide(0.02, float("nan"), float("nan"), {"abs_max": 0.05}) is None
+    >>> to_decide(0.02, (float("nan"), float("nan")), {"abs_max": 0.05}) is None
     True
     """
-    if not (_finite(value) and _finite(ci_low) and _finite(ci_high)):
+    lo, hi = ci
+    if not (_finite(value) and _finite(lo) and _finite(hi)):
         return None
     try:
-        low, high = allowed_interval(bounds)
+        allowed = allowed_interval(bounds)
     except ValueError:
         return None
-    if low > high:
+    if allowed[0] > allowed[1]:
         return None
-    slack_low = BOUND_SLACK * max(1.0, abs(low)) if math.isfinite(low) else 0.0
-    slack_high = BOUND_SLACK * max(1.0, abs(high)) if math.isfinite(high) else 0.0
-    if abs(value - low) <= slack_low or abs(value - high) <= slack_high:
+    found = _scale(value, lo, hi, allowed)
+    if found is None:
         return ToDecide("none", None, None, None)
-    # Each bound the interval reaches across: the factor by which the interval's reach beyond
-    # the value towards it (one side: intervals of rates are not symmetric) must shrink.
-    needs = []
-    if low < value < high:
-        outcome = "pass"
-        if math.isfinite(high):
-            needs.append(((ci_high - value) / (high - value)) ** 2)
-        if math.isfinite(low):
-            needs.append(((value - ci_low) / (value - low)) ** 2)
-    else:
-        outcome = "fail"
-        if value > high:
-            needs.append(((value - ci_low) / (value - high)) ** 2)
-        else:
-            needs.append(((ci_high - value) / (low - value)) ** 2)
-    scale = max(max(needs, default=1.0), 1.0)
+    outcome, scale = found
     return ToDecide(
         outcome,
         round(scale, 2),
         None if n is None else math.ceil(n * scale),
         None if clusters is None else math.ceil(clusters * scale),
     )
+
+
+def _scale(value: float, lo: float, hi: float, allowed: tuple[float, float]) -> tuple[str, float] | None:
+    """(``pass`` or ``fail``, the factor on the sample size) that would decide the gate, or None
+    when the value is on a bound (``modes.BOUND_SLACK``)."""
+    low, high = allowed
+    for bound in (low, high):
+        if math.isfinite(bound) and abs(value - bound) <= BOUND_SLACK * max(1.0, abs(bound)):
+            return None
+    # Each bound the interval reaches across: the factor by which the interval's reach beyond
+    # the value towards it (one side: intervals of rates are not symmetric) must shrink.
+    if low < value < high:
+        needs = [((hi - value) / (high - value)) ** 2 if math.isfinite(high) else 0.0]
+        needs.append(((value - lo) / (value - low)) ** 2 if math.isfinite(low) else 0.0)
+        return "pass", max(*needs, 1.0)
+    need = ((value - lo) / (value - high)) ** 2 if value > high else ((hi - value) / (low - value)) ** 2
+    return "fail", max(need, 1.0)
 
 
 def to_decide_text(todo: ToDecide | None, band: Mapping[str, float] | None) -> str:
@@ -281,7 +282,9 @@ def of_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
     band = certifiable_band(entry.get("bounds") or {}, lo, hi) if threshold else None
     todo = None
     if threshold and entry.get("status") in UNDECIDED:
-        found = to_decide(entry.get("value"), lo, hi, entry.get("bounds") or {}, entry.get("n"), entry.get("clusters"))
+        found = to_decide(
+            entry.get("value"), (lo, hi), entry.get("bounds") or {}, entry.get("n"), entry.get("clusters")
+        )
         todo = {**(found.to_dict() if found else {}), "text": to_decide_text(found, band)}
     return {
         "half_width": None if math.isnan(hw) else _round(hw),

@@ -22,7 +22,7 @@ from ..errors import AuditError
 from ..gates import PACKAGED_THRESHOLDS, Gate, add_regression_gates, load_thresholds
 from . import startup
 from .finish import RunFiles
-from .gate_check import FINDINGS, VERDICT_KEY, GateFinding
+from .gate_check import FINDINGS, VERDICT_KEY, GateFinding, finding_text
 from .plan import PlanFiles
 
 #: The gates used when neither --thresholds nor ./thresholds.yaml gives any.
@@ -275,7 +275,7 @@ class AuditRun:
         report = yield
         verdict = item.stash.get(VERDICT_KEY, None)
         if verdict is not None and report.when == "call" and report.failed:
-            report.longrepr = GateFinding(verdict.message)
+            report.longrepr = GateFinding(finding_text(verdict))
         return report
 
     @pytest.hookimpl(tryfirst=True)
