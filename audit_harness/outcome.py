@@ -37,7 +37,10 @@ from typing import Any, Iterable, Mapping, Sequence
 from . import exit_codes
 
 #: Gate statuses that block a release although the gate was judged (or should have been).
-BLOCKING = ("fail", "undefined", "insufficient", "inconclusive", "not run")
+BLOCKING = ("fail", "undefined", "insufficient", "insufficient (interval)", "inconclusive", "not run")
+#: An ``insufficient`` verdict whose interval is more lenient than the gate is signed off at, or
+#: rests on too few resamples (``cause: interval``): a setting of the run, not a sample too small.
+LENIENT = "insufficient (interval)"
 #: Blocking statuses that are no evidence against the model: the data did not decide the gate.
 NOT_CERTIFIED = ("inconclusive", "insufficient")
 #: A detection gate the data did not decide: it never blocks, and is never a pass.
@@ -128,7 +131,7 @@ def _make(label: str, reason: str, partial: Sequence[str] = ()) -> Outcome:
 
 
 def decide(
-    statuses: Iterable[str],
+    statuses: Iterable[str | Mapping[str, Any]],
     *,
     interrupted: bool = False,
     input_error: str | None = None,
@@ -139,8 +142,9 @@ def decide(
 
     Parameters
     ----------
-    statuses : iterable of str
-        Every selected gate's verdict status (``gates.STATUSES``), not-run gates included.
+    statuses : iterable of str or mapping
+        Every selected gate's verdict status (``gates.STATUSES``), not-run gates included, or
+        its results verdict entry (``status``; ``cause: interval`` counts as ``LENIENT``).
     interrupted : bool
         The run was stopped by Ctrl-C (during scoring or while writing its outputs).
     input_error : str, optional
@@ -176,14 +180,23 @@ def decide(
     >>> o.line()
     'VERDICT: PASS ON A PARTIAL SCOPE: all 1 evaluated gate(s) passed; partial scope (items sampled (--limit 8)): not the verdict of a full audit (exit code 0)'
     """
-    counts: dict[str, int] = {}
-    for s in statuses:
-        counts[s] = counts.get(s, 0) + 1
+    counts = _count(statuses)
     total = sum(counts.values())
     stopped = _no_verdict(counts.get("error", 0), interrupted, input_error, run_error)
     if stopped is not None:
         return stopped
     return _judged(counts, total, partial)
+
+
+def _count(statuses: Iterable[str | Mapping[str, Any]]) -> dict[str, int]:
+    """How many gates have each status (an interval-caused ``insufficient`` as ``LENIENT``)."""
+    counts: dict[str, int] = {}
+    for v in statuses:
+        s = v if isinstance(v, str) else v["status"]
+        if s == "insufficient" and not isinstance(v, str) and v.get("cause") == "interval":
+            s = LENIENT
+        counts[s] = counts.get(s, 0) + 1
+    return counts
 
 
 def _judged(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> Outcome:
@@ -243,6 +256,8 @@ def _blocked(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> O
     ('NOT CERTIFIED', 1)
     >>> o.line()[:95]
     'VERDICT: NOT CERTIFIED ON A PARTIAL SCOPE: too small to decide: 1 of 2 must-pass gate(s) not de'
+    >>> decide([{"status": "insufficient", "cause": "interval"}]).line()  # a setting, not the data
+    'VERDICT: FAIL: 1 of 1 gate(s) did not pass (1 insufficient (interval)): the release is blocked (exit code 1)'
     """
     blocked = sum(counts.get(s, 0) for s in BLOCKING)
     detect = _detection_note(counts.get(NOT_DECIDED, 0))
