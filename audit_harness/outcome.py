@@ -282,7 +282,7 @@ def _blocked(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> O
         return _make(
             "NOT CERTIFIED",
             f"too small to decide: {blocked} of {total} must-pass gate(s) not decided on the items "
-            f"sampled ({parts}) and none failed; score every row (no --limit) to decide them{detect}",
+            f"sampled ({parts}) and none failed; score every row to decide them{detect}",
             partial,
         )
     return _make(
