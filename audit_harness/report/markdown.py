@@ -298,7 +298,7 @@ def gates_section(results: Mapping[str, Any]) -> list[str]:
             todo = (resolution_of(v)["to_decide"] or {}).get("text")
             notes.append(
                 f"- {status_word(v['status'])}: {v['message']}"
-                + (f" **To decide it:** {todo}." if todo else "")
+                + (f". **To decide it:** {todo}." if todo else "")
             )
         out.append(_gate_row(v))
     if notes:
@@ -353,7 +353,7 @@ def _gate_row(v: Mapping[str, Any]) -> str:
         metric += " (**not like for like**)"
     return (
         f"| {v['benchmark']} | {v['category']} | {metric} | {value} | {n} | "
-        f"{clusters} | {bounds} | {resolution_text(v)} | {v.get('mode', v.get('basis', '?'))} | "
+        f"{clusters} | {bounds} | {_cell(resolution_text(v))} | {v.get('mode', v.get('basis', '?'))} | "
         f"{v.get('min_n', '-')} | **{status_word(v['status'])}** |"
     )
 
