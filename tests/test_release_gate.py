@@ -128,9 +128,11 @@ def test_a_gate_line_is_printed_once(tmp_path, data_dir):
     assert "FAILED audits/test_bbq.py::test_bbq[Religion-acc_disambig]\n" in proc.stdout
     assert "FAIL         test_bbq[Religion-acc_disambig]  0.000 [0.000, " in proc.stdout
     # The terminal ends with the run's verdict, as the reports begin with it.
+    # A failed gate is evidence, and the verdict says so apart from the undecided ones.
     assert (
-        "VERDICT: FAIL ON A PARTIAL SCOPE: " in proc.stdout
-        and "the release is blocked; partial scope (" in proc.stdout
+        "VERDICT: FAIL ON A PARTIAL SCOPE: BLOCKED, evidence of bias: " in proc.stdout
+        and " block the release (" in proc.stdout
+        and "; partial scope (" in proc.stdout
     )
 
 
