@@ -22,7 +22,8 @@ PASS               0     no gate blocks: every must-pass gate passed; detection 
 =================  ====  ==================================================================
 
 A ``not_decided`` gate (a detection gate whose interval straddles its band) never blocks and is
-never counted as a pass: a PASS says how many there were.
+never counted as a pass: a PASS says how many there were. Nor is it a skip: a run whose gates
+are all not decided checked them (PASS, not NOTHING CHECKED).
 
 A PASS, FAIL or NOT CERTIFIED of a run that covers less than a full audit (``--limit``, ``-k``, ``--min-n``,
 skipped gates: ``report.scope.partial_reasons``) keeps its label and exit code, since a smoke run
@@ -211,6 +212,12 @@ def _judged(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> Ou
     'VERDICT: NOT CERTIFIED: not decided: 1 of 3 must-pass gate(s) could not be certified (1 inconclusive) and none failed: no evidence of bias, but the release is not certified until they pass; 1 detection gate(s) not decided (no evidence of bias either way) (exit code 1)'
     >>> decide(["pass", "not_decided", "not_decided"]).line()
     'VERDICT: PASS: all 1 must-pass gate(s) passed; 2 detection gate(s) not decided (no evidence of bias either way) (exit code 0)'
+    >>> _judged({"pass": 1, "not_decided": 1}, 2, ()).exit_code  # not decided does not block
+    0
+    >>> _judged({"not_decided": 1, "skipped": 1}, 2, ()).label  # judged: something was checked
+    'PASS'
+    >>> _judged({"not_decided": 1, "inconclusive": 1}, 2, ()).exit_code  # inconclusive blocks
+    1
     """
     if not total:
         return _make("NOTHING CHECKED", "no gate was selected, so nothing was checked: never a pass")
