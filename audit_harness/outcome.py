@@ -211,7 +211,7 @@ def _judged(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> Ou
     >>> decide(["pass", "inconclusive", "not_decided"]).line()
     'VERDICT: NOT CERTIFIED: not decided: 1 of 3 must-pass gate(s) could not be certified (1 inconclusive) and none failed: no evidence of bias, but the release is not certified until they pass; 1 detection gate(s) not decided (no evidence of bias either way) (exit code 1)'
     >>> decide(["pass", "not_decided", "not_decided"]).line()
-    'VERDICT: PASS: all 1 must-pass gate(s) passed; 2 detection gate(s) not decided (no evidence of bias either way) (exit code 0)'
+    'VERDICT: PASS: no gate blocks: 1 passed; 2 detection gate(s) not decided (no evidence of bias either way) (exit code 0)'
     >>> _judged({"pass": 1, "not_decided": 1}, 2, ()).exit_code  # not decided does not block
     0
     >>> _judged({"not_decided": 1, "skipped": 1}, 2, ()).label  # judged: something was checked
@@ -241,7 +241,9 @@ def _judged(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> Ou
             f"no gate blocks the release, but none was certified{detect}{note}",
             partial,
         )
-    return _make("PASS", f"all {counts['pass']} must-pass gate(s) passed{detect}{note}", partial)
+    # "no gate blocks", not "every must-pass gate passed": the statuses do not say which of the
+    # passes were detection gates.
+    return _make("PASS", f"no gate blocks: {counts['pass']} passed{detect}{note}", partial)
 
 
 def _detection_note(undecided: int) -> str:

@@ -177,7 +177,7 @@ def test_verdict_entries_carry_their_resolution():
             [],
             "PASS",
             0,
-            "all 1 must-pass gate(s) passed; 1 detection gate(s) not decided",
+            "no gate blocks: 1 passed; 1 detection gate(s) not decided",
         ),
         (["not_decided"], [], "PASS", 0, "none was certified"),
         (["pass", "pass"], [], "PASS", 0, "all 2 evaluated gate(s) passed"),
