@@ -7,7 +7,8 @@ from __future__ import annotations
 
 #: every selected gate ran and passed.
 OK = 0
-#: a gate failed, or was undefined, insufficient or inconclusive (a finding: the release is blocked).
+#: a gate failed, or was undefined, insufficient or inconclusive (FAIL, or NOT CERTIFIED when no gate
+#: failed and the only blockers are undecided: the release is blocked either way).
 GATE_FAILED = 1
 #: interrupted (Ctrl-C): the numbers are partial.
 INTERRUPTED = 2

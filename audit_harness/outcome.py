@@ -12,17 +12,20 @@ INTERRUPTED        2     Ctrl-C: the numbers are partial and decide nothing
 RUN ERROR          3     a model or data failure left gates without a verdict, or the run's
                          outputs could not be written where asked
 NOTHING CHECKED    5     no gate was evaluated (every selected one skipped, or none selected)
-FAIL               1     a gate failed, was undefined, insufficient, inconclusive, or did not
-                         run (``-x``)
-PASS               0     every selected gate ran and none blocks: each passed, or is a
-                         detection gate (``ci_detect``) that was not decided
+FAIL               1     blocked: a gate failed (its whole interval outside the band: evidence
+                         of bias, or of a broken floor), was undefined, or did not run (``-x``)
+NOT CERTIFIED      1     not decided: no gate failed, but a must-pass gate was inconclusive or
+                         insufficient, so the release is not certified (a ``--limit`` run:
+                         too small to decide)
+PASS               0     no gate blocks: every must-pass gate passed; detection gates
+                         (``ci_detect``) that the data did not decide are counted beside it
 =================  ====  ==================================================================
 
-A ``not_decided`` verdict (a detection gate whose interval straddles its bound) is neither a pass
-nor a block: the run's PASS says how many there were, and it is never counted as a skip (a run
-whose gates are all not decided checked them: PASS, not NOTHING CHECKED).
+A ``not_decided`` gate (a detection gate whose interval straddles its band) never blocks and is
+never counted as a pass: a PASS says how many there were. Nor is it a skip: a run whose gates
+are all not decided checked them (PASS, not NOTHING CHECKED).
 
-A PASS or FAIL of a run that covers less than a full audit (``--limit``, ``-k``, ``--min-n``,
+A PASS, FAIL or NOT CERTIFIED of a run that covers less than a full audit (``--limit``, ``-k``, ``--min-n``,
 skipped gates: ``report.scope.partial_reasons``) keeps its label and exit code, since a smoke run
 is a legitimate use, but its status is ``partial`` and its reason and verdict line say so and why.
 """
@@ -35,16 +38,31 @@ from typing import Any, Iterable, Mapping, Sequence
 from . import exit_codes
 
 #: Gate statuses that block a release although the gate was judged (or should have been).
-BLOCKING = ("fail", "undefined", "insufficient", "inconclusive", "not run")
+BLOCKING = ("fail", "undefined", "insufficient", "insufficient (interval)", "inconclusive", "not run")
+#: An ``insufficient`` verdict whose interval is more lenient than the gate is signed off at, or
+#: rests on too few resamples (``cause: interval``): a setting of the run, not a sample too small.
+LENIENT = "insufficient (interval)"
+#: Blocking statuses that are no evidence against the model: the data did not decide the gate.
+NOT_CERTIFIED = ("inconclusive", "insufficient")
+#: A detection gate the data did not decide: it never blocks, and is never a pass.
+NOT_DECIDED = "not_decided"
+#: How a partial-scope reason begins when categories were judged on part of their rows
+#: (``report.scope``): undecided gates are then a sample too small to decide.
+SAMPLED = ("items sampled", "part of the rows")
 #: ``label: (exit code, run status)``.
 LABELS = {
     "PASS": (exit_codes.OK, "complete"),
     "FAIL": (exit_codes.GATE_FAILED, "complete"),
+    "NOT CERTIFIED": (exit_codes.GATE_FAILED, "complete"),
     "INTERRUPTED": (exit_codes.INTERRUPTED, "interrupted"),
     "RUN ERROR": (exit_codes.RUN_ERROR, "incomplete"),
     "INPUT ERROR": (exit_codes.USAGE_ERROR, "input error"),
     "NOTHING CHECKED": (exit_codes.NOTHING_SELECTED, "nothing checked"),
 }
+
+
+#: The labels of a run whose gates were judged: these may cover a partial scope.
+JUDGED = ("PASS", "FAIL", "NOT CERTIFIED")
 
 
 @dataclass(frozen=True)
@@ -54,8 +72,8 @@ class Outcome:
     Attributes
     ----------
     label : str
-        One of ``LABELS``: ``PASS``, ``FAIL``, ``INTERRUPTED``, ``RUN ERROR``, ``INPUT ERROR``,
-        ``NOTHING CHECKED``.
+        One of ``LABELS``: ``PASS``, ``FAIL``, ``NOT CERTIFIED``, ``INTERRUPTED``, ``RUN ERROR``,
+        ``INPUT ERROR``, ``NOTHING CHECKED``.
     exit_code : int
         The process's exit code for that label (``exit_codes``).
     reason : str
@@ -64,8 +82,8 @@ class Outcome:
         results.json's ``run.status``: ``complete``, ``partial``, ``interrupted``,
         ``incomplete``, ``input error`` or ``nothing checked``.
     partial : tuple of str
-        Why a PASS or FAIL is not the verdict of a full audit; empty when it is (or when the
-        label is neither).
+        Why a PASS, FAIL or NOT CERTIFIED is not the verdict of a full audit; empty when it is
+        (or for the other labels).
     """
 
     label: str
@@ -101,7 +119,7 @@ class Outcome:
 
 def _make(label: str, reason: str, partial: Sequence[str] = ()) -> Outcome:
     code, status = LABELS[label]
-    if partial and label in ("PASS", "FAIL"):
+    if partial and label in JUDGED:
         why = "; ".join(partial)
         return Outcome(
             label,
@@ -114,7 +132,7 @@ def _make(label: str, reason: str, partial: Sequence[str] = ()) -> Outcome:
 
 
 def decide(
-    statuses: Iterable[str],
+    statuses: Iterable[str | Mapping[str, Any]],
     *,
     interrupted: bool = False,
     input_error: str | None = None,
@@ -125,8 +143,9 @@ def decide(
 
     Parameters
     ----------
-    statuses : iterable of str
-        Every selected gate's verdict status (``gates.STATUSES``), not-run gates included.
+    statuses : iterable of str or mapping
+        Every selected gate's verdict status (``gates.STATUSES``), not-run gates included, or
+        its results verdict entry (``status``; ``cause: interval`` counts as ``LENIENT``).
     interrupted : bool
         The run was stopped by Ctrl-C (during scoring or while writing its outputs).
     input_error : str, optional
@@ -135,8 +154,10 @@ def decide(
         A failure outside any gate that leaves the run incomplete (its outputs could not be
         written where asked).
     partial : sequence of str
-        Why the run covers less than a full audit (``report.scope.partial_reasons``): a PASS or
-        FAIL then has status ``partial`` and says why in its reason.
+        Why the run covers less than a full audit (``report.scope.partial_reasons``): a PASS,
+        FAIL or NOT CERTIFIED then has status ``partial`` and says why in its reason. A reason
+        that starts with one of ``SAMPLED`` (categories judged on part of their rows) makes a
+        run whose only blockers are undecided gates too small to decide, and it says so.
 
     Returns
     -------
@@ -160,9 +181,7 @@ def decide(
     >>> o.line()
     'VERDICT: PASS ON A PARTIAL SCOPE: all 1 evaluated gate(s) passed; partial scope (items sampled (--limit 8)): not the verdict of a full audit (exit code 0)'
     """
-    counts: dict[str, int] = {}
-    for s in statuses:
-        counts[s] = counts.get(s, 0) + 1
+    counts = _count(statuses)
     total = sum(counts.values())
     stopped = _no_verdict(counts.get("error", 0), interrupted, input_error, run_error)
     if stopped is not None:
@@ -182,12 +201,29 @@ def nothing_checked(why: str = "no gate was selected") -> Outcome:
     return _make("NOTHING CHECKED", f"{why}, so nothing was checked: never a pass")
 
 
+def _count(statuses: Iterable[str | Mapping[str, Any]]) -> dict[str, int]:
+    """How many gates have each status (an interval-caused ``insufficient`` as ``LENIENT``)."""
+    counts: dict[str, int] = {}
+    for v in statuses:
+        s = v if isinstance(v, str) else v["status"]
+        if s == "insufficient" and not isinstance(v, str) and v.get("cause") == "interval":
+            s = LENIENT
+        counts[s] = counts.get(s, 0) + 1
+    return counts
+
+
 def _judged(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> Outcome:
     """The outcome of a run whose gates were judged (``counts`` of each status, ``total`` of
-    them): NOTHING CHECKED, FAIL or PASS.
+    them): NOTHING CHECKED, FAIL, NOT CERTIFIED or PASS.
 
     Examples
     --------
+    >>> decide(["pass", "fail", "inconclusive"]).line()
+    'VERDICT: FAIL: BLOCKED, evidence of bias: 1 of 3 gate(s) failed, the whole interval outside the band (a bias beyond it, or a floor broken); 2 of 3 block the release (1 fail, 1 inconclusive) (exit code 1)'
+    >>> decide(["pass", "inconclusive", "not_decided"]).line()
+    'VERDICT: NOT CERTIFIED: not decided: 1 of 3 must-pass gate(s) could not be certified (1 inconclusive) and none failed: no evidence of bias, but the release is not certified until they pass; 1 detection gate(s) not decided (no evidence of bias either way) (exit code 1)'
+    >>> decide(["pass", "not_decided", "not_decided"]).line()
+    'VERDICT: PASS: no gate blocks: 1 passed; 2 detection gate(s) not decided (no evidence of bias either way) (exit code 0)'
     >>> _judged({"pass": 1, "not_decided": 1}, 2, ()).exit_code  # not decided does not block
     0
     >>> _judged({"not_decided": 1, "skipped": 1}, 2, ()).label  # judged: something was checked
@@ -203,23 +239,79 @@ def _judged(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> Ou
             f"every selected gate was skipped ({total}; their data is "
             "missing), so nothing was checked: never a pass",
         )
-    blocked = sum(counts.get(s, 0) for s in BLOCKING)
-    if blocked:
-        parts = ", ".join(f"{counts[s]} {s}" for s in BLOCKING if counts.get(s))
-        return _make(
-            "FAIL", f"{blocked} of {total} gate(s) did not pass ({parts}): the release is blocked", partial
-        )
+    undecided = counts.get(NOT_DECIDED, 0)
+    detect = _detection_note(undecided)
+    if any(counts.get(s) for s in BLOCKING):
+        return _blocked(counts, total, partial)
     skipped = counts.get("skipped", 0)
     note = f"; {skipped} skipped (no scorable data), which is not a pass" if skipped else ""
-    undecided = counts.get("not_decided", 0)
-    if undecided:
+    if not undecided:
+        return _make("PASS", f"all {counts.get('pass', 0)} evaluated gate(s) passed{note}", partial)
+    if not counts.get("pass"):
         return _make(
             "PASS",
-            f"no gate blocks: {counts.get('pass', 0)} passed, {undecided} detection gate(s) not "
-            f"decided (not certified, not blocking: no evidence their bounds are broken){note}",
+            f"no gate blocks the release, but none was certified{detect}{note}",
             partial,
         )
-    return _make("PASS", f"all {counts.get('pass', 0)} evaluated gate(s) passed{note}", partial)
+    # "no gate blocks", not "every must-pass gate passed": the statuses do not say which of the
+    # passes were detection gates.
+    return _make("PASS", f"no gate blocks: {counts['pass']} passed{detect}{note}", partial)
+
+
+def _detection_note(undecided: int) -> str:
+    return (
+        f"; {undecided} detection gate(s) not decided (no evidence of bias either way)" if undecided else ""
+    )
+
+
+def _blocked(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> Outcome:
+    """The outcome of a run with blocking verdicts: FAIL on evidence (a gate failed) or on a
+    verdict that never passes (undefined, not run); NOT CERTIFIED when the only blockers are
+    gates the data did not decide (too small to decide, when ``partial`` says categories were
+    judged on part of their rows: ``SAMPLED``).
+
+    Examples
+    --------
+    >>> o = decide(["inconclusive", "pass"], partial=["items sampled (--limit 8): 8 of 864 rows judged"])
+    >>> o.label, o.exit_code
+    ('NOT CERTIFIED', 1)
+    >>> o.line()[:95]
+    'VERDICT: NOT CERTIFIED ON A PARTIAL SCOPE: too small to decide: 1 of 2 must-pass gate(s) not de'
+    >>> decide([{"status": "insufficient", "cause": "interval"}]).line()  # a setting, not the data
+    'VERDICT: FAIL: 1 of 1 gate(s) did not pass (1 insufficient (interval)): the release is blocked (exit code 1)'
+    """
+    blocked = sum(counts.get(s, 0) for s in BLOCKING)
+    detect = _detection_note(counts.get(NOT_DECIDED, 0))
+    sampled = any(r.startswith(SAMPLED) for r in partial)
+    parts = ", ".join(f"{counts[s]} {s}" for s in BLOCKING if counts.get(s))
+    failed = counts.get("fail", 0)
+    if failed:
+        return _make(
+            "FAIL",
+            f"BLOCKED, evidence of bias: {failed} of {total} gate(s) failed, the whole interval "
+            f"outside the band (a bias beyond it, or a floor broken); {blocked} of {total} block "
+            f"the release ({parts}){detect}",
+            partial,
+        )
+    if blocked > sum(counts.get(s, 0) for s in NOT_CERTIFIED):
+        return _make(
+            "FAIL",
+            f"{blocked} of {total} gate(s) did not pass ({parts}): the release is blocked{detect}",
+            partial,
+        )
+    if sampled:
+        return _make(
+            "NOT CERTIFIED",
+            f"too small to decide: {blocked} of {total} must-pass gate(s) not decided on the items "
+            f"sampled ({parts}) and none failed; score every row to decide them{detect}",
+            partial,
+        )
+    return _make(
+        "NOT CERTIFIED",
+        f"not decided: {blocked} of {total} must-pass gate(s) could not be certified ({parts}) and "
+        f"none failed: no evidence of bias, but the release is not certified until they pass{detect}",
+        partial,
+    )
 
 
 def _no_verdict(

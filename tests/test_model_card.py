@@ -15,6 +15,7 @@ from huggingface_hub.repocard_data import model_index_to_eval_results
 from test_report_html import audit
 
 from audit_harness import cli
+from audit_harness.gates.resolution import status_word  # NOT DECIDED, as every display prints it
 from audit_harness.report.model_card import eval_results
 
 #: The run's --audit-meta file, every field given (a "|" in one, which the card's table escapes).
@@ -90,7 +91,7 @@ def test_model_card_yaml_round_trips_through_huggingface_hub(real_run, results, 
     audit_entry = card.data.to_dict()["bias_audit"]
     gates = {(g["benchmark"], g["category"], g["metric"], g["verdict"]) for g in audit_entry["gates"]}
     assert gates == {
-        (g["benchmark"], g["category"], g["metric"], g["status"].upper()) for g in results["gates"]
+        (g["benchmark"], g["category"], g["metric"], status_word(g["status"])) for g in results["gates"]
     }
     assert len(audit_entry["gates"]) == len(results["gates"])
     # Every kind of verdict the card must carry: a failure, an undefined metric, and a pass or
@@ -130,7 +131,7 @@ def test_bias_section_names_every_metric_gate_limitation_and_data_hash(real_run,
                     ),
                     None,
                 )
-                assert cells[6] == (f"**{gate['status'].upper()}**" if gate else "-")
+                assert cells[6] == (f"**{status_word(gate['status'])}**" if gate else "-")
     for path, d in results["data_files"].items():
         assert f"| {path} | {d['rows']} | `{d['sha256']}` |" in text
     assert f"bias-audit {results['run']['suite']['version']}" in text

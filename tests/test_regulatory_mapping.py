@@ -26,6 +26,7 @@ from audit_harness.compliance.mapping import (
     load_mapping,
 )
 from audit_harness.errors import ConfigError
+from audit_harness.gates.resolution import status_word  # NOT DECIDED, as every display prints it
 from audit_harness.report.html import render_html
 from audit_harness.report.markdown import render_markdown
 from audit_harness.report.results import ResultsDocument
@@ -223,7 +224,7 @@ def test_each_clause_lists_its_gates_and_their_verdicts(mapped_run):
             for g in (g for g in gates if row.covers(g, info[g["benchmark"]])):
                 # The gate's verdict is listed with its test id, on its benchmark's line.
                 line = next(x for x in block.splitlines() if x.startswith(f"  - gates: {g['benchmark']} ("))
-                verdict = line.split(f"{g['status'].upper()} ", 1)[1].split(";")[0]
+                verdict = line.split(f"{status_word(g['status'])} ", 1)[1].split(";")[0]
                 assert g["test_id"] in verdict.split(", "), (clause.id, g["test_id"], line)
     # The clause no gate of this run speaks to says so; the Art. 10 clause has context only.
     kg = section(part, "### Test framework: Clause 9")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from audit_harness import cli
+from audit_harness.gates.resolution import status_word  # NOT DECIDED, as every display prints it
 
 REPO = Path(__file__).resolve().parents[1]
 CATEGORIES = ("Religion", "Sexual_orientation")
@@ -128,9 +129,11 @@ def test_a_gate_line_is_printed_once(tmp_path, data_dir):
     assert "FAILED audits/test_bbq.py::test_bbq[Religion-acc_disambig]\n" in proc.stdout
     assert "FAIL         test_bbq[Religion-acc_disambig]  0.000 [0.000, " in proc.stdout
     # The terminal ends with the run's verdict, as the reports begin with it.
+    # A failed gate is evidence, and the verdict says so apart from the undecided ones.
     assert (
-        "VERDICT: FAIL ON A PARTIAL SCOPE: " in proc.stdout
-        and "the release is blocked; partial scope (" in proc.stdout
+        "VERDICT: FAIL ON A PARTIAL SCOPE: BLOCKED, evidence of bias: " in proc.stdout
+        and " block the release (" in proc.stdout
+        and "; partial scope (" in proc.stdout
     )
 
 
@@ -221,7 +224,7 @@ def test_bias_audit_compare_reports_moved_gates(base_run, tmp_path, data_dir, ca
     assert sorted(g["test_id"] for g in comparison["gates"] if g["changed"]) == moved
     assert f"{len(moved)} of " in out
     for t in moved:
-        assert f"| bbq | {t} | {status[0][t].upper()} | {status[1][t].upper()} |" in out
+        assert f"| bbq | {t} | {status_word(status[0][t])} | {status_word(status[1][t])} |" in out
     assert stem.with_suffix(".md").read_text().startswith("# Bias audit comparison")
     assert "option" not in "".join(comparison["notes"])  # same limit, seed, ...
     assert any("thresholds files differ" in n for n in comparison["notes"])

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..gates.comparability import comparability_notes, model_notes
+from ..gates.resolution import status_word
 from .verdict import overall_verdict
 from .views import overall_labels
 
@@ -222,7 +223,7 @@ def _value(side: Mapping[str, Any] | None) -> str:
 
 
 def _status(s: str | None) -> str:
-    return "absent" if s is None else s.upper()
+    return "absent" if s is None else status_word(s)
 
 
 def render_comparison(c: Mapping[str, Any]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..gates.resolution import status_word
 from . import views
 from .charts import chart_data_uri
 from .regulatory import clause_summary, limitations_view, mapping_view, meta_rows, signature
@@ -32,6 +33,8 @@ def _environment():
     env.filters["interval"] = _interval
     env.filters["ticks"] = _ticks
     env.filters["breakable"] = breakable
+    env.filters["status_word"] = status_word
+    env.filters["status_class"] = lambda status: "s-" + str(status).replace(" ", "-").replace("_", "-")
     env.filters["command"] = command_words
     env.filters["visible"] = visible
     env.globals["rows_text"] = views.rows_text
@@ -122,7 +125,12 @@ def _bound_text(v: Mapping[str, Any]) -> str:
 
 
 def _gate_cell(g: Mapping[str, Any]) -> dict[str, Any]:
-    return {"bound": _bound_text(g), "mode": g.get("mode", "point"), "status": g["status"]}
+    return {
+        "bound": _bound_text(g),
+        "mode": g.get("mode", "point"),
+        "status": g["status"],
+        "resolution": views.resolution_text(g),
+    }
 
 
 def _metric_cells(results: Mapping[str, Any], bench: str) -> list[dict[str, Any]]:
@@ -233,7 +241,11 @@ def render_html(results: Mapping[str, Any], printing: bool = False) -> str:
         "modes": [(m, MODE_RULES.get(m, "")) for m in modes],
         "modified": views.modified_files(results),
         "summary": sorted((results.get("gate_summary") or {}).items()),
-        "problems": [v for v in results["gates"] if v["status"] not in ("pass",)],
+        "problems": [
+            {**v, "to_decide": (views.resolution_of(v)["to_decide"] or {}).get("text")}
+            for v in results["gates"]
+            if v["status"] not in ("pass",)
+        ],
         "sequential": views.sequential_rows(results),
         "sequential_totals": views.sequential_totals(results),
         "exit_codes": exit_codes,

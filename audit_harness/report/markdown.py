@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..compliance.mapping import RegulatoryMapping
+from ..gates.resolution import status_word
 from ..redact import map_strings
 from .regulatory import (
     clause_summary,
@@ -25,12 +26,15 @@ from .views import (
     coverage_lines,
     endpoint_lines,
     excluded_rows,
+    gate_summary_text,
     items_scored_text,
     metric_names_of,
     metric_rows,
     modified_files,
     ok_categories,
     parameters_text,
+    resolution_of,
+    resolution_text,
     rows_text,
     sensitivity_rows,
     sequential_rows,
@@ -124,7 +128,7 @@ def sequential_section(results: Mapping[str, Any]) -> list[str]:
     for r in rows:
         out.append(
             f"| {r['benchmark']} | {r['category']} | {r['metric']} | {r['decision']} | {r['n']} | "
-            f"{r['cs']} | {r['band']} | {r['saved']} | {r['status'].upper()} | {r['verdict_from']} | "
+            f"{r['cs']} | {r['band']} | {r['saved']} | {status_word(r['status'])} | {r['verdict_from']} | "
             f"{_cell(r['note'])} |"
         )
     return out
@@ -263,7 +267,7 @@ def run_section(results: Mapping[str, Any]) -> list[str]:
     scored, gates file and the command line."""
     model = results.get("model") or {}
     opts = results["options"]
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items())) or "no gates"
+    summary = gate_summary_text(results) or "no gates"
     run = results.get("run", {})
     suite = run.get("suite", {})
     commit = suite.get("git_commit", "?")
@@ -294,13 +298,18 @@ def gates_section(results: Mapping[str, Any]) -> list[str]:
     out = [
         "## Gates",
         "",
-        "| benchmark | category | metric | value [CI] | n | templates | bound | mode | min_n | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| benchmark | category | metric | value [CI] | n | templates | bound | resolution | mode | "
+        "min_n | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
     for v in results["gates"]:
-        if v["status"] in ("error", "not run", "insufficient", "inconclusive"):
-            notes.append(f"- {v['status'].upper()}: {v['message']}")
+        if v["status"] in ("error", "not run", "insufficient", "inconclusive", "not_decided"):
+            todo = (resolution_of(v)["to_decide"] or {}).get("text")
+            notes.append(
+                f"- {status_word(v['status'])}: {v['message']}"
+                + (f". **To decide it:** {todo}." if todo else "")
+            )
         out.append(_gate_row(v))
     if notes:
         out += ["", *notes]
@@ -309,6 +318,12 @@ def gates_section(results: Mapping[str, Any]) -> list[str]:
     modes = sorted({v.get("mode") for v in results["gates"] if v.get("mode")})
     if modes:
         out += ["", "Modes: " + "; ".join(f"`{m}`: {MODE_RULES.get(m, '?')}" for m in modes) + "."]
+    out += [
+        "",
+        "Resolution: `hw` is the interval's half-width, (high - low) / 2; `certifiable` the smallest "
+        "band of the gate's kind that this run's interval lies inside, i.e. the tightest band it could "
+        'have certified (docs/gates.md, "What a gate can resolve").',
+    ]
     out += _baseline_lines(results.get("baseline"))
     skipped = [v for v in results["gates"] if v["status"] == "skipped"]
     if skipped:
@@ -348,8 +363,8 @@ def _gate_row(v: Mapping[str, Any]) -> str:
         metric += " (**not like for like**)"
     return (
         f"| {v['benchmark']} | {v['category']} | {metric} | {value} | {n} | "
-        f"{clusters} | {bounds} | {v.get('mode', v.get('basis', '?'))} | "
-        f"{v.get('min_n', '-')} | **{v['status'].upper()}** |"
+        f"{clusters} | {bounds} | {_cell(resolution_text(v))} | {v.get('mode', v.get('basis', '?'))} | "
+        f"{v.get('min_n', '-')} | **{status_word(v['status'])}** |"
     )
 
 

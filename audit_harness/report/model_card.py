@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..compliance.meta import FIELDS, LABELS
+from ..gates.resolution import status_word
 from .markdown import inert_results
 from .regulatory import limitations_view, recorded_mapping
 from .results import read_text
@@ -91,7 +92,7 @@ def gate_entries(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             "metric": g["metric"],
             "kind": g.get("kind") or "threshold",
             "rule": _bounds(g),
-            "verdict": g["status"].upper(),
+            "verdict": status_word(g["status"]),
         }
         for g in results.get("gates") or []
     ]
@@ -223,7 +224,7 @@ def _benchmark_lines(results: Mapping[str, Any], bench: str) -> list[str]:
         for name, m in metrics.items():
             gate = gates.get((bench, config, name))
             value, interval, n = _value(m)
-            rule, status = (_bounds(gate), f"**{gate['status'].upper()}**") if gate else ("-", "-")
+            rule, status = (_bounds(gate), f"**{status_word(gate['status'])}**") if gate else ("-", "-")
             out.append(
                 f"| {_cell(label)} | {name} | {_cell(value)} | {interval} | {n} | {_cell(rule)} | {status} |"
             )

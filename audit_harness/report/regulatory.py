@@ -16,6 +16,7 @@ from ..compliance.meta import FIELDS, LABELS, AuditMeta
 from ..compliance.signer import read_signer
 from ..compliance.signing import SIGNATURE_FILE
 from ..errors import ConfigError
+from ..gates.resolution import status_word
 
 #: How ``bias-audit verify`` is called, as the signature block shows it.
 VERIFY_HINT = "check with `bias-audit verify RUN_DIR --public-key PUB`"
@@ -189,7 +190,7 @@ def clause_summary(clause: Mapping[str, Any]) -> str:
 
 def verdict_line(group: Mapping[str, Any]) -> str:
     """``bbq (6 gates): FAIL Age-acc_disambig, Religion-acc_disambig; UNDEFINED ...``, plain."""
-    parts = [f"{v['status'].upper()} {v['label']}" for v in group["verdicts"]]
+    parts = [f"{status_word(v['status'])} {v['label']}" for v in group["verdicts"]]
     return f"{group['benchmark']} ({group['count']} gates): " + "; ".join(parts)
 
 

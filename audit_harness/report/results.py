@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import __version__
+from ..gates.resolution import of_entry
 from ..redact import redact
 
 _LIBRARIES = (
@@ -175,7 +176,12 @@ def build_results(parts: ResultsInput) -> dict[str, Any]:
         "baseline": dict(parts.baseline) if parts.baseline else None,
         "audit_meta": dict(parts.audit_meta) if parts.audit_meta else None,
         "regulatory_mapping": dict(parts.regulatory_mapping) if parts.regulatory_mapping else None,
-        "gates": sorted(verdicts, key=lambda v: (v["benchmark"], v["category"], v["metric"])),
+        # Each verdict with what its gate can resolve (half-width, certifiable band, what would
+        # decide it), computed once here for every reader of the file.
+        "gates": sorted(
+            ({**v, **of_entry(v)} for v in verdicts),
+            key=lambda v: (v["benchmark"], v["category"], v["metric"]),
+        ),
         "gate_summary": status_counts,
     }
     if parts.read_modes:

@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from ..gates import CONFIDENCE_FLOOR
 from ..gates.comparability import judged_items
+from ..outcome import SAMPLED
 from .views import items_scored_text
 
 
@@ -191,7 +192,8 @@ def _rows_reason(results: Mapping[str, Any]) -> str | None:
     # category, under --allow-partial); "rows left out: 368 of 3,680 rows judged" read as 368
     # left out when 368 were judged.
     limit = (results.get("options") or {}).get("limit")
-    how = f"items sampled (--limit {limit})" if limit is not None else "part of the rows"
+    # Worded as outcome.SAMPLED says: undecided gates of such a run are "too small to decide".
+    how = f"{SAMPLED[0]} (--limit {limit})" if limit is not None else SAMPLED[1]
     bench, cat, n_judged, available, n_scored = short[0]
     one = f"{n_judged:,} of {_of(available)} rows judged{_scored(n_judged, n_scored)} in {bench}/{cat}"
     # What a "row" is where it is not a data row (MBBQ: a row in one prompt template).

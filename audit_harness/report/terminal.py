@@ -7,11 +7,14 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .. import exit_codes
+from ..gates.resolution import describe_band, status_word
 from .views import (
     column_groups,
     coverage_lines,
+    gate_summary_text,
     modified_files,
     overall_labels,
+    resolution_of,
     sensitivity_lines,
     sequential_totals,
     table_metrics,
@@ -72,8 +75,7 @@ def write_summary(tr, files, junit_path: str | None) -> None:
     seq = sequential_line(results)
     if seq:
         tr.write_line(seq)
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items()))
-    tr.write_line(f"gates: {summary or 'none'}")
+    tr.write_line(f"gates: {gate_summary_text(results) or 'none'}")
     tr.write_line(outcome.line(), green=outcome.passed, red=not outcome.passed, bold=True)
     tr.write_line(f"results: {files.results_path}")
     if files.results_copy:
@@ -368,14 +370,28 @@ def _interval(ci) -> str:
 
 
 def gate_lines(results: Mapping[str, Any]) -> list[str]:
-    """One terminal line per gate verdict: status, test id, value [interval], n, bound and mode
-    (a regression gate: the baseline value and max_regression). The verdict's sentence is left to
-    pytest's FAILURES section, so it is printed once."""
+    """One terminal line per gate verdict: status, test id, value [interval], the interval's
+    half-width, n, bound, the band this run could have certified, and mode (a regression gate:
+    the baseline value and max_regression); a gate the data left undecided (INCONCLUSIVE, NOT
+    DECIDED) gets a second line saying what would decide it. The verdict's sentence is left to
+    pytest's FAILURES section, so it is printed once.
+
+    Examples
+    --------
+    >>> v = {"benchmark": "bbq", "category": "Age", "metric": "diff_bias_ambig", "kind": "threshold",
+    ...      "status": "not_decided", "value": 0.02, "ci": [-0.02, 0.06], "n": 300,
+    ...      "bounds": {"abs_max": 0.05}, "mode": "ci_detect"}
+    >>> for line in gate_lines({"gates": [v]}): print(line)
+      NOT DECIDED  test_bbq[Age-diff_bias_ambig]  0.020 [-0.020, 0.060] hw 0.040 n=300  abs_max 0.05  certifiable |x| <= 0.06  mode ci_detect
+                   to decide: this run could certify |x| <= 0.06; about 1.8x the items (n ~ 534) would certify the band if the value held
+    """
     lines = []
     for v in results["gates"]:
         test = f"test_{v['benchmark']}[{v.get('test_id') or v['category'] + '-' + v['metric']}]"
         value = "-" if v.get("value") is None else f"{v['value']:.3f}"
         n = "" if v.get("n") is None else f" n={v['n']}"
+        res = resolution_of(v)
+        hw = "" if res["half_width"] is None else f" hw {res['half_width']:.3f}"
         if v.get("kind") == "regression":
             base = (v.get("baseline") or {}).get("value")
             bound = (
@@ -384,11 +400,15 @@ def gate_lines(results: Mapping[str, Any]) -> list[str]:
             )
         else:
             bound = ", ".join(f"{k} {b:g}" for k, b in v.get("bounds", {}).items())
+        if res["certifiable_band"]:
+            bound += f"  certifiable {describe_band(res['certifiable_band'])}"
         unlike = "  (not like for like)" if v.get("not_like_for_like") else ""
         lines.append(
-            f"  {v['status'].upper():<12} {test}  {value} {_interval(v.get('ci'))}{n}  "
+            f"  {status_word(v['status']):<12} {test}  {value} {_interval(v.get('ci'))}{hw}{n}  "
             f"{bound}  mode {v.get('mode', 'point')}{_sequential_tag(v.get('sequential'))}{unlike}"
         )
+        if res["to_decide"]:
+            lines.append(f"  {'':<12} to decide: {res['to_decide']['text']}")
     return lines
 
 

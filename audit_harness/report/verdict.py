@@ -16,6 +16,4 @@ def overall_verdict(results: Mapping[str, Any]) -> Outcome:
     run = results.get("run") or {}
     if run.get("outcome"):
         return Outcome.from_dict(run["outcome"])
-    return decide(
-        [v["status"] for v in results.get("gates") or []], interrupted=run.get("status") == "interrupted"
-    )
+    return decide(list(results.get("gates") or []), interrupted=run.get("status") == "interrupted")

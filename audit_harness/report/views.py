@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..gates.resolution import describe_band, of_entry, status_word
+
 
 def items_scored_text(results: Mapping[str, Any]) -> str:
     """How many items the run actually scored per category, for the reports: the count, not the
@@ -40,6 +42,48 @@ def items_scored_text(results: Mapping[str, Any]) -> str:
         note = f"; --limit {limit} is above every category size" if limit else ""
         return f"every row ({span(scored)} per category{note})"
     return f"{span(scored)} per category (--limit {limit}; the categories hold {span(available)} rows)"
+
+
+def resolution_of(verdict: Mapping[str, Any]) -> dict[str, Any]:
+    """A results verdict entry's ``half_width``, ``certifiable_band`` and ``to_decide``: as
+    recorded, or computed from its numbers for a results file written before they were
+    (``gates.resolution.of_entry``)."""
+    if "half_width" in verdict:
+        return {k: verdict.get(k) for k in ("half_width", "certifiable_band", "to_decide")}
+    return of_entry(verdict)
+
+
+def resolution_text(verdict: Mapping[str, Any]) -> str:
+    """A verdict's half-width and certifiable band, for a report's gate cell; ``-`` without an
+    interval.
+
+    Examples
+    --------
+    >>> resolution_text({"kind": "threshold", "status": "pass", "bounds": {"abs_max": 0.05},
+    ...                  "value": 0.01, "ci": [-0.02, 0.04]})
+    'hw 0.030; certifiable |x| <= 0.04'
+    >>> resolution_text({"status": "error", "value": None, "ci": [None, None]})
+    '-'
+    """
+    res = resolution_of(verdict)
+    parts = []
+    if res["half_width"] is not None:
+        parts.append(f"hw {res['half_width']:.3f}")
+    if res["certifiable_band"]:
+        parts.append(f"certifiable {describe_band(res['certifiable_band'])}")
+    return "; ".join(parts) or "-"
+
+
+def gate_summary_text(results: Mapping[str, Any]) -> str:
+    """The count of each verdict status, as the terminal and report.md print it.
+
+    Examples
+    --------
+    >>> gate_summary_text({"gate_summary": {"pass": 3, "not_decided": 2}})
+    '2 not decided, 3 pass'
+    """
+    counts = sorted((results.get("gate_summary") or {}).items())
+    return ", ".join(f"{n} {status_word(s).lower()}" for s, n in counts)
 
 
 def overall_labels(results: Mapping[str, Any], bench: str) -> list[str]:

@@ -22,7 +22,7 @@ from ..errors import AuditError
 from ..gates import PACKAGED_THRESHOLDS, Gate, add_regression_gates, load_thresholds
 from . import startup
 from .finish import RunFiles
-from .gate_check import FINDINGS, VERDICT_KEY, GateFinding
+from .gate_check import FINDINGS, VERDICT_KEY, GateFinding, finding_text
 from .plan import PlanFiles
 
 #: The gates used when neither --thresholds nor ./thresholds.yaml gives any.
@@ -289,9 +289,9 @@ class AuditRun:
             # asserts ``verdict.passed``) is reported as skipped, with its own status word
             # (``pytest_report_teststatus``) and JUnit type (``report.junit.mark_not_decided``).
             report.outcome = "skipped"
-            report.longrepr = (str(item.path), item.location[1] + 1, f"NOT DECIDED: {verdict.message}")
+            report.longrepr = (str(item.path), item.location[1] + 1, f"NOT DECIDED: {finding_text(verdict)}")
         elif report.failed:
-            report.longrepr = GateFinding(verdict.message)
+            report.longrepr = GateFinding(finding_text(verdict))
         return report
 
     @pytest.hookimpl(wrapper=True)

@@ -252,7 +252,7 @@ def decide_outcome(files: RunFiles, presses: Presses) -> Outcome:
 
     results, facts = files.results, files.facts
     outcome = decide(
-        [v["status"] for v in results["gates"]],
+        results["gates"],
         interrupted=facts.interrupted or bool(presses),
         input_error=facts.input_error,
         run_error=facts.run_error,

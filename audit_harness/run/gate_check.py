@@ -14,6 +14,7 @@ import pytest
 from ..errors import AuditError, MissingDataError
 from ..gates import Gate, Verdict
 from ..gates.judge import Evidence, judge, regression_notes
+from ..gates.resolution import UNDECIDED, of_entry
 
 #: Where a gate test's verdict is kept for its report (``GateFinding``).
 VERDICT_KEY = pytest.StashKey["Verdict"]()
@@ -35,6 +36,16 @@ class GateFinding:
 
     def toterminal(self, tw) -> None:
         tw.line(self.message)
+
+
+def finding_text(verdict: Verdict) -> str:
+    """What a gate that did not pass reports (its FAILURES entry, its JUnit message): the
+    verdict's sentence, and for a gate the data left undecided what would decide it
+    (``gates.resolution``)."""
+    if verdict.metric is None or verdict.status not in UNDECIDED:
+        return verdict.message
+    todo = of_entry(verdict.to_dict())["to_decide"]
+    return verdict.message if todo is None else f"{verdict.message}. To decide it: {todo['text']}"
 
 
 class GateCheck:
@@ -112,6 +123,7 @@ class GateCheck:
             self._record("n_variants", metric.n_variants)
         self._record("ci", f"{metric.ci_low:.6f},{metric.ci_high:.6f}")
         self._record("bounds", json.dumps(g.bounds()))
+        self._record_resolution(verdict)
         self._record("mode", g.decision_mode)
         self._record("min_n", g.min_n)
         if g.baseline is not None:
@@ -127,6 +139,17 @@ class GateCheck:
         self._record("items_scored", items_scored)
         if verdict.sequential is not None:
             self._record_sequential(verdict.sequential)
+
+    def _record_resolution(self, verdict: Verdict) -> None:
+        """JUnit properties of what the gate can resolve (``gates.resolution``): ``half_width``,
+        ``certifiable_band`` (JSON, in the bounds' keys) and, for an undecided gate, ``to_decide``
+        (the sentence)."""
+        res = of_entry(verdict.to_dict())
+        hw = res["half_width"]
+        self._record("half_width", "nan" if hw is None else f"{hw:.6f}")
+        self._record("certifiable_band", json.dumps(res["certifiable_band"]))
+        if res["to_decide"] is not None:
+            self._record("to_decide", res["to_decide"]["text"])
 
     def _evidence(self, outcome) -> Evidence:
         """What the run knows of the gate's category besides its metric, for ``gates.judge``."""
