@@ -141,7 +141,7 @@ def category_items(bench, data_dir: Path, category: str) -> tuple[list, list]:
     control items apart, second. Raises MissingDataError when the data is missing."""
     out: tuple[list, list] = ([], [])
     for it in bench.load_category(data_dir, category).items:
-        rec = bench._record(it, it.gold)
+        rec = bench._record(it, it.gold)  # noqa: SLF001 (the record a run makes of an answer)
         out[bool(getattr(it, "control", False))].append((it, rec, bench.metric_record(rec)))
     return out
 
@@ -479,11 +479,29 @@ def simulate_all(ns) -> dict:
     return results
 
 
+def conditions(ns, started: float) -> str:
+    """When, at what commit, with which seeds and under what load the table was made."""
+    import subprocess
+    import time
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (
+        f"{time.strftime('%Y-%m-%d')} at commit {commit.stdout.strip() or '?'}: seeds {ns.seed}-"
+        f"{ns.seed + ns.runs - 1} ({ns.runs} runs per model, {ns.one_runs} per one-category model), "
+        f"{ns.resamples} bootstrap resamples; {time.time() - started:.0f} s wall, "
+        f"load average at the end {load} (1 / 5 / 15 min) on {os.cpu_count()} CPU(s)"
+    )
+
+
 def main(argv=None) -> int:
+    import time
+
+    started = time.time()
     ns = parse(argv)
     results = simulate_all(ns)
     emulated = any(r["design_emulated"] for r in results.values())
-    print(release_table(results), "", one_category_table(results), sep="\n")
+    print(release_table(results), "", one_category_table(results), "", conditions(ns, started), sep="\n")
     if emulated:
         print("\n(issue 46's design emulated: the thresholds file has no pooled gate)")
     if ns.json:
