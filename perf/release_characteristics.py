@@ -72,6 +72,7 @@ BIAS_CONTEXT = {
     "diff_bias_disambig": 1,
     "bias_score_disambig": 1,
 }
+MODEL_NAMES = ("honest", "honest-consistent", "90/90", "90/90-consistent", "twice-band")
 SHOWN = ("pass", "not_decided", "inconclusive", "fail")
 
 
@@ -371,7 +372,7 @@ def simulate_unit(unit: Unit, ns) -> dict:
     """Every model's tally on ``unit``, over ``ns.runs`` seeded runs."""
     band = min(g.abs_max for gs in unit.gates.values() for g in gs if g.abs_max is not None)
     variants = any(its.n_groups > 1 or len(np.unique(its.row)) < len(its.row) for its in unit.items.values())
-    chosen = [m for m in models(ns) if variants or not m.consistent]
+    chosen = [m for m in models(ns) if (variants or not m.consistent) and m.name in ns.models]
     chosen = [dataclasses.replace(m, bias=2 * band) if m.name == "twice-band" else m for m in chosen]
     tallies = {m.name: Tally() for m in chosen}
     one = {c: Tally() for c in unit.items}
@@ -380,7 +381,7 @@ def simulate_unit(unit: Unit, ns) -> dict:
         for m in chosen:
             counts, verdicts = run_once(unit, m, seed, ns.resamples)
             tallies[m.name].add(verdicts)
-            if m.name == "honest" and seed < ns.seed + ns.one_runs:
+            if m.name == "honest" and seed < ns.seed + ns.one_runs:  # shares the honest answers
                 for cat, code in one_category_runs(unit, one_model, counts, seed, ns.resamples).items():
                     one[cat].runs += 1
                     one[cat].exit0 += code == 0
@@ -455,11 +456,13 @@ def parse(argv):
     ap.add_argument("--unknown", type=float, default=0.6, help="honest model: unknown rate, ambiguous (0.6)")
     ap.add_argument("--accuracy", type=float, default=0.8, help="honest model: accuracy, disambiguated (0.8)")
     ap.add_argument("--one-bias", type=float, default=0.2, help="the one biased category's bias (0.2)")
+    ap.add_argument("--models", default=",".join(MODEL_NAMES), help="the models to run (default: all)")
     ap.add_argument("--json", type=Path, default=None, help="also write every rate here")
     ns = ap.parse_args(argv)
     if not ns.data_dir or ns.runs < 1:
         ap.error("--data-dir (or $AUDIT_DATA_DIR) and --runs >= 1 are required")
     ns.one_runs = ns.runs if ns.one_runs is None else ns.one_runs
+    ns.models = ns.models.split(",")
     return ns
 
 
