@@ -14,8 +14,13 @@ RUN ERROR          3     a model or data failure left gates without a verdict, o
 NOTHING CHECKED    5     no gate was evaluated (every selected one skipped, or none selected)
 FAIL               1     a gate failed, was undefined, insufficient, inconclusive, or did not
                          run (``-x``)
-PASS               0     every selected gate ran and passed
+PASS               0     every selected gate ran and none blocks: each passed, or is a
+                         detection gate (``ci_detect``) that was not decided
 =================  ====  ==================================================================
+
+A ``not_decided`` verdict (a detection gate whose interval straddles its bound) is neither a pass
+nor a block: the run's PASS says how many there were, and it is never counted as a skip (a run
+whose gates are all not decided checked them: PASS, not NOTHING CHECKED).
 
 A PASS or FAIL of a run that covers less than a full audit (``--limit``, ``-k``, ``--min-n``,
 skipped gates: ``report.scope.partial_reasons``) keeps its label and exit code, since a smoke run
@@ -167,7 +172,17 @@ def decide(
 
 def _judged(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> Outcome:
     """The outcome of a run whose gates were judged (``counts`` of each status, ``total`` of
-    them): NOTHING CHECKED, FAIL or PASS."""
+    them): NOTHING CHECKED, FAIL or PASS.
+
+    Examples
+    --------
+    >>> _judged({"pass": 1, "not_decided": 1}, 2, ()).exit_code  # not decided does not block
+    0
+    >>> _judged({"not_decided": 1, "skipped": 1}, 2, ()).label  # judged: something was checked
+    'PASS'
+    >>> _judged({"not_decided": 1, "inconclusive": 1}, 2, ()).exit_code  # inconclusive blocks
+    1
+    """
     if not total:
         return _make("NOTHING CHECKED", "no gate was selected, so nothing was checked: never a pass")
     if counts.get("skipped", 0) == total:
@@ -184,6 +199,14 @@ def _judged(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> Ou
         )
     skipped = counts.get("skipped", 0)
     note = f"; {skipped} skipped (no scorable data), which is not a pass" if skipped else ""
+    undecided = counts.get("not_decided", 0)
+    if undecided:
+        return _make(
+            "PASS",
+            f"no gate blocks: {counts.get('pass', 0)} passed, {undecided} detection gate(s) not "
+            f"decided (not certified, not blocking: no evidence their bounds are broken){note}",
+            partial,
+        )
     return _make("PASS", f"all {counts.get('pass', 0)} evaluated gate(s) passed{note}", partial)
 
 

@@ -15,6 +15,7 @@ from .data import resolve_data_dir
 from .devices import share_cpu_threads
 from .errors import AuditError, ConfigError, MissingDataError
 from .evaluation import CategoryOutcome, Scoring, check_capabilities, evaluate_category, write_records
+from .evaluation.outcome import pooled_outcome
 from .gates import Gate, Verdict
 
 
@@ -55,6 +56,8 @@ class AuditSession:
         self._engine = self._cache = self._progress = None
         self._data_dir: Path | None = None
         self.outcomes: dict[tuple[str, str], CategoryOutcome] = {}
+        #: pooled categories' outcomes (``_pooled``): read by their gates, not exported.
+        self.pooled: dict[tuple[str, str], CategoryOutcome] = {}
         # Loaded (validated) data per (benchmark, category): read once, at start-up where the
         # plugin validates it, and reused by the evaluation.
         self._data: dict[tuple[str, str], CategoryData] = {}
@@ -174,6 +177,8 @@ class AuditSession:
                 (type and message) and re-raised.
         """
         key = (benchmark, category)
+        if category in self.benchmarks[benchmark].pooled_names:
+            return self._pooled(benchmark, category)
         if key in self.errors:
             raise AuditError(self.errors[key])
         if key not in self.outcomes:
@@ -188,6 +193,23 @@ class AuditSession:
                 self.errors[key] = f"{type(e).__name__}: {e}"
                 raise
         return self.outcomes[key]
+
+    def _pooled(self, benchmark: str, category: str) -> CategoryOutcome:
+        """A pooled category's outcome (``evaluation.pooled_outcome``), once, over the categories
+        it pools that have data (the others' gates are skipped); an error in one is its error."""
+        key = (benchmark, category)
+        if key not in self.pooled:
+            members = []
+            for cat in self.benchmarks[benchmark].pooled_members(self.data_dir).get(category, ()):
+                try:
+                    members.append(self.outcome(benchmark, cat))
+                except MissingDataError:
+                    continue
+            if not members:
+                raise MissingDataError(f"no category {category} pools has data")
+            bench, settings = self.benchmarks[benchmark], self.options.metric_settings
+            self.pooled[key] = pooled_outcome(bench, category, members, self.run_dir, settings)
+        return self.pooled[key]
 
     def _evaluate(self, benchmark: str, category: str) -> CategoryOutcome:
         start = time.perf_counter()
@@ -240,7 +262,7 @@ class AuditSession:
         from .data import sha256_file
         from .engine.cache import ENGINE_VERSION
 
-        outcome = self.outcomes[(benchmark, category)]
+        outcome = self.outcomes.get((benchmark, category)) or self.pooled[(benchmark, category)]
         model = self.export()["model"]
         # A sequential category judges the value over every selected item, whatever it stopped
         # at: those are the items to compare with the baseline's.

@@ -369,7 +369,7 @@ def main(argv=None) -> int:
     if ns.seeds < 1:
         ap.error("--seeds must be >= 1")
     benchmarks = registry()
-    catalogue = {n: (b.categories, b.metric_names, b.metric_ranges()) for n, b in benchmarks.items()}
+    catalogue = {n: b.gate_catalogue() for n, b in benchmarks.items()}
     # Saved outputs are read in generate mode (``-generate`` metric names): gate those names.
     saved = {
         n: b.for_saved_outputs() if hasattr(b, "for_saved_outputs") else b for n, b in benchmarks.items()

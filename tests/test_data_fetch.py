@@ -456,7 +456,7 @@ def test_selected_benchmarks(args, keyword, expected):
     from audit_harness.gates import load_thresholds
     from audit_harness.selection import selected_benchmarks
 
-    catalogue = {n: (b.categories, b.metric_names) for n, b in registry().items()}
+    catalogue = {n: b.gate_catalogue() for n, b in registry().items()}
     gates = load_thresholds(REPO / "thresholds.yaml", catalogue)
     ids = {b: [g.test_id for g in gs] for b, gs in gates.items()}
     if expected == "every registered benchmark":  # a new benchmark need not edit this test

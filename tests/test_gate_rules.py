@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from audit_harness import cli
-from audit_harness.gates import PACKAGED_THRESHOLDS, Gate, decide_three_way
+from audit_harness.gates import PACKAGED_THRESHOLDS, Gate, decide_detect, decide_three_way
 from bias_metrics.result import MetricResult
 from helpers import bias_audit_score
 
@@ -93,6 +93,66 @@ def test_an_inconclusive_gate_blocks_the_release(tmp_path, data_dir, religion):
     assert "1 inconclusive" in proc.stdout
     assert '<property name="status" value="inconclusive"' in (run_dir / "junit.xml").read_text()
     assert "INCONCLUSIVE:" in (run_dir / "report.md").read_text()
+
+
+# --- ci_detect: a detection gate blocks on evidence only, and is never a pass -----------------------
+@pytest.mark.parametrize(
+    "value,low,high,status",
+    [
+        (0.0, -0.04, 0.04, "pass"),
+        (0.0, -0.06, 0.04, "not_decided"),  # straddles -0.05
+        (0.1, 0.06, 0.14, "fail"),
+        (0.1, 0.05, 0.15, "not_decided"),  # touches the bound: not wholly outside
+    ],
+)
+def test_detect_reads_the_whole_interval_and_not_decided_is_never_a_pass(value, low, high, status):
+    assert decide_detect(value, low, high, (-0.05, 0.05)) == status
+    gate = Gate("bbq", "Age", "diff_bias_ambig", abs_max=0.05, mode="ci_detect", min_n=1)
+    verdict = gate.evaluate(MetricResult("diff_bias_ambig", value, 100, low, high, "wilson", 0.95))
+    assert verdict.status == status and verdict.passed == (status == "pass")
+    assert verdict.not_decided == (status == "not_decided")
+
+
+@pytest.mark.parametrize("level", [0.5, 0.99])
+def test_detect_is_decided_only_at_its_own_level(level):
+    """Lower: an interval fits inside more easily (a PASS too easy); higher: it lies wholly
+    outside less often (a FAIL too rare). Either is no verdict."""
+    gate = Gate("bbq", "Age", "acc_disambig", min=0.5, mode="ci_detect", min_n=1, confidence=0.95)
+    verdict = gate.evaluate(MetricResult("acc_disambig", 0.45, 100, 0.44, 0.46, "wilson", level))
+    assert verdict.status == "insufficient" and "--confidence 0.95" in verdict.message
+
+
+def test_a_not_decided_gate_does_not_block_and_never_reads_as_a_pass(tmp_path, data_dir, religion):
+    """The perfect model's acc_disambig interval straddles a bound just below 1 under ci_detect:
+    NOT DECIDED, exit 0 (it does not block), and the terminal, JUnit and results say not decided,
+    never passed and never a skip for missing data."""
+    tmp, preds = religion
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(
+        "mode: ci_three_way\nbbq:\n  defaults:\n    diff_bias_ambig: {abs_max: 0.05}\n"
+        "    acc_disambig: {min: 0.999, mode: ci_detect}\n"
+    )
+    proc, doc, run_dir = run(tmp_path, data_dir, preds, "--thresholds", gates, "--", "-k", "Religion")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    statuses = {g["metric"]: g["status"] for g in doc["gates"]}
+    assert statuses == {"diff_bias_ambig-generate": "pass", "acc_disambig-generate": "not_decided"}
+    outcome = doc["run"]["outcome"]
+    assert outcome["label"] == "PASS" and "1 detection gate(s) not decided" in outcome["reason"]
+    assert "1 passed" in proc.stdout and "1 not decided" in proc.stdout and "skipped" not in proc.stdout
+    junit = (run_dir / "junit.xml").read_text()
+    assert '<skipped type="not_decided" message="NOT DECIDED: bbq/Religion/acc_disambig' in junit
+    assert '<property name="status" value="not_decided"' in junit
+
+
+def test_a_detection_gate_fail_blocks(tmp_path, data_dir, religion):
+    """A perfect model's diff_bias_ambig is 0: a band that excludes 0 (min 0.5) is broken with
+    evidence, and a detection gate's FAIL blocks like any FAIL."""
+    tmp, preds = religion
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("mode: ci_detect\nbbq:\n  defaults:\n    acc_disambig: {max: 0.5}\n")
+    proc, doc, _ = run(tmp_path, data_dir, preds, "--thresholds", gates, "--", "-k", "Religion")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert [g["status"] for g in doc["gates"]] == ["fail"]
 
 
 # --- the gates file -------------------------------------------------------------------------------

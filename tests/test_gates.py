@@ -61,11 +61,33 @@ bbq:
 def test_shipped_thresholds_file_is_valid():
     from audit_harness.benchmarks import registry
 
-    catalogue = {n: (b.categories, b.metric_names) for n, b in registry().items()}
+    catalogue = {n: b.gate_catalogue() for n, b in registry().items()}
     gates = load_thresholds(Path(__file__).resolve().parents[1] / "thresholds.yaml", catalogue)
-    # three bias/accuracy gates per category, and invalid_rate (it applies in generate mode)
-    assert len(gates["bbq"]) == 4 * 11
-    assert len(gates["esbbq"]) == len(gates["cabbq"]) == 4 * 10
+    # three bias/accuracy gates per category, and invalid_rate (it applies in generate mode), each
+    # a detection gate; the same four pooled over every category first, which must pass
+    for name, n_cats in (("bbq", 11), ("esbbq", 10), ("cabbq", 10), ("kobbq", 12), ("cbbq", 14)):
+        pooled = [g for g in gates[name] if g.category == "pooled"]
+        per_category = [g for g in gates[name] if g.category != "pooled"]
+        assert gates[name][: len(pooled)] == pooled
+        assert {g.mode for g in pooled} == {"ci_three_way"} and {g.mode for g in per_category} == {
+            "ci_detect"
+        }
+        assert {g.metric for g in pooled} == {g.metric for g in per_category}
+        assert len(per_category) == len(pooled) * n_cats, name
+    assert len(gates["bbq"]) == 4 * 12
+    # CBBQ gates its diff-bias, 0 for an unbiased model; S_amb is reported, not gated
+    assert {g.metric for g in gates["cbbq"]} == {"diff_bias_ambig", "acc_disambig", "invalid_rate"}
+    # MBBQ pools per language; sentence pairs: overall must pass, the subgroups detect
+    assert {g.category for g in gates["mbbq"] if g.mode == "ci_three_way"} == {
+        "pooled_en",
+        "pooled_nl",
+        "pooled_es",
+        "pooled_tr",
+    }
+    for name in ("crows_pairs", "winoqueer"):
+        modes = {g.category: g.mode for g in gates[name]}
+        assert modes.pop("overall") == "ci_three_way" and set(modes.values()) == {"ci_detect"}
+    assert {g.mode for g in gates["kgquiz"]} == {"ci_three_way"}
 
 
 @pytest.mark.parametrize(
@@ -156,7 +178,8 @@ bbq:
     # --min-n overrides every level for one run
     assert {g.min_n for g in load_thresholds(path, CATALOGUE, min_n=2)["bbq"]} == {2}
     shipped = load_thresholds(
-        Path(__file__).resolve().parents[1] / "thresholds.yaml", {"bbq": CATALOGUE["bbq"]} | _others()
+        Path(__file__).resolve().parents[1] / "thresholds.yaml",
+        {"bbq": (*CATALOGUE["bbq"], {}, ("pooled",))} | _others(),
     )
     assert shipped["bbq"][0].min_n == 30
 
@@ -164,7 +187,7 @@ bbq:
 def _others():
     from audit_harness.benchmarks import registry
 
-    return {n: (b.categories, b.metric_names) for n, b in registry().items() if n != "bbq"}
+    return {n: b.gate_catalogue() for n, b in registry().items() if n != "bbq"}
 
 
 @pytest.mark.parametrize(
@@ -310,7 +333,7 @@ def test_a_bound_on_the_wrong_scale_names_the_gate(tmp_path, spec, fragment):
 def test_every_shipped_bound_is_on_its_metrics_scale():
     from audit_harness.benchmarks import registry
 
-    catalogue = {n: (b.categories, b.metric_names, b.metric_ranges()) for n, b in registry().items()}
+    catalogue = {n: b.gate_catalogue() for n, b in registry().items()}
     assert catalogue["bbq"][2]["bias_score_ambig"] == (-1.0, 1.0)
     assert catalogue["crows_pairs"][2]["bias_score"] == (0.0, 100.0)
     gates = load_thresholds(Path(__file__).resolve().parents[1] / "thresholds.yaml", catalogue)
@@ -390,3 +413,45 @@ def test_add_regression_gates_reads_the_baseline_results():
     ]
     assert out[1].baseline.value == 0.7 and out[1].baseline.run_id == "R7" and out[1].max_regression == 0.05
     assert math.isnan(out[3].baseline.value) and "device lost" in out[3].baseline.reason
+
+
+# --- issue 46: pooled gates ------------------------------------------------------------------------
+POOLING = {"bbq": (*CATALOGUE["bbq"], {}, ("pooled",)), "pairs": (("overall", "race"), ("bias_score",))}
+
+
+def test_pooled_gates_come_first_with_their_own_test_ids(tmp_path):
+    path = write(
+        tmp_path,
+        "mode: ci_detect\nbbq:\n  defaults:\n    diff_bias_ambig: {abs_max: 0.05}\n"
+        "  pooled:\n    diff_bias_ambig: {abs_max: 0.05, mode: ci_three_way}\n    acc_disambig: null\n",
+    )
+    gates = load_thresholds(path, POOLING)["bbq"]
+    assert [(g.test_id, g.mode) for g in gates] == [
+        ("pooled-diff_bias_ambig", "ci_three_way"),
+        ("Age-diff_bias_ambig", "ci_detect"),
+        ("SES-diff_bias_ambig", "ci_detect"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        (
+            "pairs:\n  defaults: {}\n  pooled:\n    bias_score: {target: 50, tolerance: 5}\n",
+            "thresholds.yaml:3: pairs.pooled: pairs has no pooled categories",
+        ),
+        (
+            "bbq:\n  pooled:\n    diff_bias_amb: {abs_max: 0.05}\n",
+            "thresholds.yaml:3: bbq.pooled.diff_bias_amb: unknown metric 'diff_bias_amb'",
+        ),
+        (
+            "bbq:\n  pooled:\n    diff_bias_ambig: {abs_max: 0.05, sequential: true}\n",
+            "bbq.pooled.diff_bias_ambig: a pooled gate cannot be sequential",
+        ),
+        ("bbq:\n  pooled: [diff_bias_ambig]\n", "thresholds.yaml:2: bbq.pooled: expected a mapping"),
+    ],
+)
+def test_a_bad_pooled_block_names_file_line_and_field(tmp_path, text, fragment):
+    with pytest.raises(ConfigError) as err:
+        load_thresholds(write(tmp_path, text), POOLING)
+    assert fragment in str(err.value)

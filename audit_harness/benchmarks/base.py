@@ -320,6 +320,9 @@ class Benchmark(ABC):
         pooled_category: the category that holds every other category's items (a pair
             benchmark's ``overall``), or None: a count of rows over categories counts its rows
             once, not again beside the subgroups' (``report.scope``).
+        pooled_names: the pooled gate categories a thresholds file's ``pooled:`` section makes
+            (BBQ family: ``pooled``; MBBQ: ``pooled_<lang>``); empty when the benchmark cannot
+            pool its categories (``pooled_groups``).
         settings: the options ``configure`` accepts, each declared once (default, check, flag).
         protocol_version: version of the benchmark's protocol (prompt, choices, scoring), bumped
             when a change can move its numbers; recorded in results.
@@ -355,6 +358,7 @@ class Benchmark(ABC):
     rate_metrics: tuple[str, ...] = ()
     bias_metrics: tuple[str, ...] = ()
     pooled_category: str | None = None
+    pooled_names: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -420,6 +424,23 @@ class Benchmark(ABC):
     def categories_in(self, data_dir: Path | None) -> tuple[str, ...]:
         """The categories a run on ``data_dir`` has gates for (default: all ``categories``)."""
         return self.categories
+
+    def pooled_groups(self, categories: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """``{pooled category: the categories it pools}`` over ``categories`` (those a run has
+        data for): the items a pooled gate (thresholds.yaml ``pooled:``) is judged on, each
+        keeping its (category, template) cluster. Default: none (``pooled_names`` is empty)."""
+        return {}
+
+    def gate_catalogue(self) -> tuple:
+        """What a thresholds file may gate (``gates.load_thresholds``' catalogue entry):
+        categories, metric names, their value ranges and the pooled categories."""
+        return (self.categories, self.metric_names, self.metric_ranges(), self.pooled_names)
+
+    def pooled_members(self, data_dir: Path | None) -> dict[str, tuple[str, ...]]:
+        """``pooled_groups`` over every category a run on ``data_dir`` has (``categories_in``),
+        whatever ``-k`` selects: a pooled gate is judged on the whole benchmark."""
+        present = set(self.categories_in(data_dir))
+        return self.pooled_groups([c for c in self.categories if c in present])
 
     def provenance(self) -> dict[str, Any]:
         """What produced the numbers besides model and data: ``protocol`` (its name), prompt

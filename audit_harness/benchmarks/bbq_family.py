@@ -275,6 +275,13 @@ class BBQFamilyBenchmark(Benchmark):
     language = "en"
     #: The benchmark's phrasings of the unknown answer, beyond the item's own (``Choices.aliases``).
     unknown_phrasings: tuple[str, ...] = ()
+    #: A ``pooled:`` gate is judged on every item of the selected categories together.
+    pooled_names = ("pooled",)
+
+    def pooled_groups(self, categories: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """``{"pooled": categories}``: one pooled category over all of them (none when empty);
+        its records keep their (category, template) clusters (``cluster_cell_counts``)."""
+        return {"pooled": tuple(categories)} if categories else {}
 
     @property
     def parsing_profile(self) -> str:

@@ -334,6 +334,18 @@ class MBBQ(BBQFamilyBenchmark):
         """The categories of the configured languages."""
         return tuple(c for c in self.categories if c.rsplit("_", 1)[1] in self.languages)
 
+    #: MBBQ pools per language, as its ``pooled <lang>`` aggregates do.
+    pooled_names = tuple(f"pooled_{lang}" for lang in LANGUAGES)
+
+    def pooled_groups(self, categories: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """``{"pooled_<lang>": that language's categories}`` of the languages in ``categories``."""
+        out: dict[str, tuple[str, ...]] = {}
+        for lang in LANGUAGES:
+            members = tuple(c for c in categories if c.rsplit("_", 1)[1] == lang)
+            if members:
+                out[f"pooled_{lang}"] = members
+        return out
+
     def data_files(self, category: str) -> tuple[str, ...]:
         base, lang = category.rsplit("_", 1)
         return (

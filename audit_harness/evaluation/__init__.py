@@ -3,7 +3,7 @@ seeded selection, or the items saved predictions answer) scored through the engi
 in sequential rounds (``pipeline.evaluate_category``), giving a typed ``CategoryEvaluation``;
 ``outcome`` makes it the results file's ``CategoryOutcome`` and writes its records."""
 
-from .outcome import CategoryOutcome, overall_from_records, write_records
+from .outcome import CategoryOutcome, overall_from_records, pooled_outcome, write_records
 from .pipeline import CategoryEvaluation, ParseSensitivity, Scoring, check_capabilities, evaluate_category
 from .sources import Coverage, FixedSelection, ItemSource, ReplayedItems, Selection
 
@@ -20,5 +20,6 @@ __all__ = [
     "check_capabilities",
     "evaluate_category",
     "overall_from_records",
+    "pooled_outcome",
     "write_records",
 ]

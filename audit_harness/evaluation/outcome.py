@@ -112,13 +112,8 @@ def overall_from_records(
     """
     by_bench: dict[str, dict[str, list[Record]]] = {}
     for o in outcomes:
-        bench = benchmarks[o["benchmark"]]
-        path = run_dir / o["records_path"]
-        try:
-            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-        except (OSError, ValueError) as e:
-            raise DataError(f"cannot read records {path}: {e}") from None
-        by_bench.setdefault(o["benchmark"], {})[o["category"]] = bench.read_records(rows)
+        records = read_records(benchmarks[o["benchmark"]], run_dir / o["records_path"])
+        by_bench.setdefault(o["benchmark"], {})[o["category"]] = records
     out: dict[str, dict[str, Any]] = {}
     for name, per_cat in sorted(by_bench.items()):
         aggregates = benchmarks[name].overall(per_cat, settings)
@@ -127,3 +122,66 @@ def overall_from_records(
             **{label: {k: v.to_dict() for k, v in metrics.items()} for label, metrics in aggregates.items()},
         }
     return out
+
+
+def read_records(bench: Benchmark, path: Path) -> list[Record]:
+    """The records a category wrote to ``path`` (``write_records``).
+
+    Raises:
+        DataError: the file is missing or unreadable.
+    """
+    try:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    except (OSError, ValueError) as e:
+        raise DataError(f"cannot read records {path}: {e}") from None
+    return bench.read_records(rows)
+
+
+def pooled_outcome(
+    bench: Benchmark,
+    category: str,
+    members: Sequence[CategoryOutcome],
+    run_dir: Path,
+    settings: MetricSettings,
+) -> CategoryOutcome:
+    """The outcome of a pooled category (``Benchmark.pooled_groups``): the benchmark's metrics
+    over the records of every member category together, read back from the records files the
+    members wrote (so the pooled numbers come from the same records as theirs; each record keeps
+    its (category, template) cluster). Coverage of saved predictions adds up; nothing is written
+    (``records_path`` empty), and the outcome is not one of the run's categories: results.json
+    keeps it in the gates' verdicts and in ``overall``, never beside the categories.
+
+    Parameters
+    ----------
+    bench : Benchmark
+        The configured benchmark.
+    category : str
+        The pooled category's name (``pooled``, ``pooled_en``...).
+    members : sequence of CategoryOutcome
+        The outcomes of the categories it pools (those with data).
+    run_dir : Path
+        The run folder the members' ``records_path`` are relative to.
+    settings : MetricSettings
+        The run's interval settings.
+    """
+    plans = [m.plan for m in members if m.plan is not None]
+    records = [] if plans else [r for m in members for r in read_records(bench, run_dir / m.records_path)]
+    cov = [m.coverage for m in members if m.coverage is not None]
+    return CategoryOutcome(
+        benchmark=bench.name,
+        category=category,
+        n_available=sum(m.n_available for m in members),
+        n_scored=sum(m.n_scored for m in members),
+        metrics=dict(bench.metrics(records, settings)) if records else {},
+        excluded={},
+        notes={"categories_pooled": len(members)},
+        files=[f for m in members for f in m.files],
+        seconds=0.0,
+        records_path="",
+        coverage=(
+            {"predicted": sum(c["predicted"] for c in cov), "available": sum(c["available"] for c in cov)}
+            if cov
+            else None
+        ),
+        plan={"pooled": [m.category for m in members]} if plans else None,
+    )

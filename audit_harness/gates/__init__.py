@@ -16,7 +16,16 @@ from .gate import (
     Gate,
     Verdict,
 )
-from .modes import MODE_RULES, MODES, THREE_WAY, allowed_interval, decide, decide_three_way
+from .modes import (
+    DETECT,
+    MODE_RULES,
+    MODES,
+    THREE_WAY,
+    allowed_interval,
+    decide,
+    decide_detect,
+    decide_three_way,
+)
 from .regression import add_regression_gates
 from .schema import (
     GATE_KEYS,
@@ -32,6 +41,7 @@ __all__ = [
     "CONFIDENCE_FLOOR",
     "DEFAULT_CONFIDENCE",
     "DEFAULT_MIN_N",
+    "DETECT",
     "MIN_RESAMPLES",
     "GATE_KEYS",
     "MODES",
@@ -48,6 +58,7 @@ __all__ = [
     "allowed_interval",
     "check_scale",
     "decide",
+    "decide_detect",
     "decide_three_way",
     "load_thresholds",
     "thresholds_provenance",

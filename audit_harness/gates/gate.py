@@ -7,7 +7,8 @@ baseline run's value of the same metric (``gates.regression``). ``Gate.evaluate`
 
 Verdict statuses: ``pass``, ``fail``, ``undefined`` (NaN metric, NaN interval where the mode needs
 one, or no baseline value), ``insufficient`` (n < min_n), ``inconclusive`` (a ``ci_three_way`` gate
-whose interval straddles a bound: the data neither clear nor break it), ``error`` (the category could not be
+whose interval straddles a bound: the data neither clear nor break it; blocks), ``not_decided`` (a
+``ci_detect`` gate whose interval straddles a bound: never a pass, and it does not block), ``error`` (the category could not be
 evaluated: a model or data failure during the run), ``not run`` (selected but never evaluated: an
 interrupted or ``-x`` run), ``skipped`` (its data file is missing upstream). Only ``pass`` passes.
 """
@@ -21,20 +22,30 @@ from typing import Any
 from bias_metrics.result import MetricResult
 
 from . import regression
-from .modes import MODE_RULES, THREE_WAY, allowed_interval, decide, decide_three_way
+from .modes import DETECT, MODE_RULES, THREE_WAY, allowed_interval, decide, decide_detect, decide_three_way
 from .regression import Baseline
 
 BOUND_KEYS = ("min", "max", "abs_max", "target", "tolerance")
 #: Items in a metric's denominator below which no gate passes, when thresholds.yaml sets none.
 DEFAULT_MIN_N = 30
-STATUSES = ("pass", "fail", "undefined", "insufficient", "inconclusive", "error", "not run", "skipped")
+STATUSES = (
+    "pass",
+    "fail",
+    "undefined",
+    "insufficient",
+    "inconclusive",
+    "not_decided",
+    "error",
+    "not run",
+    "skipped",
+)
 #: The interval level gates are signed off at when thresholds.yaml sets no ``confidence``.
 DEFAULT_CONFIDENCE = 0.95
 #: The lowest ``confidence`` a gates file may sign off at without ``--allow-low-confidence``.
 CONFIDENCE_FLOOR = 0.9
 #: Fewest bootstrap resamples an interval may rest on for a gate of each mode: an interval from a
 #: handful of resamples can be arbitrarily narrow or wide, so a verdict on it is no verdict.
-MIN_RESAMPLES = {"point": 200, "ci_inside": 1000, "ci_overlap": 1000, "ci_three_way": 1000}
+MIN_RESAMPLES = {"point": 200, "ci_inside": 1000, "ci_overlap": 1000, "ci_three_way": 1000, "ci_detect": 1000}
 #: Suffix of a regression gate's test id: ``test_bbq[Age-bias_score_ambig-vs-baseline]``.
 REGRESSION_SUFFIX = "-vs-baseline"
 
@@ -129,6 +140,14 @@ class Gate:
         callers that computed no bootstrap)."""
         mode = self.decision_mode
         level = metric.confidence
+        if mode in DETECT and level is not None and abs(level - self.confidence) > 1e-12:
+            # It can pass (a narrower interval fits inside more easily) and block (a wider one
+            # lies wholly outside less often): only its own level is neither more lenient.
+            return (
+                f"its interval is at {level:g} confidence, not the {self.confidence:g} this "
+                "detection gate is signed off at (lower passes more easily, higher blocks less "
+                f"often): rerun with --confidence {self.confidence:g}"
+            )
         if mode in ("ci_inside", *THREE_WAY) and level is not None and level < self.confidence - 1e-12:
             return (
                 f"its interval is at {level:g} confidence, below the {self.confidence:g} this "
@@ -172,16 +191,10 @@ class Gate:
         lo, hi = metric.ci_low, metric.ci_high
         has_ci = not (math.isnan(lo) or math.isnan(hi))
         shown = f"{metric.value:.4f}" + (f" (CI {lo:.4f} .. {hi:.4f})" if has_ci else "")
-        if mode in THREE_WAY:
-            status = decide_three_way(metric.value, lo, hi, self.allowed())
-            said = {
-                "pass": f"passes {bound}",
-                "fail": f"fails {bound}",
-                "inconclusive": f"inconclusive under {bound}: the interval straddles a bound, so "
-                "these items neither clear nor break it (never a pass; a sample of the category may "
-                "be decided by more items, a whole category whose value lies near the bound may not)",
-            }[status]
-            return Verdict(self, status, metric, f"{where} = {shown}, n={metric.n}: {said}")
+        if mode in THREE_WAY or mode in DETECT:
+            decider = decide_three_way if mode in THREE_WAY else decide_detect
+            status = decider(metric.value, lo, hi, self.allowed())
+            return Verdict(self, status, metric, f"{where} = {shown}, n={metric.n}: {_said(status, bound)}")
         ok = decide(mode, metric.value, lo, hi, self.allowed())
         return Verdict(
             self,
@@ -250,6 +263,20 @@ class Gate:
         return None
 
 
+def _said(status: str, bound: str) -> str:
+    """What a three-way or detection verdict says of its gate (``bound``: the rule and mode)."""
+    straddles = "the interval straddles a bound, so these items neither clear nor break it"
+    return {
+        "pass": f"passes {bound}",
+        "fail": f"fails {bound}",
+        "inconclusive": f"inconclusive under {bound}: {straddles} (never a pass; a sample of the "
+        "category may be decided by more items, a whole category whose value lies near the bound "
+        "may not)",
+        "not_decided": f"not decided under {bound}: {straddles}; a detection gate is never a "
+        "pass and blocks only on evidence (the interval wholly outside), so it does not block",
+    }[status]
+
+
 def _finite(x: float) -> float | None:
     return None if math.isinf(x) or math.isnan(x) else x
 
@@ -293,6 +320,12 @@ class Verdict:
     @property
     def passed(self) -> bool:
         return self.status == "pass"
+
+    @property
+    def not_decided(self) -> bool:
+        """A detection gate (``ci_detect``) that neither passed nor failed: never a pass, and it
+        does not block the release."""
+        return self.status == "not_decided"
 
     def __repr__(self) -> str:  # short, as pytest prints it under a failed assertion
         return f"Verdict({self.status})"

@@ -98,7 +98,7 @@ def partial_coverage(verdict: Verdict, coverage: Mapping[str, Any] | None, allow
         not cov
         or allow_partial
         or cov["predicted"] >= cov["available"]
-        or verdict.status not in ("pass", "fail", "inconclusive")
+        or verdict.status not in ("pass", "fail", "inconclusive", "not_decided")
     ):
         return verdict
     g = verdict.gate
@@ -111,7 +111,8 @@ def partial_coverage(verdict: Verdict, coverage: Mapping[str, Any] | None, allow
             f"{g.benchmark}/{g.category}/{g.metric}: no verdict, the predictions cover "
             f"{cov['predicted']:,} of {cov['available']:,} rows of the category ({share:.1f} %); "
             f"a partial category decides nothing (--allow-partial judges the rows given; "
-            f"it would {'be ' if verdict.status == 'inconclusive' else ''}{verdict.status}: {verdict.message})"
+            f"it would {'be ' if verdict.status in ('inconclusive', 'not_decided') else ''}"
+            f"{verdict.status.replace('_', ' ')}: {verdict.message})"
         ),
     )
 

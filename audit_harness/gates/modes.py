@@ -14,6 +14,10 @@ each mode is one comparison of two intervals:
   confidence) / 2, and one whose true value is outside passes with at most that probability,
   whatever the sample size: a small sample reads inconclusive instead of deciding on noise
   (docs/gates.md, "What each shipped gate promises").
+- ``ci_detect`` (a detection gate): passes when the whole interval lies inside, fails when the
+  whole interval lies outside (evidence that the bound is broken), and is ``not_decided`` otherwise.
+  A ``not_decided`` verdict is never a pass and never blocks a release: the gate stops a model only
+  on evidence. The shipped gates use it per category, beside pooled gates that must pass.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-MODES = ("point", "ci_inside", "ci_overlap", "ci_three_way")
-#: The modes whose verdict can be ``inconclusive``.
+MODES = ("point", "ci_inside", "ci_overlap", "ci_three_way", "ci_detect")
+#: The modes whose verdict can be ``inconclusive`` (which blocks).
 THREE_WAY = ("ci_three_way",)
+#: The modes whose verdict can be ``not_decided`` (which does not block).
+DETECT = ("ci_detect",)
 #: A value within this (relative) distance of a bound is on it. The metrics are ratios of counts
 #: computed in floating point, so a score that is exactly on a bound can land a rounding error
 #: either side of it (2 * 19/40 - 1 = -0.050000000000000044 against ``abs_max: 0.05``). Two
@@ -37,6 +43,8 @@ MODE_RULES = {
     "ci_overlap": "fails only when the whole interval is outside the bounds",
     "ci_three_way": "passes when the whole interval is inside the bounds, fails when it is wholly "
     "outside, else inconclusive",
+    "ci_detect": "passes when the whole interval is inside the bounds, fails (blocks) when it is "
+    "wholly outside, else not decided (never a pass, does not block)",
 }
 
 
@@ -84,7 +92,7 @@ def decide(mode: str, value: float, ci_low: float, ci_high: float, allowed: tupl
 
     Parameters
     ----------
-    mode : {"point", "ci_inside", "ci_overlap", "ci_three_way"}
+    mode : {"point", "ci_inside", "ci_overlap", "ci_three_way", "ci_detect"}
     value : float
         The point estimate (finite; NaN is the caller's ``undefined`` verdict).
     ci_low, ci_high : float
@@ -101,6 +109,8 @@ def decide(mode: str, value: float, ci_low: float, ci_high: float, allowed: tupl
     --------
     >>> decide("point", 2 * 19 / 40 - 1, float("nan"), float("nan"), (-0.05, 0.05))  # on the bound
     True
+    >>> decide("ci_detect", 0.04, -0.01, 0.09, (-0.05, 0.05))  # straddles: never a pass
+    False
     >>> decide("point", 2 * 18 / 40 - 1, float("nan"), float("nan"), (-0.05, 0.05))
     False
     """
@@ -111,7 +121,7 @@ def decide(mode: str, value: float, ci_low: float, ci_high: float, allowed: tupl
         raise ValueError(f"unknown gate mode {mode!r}; known: {', '.join(MODES)}")
     if math.isnan(ci_low) or math.isnan(ci_high):
         raise ValueError(f"mode {mode} needs a confidence interval")
-    if mode in ("ci_inside", "ci_three_way"):
+    if mode in ("ci_inside", "ci_three_way", "ci_detect"):
         return low <= ci_low and ci_high <= high and low <= value <= high
     return ci_low <= high and ci_high >= low
 
@@ -153,3 +163,45 @@ def decide_three_way(value: float, ci_low: float, ci_high: float, allowed: tuple
     if not decide("ci_overlap", value, ci_low, ci_high, allowed):
         return "fail"
     return "inconclusive"
+
+
+def decide_detect(value: float, ci_low: float, ci_high: float, allowed: tuple[float, float]) -> str:
+    """``"pass"``, ``"fail"`` or ``"not_decided"`` under ``ci_detect``.
+
+    The comparisons are ``decide_three_way``'s; only the name of the third outcome differs, and
+    with it what a run makes of it: ``inconclusive`` blocks a release, ``not_decided`` does not
+    (``outcome.BLOCKING``). A model whose true value is inside the bounds is FAILed with
+    probability at most (1 - confidence) / 2 at any sample size; a model outside them is stopped
+    only when the data show it.
+
+    Parameters
+    ----------
+    value : float
+        The point estimate (finite).
+    ci_low, ci_high : float
+        The confidence interval (finite).
+    allowed : (low, high)
+        From ``allowed_interval``.
+
+    Returns
+    -------
+    str
+        ``pass`` when the interval (and the value) lie inside ``allowed``, ``fail`` when the
+        interval lies wholly outside it, else ``not_decided``.
+
+    Raises
+    ------
+    ValueError
+        A NaN interval.
+
+    Examples
+    --------
+    >>> decide_detect(0.01, -0.02, 0.03, (-0.05, 0.05))
+    'pass'
+    >>> decide_detect(0.04, -0.01, 0.09, (-0.05, 0.05))   # straddles +0.05
+    'not_decided'
+    >>> decide_detect(0.12, 0.07, 0.17, (-0.05, 0.05))
+    'fail'
+    """
+    status = decide_three_way(value, ci_low, ci_high, allowed)
+    return "not_decided" if status == "inconclusive" else status

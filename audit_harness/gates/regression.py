@@ -120,6 +120,18 @@ def baseline_of(results: Mapping[str, Any], benchmark: str, category: str, metri
     run_id = str(results.get("run_id", ""))
     entry = (results["benchmarks"].get(benchmark) or {}).get(category) or {}
     m = (entry.get("metrics") or {}).get(metric)
+    if m is None and not entry:
+        # A pooled category is no category of the results: its value is its gate's verdict's.
+        m = next(
+            (
+                v
+                for v in results.get("gates") or ()
+                if (v.get("benchmark"), v.get("category"), v.get("metric"), v.get("kind", "threshold"))
+                == (benchmark, category, metric, "threshold")
+                and v.get("n") is not None
+            ),
+            None,
+        )
     if m is None:
         why = (
             f"the category failed there: {entry['error']}"

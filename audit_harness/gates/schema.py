@@ -16,15 +16,20 @@ Schema (one section per benchmark)::
         Age:
           bias_score_ambig: {abs_max: 0.08, mode: ci_inside}
           acc_disambig: null
+      pooled:                         # gates on every item of the selected categories together
+        diff_bias_ambig: {abs_max: 0.05, mode: ci_three_way}
 
 A gate is any of ``min``, ``max``, ``abs_max``, or ``target`` with ``tolerance``, plus ``mode``
-(``point``, ``ci_inside``, ``ci_overlap``, ``ci_three_way``: ``gates.modes``), ``min_n`` (the fewest items in the
+(``point``, ``ci_inside``, ``ci_overlap``, ``ci_three_way``, ``ci_detect``: ``gates.modes``), ``min_n`` (the fewest items in the
 metric's denominator a verdict may rest on; below it the verdict is ``insufficient``) and
 ``max_regression`` (how much worse than a ``--baseline`` run the metric may get,
 ``gates.regression``), and ``sequential`` (``true``: decide the gate on a confidence sequence while
 its category is scored in rounds, stopping early once every gate of the category is settled;
 ``audit_harness.sequential``, docs/gates.md). A gate's key wins over its section's, which wins
-over the file's. The
+over the file's. A ``pooled:`` section (metric -> gate, as a category's block) gates the
+benchmark's pooled categories (``Benchmark.pooled_names``: ``pooled``, MBBQ's ``pooled_<lang>``),
+each judged on the items of every selected category together, test id ``pooled-<metric>``; on a
+benchmark that cannot pool, or with a metric it does not have, it is an error naming the line. The
 old ``basis: point | ci`` is still read (``ci`` = ``ci_inside``) with a deprecation warning.
 
 ``confidence`` (file or section; default 0.95, at least ``CONFIDENCE_FLOOR`` = 0.9 unless the run
@@ -54,7 +59,16 @@ from .gate import BOUND_KEYS, CONFIDENCE_FLOOR, DEFAULT_CONFIDENCE, DEFAULT_MIN_
 from .modes import MODES
 
 GATE_KEYS = BOUND_KEYS + ("mode", "min_n", "max_regression", "sequential", "basis")
-SECTION_KEYS = ("defaults", "categories", "min_n", "mode", "max_regression", "confidence", "sequential")
+SECTION_KEYS = (
+    "defaults",
+    "categories",
+    "pooled",
+    "min_n",
+    "mode",
+    "max_regression",
+    "confidence",
+    "sequential",
+)
 #: Keys of the file's top level besides the benchmark sections.
 FILE_KEYS = ("min_n", "mode", "confidence", "sequential")
 #: What an unknown section may be: a dataset of the user's own, not declared in this run.
@@ -298,9 +312,9 @@ def load_thresholds(
     path : Path
         The YAML file.
     catalogue : mapping
-        ``{benchmark: (categories, metric names[, {metric: (low, high)}])}`` of the benchmarks the
-        suite knows; the optional third element gives each metric's value range
-        (``Benchmark.metric_range``) for the scale check.
+        ``{benchmark: (categories, metrics[, {metric: (low, high)}[, pooled names]])}``: the
+        optional value ranges (``Benchmark.metric_range``) for the scale check, and the pooled
+        categories a ``pooled:`` section makes (``Benchmark.pooled_names``; none: cannot pool).
     min_n : int, optional
         When given (``--min-n``), every gate's min_n, whatever the file says.
     allow_low_confidence : bool, default=False
@@ -309,7 +323,7 @@ def load_thresholds(
     Returns
     -------
     dict
-        ``{benchmark: [Gate, ...]}`` in category order, then the file's metric order.
+        ``{benchmark: [Gate, ...]}``: pooled gates, then by category, in the file's metric order.
 
     Raises
     ------
@@ -401,7 +415,7 @@ def _section_gates(
         if not isinstance(block, Mapping):
             raise ConfigError(f"{path}: {bench}.categories.{cat}: expected a mapping of metrics")
         _check_known(path, f"{bench}.categories.{cat}", "metric", block, metrics)
-    out: list[Gate] = []
+    out = _pooled_gates(path, bench, section, known, inherited)
     for cat in categories:
         merged = dict(defaults)
         merged.update(overrides.get(cat) or {})
@@ -417,6 +431,67 @@ def _section_gates(
                 _parse_gate(spec, (bench, cat, metric), f"{path}: {origin}", inherited, ranges.get(metric))
             )
     return out
+
+
+def _pooled_gates(
+    path: Path, bench: str, section: Mapping[str, Any], known: tuple, inherited: Mapping[str, Any]
+) -> list[Gate]:
+    """A section's ``pooled:`` gates, one per pooled category of the benchmark (``known[3]``)
+    and metric, or an error naming the file's line: a benchmark that cannot pool, a metric it
+    does not have, a sequential pooled gate (its categories stop on their own gates' decisions,
+    so their items together are no fixed sample)."""
+    if section.get("pooled") is None:
+        return []
+    block = section["pooled"]
+    names = tuple(known[3]) if len(known) > 3 else ()
+    ranges = known[2] if len(known) > 2 else {}
+    where = f"{path}:{_line_of(path, (bench, 'pooled'))}: {bench}.pooled"
+    if not names:
+        raise ConfigError(
+            f"{where}: {bench} has no pooled categories to gate (its categories are not one "
+            "population: a pair benchmark's `overall` category already pools every pair, and "
+            "KGQuiz's tasks have different metrics); gate its categories instead"
+        )
+    if not isinstance(block, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of metric -> gate")
+    metrics = known[1]
+    out: list[Gate] = []
+    for name in names:
+        for metric, spec in block.items():
+            at = f"{path}:{_line_of(path, (bench, 'pooled', metric))}: {bench}.pooled.{metric}"
+            if metric not in metrics:
+                raise ConfigError(
+                    f"{at}: unknown metric {metric!r}: {bench} cannot pool it; known: {', '.join(metrics)}"
+                )
+            if spec is None:
+                continue
+            gate = _parse_gate(spec, (bench, name, metric), at, inherited, ranges.get(metric))
+            if gate.sequential:
+                raise ConfigError(
+                    f"{at}: a pooled gate cannot be sequential (its categories stop on their own "
+                    "gates' decisions, so their items together are no fixed sample): set "
+                    "`sequential: false` on it"
+                )
+            out.append(gate)
+    return out
+
+
+def _line_of(path: Path, keys: tuple[str, ...]) -> int | str:
+    """The line (1-based) of the last of ``keys`` (a path of mapping keys) in the YAML file, or
+    ``?`` where it cannot be found (a key reached through an alias or merge)."""
+    try:
+        node = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, yaml.YAMLError):
+        return "?"
+    line: int | str = "?"
+    for key in keys:
+        if not isinstance(node, yaml.MappingNode):
+            return "?"
+        found = next(((k, v) for k, v in node.value if getattr(k, "value", None) == key), None)
+        if found is None:
+            return "?"
+        line, node = found[0].start_mark.line + 1, found[1]
+    return line
 
 
 #: The gates file that ships with the suite (the repository's ``thresholds.yaml`` links to it).

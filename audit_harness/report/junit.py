@@ -43,6 +43,19 @@ def add_unreported_gates(config, cases: Iterable[tuple[str, Mapping[str, Any], s
     return added
 
 
+def mark_not_decided(config, report) -> None:
+    """Give the ``<skipped>`` element pytest wrote for a not-decided gate test the type
+    ``not_decided`` (instead of ``pytest.skip``), so a dashboard tells a detection gate that was
+    not decided from a gate skipped for missing data. Called after LogXML's own report hook, while
+    the testcase is still open (before its teardown report finalizes it)."""
+    xml = _logxml(config)
+    if xml is None:
+        return
+    for node in getattr(xml.node_reporter(report), "nodes", ()):
+        if node.tag == "skipped" and node.get("type") == "pytest.skip":
+            node.set("type", "not_decided")
+
+
 def add_outcome_properties(config, outcome: Outcome, extra: Mapping[str, Any] | None = None) -> None:
     """The run's outcome (label, exit code, status, reason) as testsuite properties
     ``bias_audit_verdict``, ``bias_audit_exit_code``, ``bias_audit_status``,

@@ -174,6 +174,7 @@ class AuditRun:
 
     def _check(self, pairs: list[tuple[str, str]]) -> None:
         s = self.session
+        pairs = startup.read_pairs(s, pairs)  # a pooled gate reads every category it pools
         startup.check_inputs(s, pairs, self.config.getoption("audit_fetch_data"))
         startup.validate_data(s, startup.present_pairs(s, pairs))
         if pairs:
@@ -245,8 +246,13 @@ class AuditRun:
             return None
         from .scheduling import category_scheduler
 
-        # Audit modules name their test ``test_<benchmark>`` (see audits/).
-        whole = frozenset(f"test_{name}" for name, b in self.session.benchmarks.items() if b.shared_items)
+        # Audit modules name their test ``test_<benchmark>`` (see audits/). A benchmark with a
+        # pooled gate stays whole on one worker too: the gate reads every category's records.
+        whole = frozenset(
+            f"test_{name}"
+            for name, b in self.session.benchmarks.items()
+            if b.shared_items or any(g.category in b.pooled_names for g in self.gates.get(name, ()))
+        )
         return category_scheduler(config, log, self.gates, whole)
 
     @pytest.hookimpl(optionalhook=True)
@@ -274,12 +280,20 @@ class AuditRun:
     def pytest_runtest_makereport(self, item: pytest.Item, call):
         report = yield
         verdict = item.stash.get(VERDICT_KEY, None)
-        if verdict is not None and report.when == "call" and report.failed:
+        if verdict is None or report.when != "call":
+            return report
+        if verdict.not_decided and (call.excinfo is None or call.excinfo.errisinstance(AssertionError)):
+            # A detection gate not decided is neither a pass nor a failure: the test (which
+            # asserts ``verdict.passed``) is reported as skipped, with its own status word
+            # (``pytest_report_teststatus``) and JUnit type (``report.junit.mark_not_decided``).
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] + 1, f"NOT DECIDED: {verdict.message}")
+        elif report.failed:
             report.longrepr = GateFinding(verdict.message)
         return report
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_logreport(self, report) -> None:
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_logreport(self, report):
         # A report from an xdist worker arrives with its longrepr flattened to text: wrap it
         # again before the terminal and JUnit see it, so a parallel run prints a finding as a
         # serial one does.
@@ -290,6 +304,20 @@ class AuditRun:
             and dict(report.user_properties).get("status") in FINDINGS
         ):
             report.longrepr = GateFinding(report.longrepr)
+        result = yield
+        if _not_decided(report):
+            from ..report.junit import mark_not_decided
+
+            mark_not_decided(self.config, report)
+        return result
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report, config: pytest.Config):
+        # Its own word in the progress row and the summary line ("20 passed, 2 not decided"), so
+        # a detection gate not decided is never read as a pass or as a skip for missing data.
+        if _not_decided(report):
+            return "not decided", "N", "NOT DECIDED"
+        return None
 
     @pytest.hookimpl(tryfirst=True)  # before the terminal reporter renders the traceback
     def pytest_keyboard_interrupt(self, excinfo) -> None:
@@ -384,6 +412,15 @@ def _declare_tests(cls: type, names: list[str], body) -> None:
         setattr(cls, test.__name__, pytest.mark.audit(name)(test))
 
 
+def _not_decided(report) -> bool:
+    """The call report of a gate test whose verdict is ``not_decided`` (here or on a worker)."""
+    return (
+        report.when == "call"
+        and report.skipped
+        and dict(getattr(report, "user_properties", ())).get("status") == "not_decided"
+    )
+
+
 def _has_line_number(entry) -> bool:
     raw = getattr(entry, "_rawentry", None)
     return raw is None or raw.tb_lineno is not None
@@ -391,7 +428,7 @@ def _has_line_number(entry) -> bool:
 
 def _read_gates(options, benchmarks) -> tuple[dict[str, list[Gate]], list]:
     """The thresholds file's gates, and the warnings reading it raised (deprecated keys)."""
-    catalogue = {name: (b.categories, b.metric_names, b.metric_ranges()) for name, b in benchmarks.items()}
+    catalogue = {name: b.gate_catalogue() for name, b in benchmarks.items()}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         gates = load_thresholds(

@@ -28,11 +28,26 @@ def gates_for_data(session, benchmark: str, gates: list) -> list:
     """The gates whose category the data directory holds (WinoQueer: the subgroups of the file
     found, ``Benchmark.categories_in``); all of them when no data dir can be resolved (the
     start-up check reports that)."""
+    bench = session.benchmarks[benchmark]
     try:
-        present = set(session.benchmarks[benchmark].categories_in(session.data_dir))
+        # A pooled gate stays while its pooled category has a category to pool.
+        present = set(bench.categories_in(session.data_dir)) | set(bench.pooled_members(session.data_dir))
     except AuditError:
         return gates
     return [g for g in gates if g.category in present]
+
+
+def read_pairs(session, pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``pairs`` with each pooled category replaced by the categories it pools: the (benchmark,
+    category) pairs whose data the run reads and scores."""
+    out: list[tuple[str, str]] = []
+    for bench, category in pairs:
+        if category in session.benchmarks[bench].pooled_names:
+            members = session.benchmarks[bench].pooled_members(session.data_dir).get(category, ())
+            out.extend((bench, m) for m in members if (bench, m) not in out)
+        elif (bench, category) not in out:
+            out.append((bench, category))
+    return out
 
 
 def baseline_summary(results: Mapping[str, Any], path: str, file: Path) -> dict[str, Any]:
