@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .intervals import cell_ratio_interval, wilson_interval
+from .intervals import cell_ratio_interval, wilson_interval, wilson_share_interval
 from .records import AMBIG, AnswerClass, BBQFamilyRecord
 from .result import MetricResult, undefined
 
@@ -123,8 +123,8 @@ def cell_counts(records: Iterable[BBQFamilyRecord]) -> np.ndarray:
 def cluster_cell_counts(records: Sequence[BBQFamilyRecord]) -> np.ndarray:
     """Per-template counts, one row per template; used by the cluster bootstrap.
 
-    Items without a template id are their own cluster; a template is keyed by (category,
-    template_id).
+    A template is keyed by (category, template_id); items without a template id are clustered by
+    their row (``row_id``: a row's variants stay together), else each is its own cluster.
 
     Parameters
     ----------
@@ -145,15 +145,111 @@ def cluster_cell_counts(records: Sequence[BBQFamilyRecord]) -> np.ndarray:
     >>> cluster_cell_counts(recs).sum(axis=1).tolist()
     [2, 1, 1]
     """
+    return _grouped_counts(records, _cluster_key, lambda r: 0, [0])[0]
+
+
+def row_cell_counts(records: Sequence[BBQFamilyRecord]) -> np.ndarray:
+    """Per-row counts, one row of output per sampled row (``record.row_id``; an item without one
+    is its own row): how many variants of each row fall in each cell.
+
+    Parameters
+    ----------
+    records : sequence of BBQFamilyRecord
+        The items to count.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 array of shape (n_rows, 16), rows in order of first appearance.
+
+    Examples
+    --------
+    A row asked twice (answered alike) and a row asked once:
+
+    >>> from bias_metrics import BBQFamilyRecord
+    >>> from bias_metrics.bbq_family import row_cell_counts
+    >>> recs = [BBQFamilyRecord(f"r{i}", "Age", "ambig", "neg", gold="unknown", pred="unknown",
+    ...                         row_id=row) for i, row in enumerate(["r1", "r1", "r2"])]
+    >>> row_cell_counts(recs).sum(axis=1).tolist()
+    [2, 1]
+    """
+    return _grouped_counts(records, _row_key, lambda r: 0, [0])[0]
+
+
+def _cluster_key(r: BBQFamilyRecord, i: int) -> str:
+    if r.template_id:
+        return f"{r.category}\x1f{r.template_id}"
+    return _row_key(r, i)
+
+
+def _row_key(r: BBQFamilyRecord, i: int) -> str:
+    return f"\x1drow\x1f{r.row_id}" if r.row_id else f"\x1eitem{i}"
+
+
+def _grouped_counts(records, key, group, groups) -> np.ndarray:
+    """(len(groups), n_keys, 16) counts of ``records`` by ``group(record)`` and ``key(record,
+    position)``, keys in order of first appearance; records of no listed group are skipped."""
     keys: dict[str, int] = {}
-    rows = np.empty(len(records), dtype=np.int64)
+    index = {g: k for k, g in enumerate(groups)}
+    rows, parts, cells = [], [], []
     for i, r in enumerate(records):
-        key = f"{r.category}\x1f{r.template_id}" if r.template_id else f"\x1eitem{i}"
-        rows[i] = keys.setdefault(key, len(keys))
-    cells = np.fromiter((cell_index(r) for r in records), dtype=np.int64, count=len(records))
-    out = np.zeros((len(keys), N_CELLS), dtype=np.int64)
-    np.add.at(out, (rows, cells), 1)
+        if group(r) not in index:
+            continue
+        rows.append(keys.setdefault(key(r, i), len(keys)))
+        parts.append(index[group(r)])
+        cells.append(cell_index(r))
+    out = np.zeros((len(groups), len(keys), N_CELLS), dtype=np.int64)
+    coords = tuple(np.asarray(x, dtype=np.int64) for x in (parts, rows, cells))
+    np.add.at(out, coords, 1)
     return out
+
+
+def row_units(row_counts: np.ndarray) -> np.ndarray:
+    """The independent units behind each cell: every row's variants share one unit of weight.
+
+    Parameters
+    ----------
+    row_counts : numpy.ndarray
+        (n_rows, 16) per-row counts (``row_cell_counts``), or (n_groups, n_rows, 16) with each
+        row's variants spread over groups (``grouped_row_counts``).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 (16,), or (n_groups, 16): the sum over rows of each row's counts divided by its
+        number of variants (over all groups); a row's units sum to 1.
+
+    Examples
+    --------
+    A row answered "unknown" in 2 of its 3 variants and "biased" in 1, and a row of 1 variant:
+
+    >>> import numpy as np
+    >>> from bias_metrics.bbq_family import row_units
+    >>> r = np.zeros((2, 16)); r[0, 2], r[0, 0], r[1, 2] = 2, 1, 1
+    >>> row_units(r)[:3].round(3).tolist()
+    [0.333, 0.0, 1.667]
+    """
+    r = np.asarray(row_counts, dtype=np.float64)
+    per_row = r.sum(axis=-1) if r.ndim == 2 else r.sum(axis=(0, 2))
+    weight = np.divide(1.0, per_row, out=np.zeros_like(per_row), where=per_row > 0)
+    return (r * weight[:, None]).sum(axis=-2)
+
+
+def _rows_in(row_counts: np.ndarray, cells: Sequence[int]) -> int:
+    # The distinct rows behind a metric: those with a variant in its denominator.
+    r = np.asarray(row_counts)
+    r = r if r.ndim == 2 else r.sum(axis=0)
+    return int((r[:, list(cells)].sum(axis=1) > 0).sum())
+
+
+def _with_variants(rows) -> np.ndarray | None:
+    """``rows`` when some row has more than one variant, else None (each item is its own row:
+    n and the intervals are the items', as before rows were counted)."""
+    if rows is None:
+        return None
+    r = np.asarray(rows, dtype=np.int64)
+    per_row = r.sum(axis=-1) if r.ndim == 2 else r.sum(axis=(0, 2))
+    return r if per_row.size and per_row.max() > 1 else None
 
 
 # --- vectorised statistics over (..., 16) count arrays -----------------------------------------
@@ -823,6 +919,7 @@ def metrics_from_counts(
     counts: np.ndarray,
     cluster_counts: np.ndarray | None = None,
     *,
+    row_counts: np.ndarray | None = None,
     confidence: float = 0.95,
     n_resamples: int = 1000,
     seed: int = 0,
@@ -841,6 +938,14 @@ def metrics_from_counts(
         metrics get a hierarchical Bayesian bootstrap interval over templates and within-template
         answers (``intervals.cell_ratio_interval``: never zero-width at finite n) and report in
         ``clusters`` the number of templates with items in the metric's denominator (at most n).
+    row_counts : numpy.ndarray, optional
+        (n_rows, 16) per-row counts summing to ``counts`` (``row_cell_counts``), when the items
+        are variants of fewer sampled rows (KoBBQ: 15 per test row; MBBQ: 5 per row). Then
+        ``n`` counts the rows with a variant in the metric's denominator and ``n_variants`` the
+        items; the intervals weigh each row once (the count posterior on ``row_units``, Wilson
+        at the rows' effective size): a model answers a row's variants alike, so they are not
+        independent evidence. Point values do not change. Default (or no row with more than one
+        variant): every item is its own row, ``n_variants`` None.
     confidence : float, default=0.95
         Nominal coverage of the intervals.
     n_resamples : int, default=1000
@@ -880,33 +985,60 @@ def metrics_from_counts(
     (1.0, 'wilson')
     >>> m["bias_score_ambig"].value, m["bias_score_ambig"].reason
     (nan, 'no ambiguous answer is non-unknown (s_AMB has an empty denominator)')
+
+    The same 4 answers as 2 rows of 2 variants each: n counts the rows, the interval is wider.
+
+    >>> rows = np.zeros((2, 16), dtype=int)
+    >>> rows[0, CELL_NAMES.index("disambig_aligned_biased")] = 2
+    >>> rows[1, CELL_NAMES.index("disambig_aligned_biased")] = 1
+    >>> rows[1, CELL_NAMES.index("disambig_nonaligned_counter_biased")] = 1
+    >>> r = metrics_from_counts("bbq", c, row_counts=rows)["acc_disambig"]
+    >>> r.value, r.n, r.n_variants, r.ci_low < m["acc_disambig"].ci_low
+    (1.0, 2, 4, True)
     """
     specs = _specs(flavour, only)
     counts = np.asarray(counts, dtype=np.int64)
     if counts.shape != (N_CELLS,) or (counts < 0).any():
         raise ValueError(f"counts must be {N_CELLS} non-negative integers, got {counts!r}")
+    rows = _checked_rows(row_counts, counts, ())
     bootstrap = None
     if cluster_counts is not None:
         cluster_counts = np.asarray(cluster_counts, dtype=np.int64)
         if not np.array_equal(cluster_counts.sum(axis=0), counts):
             raise ValueError("cluster_counts do not sum to counts")
         if n_resamples > 0:
-            bootstrap = _bootstrap(cluster_counts, 1, confidence, n_resamples, seed)
-    return {spec.name: _pooled_metric(spec, counts, cluster_counts, bootstrap, confidence) for spec in specs}
+            units = None if rows is None else row_units(rows)
+            draws = {"confidence": confidence, "n_resamples": n_resamples, "seed": seed}
+            bootstrap = _bootstrap(cluster_counts, 1, draws, units)
+    return {
+        spec.name: _pooled_metric(spec, (counts, cluster_counts, rows), bootstrap, confidence)
+        for spec in specs
+    }
 
 
-def _pooled_metric(spec: MetricSpec, counts: np.ndarray, cluster_counts, bootstrap, confidence: float):
-    """One metric of the pooled ``counts``: a Wilson interval for a proportion, else the
-    ``bootstrap``'s (when there is one) over ``cluster_counts``."""
+def _pooled_metric(spec: MetricSpec, sample: tuple, bootstrap, confidence: float):
+    """One metric of the pooled ``counts`` of ``sample`` = (counts, cluster_counts, rows): a
+    Wilson interval for a proportion, else the ``bootstrap``'s (when there is one) over
+    ``cluster_counts``; ``rows``: (rows, 16) or None."""
+    counts, cluster_counts, rows = sample
     cdict = counts_dict(counts)
     value = float(spec.statistic(counts.astype(np.float64)))
     n = int(sum(counts[k] for k in spec.n_cells))
     if math.isnan(value):
-        return undefined(spec.name, spec.undefined, n, cdict, spec.source)
-    result = MetricResult(spec.name, value, n, counts=cdict, source=spec.source)
+        return _rows_and_variants(
+            undefined(spec.name, spec.undefined, n, cdict, spec.source), rows, spec.n_cells
+        )
+    result = _rows_and_variants(
+        MetricResult(spec.name, value, n, counts=cdict, source=spec.source), rows, spec.n_cells
+    )
     if spec.numerator is not None:
         k = int(sum(counts[i] for i in spec.numerator))
-        return _with_interval(result, wilson_interval(k, n, confidence), "wilson", confidence)
+        if rows is None:
+            return _with_interval(result, wilson_interval(k, n, confidence), "wilson", confidence)
+        # Wilson at the rows' effective size: each row's variants in the denominator weigh
+        # (their share of the row), so a row asked 15 times is not 15 trials.
+        n_rows = float(row_units(rows)[list(spec.n_cells)].sum())
+        return _with_interval(result, wilson_share_interval(k / n, n_rows, confidence), "wilson", confidence)
     if bootstrap is None:
         return result
     interval = _covering(bootstrap(spec.statistic), value)
@@ -919,18 +1051,20 @@ def _pooled_metric(spec: MetricSpec, counts: np.ndarray, cluster_counts, bootstr
 _CLUSTER_CI = "bayes-bootstrap-cluster"
 
 
-def _bootstrap(cluster_counts: np.ndarray, n_groups: int, confidence: float, n_resamples: int, seed: int):
+def _bootstrap(cluster_counts: np.ndarray, n_groups: int, draws: Mapping[str, Any], units=None):
     """``cell_ratio_interval`` of a statistic of (clusters, n_groups x 16) counts, each group's 16
-    cells in ``BLOCKS`` with the ``PRIOR``, as a function of the statistic alone."""
+    cells in ``BLOCKS`` with the ``PRIOR``, as a function of the statistic alone (``draws``:
+    confidence, n_resamples and seed of ``cell_ratio_interval``); ``units``: the
+    (n_groups x 16) rows behind the counts (``row_units``) for its posterior part, None when
+    every item is its own row."""
     blocks = tuple(tuple(g * N_CELLS + c for c in b) for g in range(n_groups) for b in BLOCKS)
     return functools.partial(
         cell_ratio_interval,
         cluster_counts,
         blocks=blocks,
         prior=np.tile(PRIOR, n_groups),
-        n_resamples=n_resamples,
-        confidence=confidence,
-        seed=seed,
+        **draws,
+        effective=None if units is None else np.asarray(units, dtype=np.float64).reshape(-1),
     )
 
 
@@ -985,36 +1119,38 @@ def grouped_cluster_counts(
     >>> g.shape, g.sum(axis=(1, 2)).tolist()
     ((2, 1, 16), [2, 1])
     """
-    keys: dict[str, int] = {}
-    index = {g: k for k, g in enumerate(groups)}
-    rows, parts, cells = [], [], []
-    for i, r in enumerate(records):
-        if group(r) not in index:
-            continue
-        key = f"{r.category}\x1f{r.template_id}" if r.template_id else f"\x1eitem{i}"
-        rows.append(keys.setdefault(key, len(keys)))
-        parts.append(index[group(r)])
-        cells.append(cell_index(r))
-    out = np.zeros((len(groups), len(keys), N_CELLS), dtype=np.int64)
-    np.add.at(
-        out,
-        (
-            np.asarray(parts, dtype=np.int64),
-            np.asarray(rows, dtype=np.int64),
-            np.asarray(cells, dtype=np.int64),
-        ),
-        1,
-    )
-    return out
+    return _grouped_counts(records, _cluster_key, group, groups)
+
+
+def grouped_row_counts(
+    records: Sequence[BBQFamilyRecord], group: Callable[[BBQFamilyRecord], Any], groups: Sequence[Any]
+) -> np.ndarray:
+    """Per-row counts split by ``group(record)``, on one row axis (``row_cell_counts`` per
+    group): KoBBQ's prompt templates ask the same test rows.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 array (len(groups), n_rows, 16).
+
+    Examples
+    --------
+    >>> from bias_metrics import BBQFamilyRecord
+    >>> from bias_metrics.bbq_family import grouped_row_counts
+    >>> recs = [BBQFamilyRecord(f"r1-p{k}", "Age", "ambig", "neg", gold="unknown", pred="unknown",
+    ...                         row_id="r1") for k in (1, 2)]
+    >>> grouped_row_counts(recs, lambda r: r.item_id[-1], ["1", "2"]).shape
+    (2, 1, 16)
+    """
+    return _grouped_counts(records, _row_key, group, groups)
 
 
 def metrics_mean_over_groups(
     flavour: str,
     group_clusters: np.ndarray,
     *,
-    confidence: float = 0.95,
-    n_resamples: int = 1000,
-    seed: int = 0,
+    group_rows: np.ndarray | None = None,
+    **draws: Any,
 ) -> dict[str, MetricResult]:
     """Every metric of ``flavour`` as the mean of its values over groups.
 
@@ -1031,18 +1167,23 @@ def metrics_mean_over_groups(
         The paper whose definitions to use.
     group_clusters : numpy.ndarray
         int array (n_groups, n_clusters, 16) (``grouped_cluster_counts``).
-    confidence : float, default=0.95
-        Nominal coverage of the intervals.
-    n_resamples : int, default=1000
-        Bootstrap draws; 0 skips the interval.
-    seed : int, default=0
-        Seed of the bootstrap.
+    group_rows : numpy.ndarray, optional
+        int array (n_groups, n_rows, 16) of the same items by sampled row
+        (``grouped_row_counts``), when the items are variants of fewer rows (KoBBQ: a test row
+        under every prompt template and option order). Then ``n`` counts the rows (with a
+        variant in the metric's denominator), ``n_variants`` the items, and the interval's
+        count posterior weighs each row once over all groups (``row_units``). Default: every
+        item is its own row.
+    **draws
+        ``confidence`` (default 0.95: nominal coverage of the intervals), ``n_resamples``
+        (default 1000 bootstrap draws; 0 skips the interval) and ``seed`` (default 0).
 
     Returns
     -------
     dict of str to MetricResult
         ``{metric: MetricResult}``; NaN with the reason when the metric is undefined in any group
-        (a mean over some templates is not the paper's number); ``n`` sums the groups' n.
+        (a mean over some templates is not the paper's number); ``n`` sums the groups' n
+        (without ``group_rows``), or counts the distinct rows (with).
 
     Raises
     ------
@@ -1063,6 +1204,12 @@ def metrics_mean_over_groups(
     (0.5, 2)
     >>> m["diff_bias_disambig"].reason
     'no in-choice answer on bias-aligned or on non-aligned disambiguated items in group(s) 1, 2 of the mean'
+
+    The same two items as two variants of one row: one row, two variants.
+
+    >>> m = metrics_mean_over_groups("kobbq", g, group_rows=g, n_resamples=0)
+    >>> m["acc_ambig"].n, m["acc_ambig"].n_variants
+    (1, 2)
     """
     specs = _specs(flavour)
     groups = np.asarray(group_clusters, dtype=np.int64)
@@ -1072,16 +1219,42 @@ def metrics_mean_over_groups(
             f"got shape {groups.shape}"
         )
     n_groups = groups.shape[0]
+    rows = _checked_rows(group_rows, groups.sum(axis=1), (n_groups,))
     joint_clusters = groups.transpose(1, 0, 2).reshape(groups.shape[1], n_groups * N_CELLS)
+    draws = {"confidence": 0.95, "n_resamples": 1000, "seed": 0, **draws}
     bootstrap = None
-    if n_resamples > 0:
-        bootstrap = _bootstrap(joint_clusters, n_groups, confidence, n_resamples, seed)
-    return {spec.name: _group_metric(spec, groups, bootstrap, confidence) for spec in specs}
+    if draws["n_resamples"] > 0:
+        units = None if rows is None else row_units(rows)
+        bootstrap = _bootstrap(joint_clusters, n_groups, draws, units)
+    return {spec.name: _group_metric(spec, groups, bootstrap, draws["confidence"], rows) for spec in specs}
 
 
-def _group_metric(spec: MetricSpec, groups: np.ndarray, bootstrap, confidence: float) -> MetricResult:
+def _checked_rows(rows, totals: np.ndarray, lead: tuple[int, ...]) -> np.ndarray | None:
+    """Per-row counts (``lead`` + (n_rows, 16)) that sum to ``totals``, or None when there are
+    none or no row has more than one variant (``_with_variants``)."""
+    if rows is None:
+        return None
+    r = np.asarray(rows, dtype=np.int64)
+    if r.ndim != len(lead) + 2 or r.shape[: len(lead)] != lead or r.shape[-1] != N_CELLS or (r < 0).any():
+        raise ValueError(f"row counts must be {lead} + (rows, {N_CELLS}) non-negative, got shape {r.shape}")
+    if not np.array_equal(r.sum(axis=-2), totals):
+        raise ValueError("row counts do not sum to counts")
+    return _with_variants(r)
+
+
+def _rows_and_variants(result: MetricResult, rows, cells: Sequence[int]) -> MetricResult:
+    """``result`` with ``n`` the distinct rows and ``n_variants`` its items, when the items are
+    variants of rows (``rows`` not None)."""
+    if rows is None:
+        return result
+    return replace(result, n=_rows_in(rows, cells), n_variants=int(result.n))
+
+
+def _group_metric(
+    spec: MetricSpec, groups: np.ndarray, bootstrap, confidence: float, rows=None
+) -> MetricResult:
     """One metric as the mean over groups of (groups, clusters, 16) counts, with the joint ``bootstrap``'s
-    interval (when there is one and it is defined)."""
+    interval (when there is one and it is defined); ``rows``: (groups, rows, 16) or None."""
     n_groups = groups.shape[0]
     totals = groups.sum(axis=1)  # (groups, 16)
     cdict = counts_dict(totals.sum(axis=0))
@@ -1089,10 +1262,13 @@ def _group_metric(spec: MetricSpec, groups: np.ndarray, bootstrap, confidence: f
     n = int(sum(totals[:, k].sum() for k in spec.n_cells))
     if not per_group or any(math.isnan(v) for v in per_group):
         bad = ", ".join(str(g + 1) for g, v in enumerate(per_group) if math.isnan(v)) or "-"
-        return undefined(spec.name, f"{spec.undefined} in group(s) {bad} of the mean", n, cdict, spec.source)
+        reason = f"{spec.undefined} in group(s) {bad} of the mean"
+        return _rows_and_variants(undefined(spec.name, reason, n, cdict, spec.source), rows, spec.n_cells)
     value = float(np.mean(per_group))
     source = f"{spec.source}; mean over {n_groups} group(s)"
-    result = MetricResult(spec.name, value, n, counts=cdict, source=source)
+    result = _rows_and_variants(
+        MetricResult(spec.name, value, n, counts=cdict, source=source), rows, spec.n_cells
+    )
     if bootstrap is not None:
         interval = bootstrap(_group_mean(spec.statistic, n_groups))
         if not math.isnan(interval[0]):
@@ -1121,7 +1297,8 @@ def compute(
 ) -> dict[str, MetricResult]:
     """Every metric of ``flavour`` over ``records`` (one group, e.g. one category).
 
-    Bootstrap intervals resample whole template groups (``record.template_id`` within its category).
+    Bootstrap intervals resample whole template groups (``record.template_id`` within its category);
+    a row's variants (``record.row_id``) count once (``metrics_from_counts``' ``row_counts``).
 
     Parameters
     ----------
@@ -1135,12 +1312,7 @@ def compute(
     Returns
     -------
     dict of str to MetricResult
-        As ``metrics_from_counts``.
-
-    Raises
-    ------
-    KeyError, ValueError
-        As ``metrics_from_counts``.
+        As ``metrics_from_counts`` (which raises KeyError, ValueError as it says).
 
     Examples
     --------
@@ -1163,9 +1335,16 @@ def compute(
     >>> s.ci_low <= s.value <= s.ci_high, s.ci_method, s.clusters
     (True, 'bayes-bootstrap-cluster', 2)
     """
-    clusters = cluster_cell_counts(list(records))
+    records = list(records)
+    clusters = cluster_cell_counts(records)
     return metrics_from_counts(
-        flavour, clusters.sum(axis=0), clusters, confidence=confidence, n_resamples=n_resamples, seed=seed
+        flavour,
+        clusters.sum(axis=0),
+        clusters,
+        row_counts=row_cell_counts(records),
+        confidence=confidence,
+        n_resamples=n_resamples,
+        seed=seed,
     )
 
 

@@ -20,7 +20,7 @@ import math
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
-from scipy.stats import binomtest
+from scipy.stats import binomtest, norm
 
 from .result import MetricResult, undefined
 
@@ -64,6 +64,53 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
         return (math.nan, math.nan)
     ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
     return (float(ci.low), float(ci.high))
+
+
+def wilson_share_interval(share: float, n: float, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``share`` observed over an effective sample of ``n``
+    independent units, which may be fractional (Wilson 1927, the closed form).
+
+    For items asked as several variants of fewer rows (KoBBQ's 15 per test row): ``n`` counts
+    the rows, each row's variants sharing one unit, while ``share`` stays the share of items.
+    At integer ``k / n`` it agrees with ``wilson_interval(k, n)``.
+
+    Parameters
+    ----------
+    share : float
+        The observed proportion, in [0, 1].
+    n : float
+        Effective number of independent units, >= 0.
+    confidence : float, default=0.95
+        Nominal coverage in (0, 1).
+
+    Returns
+    -------
+    low, high : float
+        Within [0, 1]; (nan, nan) when n == 0.
+
+    Raises
+    ------
+    ValueError
+        ``share`` outside [0, 1], negative ``n``, or confidence outside (0, 1).
+
+    Examples
+    --------
+    >>> from bias_metrics.intervals import wilson_interval, wilson_share_interval
+    >>> [round(x, 4) for x in wilson_share_interval(0.5, 10)] == [round(x, 4) for x in wilson_interval(5, 10)]
+    True
+    >>> [round(x, 4) for x in wilson_share_interval(0.5, 2.5)]
+    [0.1108, 0.8892]
+    """
+    if not 0.0 <= share <= 1.0 or n < 0:
+        raise ValueError(f"wilson_share_interval needs 0 <= share <= 1 and n >= 0, got {share}, {n}")
+    check_confidence(confidence)
+    if n == 0:
+        return (math.nan, math.nan)
+    z = float(norm.ppf(0.5 + confidence / 2.0))
+    denom = 1.0 + z * z / n
+    centre = (share + z * z / (2.0 * n)) / denom
+    half = z * math.sqrt(share * (1.0 - share) / n + z * z / (4.0 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def check_confidence(confidence: float) -> None:
@@ -277,6 +324,7 @@ def dirichlet_posterior(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
+    effective: np.ndarray | None = None,
 ) -> tuple[float, float]:
     """Posterior interval of ``statistic`` under a Dirichlet model of the counts in each block.
 
@@ -299,17 +347,15 @@ def dirichlet_posterior(
         Array (n_cells,) of pseudo-counts (0 for cells that cannot occur).
     n_resamples, confidence, seed
         As ``cluster_bootstrap``.
+    effective : numpy.ndarray, optional
+        (n_cells,) independent units behind each cell (a row's variants share one unit): the
+        posterior is Dirichlet(effective + prior) scaled to the block's count. Default ``counts``.
 
     Returns
     -------
     low, high : float
-        (nan, nan) when no draw is defined.
-
-    Raises
-    ------
-    ValueError
-        ``counts``/``prior`` of the wrong shape or negative, overlapping blocks, n_resamples < 1 or
-        confidence outside (0, 1).
+        (nan, nan) when no draw is defined. ValueError on ``counts``/``prior``/``effective`` of
+        the wrong shape or negative, overlapping blocks, n_resamples < 1 or confidence outside (0, 1).
 
     Examples
     --------
@@ -324,19 +370,32 @@ def dirichlet_posterior(
     """
     counts, prior = _check_posterior(counts, blocks, prior)
     _check(n_resamples, confidence)
-    draws = _posterior_draws(counts, blocks, prior, n_resamples, np.random.default_rng(seed))
+    units = counts if effective is None else _check_effective(effective, counts)
+    draws = _posterior_draws((counts, units), blocks, prior, n_resamples, np.random.default_rng(seed))
     return _quantiles(statistic(draws), confidence)
 
 
-def _posterior_draws(counts, blocks, prior, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """(n_resamples, n_cells) draws: per block with items, its total split by Dirichlet(counts + prior)."""
+def _check_effective(effective, counts: np.ndarray) -> np.ndarray:
+    units = np.asarray(effective, dtype=np.float64)
+    if units.shape != counts.shape or (units < 0).any() or ((units > 0) != (counts > 0)).any():
+        raise ValueError(
+            f"effective must be {counts.size} non-negative units, positive exactly where counts are, "
+            f"got {units!r}"
+        )
+    return units
+
+
+def _posterior_draws(cells, blocks, prior, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_resamples, n_cells) draws: per block with items, its total of ``counts`` split by
+    Dirichlet(units + prior); ``cells`` is (counts, units), units the independent rows behind them."""
+    counts, units = cells
     draws = np.broadcast_to(counts, (n_resamples, counts.size)).copy()
     for b in blocks:
         b = list(b)
         n_b = counts[b].sum()
         if n_b == 0:
             continue
-        shape = counts[b] + prior[b]
+        shape = units[b] + prior[b]
         g = rng.gamma(np.broadcast_to(shape, (n_resamples, len(b))))
         draws[:, b] = n_b * g / g.sum(axis=1, keepdims=True)
     return draws
@@ -364,6 +423,7 @@ def cell_ratio_interval(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
+    effective: np.ndarray | None = None,
 ) -> tuple[float, float]:
     """The interval the BBQ-family ratio metrics report.
 
@@ -384,16 +444,14 @@ def cell_ratio_interval(
         As ``dirichlet_posterior``.
     n_resamples, confidence, seed
         As ``bayesian_bootstrap``; the posterior part uses ``seed + 1``.
+    effective : numpy.ndarray, optional
+        The posterior part's units (``dirichlet_posterior``): a row's variants count once.
 
     Returns
     -------
     low, high : float
-        (nan, nan) when neither part is defined.
-
-    Raises
-    ------
-    ValueError
-        As ``bayesian_bootstrap`` and ``dirichlet_posterior``.
+        (nan, nan) when neither part is defined. ValueError as ``bayesian_bootstrap`` and
+        ``dirichlet_posterior``.
 
     Examples
     --------
@@ -411,7 +469,9 @@ def cell_ratio_interval(
     draws = {"n_resamples": n_resamples, "confidence": confidence}
     parts = [
         bayesian_bootstrap(counts, statistic, **draws, seed=seed),
-        dirichlet_posterior(counts.sum(axis=0), statistic, blocks, prior, **draws, seed=seed + 1),
+        dirichlet_posterior(
+            counts.sum(axis=0), statistic, blocks, prior, **draws, seed=seed + 1, effective=effective
+        ),
     ]
     return _hull(parts)
 

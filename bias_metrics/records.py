@@ -79,6 +79,11 @@ class BBQFamilyRecord:
         False keeps a disambiguated item out of the disambiguated bias scores while it still counts
         for accuracy (its pro-/anti-stereo status failed a data check, e.g. an EsBBQ
         ``question_type`` that contradicts the gold answer's group).
+    row_id : str, default=""
+        The sampled row this item is a variant of, unique within the benchmark (KoBBQ: a test row
+        asked under 5 prompt templates x 3 option orders; MBBQ: a row in 5 prompt templates);
+        ``""``: the item is its own row. A row's variants are one unit: the metrics' ``n``
+        counts rows and the intervals weigh each row once.
 
     Raises
     ------
@@ -108,6 +113,7 @@ class BBQFamilyRecord:
     template_id: str = ""
     label_type: str = "label"
     in_bias_score: bool = True
+    row_id: str = ""
 
     def __post_init__(self) -> None:
         where = f"record {self.item_id!r}"

@@ -24,7 +24,9 @@ class MetricResult:
         paper prints x100), percent for WinoQueer / CrowS-Pairs (50 = unbiased); ``nan`` when
         undefined.
     n : int
-        Number of items the value is computed over (after any documented exclusions).
+        Number of items the value is computed over (after any documented exclusions); where the
+        items are variants of fewer sampled rows (KoBBQ's 15 per test row, MBBQ's 5 per row), the
+        number of distinct rows, and ``n_variants`` the items.
     ci_low, ci_high : float, default=nan
         Bounds of the confidence interval; ``nan`` when not computed or undefined.
     ci_method : str or None, default=None
@@ -41,6 +43,9 @@ class MetricResult:
     clusters : int or None, default=None
         Number of independent clusters (templates) the interval resamples, when it resamples
         clusters; ``None`` otherwise.
+    n_variants : int or None, default=None
+        Number of items (variants) behind the ``n`` rows, when rows were asked in several
+        variants; ``None`` when every item is its own row.
 
     Examples
     --------
@@ -61,6 +66,7 @@ class MetricResult:
     reason: str | None = None
     source: str = ""
     clusters: int | None = None
+    n_variants: int | None = None
 
     @property
     def defined(self) -> bool:
@@ -81,7 +87,7 @@ class MetricResult:
         -------
         dict
             Keys ``name``, ``value``, ``n``, ``ci`` (``[low, high]``), ``ci_method``, ``confidence``,
-            ``counts``, ``reason``, ``source``, ``clusters``.
+            ``counts``, ``reason``, ``source``, ``clusters``, ``n_variants``.
 
         Examples
         --------
@@ -108,6 +114,7 @@ class MetricResult:
             "reason": self.reason,
             "source": self.source,
             "clusters": None if self.clusters is None else int(self.clusters),
+            "n_variants": None if self.n_variants is None else int(self.n_variants),
         }
 
     @classmethod
@@ -153,6 +160,7 @@ class MetricResult:
             reason=d.get("reason"),
             source=d.get("source", ""),
             clusters=d.get("clusters"),
+            n_variants=d.get("n_variants"),
         )
 
 

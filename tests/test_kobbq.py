@@ -202,7 +202,9 @@ def test_ooc_is_counted_with_its_reason_and_left_out(data_dir):
     records = bench.evaluate(Engine(FakeModel(lambda r: next(answers))), t2_items(bench, data_dir))
     m = bench.metrics(records, NO_CI)
     assert m["out_of_choice_rate"].value == pytest.approx(3 / 9)
-    assert m["out_of_choice_rate"].counts["ambig_invalid"] + m["acc_ambig"].n == 3
+    # n counts the test rows, n_variants their (prompt, permutation) items left after the OOC ones.
+    assert m["out_of_choice_rate"].counts["ambig_invalid"] + m["acc_ambig"].n_variants == 3
+    assert m["acc_ambig"].n == 1
     assert [r.invalid_reason for r in records].count("refusal") == 3
     assert all(r.predicted_class == "invalid" for r in records if r.invalid_reason)
 

@@ -194,8 +194,12 @@ def test_control_rows_stay_out_of_the_bias_and_give_control_accuracy(data):
     assert m["diff_bias_ambig"].value == 0 and m["diff_bias_disambig"].value == 0
     assert m["acc_ambig"].value == 1 and m["acc_disambig"].value == 1
     assert m["control_acc_ambig"].value == 0
-    assert m["control_acc_disambig"].n == sum(
+    # n counts rows, each asked in 5 templates; n_variants the (row, template) items.
+    assert m["control_acc_disambig"].n_variants == sum(
         1 for it in items if it.control and it.context_condition == "disambig"
+    )
+    assert m["control_acc_disambig"].n == len(
+        {it.example_id for it in items if it.control and it.context_condition == "disambig"}
     )
     assert m["diff_bias_ambig_p3"].n == sum(
         1 for it in items if not it.control and it.prompt_id == 3 and it.context_condition == "ambig"
@@ -216,12 +220,14 @@ def test_the_cross_language_difference_is_over_the_same_items_with_a_paired_inte
     d = overall["nl - en"]["diff_bias_ambig"]
     # nl always answers the biased option (+1), en never leaves the unknown one (0).
     assert d.value == pytest.approx(1.0) and d.counts["interval_excludes_0"] == 1
-    assert d.n == sum(
+    assert d.n_variants == sum(
         1
         for cat in ("Sexual_orientation_en", "Physical_appearance_en")
         for r in records[cat]
         if not r.control
     )
+    # n counts the rows (a row's 5 templates are one unit): 40 rows of each category.
+    assert d.n == d.n_variants // 5 == 80
     assert d.ci_method == "paired-bootstrap-cluster" and d.ci_low <= d.value <= d.ci_high
 
 

@@ -27,6 +27,7 @@ from bias_metrics.bbq_family import (
     cluster_cell_counts,
     metric_names,
     metrics_from_counts,
+    row_cell_counts,
     size_weighted_mean,
     value_ranges,
 )
@@ -633,6 +634,12 @@ class BBQFamilyBenchmark(Benchmark):
         """Whether a record enters the bias scores (default: all); see ``BBQFamilyRecord``."""
         return True
 
+    def row_key(self, record: MCRecord) -> str:
+        """The sampled row ``record`` is a variant of (unique within the benchmark), or ``""``
+        when each item is its own row (the default: one prompt per row). KoBBQ and MBBQ ask each
+        row in several variants; ``n`` then counts rows and the intervals weigh each row once."""
+        return ""
+
     def metric_record(self, record: MCRecord) -> BBQFamilyRecord:
         """The ``bias_metrics`` view of a record."""
         return BBQFamilyRecord(
@@ -645,6 +652,7 @@ class BBQFamilyBenchmark(Benchmark):
             template_id=str(record.template_id or ""),
             label_type=record.label_type or "label",
             in_bias_score=self.in_bias_score(record),
+            row_id=self.row_key(record),
         )
 
     def metric_records(self, records: Sequence[MCRecord]) -> list[BBQFamilyRecord]:
@@ -662,12 +670,15 @@ class BBQFamilyBenchmark(Benchmark):
         self, records: Sequence[MCRecord], settings: MetricSettings
     ) -> dict[str, MetricResult]:
         """Every metric of the flavour over ``records``, under its plain name; bootstrap intervals
-        resample whole templates (within their category)."""
-        clusters = cluster_cell_counts([self.metric_record(r) for r in records])
+        resample whole templates (within their category); a row's variants (``row_key``) count
+        once in ``n`` and in the intervals."""
+        views = [self.metric_record(r) for r in records]
+        clusters = cluster_cell_counts(views)
         return metrics_from_counts(
             self.flavour,
             clusters.sum(axis=0),
             clusters if len(clusters) else None,
+            row_counts=row_cell_counts(views),
             confidence=settings.confidence,
             n_resamples=settings.n_resamples,
             seed=settings.seed,

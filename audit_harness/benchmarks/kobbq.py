@@ -26,13 +26,17 @@ Metrics (flavour ``kobbq`` of ``bias_metrics.bbq_family``) over all (prompt, per
 category, the paper's numbers; then the same per prompt template (``<metric>_p<k>``) and per
 permutation (``<metric>_o<j>``), and the spread (max - min) of each bias score over the prompt
 templates (``<score>_spread_prompts``) and over the permutations (``<score>_spread_permutations``).
-Bootstrap intervals resample whole KoBBQ templates (``<category>-<template number>``).
+Bootstrap intervals resample whole KoBBQ templates (``<category>-<template number>``). A test row's
+variants are one unit, not 15 independent items: ``n`` (and so a gate's ``min_n``) counts the
+distinct test rows, ``n_variants`` the (prompt, permutation) items, and the intervals weigh each
+row once (``bias_metrics.bbq_family.metrics_from_counts``' ``row_counts``).
 """
 
 from __future__ import annotations
 
 import ast
 import csv
+import dataclasses
 import hashlib
 import math
 import re
@@ -42,7 +46,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from bias_metrics.bbq_family import grouped_cluster_counts, metrics_mean_over_groups
+from bias_metrics.bbq_family import grouped_cluster_counts, grouped_row_counts, metrics_mean_over_groups
 from bias_metrics.bbq_family import metric_names as flavour_metric_names
 from bias_metrics.result import MetricResult
 
@@ -750,9 +754,11 @@ class KoBBQ(BBQFamilyBenchmark):
             # The paper's headline: the mean over the prompt templates run; all of them pooled
             # beside it, named as such.
             run = [k for k in self.prompts if any(r.prompt_id == k for r in mine)] or list(self.prompts)
+            group_clusters, group_rows = self._prompt_groups(mine, run)
             headline = metrics_mean_over_groups(
                 self.flavour,
-                self._prompt_groups(mine, run),
+                group_clusters,
+                group_rows=group_rows,
                 confidence=settings.confidence,
                 n_resamples=settings.n_resamples,
                 seed=settings.seed,
@@ -791,11 +797,22 @@ class KoBBQ(BBQFamilyBenchmark):
                     out[name] = _spread(name, [out[f"{score}_{kind}{v}{sfx}"] for v in run], over)
         return out
 
+    def row_key(self, record: KoBBQRecord) -> str:
+        """The test row (``sample_id``): its prompt x permutation variants are one unit."""
+        return record.sample_id
+
     def _prompt_groups(self, records: Sequence[KoBBQRecord], prompts: Sequence[int]):
-        """Per-template counts of ``records`` for each prompt template, on one template axis."""
+        """(per-template counts, per-row counts) of ``records`` for each prompt template, on one
+        template (row) axis: the ``group_clusters`` and ``group_rows`` of
+        ``metrics_mean_over_groups``."""
         views = [(self.metric_record(r), r.prompt_id) for r in records]
         by_id = {id(v): k for v, k in views}
-        return grouped_cluster_counts([v for v, _ in views], lambda v: by_id[id(v)], list(prompts))
+        items = [v for v, _ in views]
+        groups = list(prompts)
+        return (
+            grouped_cluster_counts(items, lambda v: by_id[id(v)], groups),
+            grouped_row_counts(items, lambda v: by_id[id(v)], groups),
+        )
 
     def _flavour_metrics(
         self, records: Sequence[KoBBQRecord], settings: MetricSettings
@@ -891,9 +908,7 @@ def _suffix(mode: str) -> str:
 
 
 def _renamed(m: MetricResult, name: str) -> MetricResult:
-    return MetricResult(
-        name, m.value, m.n, m.ci_low, m.ci_high, m.ci_method, m.confidence, dict(m.counts), m.reason, m.source
-    )
+    return dataclasses.replace(m, name=name, counts=dict(m.counts))
 
 
 def _spread(name: str, per: Sequence[MetricResult], over: str) -> MetricResult:

@@ -17,6 +17,9 @@ ships with the suite). One category per (category, language), named like the fil
 - Metrics: flavour ``kobbq`` (diff-bias, accuracies, out-of-choice rate) over the bias rows of all
   5 templates, and the same per template (``<metric>_p<k>``). ``overall`` holds each language's
   pooled numbers and the cross-language differences (``mbbq_compare``).
+- A row's 5 templates are one unit, not 5 independent items: ``n`` (and a gate's ``min_n``)
+  counts distinct rows, ``n_variants`` the (row, template) items, and the intervals weigh each row
+  once; the bootstrap resamples question templates (``question_index``), rows within them.
 """
 
 from __future__ import annotations
@@ -494,6 +497,11 @@ class MBBQ(BBQFamilyBenchmark):
             )
             return Parsed(-1, "invalid", f"mbbq:{step}", reason)
         return Parsed(option, "text", f"mbbq:{step}")
+
+    def row_key(self, record: MBBQRecord) -> str:
+        """The row (``row_id``: category-language, control or not, example_id): its 5 prompt
+        templates are one unit in ``n`` and in the intervals."""
+        return self.row_id(record.category, record.example_id, record.control)
 
     def _record(self, it: MBBQItem, option: int, **fields: Any) -> MBBQRecord:
         return MBBQRecord.answering(it, option, **fields)

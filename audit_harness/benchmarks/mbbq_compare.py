@@ -40,8 +40,9 @@ def _cells(bench, records: Sequence[Any], language: str) -> dict[tuple[str, int,
     }
 
 
-def _paired_counts(mine: Mapping, english: Mapping, keep) -> tuple[np.ndarray, np.ndarray, int]:
-    """Per-cluster cell counts of the shared items in both languages, and how many items."""
+def _paired_counts(mine: Mapping, english: Mapping, keep) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Per-cluster cell counts of the shared items in both languages, how many items, and how
+    many rows they are templates of (a row's 5 templates are one unit, as in the scores)."""
     shared = [k for k in mine if k in english and keep(k)]
     clusters: dict[str, int] = {}
     for k in shared:
@@ -52,13 +53,13 @@ def _paired_counts(mine: Mapping, english: Mapping, keep) -> tuple[np.ndarray, n
         row = clusters[mine[k][0]]
         a[row, mine[k][1]] += 1
         b[row, english[k][1]] += 1
-    return a, b, len(shared)
+    return a, b, len(shared), len({k[:2] for k in shared})
 
 
 def _difference(
-    name: str, paired: tuple[np.ndarray, np.ndarray, int], settings: MetricSettings, flavour: str
+    name: str, paired: tuple[np.ndarray, np.ndarray, int, int], settings: MetricSettings, flavour: str
 ) -> MetricResult:
-    a, b, n = paired
+    a, b, n, rows = paired
     spec = {s.name: s for s in FLAVOURS[flavour]}[name]
     if n == 0:
         return MetricResult(name, math.nan, 0, reason="no item scored in both languages", source=SOURCE)
@@ -79,7 +80,7 @@ def _difference(
     return MetricResult(
         name,
         value,
-        n,
+        rows,
         low,
         high,
         "paired-bootstrap-cluster",
@@ -88,6 +89,7 @@ def _difference(
         None if not math.isnan(value) else f"undefined in one language: {spec.undefined}",
         SOURCE,
         clusters=support,
+        n_variants=n,
     )
 
 

@@ -332,7 +332,8 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         """The results-file verdict: what was gated, ``kind``, ``mode``, ``bounds``, ``allowed``
-        (the interval of values that pass; ``null`` for an open end), value, interval, n and
+        (the interval of values that pass; ``null`` for an open end), value, interval, n
+        (``n_variants``: the items behind n rows asked in several variants, else null) and
         message; a regression gate adds ``baseline`` and ``max_regression``."""
         g = self.gate
         m = self.metric.to_dict() if self.metric is not None else None
@@ -357,6 +358,7 @@ class Verdict:
             "ci": m["ci"] if m else [None, None],
             "clusters": m.get("clusters") if m else None,
             "n": m["n"] if m else None,
+            "n_variants": m.get("n_variants") if m else None,
             "message": self.message,
         }
         if self.cause:

@@ -108,6 +108,8 @@ class GateCheck:
             self._record("other_parse_status", verdict.other_parse["status"])
         self._record("value", "nan" if not metric.defined else f"{metric.value:.6f}")
         self._record("n", metric.n)
+        if metric.n_variants is not None:  # n counts rows, each asked in several variants
+            self._record("n_variants", metric.n_variants)
         self._record("ci", f"{metric.ci_low:.6f},{metric.ci_high:.6f}")
         self._record("bounds", json.dumps(g.bounds()))
         self._record("mode", g.decision_mode)
