@@ -58,10 +58,13 @@ from audit_harness.gates import PACKAGED_THRESHOLDS, Gate, load_thresholds  # no
 from audit_harness.outcome import decide  # noqa: E402
 from bias_metrics.bbq_family import (  # noqa: E402
     N_CELLS,
+    _cluster_key,
+    _row_key,
     cell_index,
     cluster_cell_counts,
     metrics_from_counts,
     metrics_mean_over_groups,
+    row_cell_counts,
 )
 
 BENCHMARKS = ("bbq", "esbbq", "cabbq", "kobbq", "cbbq", "mbbq")
@@ -97,10 +100,11 @@ class Items:
     """One category's items as the simulation needs them (one entry per scored record)."""
 
     block: np.ndarray  # 0 ambiguous, 1 bias-aligned, 2 non-aligned, 3 unchecked disambiguated
-    row: np.ndarray  # the unit a consistent model answers alike (a row and its variants)
+    row: np.ndarray  # the sampled row (row_cell_counts' order): its variants answer alike when consistent
     cluster: np.ndarray  # the interval's cluster (cluster_cell_counts' order)
     group: np.ndarray  # KoBBQ: the prompt template the headline averages over; else 0
     n_clusters: int
+    n_rows: int
     n_groups: int
 
 
@@ -119,22 +123,26 @@ class Unit:
 
 
 # --- item structure -----------------------------------------------------------------------------
-def items_of(records, rows) -> Items:
-    """``Items`` of a category's perfect ``records`` (``bias_metrics`` view) and their row keys.
-    The cluster index mirrors ``cluster_cell_counts``; checked against it."""
-    keys: dict[str, int] = {}
-    cluster = np.empty(len(records), dtype=np.int64)
-    for i, r in enumerate(records):
-        key = f"{r.category}\x1f{r.template_id}" if r.template_id else f"\x1eitem{i}"
-        cluster[i] = keys.setdefault(key, len(keys))
-    block = np.array([cell_index(r) // 4 for r in records], dtype=np.int64)
-    perfect = np.zeros((len(keys), N_CELLS), dtype=np.int64)
-    np.add.at(perfect, (cluster, np.array([cell_index(r) for r in records])), 1)
-    if not np.array_equal(perfect, cluster_cell_counts(records)):
-        raise SystemExit("the simulation's clusters differ from cluster_cell_counts: update items_of")
-    _, row = np.unique(np.asarray(rows, dtype=object).astype(str), return_inverse=True)
+def items_of(records) -> Items:
+    """``Items`` of a category's perfect ``records`` (``bias_metrics`` view): each record's block,
+    row and cluster, keyed as ``row_cell_counts`` and ``cluster_cell_counts`` key them (checked
+    against them)."""
+    cluster, n_clusters = _index([_cluster_key(r, i) for i, r in enumerate(records)])
+    row, n_rows = _index([_row_key(r, i) for i, r in enumerate(records)])
+    cells = np.array([cell_index(r) for r in records], dtype=np.int64)
+    for index, n, real in ((cluster, n_clusters, cluster_cell_counts), (row, n_rows, row_cell_counts)):
+        mine = np.zeros((n, N_CELLS), dtype=np.int64)
+        np.add.at(mine, (index, cells), 1)
+        if not np.array_equal(mine, real(records)):
+            raise SystemExit(f"the simulation's units differ from {real.__name__}: update items_of")
     zero = np.zeros(len(records), dtype=np.int64)
-    return Items(block, row.astype(np.int64), cluster, zero, len(keys), 1)
+    return Items(cells // 4, row, cluster, zero, n_clusters, n_rows, 1)
+
+
+def _index(keys: list[str]) -> tuple[np.ndarray, int]:
+    """Each key's index in order of first appearance, and how many there are."""
+    seen: dict[str, int] = {}
+    return np.array([seen.setdefault(k, len(seen)) for k in keys], dtype=np.int64), len(seen)
 
 
 def category_items(bench, data_dir: Path, category: str) -> tuple[list, list]:
@@ -142,22 +150,20 @@ def category_items(bench, data_dir: Path, category: str) -> tuple[list, list]:
     control items apart, second. Raises MissingDataError when the data is missing."""
     out: tuple[list, list] = ([], [])
     for it in bench.load_category(data_dir, category).items:
-        rec = bench._record(it, it.gold)  # noqa: SLF001 (the record a run makes of an answer)
+        rec = perfect_record(bench, it)
         out[bool(getattr(it, "control", False))].append((it, rec, bench.metric_record(rec)))
     return out
 
 
-def row_key(item) -> str:
-    """A row and its variants share this (KoBBQ: sample id; MBBQ: example id; else the item)."""
-    if getattr(item, "sample_id", None):
-        return f"{item.category}/{item.sample_id}"
-    if getattr(item, "example_id", None) is not None and hasattr(item, "prompt_id"):
-        return f"{item.category}/{item.example_id}"
-    return item.item_id
+def perfect_record(bench, item):
+    """The record a run makes of the right answer to ``item`` (KoBBQ's carries its test row)."""
+    if hasattr(bench, "_kobbq_record"):
+        return bench._kobbq_record(item, item.gold, "plain", None, None)  # noqa: SLF001
+    return bench._record(item, item.gold)  # noqa: SLF001
 
 
 def _items(triples) -> Items:
-    return items_of([m for _, _, m in triples], [row_key(it) for it, _, _ in triples])
+    return items_of([m for _, _, m in triples])
 
 
 def load_items(bench, data_dir: Path, category: str, by_prompt: bool) -> tuple[Items, Items | None]:
@@ -188,33 +194,47 @@ def class_probabilities(model: Model, bias: float) -> np.ndarray:
     )
 
 
-def simulate(its: Items, model: Model, bias: float, rng: np.random.Generator) -> np.ndarray:
-    """One run's counts, (groups, clusters, 16): each record's answer drawn from its block's
-    probabilities; a consistent model draws once per row, so a row's variants answer alike."""
+def simulate(
+    its: Items, model: Model, bias: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """One run's counts, (groups, clusters, 16) and (groups, rows, 16): each record's answer drawn
+    from its block's probabilities; a consistent model draws once per row, so a row's variants
+    answer alike."""
     cum = class_probabilities(model, bias).cumsum(axis=1)
-    draw = rng.random(int(its.row.max()) + 1)[its.row] if model.consistent else rng.random(len(its.block))
-    answer = np.minimum((draw[:, None] > cum[its.block]).sum(axis=1), 3)
-    flat = (its.group * its.n_clusters + its.cluster) * N_CELLS + its.block * 4 + answer
-    size = its.n_groups * its.n_clusters * N_CELLS
-    return np.bincount(flat, minlength=size).reshape(its.n_groups, its.n_clusters, N_CELLS)
+    draw = rng.random(its.n_rows)[its.row] if model.consistent else rng.random(len(its.block))
+    cell = its.block * 4 + np.minimum((draw[:, None] > cum[its.block]).sum(axis=1), 3)
+    return tuple(
+        _counts(its.group, index, n, its.n_groups, cell)
+        for index, n in ((its.cluster, its.n_clusters), (its.row, its.n_rows))
+    )
+
+
+def _counts(group, index, n: int, n_groups: int, cell) -> np.ndarray:
+    flat = (group * n + index) * N_CELLS + cell
+    return np.bincount(flat, minlength=n_groups * n * N_CELLS).reshape(n_groups, n, N_CELLS)
 
 
 # --- metrics and verdicts, as a run computes them ----------------------------------------------
-def metrics_of(unit: Unit, counts: np.ndarray, control: np.ndarray | None, seed: int, resamples: int):
-    """The gated metrics of (groups, clusters, 16) counts: KoBBQ's mean over prompt templates,
-    else the pooled counts of the category's templates (MBBQ adds the control accuracy)."""
+def metrics_of(unit: Unit, counts: tuple, control: tuple | None, seed: int, resamples: int):
+    """The gated metrics of (clusters, rows) counts (``simulate``) as the benchmark computes them:
+    KoBBQ's mean over prompt templates, else the category's templates pooled (MBBQ adds the
+    control accuracy); a row's variants count once (``row_counts``)."""
+    clusters, rows = counts
+    draws = {"n_resamples": resamples, "seed": seed}
     if unit.mean_over_groups:
-        return metrics_mean_over_groups(unit.flavour, counts, n_resamples=resamples, seed=seed)
-    flat = counts.sum(axis=0)
+        return metrics_mean_over_groups(unit.flavour, clusters, group_rows=rows, **draws)
     only = {g.metric for gs in unit.gates.values() for g in gs} - {"control_acc_disambig"}
-    out = metrics_from_counts(
-        unit.flavour, flat.sum(axis=0), flat, n_resamples=resamples, seed=seed, only=only
-    )
+    out = _pooled(unit.flavour, counts, draws, only)
     if control is not None:
-        c = control.sum(axis=0)
-        acc = metrics_from_counts(unit.flavour, c.sum(axis=0), c, n_resamples=0, only=["acc_disambig"])
-        out["control_acc_disambig"] = dataclasses.replace(acc["acc_disambig"], name="control_acc_disambig")
+        acc = _pooled(unit.flavour, control, {"n_resamples": 0}, ["acc_disambig"])["acc_disambig"]
+        out["control_acc_disambig"] = dataclasses.replace(acc, name="control_acc_disambig")
     return out
+
+
+def _pooled(flavour: str, counts: tuple, draws: dict, only) -> dict:
+    """``metrics_from_counts`` of (clusters, rows) counts, their groups summed."""
+    flat, rows = counts[0].sum(axis=0), counts[1].sum(axis=0)
+    return metrics_from_counts(flavour, flat.sum(axis=0), flat, row_counts=rows, only=only, **draws)
 
 
 def judge(unit: Unit, gates: list[Gate], metrics, resamples: int, pooled: bool) -> list[tuple]:
@@ -254,8 +274,8 @@ def pooled_verdicts(unit: Unit, counts: dict, ctl: dict, seed: int, resamples: i
     pooled = [c for c in unit.gates if c.startswith("pooled")]
     if not pooled:
         return []
-    both = np.concatenate([counts[c] for c in unit.items], axis=1)
-    control = np.concatenate(list(ctl.values()), axis=1) if ctl else None
+    both = tuple(np.concatenate([counts[c][k] for c in unit.items], axis=1) for k in (0, 1))
+    control = tuple(np.concatenate([v[k] for v in ctl.values()], axis=1) for k in (0, 1)) if ctl else None
     m = metrics_of(unit, both, control, seed, resamples)
     return [(c, *v) for c in pooled for v in judge(unit, unit.gates[c], m, resamples, True)]
 
@@ -371,7 +391,7 @@ def add_category(unit: Unit, bench, data_dir: Path, cat: str) -> None:
 def simulate_unit(unit: Unit, ns) -> dict:
     """Every model's tally on ``unit``, over ``ns.runs`` seeded runs."""
     band = min(g.abs_max for gs in unit.gates.values() for g in gs if g.abs_max is not None)
-    variants = any(its.n_groups > 1 or len(np.unique(its.row)) < len(its.row) for its in unit.items.values())
+    variants = any(its.n_rows < len(its.row) for its in unit.items.values())
     chosen = [m for m in models(ns) if (variants or not m.consistent) and m.name in ns.models]
     chosen = [dataclasses.replace(m, bias=2 * band) if m.name == "twice-band" else m for m in chosen]
     tallies = {m.name: Tally() for m in chosen}
@@ -469,7 +489,7 @@ def parse(argv):
 def simulate_all(ns) -> dict:
     """``{unit: simulate_unit}`` of every benchmark asked for."""
     benchmarks = registry()
-    catalogue = {n: (b.categories, b.metric_names, b.metric_ranges()) for n, b in benchmarks.items()}
+    catalogue = {n: b.gate_catalogue() for n, b in benchmarks.items()}
     gates = load_thresholds(ns.thresholds, catalogue)
     results = {}
     for name in ns.benchmarks.split(","):

@@ -45,7 +45,7 @@ def bbq_unit(oc, data_dir):
 
 
 def _catalogue():
-    return {n: (b.categories, b.metric_names, b.metric_ranges()) for n, b in registry().items()}
+    return {n: b.gate_catalogue() for n, b in registry().items()}
 
 
 def test_the_simulated_honest_model_is_released_and_the_twice_band_one_is_not(oc, bbq_unit, data_dir):
