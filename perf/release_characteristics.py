@@ -34,6 +34,7 @@ metric (CBBQ: ``diff_bias_ambig`` instead of ``bias_score_ambig``); the output s
 Run::
 
     python perf/release_characteristics.py --data-dir DIR [--runs 100] [--json out.json]
+    python perf/release_characteristics.py --tables out.json [more.json ...]   # saved runs
 """
 
 from __future__ import annotations
@@ -487,7 +488,8 @@ def parse(argv):
 
 
 def simulate_all(ns) -> dict:
-    """``{unit: simulate_unit}`` of every benchmark asked for."""
+    """``{unit: simulate_unit}`` of every benchmark asked for; with ``--json`` the file is
+    rewritten after each unit, so a long run keeps what it has done."""
     benchmarks = registry()
     catalogue = {n: b.gate_catalogue() for n, b in benchmarks.items()}
     gates = load_thresholds(ns.thresholds, catalogue)
@@ -495,11 +497,24 @@ def simulate_all(ns) -> dict:
     for name in ns.benchmarks.split(","):
         for unit in units_of(name, benchmarks[name], gates.get(name, []), Path(ns.data_dir)):
             print(f"{unit.name}: {len(unit.items)} categories ...", file=sys.stderr, flush=True)
-            results[unit.name] = simulate_unit(unit, ns) | {
-                "design_emulated": unit.design,
-                "skipped": unit.skipped,
-            }
+            extra = {"design_emulated": unit.design, "skipped": unit.skipped}
+            results[unit.name] = simulate_unit(unit, ns) | extra
+            save(ns, results)
     return results
+
+
+def save(ns, results: dict) -> None:
+    if ns.json:
+        settings = {k: str(v) for k, v in vars(ns).items() if k not in ("data_dir", "json")}
+        ns.json.write_text(json.dumps({"settings": settings, "results": results}, indent=1, default=str))
+
+
+def tables(results: dict) -> str:
+    """The Markdown tables of ``results`` (``simulate_all``, or saved ``--json`` files)."""
+    out = [release_table(results), "", one_category_table(results)]
+    if any(r["design_emulated"] for r in results.values()):
+        out.append("\n(issue 46's design emulated: the thresholds file has no pooled gate)")
+    return "\n".join(out)
 
 
 def conditions(ns, started: float) -> str:
@@ -521,15 +536,15 @@ def main(argv=None) -> int:
     import time
 
     started = time.time()
+    if argv is None and sys.argv[1:2] == ["--tables"]:  # print the tables of saved --json files
+        results = {}
+        for path in sys.argv[2:]:
+            results |= json.loads(Path(path).read_text())["results"]
+        print(tables(results))
+        return 0
     ns = parse(argv)
     results = simulate_all(ns)
-    emulated = any(r["design_emulated"] for r in results.values())
-    print(release_table(results), "", one_category_table(results), "", conditions(ns, started), sep="\n")
-    if emulated:
-        print("\n(issue 46's design emulated: the thresholds file has no pooled gate)")
-    if ns.json:
-        settings = {k: str(v) for k, v in vars(ns).items() if k not in ("data_dir", "json")}
-        ns.json.write_text(json.dumps({"settings": settings, "results": results}, indent=1, default=str))
+    print(tables(results), "", conditions(ns, started), sep="\n")
     return 0
 
 
