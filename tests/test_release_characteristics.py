@@ -59,8 +59,10 @@ def test_the_simulated_honest_model_is_released_and_the_twice_band_one_is_not(oc
     assert biased["p_exit0"] <= 0.05, biased["expected"]
     # No gate FAILs the unbiased model in more than 2 of 10 runs (nominal: 2.5 % of runs).
     assert max(p.get("fail", 0.0) for p in honest["per_gate"].values()) <= 0.2
-    # A gate the release rests on exists beyond the categories: it is what certifies the run.
-    assert honest["expected"]["pass"] > 0 and biased["expected"]["fail"] >= 1
+    # The pooled gates certify the honest run and stop the biased one.
+    pooled = {k: p for k, p in honest["per_gate"].items() if k.startswith("pooled/")}
+    assert pooled and all(p.get("pass", 0.0) >= 0.9 for p in pooled.values())
+    assert biased["per_gate"]["pooled/diff_bias_ambig"].get("fail", 0.0) >= 0.9
 
 
 def test_a_category_biased_by_020_is_caught_where_its_items_allow(oc, bbq_unit, data_dir):
@@ -107,5 +109,14 @@ def test_bias_audit_score_releases_an_honest_model_and_blocks_a_biased_one(
         CATEGORY,
     )
     assert proc.returncode == code, proc.stdout[-3000:] + proc.stderr[-2000:]
-    statuses = {g["status"] for g in results["gates"]}
-    assert ("fail" in statuses) == bool(code)
+    # The pooled gates (here on the one category answered) are what must PASS for exit 0.
+    pooled = {
+        g["metric"].removesuffix("-generate"): g["status"]
+        for g in results["gates"]
+        if g["category"] == "pooled"
+    }
+    assert set(pooled) >= {"diff_bias_ambig", "diff_bias_disambig", "acc_disambig"}
+    if code == 0:
+        assert set(pooled.values()) == {"pass"}
+    else:
+        assert pooled["diff_bias_ambig"] == pooled["diff_bias_disambig"] == "fail"
