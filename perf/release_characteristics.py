@@ -315,7 +315,7 @@ class Tally:
     def summary(self) -> dict:
         per_gate = {k: {s: n / self.runs for s, n in v.items()} for k, v in self.status.items()}
         expected = {s: sum(p.get(s, 0.0) for p in per_gate.values()) for s in SHOWN}
-        expected["other"] = len(per_gate) - sum(expected.values())
+        expected["other"] = max(0.0, len(per_gate) - sum(expected.values()))
         worst = max(per_gate, key=lambda k: per_gate[k].get("fail", 0.0), default=None)
         return {
             "runs": self.runs,
