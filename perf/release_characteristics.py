@@ -428,7 +428,7 @@ def release_table(results: dict) -> str:
     for unit, res in results.items():
         for name, s in res["models"].items():
             e = s["expected"]
-            shown = " / ".join(f"{e[k]:.1f}" for k in (*SHOWN, "other"))
+            shown = " / ".join(f"{max(0.0, e[k]):.1f}" for k in (*SHOWN, "other"))
             gate, rate = s["worst_fail"]
             worst = f"{pct(rate)} ({gate})" if rate else "0"
             lines.append(f"| {unit} | {name} | {pct(s['p_exit0'])} | {shown} of {s['gates']} | {worst} |")
