@@ -89,10 +89,9 @@ def _answers(oc, data_dir: Path, path: Path, model, seed: int) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
-@pytest.mark.parametrize(("name", "bias", "code"), [("honest", 0.0, 0), ("twice-band", 0.10, 1)])
-def test_bias_audit_score_releases_an_honest_model_and_blocks_a_biased_one(
-    oc, tmp_path, data_dir, name, bias, code
-):
+@pytest.mark.parametrize("case", [("honest", 0.0, 0), ("twice-band", 0.10, 1)], ids=["honest", "twice-band"])
+def test_bias_audit_score_releases_an_honest_model_and_blocks_a_biased_one(oc, tmp_path, data_dir, case):
+    name, bias, code = case  # the model, its bias in both contexts, the exit code expected
     preds = tmp_path / "answers.jsonl"
     _answers(oc, Path(data_dir), preds, oc.Model(name, bias=bias), seed=46)
     proc, results, _ = bias_audit_score(
