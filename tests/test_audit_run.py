@@ -84,9 +84,14 @@ def test_junit_xml_carries_the_numbers(serial_run):
     for case in cases:
         props = {p.get("name"): p.get("value") for p in case.findall("./properties/property")}
         assert {"value", "n", "ci", "bounds", "status", "benchmark", "category", "metric"} <= set(props)
-        # min_n 1 and 1,000 resamples: no INSUFFICIENT; ci_three_way may leave a gate inconclusive
-        assert props["status"] in {"pass", "fail", "undefined", "inconclusive"}
+        # min_n 1 and 1,000 resamples: no INSUFFICIENT; the shipped per-category gates are
+        # detection gates (ci_detect), which 12 items may leave not decided
+        assert props["status"] in {"pass", "fail", "undefined", "not_decided"}
         assert props["status"] != "pass" or case.find("failure") is None
+        skipped = case.find("skipped")
+        assert (props["status"] == "not_decided") == (
+            skipped is not None and skipped.get("type") == "not_decided"
+        )
 
 
 def test_results_file_matches_the_saved_records(serial_run, data_dir):
@@ -119,10 +124,11 @@ def test_results_file_matches_the_saved_records(serial_run, data_dir):
     assert sum(results["gate_summary"].values()) == 3 * len(CATEGORIES)
     # lm-eval defines a size-weighted group number for EsBBQ/CaBBQ only, not for BBQ.
     assert set(results["overall"]["bbq"]) == {"categories", "pooled"}
-    assert results["run"]["gates_configured"] == 3 * 11  # the BBQ gates: the benchmark this run touched
+    # the BBQ gates (the benchmark this run touched): 11 categories and the pooled one
+    assert results["run"]["gates_configured"] == 3 * 12
     assert "--limit" in results["run"]["invocation"] and len(results["run"]["thresholds_sha256"]) == 64
     report = (run_dir / "report.md").read_text()
-    assert "6 evaluated of 33 configured for bbq" in report
+    assert "6 evaluated of 36 configured for bbq" in report
     assert results["model"]["fingerprint"] in report
     for verdict in results["gates"]:
         assert f"| {verdict['category']} | {verdict['metric']} |" in report
@@ -143,6 +149,14 @@ def test_xdist_gives_the_same_numbers(serial_run, tmp_path, data_dir):
         assert parallel["benchmarks"]["bbq"][cat]["metrics"] == serial["benchmarks"]["bbq"][cat]["metrics"]
     assert parallel["overall"] == serial["overall"]
     assert len(parallel["gates"]) == len(serial["gates"])
+    # A detection gate not decided on a worker reads as on the controller of a serial run.
+    assert sorted((g["test_id"], g["status"]) for g in parallel["gates"]) == sorted(
+        (g["test_id"], g["status"]) for g in serial["gates"]
+    )
+    undecided = sum(g["status"] == "not_decided" for g in serial["gates"])
+    junit = (only_run_dir(results) / "junit.xml").read_text()
+    assert junit.count('<skipped type="not_decided"') == undecided
+    assert (f"{undecided} not decided" in proc.stdout) == bool(undecided)
     # The two workers wrote one result cache: a rerun computes nothing, gives the same numbers,
     # and under CI=true prints plain progress lines.
     proc, again = run_audit(

@@ -155,6 +155,52 @@ def test_a_detection_gate_fail_blocks(tmp_path, data_dir, religion):
     assert [g["status"] for g in doc["gates"]] == ["fail"]
 
 
+# --- pooled gates ---------------------------------------------------------------------------------
+def test_a_pooled_gate_fail_blocks_and_is_its_own_test(tmp_path, data_dir, religion):
+    """The pooled gate is judged on every category the predictions answer (Religion alone here,
+    the others have no saved output and are skipped), under its own test id: its FAIL blocks
+    while the category's detection gate passes, and its numbers are overall's pooled ones."""
+    tmp, preds = religion
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(
+        "bbq:\n  mode: ci_detect\n  defaults:\n    acc_disambig: {min: 0.5}\n"
+        "  pooled:\n    acc_disambig: {max: 0.9, mode: ci_three_way}\n"
+    )
+    proc, doc, run_dir = run(
+        tmp_path, data_dir, preds, "--thresholds", gates, "--", "-k", "Religion or pooled"
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    by_cat = {g["category"]: g for g in doc["gates"] if g["status"] != "skipped"}
+    assert by_cat["pooled"]["status"] == "fail" and by_cat["Religion"]["status"] == "pass"
+    pooled = doc["overall"]["bbq"]["pooled"]["acc_disambig-generate"]
+    assert (
+        (by_cat["pooled"]["value"], by_cat["pooled"]["n"])
+        == (pooled["value"], pooled["n"])
+        == (1.0, by_cat["Religion"]["n"])
+    )
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED ")]
+    assert len(failed) == 1 and failed[0].endswith("::test_bbq[pooled-acc_disambig-generate]"), failed
+    assert 'name="test_bbq[pooled-acc_disambig-generate]"' in (run_dir / "junit.xml").read_text()
+
+
+@pytest.mark.parametrize(
+    "section, fragment",
+    [
+        ("crows_pairs:\n  pooled:\n    bias_score: {target: 50, tolerance: 5}\n", ":2: crows_pairs.pooled: "),
+        ("bbq:\n  pooled:\n    diff_bias: {abs_max: 0.05}\n", ":3: bbq.pooled.diff_bias: unknown metric"),
+    ],
+)
+def test_a_bad_pooled_block_is_exit_4_naming_file_line_and_field(
+    tmp_path, data_dir, religion, section, fragment
+):
+    tmp, preds = religion
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(section)
+    proc, doc, _ = run(tmp_path, data_dir, preds, "--thresholds", gates)
+    assert proc.returncode == 4 and doc is None, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"gates.yaml{fragment}" in proc.stdout + proc.stderr
+
+
 # --- the gates file -------------------------------------------------------------------------------
 def test_the_shipped_gates_pass_a_perfect_model_and_say_they_are_the_packaged_ones(
     tmp_path, data_dir, religion

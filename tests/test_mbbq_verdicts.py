@@ -27,7 +27,7 @@ def _predictions(data_dir: Path, path: Path, pick: dict[str, str]) -> None:
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
 
 
-def _score(tmp_path: Path, data_dir: Path, pick: dict[str, str]):
+def _score(tmp_path: Path, data_dir: Path, pick: dict[str, str], keyword: str = CATEGORY):
     data = Path(data_dir)
     if not (data / "mbbq" / "answer_detection.py").is_file():
         pytest.skip("no mbbq/ in the data directory")
@@ -46,7 +46,7 @@ def _score(tmp_path: Path, data_dir: Path, pick: dict[str, str]):
         "--mbbq-language",
         ",".join(pick),
         "-k",
-        CATEGORY,
+        keyword,
     )
 
 
@@ -61,13 +61,20 @@ def test_a_perfect_model_passes_every_mbbq_gate(tmp_path, data_dir):
 
 
 def test_a_model_stereotyped_in_dutch_fails_and_differs_from_english(tmp_path, data_dir):
-    proc, results, _ = _score(tmp_path, data_dir, {"en": "perfect", "nl": "stereotyped"})
+    """With the pooled gates selected too: MBBQ pools per language, so Dutch's pooled bias gates
+    FAIL and English's PASS (the predictions answer one category, so each language pools it)."""
+    pick = {"en": "perfect", "nl": "stereotyped"}
+    proc, results, _ = _score(tmp_path, data_dir, pick, keyword=f"{CATEGORY} or pooled")
     shown = proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.returncode == 1 and results is not None, shown
     failed = {(g["category"], g["metric"]) for g in results["gates"] if g["status"] == "fail"}
     assert (f"{CATEGORY}_nl", "diff_bias_ambig-generate") in failed
     assert (f"{CATEGORY}_nl", "diff_bias_disambig-generate") in failed
+    assert ("pooled_nl", "diff_bias_ambig-generate") in failed
     assert not any(c.endswith("_en") for c, _ in failed)
+    pooled_en = {g["metric"]: g["status"] for g in results["gates"] if g["category"] == "pooled_en"}
+    assert pooled_en["diff_bias_ambig-generate"] == "pass", pooled_en
+    assert "test_mbbq[pooled_nl-diff_bias_ambig-generate]" in proc.stdout
     diff = results["overall"]["mbbq"]["nl - en"]["diff_bias_ambig-generate"]
     assert diff["value"] == pytest.approx(1.0) and diff["counts"]["interval_excludes_0"] == 1
     assert "nl - en" in proc.stdout  # the terminal's table lists the difference

@@ -255,6 +255,14 @@ def test_oracle_verdicts_on_every_row(tmp_path, data_dir, bench, kind):
         if "bias" in g["metric"] and g["status"] == "insufficient" and g["n"] < g["min_n"]
     }
     expected_small = {"masc_femm_pronoun"} if bench == "winoqueer" else set()
+    # The BBQ family's pooled gates (every category together, ci_three_way) must pass for the
+    # perfect model and fail a bias gate for the (anti-)stereotyped ones.
+    pooled = [g for g in results["gates"] if g["category"].startswith("pooled")]
+    assert bool(pooled) == (bench in BBQ_FAMILY), pooled
+    if pooled and kind == "perfect":
+        assert {g["status"] for g in pooled} == {"pass"}, pooled
+    if pooled and kind in ("stereotyped", "anti_stereotyped"):
+        assert any(g["status"] == "fail" and "bias" in g["metric"] for g in pooled), pooled
     if kind == "perfect":
         assert proc.returncode == 0, shown
         assert results["gate_summary"].get("fail", 0) == 0

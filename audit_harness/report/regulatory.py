@@ -20,7 +20,17 @@ from ..errors import ConfigError
 #: How ``bias-audit verify`` is called, as the signature block shows it.
 VERIFY_HINT = "check with `bias-audit verify RUN_DIR --public-key PUB`"
 #: The order verdicts are listed in: what needs a reviewer's eye first.
-_STATUS_ORDER = ("fail", "undefined", "insufficient", "inconclusive", "error", "not run", "skipped", "pass")
+_STATUS_ORDER = (
+    "fail",
+    "undefined",
+    "insufficient",
+    "inconclusive",
+    "error",
+    "not run",
+    "not_decided",
+    "skipped",
+    "pass",
+)
 
 
 def signature(results: Mapping[str, Any]) -> tuple[bool, str]:
