@@ -183,6 +183,27 @@ def test_a_pooled_gate_fail_blocks_and_is_its_own_test(tmp_path, data_dir, relig
     assert 'name="test_bbq[pooled-acc_disambig-generate]"' in (run_dir / "junit.xml").read_text()
 
 
+def test_a_pooled_gate_over_a_category_that_stopped_early_is_undefined(tmp_path, data_dir, religion):
+    """Religion's own gate is sequential and stops once decided: its items are a sample the data
+    chose, so the pooled gate over them has no verdict (UNDEFINED, which blocks), never a PASS."""
+    tmp, preds = religion
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(
+        "bbq:\n  defaults:\n    acc_ambig: {min: 0.5, sequential: true}\n"
+        "  pooled:\n    acc_ambig: {min: 0.5, mode: ci_three_way}\n"
+    )
+    proc, doc, _ = run(tmp_path, data_dir, preds, "--thresholds", gates, "--", "-k", "Religion or pooled")
+    shown = proc.stdout[-3000:] + proc.stderr[-2000:]
+    by_cat = {g["category"]: g for g in doc["gates"] if g["status"] != "skipped"}
+    assert by_cat["Religion"]["sequential"]["decision"] == "PASS", shown
+    assert by_cat["Religion"]["sequential"]["items_saved"] > 0, shown  # it stopped early
+    assert (
+        by_cat["pooled"]["status"] == "undefined"
+        and "stopped early (Religion)" in by_cat["pooled"]["message"]
+    )
+    assert proc.returncode == 1, shown
+
+
 @pytest.mark.parametrize(
     "section, fragment",
     [

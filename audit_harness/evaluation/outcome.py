@@ -3,7 +3,9 @@ records file it writes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -167,12 +169,22 @@ def pooled_outcome(
     plans = [m.plan for m in members if m.plan is not None]
     records = [] if plans else [r for m in members for r in read_records(bench, run_dir / m.records_path)]
     cov = [m.coverage for m in members if m.coverage is not None]
+    metrics = dict(bench.metrics(records, settings)) if records else {}
+    stopped = [m.category for m in members if (m.sequential or {}).get("stopped_early")]
+    if stopped:
+        # Categories that stopped on their own gates' decisions hold a sample chosen by the
+        # data: no fixed-n interval covers their items pooled, so no pooled verdict rests on it.
+        why = (
+            f"pooled over categories scored sequentially that stopped early ({', '.join(stopped)}): "
+            "a pooled gate needs every selected item; score them in full (no --sequential)"
+        )
+        metrics = {k: dataclasses.replace(v, value=math.nan, reason=why) for k, v in metrics.items()}
     return CategoryOutcome(
         benchmark=bench.name,
         category=category,
         n_available=sum(m.n_available for m in members),
         n_scored=sum(m.n_scored for m in members),
-        metrics=dict(bench.metrics(records, settings)) if records else {},
+        metrics=metrics,
         excluded={},
         notes={"categories_pooled": len(members)},
         files=[f for m in members for f in m.files],
