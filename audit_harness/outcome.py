@@ -181,12 +181,41 @@ def decide(
     >>> o.line()
     'VERDICT: PASS ON A PARTIAL SCOPE: all 1 evaluated gate(s) passed; partial scope (items sampled (--limit 8)): not the verdict of a full audit (exit code 0)'
     """
+    statuses = list(statuses)
     counts = _count(statuses)
     total = sum(counts.values())
     stopped = _no_verdict(counts.get("error", 0), interrupted, input_error, run_error)
     if stopped is not None:
         return stopped
-    return _judged(counts, total, partial)
+    outcome = _judged(counts, total, partial)
+    if outcome.label == "PASS" and not _certifies(statuses):
+        return _make(
+            "NOT CERTIFIED",
+            "nothing was certified: every gate that passed or was not decided is a detection gate "
+            "(ci_detect), which only blocks on evidence of bias; a release needs a must-pass gate "
+            "(the pooled gates: add them to the selection, e.g. -k \"Age or pooled\")",
+            partial,
+        )
+    return outcome
+
+
+def _certifies(statuses: Sequence[str | Mapping[str, Any]]) -> bool:
+    """Whether a gate that is not a detection gate passed: a run whose passes are all detection
+    gates (``-k Age`` without the pooled gates) has certified nothing, and is never a PASS. A bare
+    status (no ``mode``) is taken as a must-pass gate's.
+
+    Examples
+    --------
+    >>> _certifies([{"status": "pass", "mode": "ci_detect"}, {"status": "not_decided", "mode": "ci_detect"}])
+    False
+    >>> _certifies([{"status": "pass", "mode": "ci_three_way"}])
+    True
+    """
+    return any(
+        (v if isinstance(v, str) else v["status"]) == "pass"
+        and (isinstance(v, str) or v.get("mode") != "ci_detect")
+        for v in statuses
+    )
 
 
 def nothing_checked(why: str = "no gate was selected") -> Outcome:

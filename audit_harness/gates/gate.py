@@ -232,9 +232,11 @@ class Gate:
         has_ci = not (math.isnan(lo) or math.isnan(hi))
         shown = f"{metric.value:.4f}" + (f" (CI {lo:.4f} .. {hi:.4f})" if has_ci else "")
         if metric.n < self.min_n:
+            # A detection gate blocks only on evidence, and fewer than min_n items are none either
+            # way: it is not decided (never a pass), where a must-pass gate is INSUFFICIENT.
             return Verdict(
                 self,
-                "insufficient",
+                "not_decided" if mode in DETECT else "insufficient",
                 metric,
                 f"{where} = {shown} rests on n={metric.n} items, fewer than "
                 f"min_n={self.min_n}: {self.min_n - metric.n} more needed in its "
