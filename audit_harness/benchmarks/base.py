@@ -22,7 +22,7 @@ import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -32,6 +32,20 @@ from bias_metrics.result import MetricResult
 from ..data import DataFile
 from ..errors import ConfigError, DataError
 from ..option_spec import Option
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ..engine.executor import Engine
+
+
+class CellKey(Protocol):
+    """A cell of a stratified sample or of sequential rounds: hashable and sortable (a str, an
+    int, a tuple of them), since the seeded draws follow the cells' sorted order."""
+
+    def __hash__(self) -> int: ...
+
+    def __lt__(self, other: Any, /) -> bool: ...
 
 
 def one_of(choices: Sequence[Any]) -> Callable[[Any], str | None]:
@@ -149,7 +163,7 @@ class Record:
         return out
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]):
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
         """Inverse of ``to_dict``: core keys back to fields, the rest into ``extra``.
 
         Raises:
@@ -206,7 +220,7 @@ def seeded_sample(items: Sequence[Any], limit: int | None, seed: int, salt: str 
 
 
 def stratified_sample(
-    items: Sequence[Any], limit: int | None, seed: int, salt: str, key: Callable[[Any], Hashable]
+    items: Sequence[Any], limit: int | None, seed: int, salt: str, key: Callable[[Any], CellKey]
 ) -> list[Any]:
     """Deterministic subset of at most ``limit`` items, balanced over the cells ``key(item)``
     defines, in input order.
@@ -219,10 +233,10 @@ def stratified_sample(
     Raises:
         ValueError: a negative limit.
     """
-    if _keeps_all(items, limit):
+    if limit is None or _keeps_all(items, limit):
         return list(items)
     rng = sample_rng(seed, salt)
-    cells: dict[Hashable, list[int]] = {}
+    cells: dict[CellKey, list[int]] = {}
     for i, it in enumerate(items):
         cells.setdefault(key(it), []).append(i)
     keys = sorted(cells)
@@ -474,7 +488,7 @@ class Benchmark(ABC):
         (items, limit, seed, salt). The session passes ``salt = "<benchmark>/<category>"``."""
         return seeded_sample(items, limit, seed, salt)
 
-    def balance_key(self, item: Any) -> Hashable:
+    def balance_key(self, item: Any) -> CellKey:
         """The cell of ``item`` that sequential rounds keep balanced (``audit_harness.sequential``):
         every round takes from each cell in proportion to the cell's share of the selected items,
         so a round is a small copy of the category. Cell keys must be sortable. Default: one cell
@@ -489,7 +503,7 @@ class Benchmark(ABC):
 
     # -- scoring -----------------------------------------------------------------------------------
     @abstractmethod
-    def evaluate(self, engine, items: Sequence[Any]) -> list[Record]:
+    def evaluate(self, engine: Engine, items: Sequence[Any]) -> list[Record]:
         """Score ``items`` through ``engine`` (``engine.executor.Engine``, the one way a benchmark
         asks for scores and generations): one record per item, in item order.
 

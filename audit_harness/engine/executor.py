@@ -28,7 +28,7 @@ off for this model; rescore on the full path).
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..models.base import Backend, GenerationRequest, check_token_positions
 from ..models.errors import BackendOutOfMemory, PrefixUnsupported
@@ -37,6 +37,9 @@ from .generation import Generation
 from .pace import DEFAULT_TARGET_S, Pace
 from .prefix_tree import PrefixTree, Segment, build_position_tree, build_tree
 from .store import EngineStats, ResultStore, halving
+
+if TYPE_CHECKING:
+    from .progress import ProgressTask
 
 __all__ = ["BackendOutOfMemory", "Engine", "EngineStats", "PrefixUnsupported"]
 
@@ -77,7 +80,7 @@ class Engine:
         self._results: dict[bytes, list[float]] = {}
         self._weight: dict[bytes, float] = {}
         self.stats = EngineStats()
-        self.progress = None  # a ProgressTask while a category runs
+        self.progress: ProgressTask | None = None  # while a category runs
         # A server answers each call as its own scheduler sees fit (and concurrently): calls
         # are shaped for its prefix cache, not paced by this process's throughput.
         self.pace = Pace(0 if backend.order_by_prefix else forward_seconds)

@@ -58,7 +58,9 @@ class CategoryOutcome:
         return doc
 
     @classmethod
-    def of(cls, benchmark: str, category: str, ev: CategoryEvaluation, records_path: str, seconds: float):
+    def of(
+        cls, benchmark: str, category: str, ev: CategoryEvaluation, records_path: str, seconds: float
+    ) -> CategoryOutcome:
         """The outcome of an evaluation whose records are at ``records_path`` (relative to the
         run folder; empty for a plan, which writes none)."""
         data = ev.data
