@@ -28,11 +28,16 @@ from .result import MetricResult, undefined
 Statistic = Callable[[np.ndarray], np.ndarray]
 
 
-class Draws(TypedDict, total=False):
-    """The settings of a resampled interval, as keyword arguments of ``cell_ratio_interval``."""
+class Resampling(TypedDict, total=False):
+    """The nominal coverage and the number of draws of a resampled interval."""
 
     confidence: float
     n_resamples: int
+
+
+class Draws(Resampling, total=False):
+    """The settings of a resampled interval, as keyword arguments of ``cell_ratio_interval``."""
+
     seed: int
 
 
@@ -485,17 +490,11 @@ def cell_ratio_interval(
     (True, True)
     """
     counts = _as_clusters(cluster_counts)
+    draws: Resampling = {"n_resamples": n_resamples, "confidence": confidence}
     parts = [
-        bayesian_bootstrap(counts, statistic, n_resamples=n_resamples, confidence=confidence, seed=seed),
+        bayesian_bootstrap(counts, statistic, **draws, seed=seed),
         dirichlet_posterior(
-            counts.sum(axis=0),
-            statistic,
-            blocks,
-            prior,
-            n_resamples=n_resamples,
-            confidence=confidence,
-            seed=seed + 1,
-            effective=effective,
+            counts.sum(axis=0), statistic, blocks, prior, **draws, seed=seed + 1, effective=effective
         ),
     ]
     return _hull(parts)
