@@ -503,7 +503,7 @@ class Benchmark(ABC):
 
     # -- scoring -----------------------------------------------------------------------------------
     @abstractmethod
-    def evaluate(self, engine: Engine, items: Sequence[Any]) -> list[Record]:
+    def evaluate(self, engine: Engine, items: Sequence[Any]) -> Sequence[Record]:
         """Score ``items`` through ``engine`` (``engine.executor.Engine``, the one way a benchmark
         asks for scores and generations): one record per item, in item order.
 

@@ -455,7 +455,7 @@ class BBQFamilyBenchmark(Benchmark):
         return bbq_family_form(self, metric)
 
     # -- scoring ---------------------------------------------------------------------------------------
-    def evaluate(self, engine, items: Sequence[MCItem]) -> list[MCRecord]:
+    def evaluate(self, engine, items: Sequence[MCItem]) -> Sequence[MCRecord]:
         """Score ``items`` through ``engine`` (``engine.executor.Engine``): one ``MCRecord`` per item.
 
         Log-likelihood mode: the predicted choice is the argmax of the summed log-likelihoods
