@@ -39,6 +39,14 @@ if TYPE_CHECKING:
     from ..engine.executor import Engine
 
 
+class Item(Protocol):
+    """What the suite reads of any benchmark's item (each benchmark has its own item type): the
+    id its record, saved prediction and exclusions name it by."""
+
+    @property
+    def item_id(self) -> str: ...
+
+
 class CellKey(Protocol):
     """A cell of a stratified sample or of sequential rounds: hashable and sortable (a str, an
     int, a tuple of them), since the seeded draws follow the cells' sorted order."""

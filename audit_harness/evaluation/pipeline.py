@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from bias_metrics.result import MetricResult
 
-from ..benchmarks.base import Benchmark, CategoryData, MetricSettings, Record
+from ..benchmarks.base import Benchmark, CategoryData, Item, MetricSettings, Record
 from ..errors import ModelError
 from ..gates import Gate
 from .sources import Coverage, ItemSource, Selection
@@ -170,7 +170,7 @@ def _measure(
     evaluation.sequential = plan
 
 
-def _score(scoring: Scoring, bench: Benchmark, items: Sequence[Any]) -> None:
+def _score(scoring: Scoring, bench: Benchmark, items: Sequence[Item]) -> None:
     """Score the ``items`` not scored yet in this process and keep their records."""
     todo = [it for it in items if (bench.name, it.item_id) not in scoring.records]
     if todo:
@@ -179,7 +179,7 @@ def _score(scoring: Scoring, bench: Benchmark, items: Sequence[Any]) -> None:
 
 
 def sequential_plan(
-    scoring: Scoring, bench: Benchmark, category: str, items: Sequence[Any]
+    scoring: Scoring, bench: Benchmark, category: str, items: Sequence[Item]
 ) -> CategoryPlan | None:
     """The category's ``sequential.CategoryPlan``, or None when no gate of it is sequential."""
     if not scoring.gates:
@@ -197,8 +197,8 @@ def sequential_plan(
 
 
 def _score_in_rounds(
-    scoring: Scoring, bench: Benchmark, category: str, items: Sequence[Any], plan: CategoryPlan
-) -> list[Any]:
+    scoring: Scoring, bench: Benchmark, category: str, items: Sequence[Item], plan: CategoryPlan
+) -> list[Item]:
     """Score ``items`` in the plan's balanced rounds until every sequential gate is decided
     or the items run out; returns the items scored, in the order scored (the rounds are
     seeded, ``sequential.build_rounds``: that order can be rebuilt from the seed, so the
@@ -208,7 +208,7 @@ def _score_in_rounds(
     # Each round needs only the metrics' values and n (the rule's min_n and defined checks);
     # the bootstrap intervals are computed once, on the items finally scored.
     quick = dataclasses.replace(scoring.settings, n_resamples=0)
-    scored: list[Any] = []
+    scored: list[Item] = []
     salt = f"{bench.name}/{category}"
     for batch in build_rounds(items, bench.balance_key, scoring.settings.seed, salt, plan.size):
         _score(scoring, bench, batch)
