@@ -22,7 +22,18 @@ import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    ClassVar,
+    Mapping,
+    Protocol,
+    Sequence,
+    Sized,
+    TypedDict,
+    TypeVar,
+)
 
 import numpy as np
 
@@ -45,6 +56,18 @@ class Item(Protocol):
 
     @property
     def item_id(self) -> str: ...
+
+
+#: Any benchmark's item type, kept through a sample.
+T = TypeVar("T")
+
+
+class Sensitivity(TypedDict):
+    """Generate mode: every metric as the other answer-parsing profile reads the outputs
+    (``Benchmark.parse_sensitivity``)."""
+
+    answer_parsing: str
+    metrics: dict[str, MetricResult]
 
 
 class CellKey(Protocol):
@@ -206,7 +229,7 @@ def sample_rng(seed: int, salt: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(salt.encode("utf-8"))])
 
 
-def _keeps_all(items: Sequence[Any], limit: int | None) -> bool:
+def _keeps_all(items: Sized, limit: int | None) -> bool:
     """True when ``--limit`` keeps every item (None, or at least as many as there are); raises
     ValueError on a negative limit."""
     if limit is not None and limit < 0:
@@ -214,7 +237,7 @@ def _keeps_all(items: Sequence[Any], limit: int | None) -> bool:
     return limit is None or limit >= len(items)
 
 
-def seeded_sample(items: Sequence[Any], limit: int | None, seed: int, salt: str = "") -> list[Any]:
+def seeded_sample(items: Sequence[T], limit: int | None, seed: int, salt: str = "") -> list[T]:
     """At most ``limit`` items drawn without replacement, deterministic for (seed, salt), in the
     input order. ``None`` (or a limit >= len) keeps everything.
 
@@ -228,8 +251,8 @@ def seeded_sample(items: Sequence[Any], limit: int | None, seed: int, salt: str 
 
 
 def stratified_sample(
-    items: Sequence[Any], limit: int | None, seed: int, salt: str, key: Callable[[Any], CellKey]
-) -> list[Any]:
+    items: Sequence[T], limit: int | None, seed: int, salt: str, key: Callable[[T], CellKey]
+) -> list[T]:
     """Deterministic subset of at most ``limit`` items, balanced over the cells ``key(item)``
     defines, in input order.
 
@@ -519,7 +542,7 @@ class Benchmark(ABC):
             ModelError: the model lacks a capability in ``requires``.
         """
 
-    def parse_sensitivity(self, records: Sequence[Record], settings: MetricSettings) -> dict[str, Any] | None:
+    def parse_sensitivity(self, records: Sequence[Record], settings: MetricSettings) -> Sensitivity | None:
         """Every metric as the other answer-parsing profile would read the outputs
         (``{"answer_parsing": profile, "metrics": {name: MetricResult}}``), for benchmarks that
         parse generated text; None (default) when nothing is parsed."""

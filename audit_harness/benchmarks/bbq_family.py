@@ -48,6 +48,7 @@ from .base import (
     MetricSettings,
     OracleView,
     Record,
+    Sensitivity,
     SequentialForm,
     positive_int,
     stratified_sample,
@@ -607,9 +608,7 @@ class BBQFamilyBenchmark(Benchmark):
             )
         return out
 
-    def parse_sensitivity(
-        self, records: Sequence[MCRecord], settings: MetricSettings
-    ) -> dict[str, Any] | None:
+    def parse_sensitivity(self, records: Sequence[MCRecord], settings: MetricSettings) -> Sensitivity | None:
         """Generate mode: every metric under the other parsing profile (``reparsed``), for the
         report's parse sensitivity; None in log-likelihood mode (nothing is parsed)."""
         if self.answer_mode != "generate":

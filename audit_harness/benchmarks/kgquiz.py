@@ -72,6 +72,7 @@ from .base import (
     MetricSettings,
     OracleView,
     Record,
+    Sensitivity,
     positive_int,
     stratified_sample,
 )
@@ -866,7 +867,9 @@ class KGQuiz(Benchmark):
             for r in records
         ]
 
-    def parse_sensitivity(self, records: Sequence["KGQuizRecord"], settings: MetricSettings):
+    def parse_sensitivity(
+        self, records: Sequence["KGQuizRecord"], settings: MetricSettings
+    ) -> Sensitivity | None:
         """For true/false and multiple choice: every metric under the other parsing profile."""
         if not any(r.other_parse for r in records):
             return None
