@@ -38,11 +38,11 @@ STRICT = (
 )
 #: Each count's ceiling. Counts above it fail ``make lint``.
 CEILINGS = {
-    "mypy errors in strictly held modules": 209,
-    "mypy errors elsewhere": 283,
-    "Any in code": 657,
-    "dict[str, Any] in code": 172,
-    "type: ignore comments": 39,
+    "mypy errors in strictly held modules": 15,
+    "mypy errors elsewhere": 277,
+    "Any in code": 636,
+    "dict[str, Any] in code": 169,
+    "type: ignore comments": 38,
 }
 _ERROR = re.compile(r"^(?P<path>[^:\s]+\.py):\d+(:\d+)?: error: ")
 _IGNORE = re.compile(r"#\s*type:\s*ignore")
@@ -70,7 +70,11 @@ def mypy_errors() -> list[str]:
 
 def typing_escapes() -> dict[str, list[str]]:
     """``path:line`` of every ``Any`` name, ``dict[str, Any]`` and ``# type: ignore`` in code."""
-    found: dict[str, list[str]] = {"Any in code": [], "dict[str, Any] in code": [], "type: ignore comments": []}
+    found: dict[str, list[str]] = {
+        "Any in code": [],
+        "dict[str, Any] in code": [],
+        "type: ignore comments": [],
+    }
     for rel, text in _sources():
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
             place = f"{rel}:{tok.start[0]}"
@@ -80,7 +84,9 @@ def typing_escapes() -> dict[str, list[str]]:
                 found["type: ignore comments"].append(place)
         for number, line in enumerate(text.splitlines(), 1):
             code = line.split("#", 1)[0]
-            found["dict[str, Any] in code"] += [f"{rel}:{number}"] * len(re.findall(r"dict\[str,\s*Any\]", code))
+            found["dict[str, Any] in code"] += [f"{rel}:{number}"] * len(
+                re.findall(r"dict\[str,\s*Any\]", code)
+            )
     return found
 
 
