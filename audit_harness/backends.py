@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Mapping
 
 from .errors import ConfigError, ModelError
 from .option_spec import Option
@@ -109,6 +109,28 @@ class BackendSpec:
         """Raise ConfigError when the backend cannot run the selected ``benchmarks`` (default:
         it runs any)."""
 
+    def capabilities(self, needed: frozenset[str]) -> frozenset[str] | None:
+        """What the audited model computes (``models.base`` capability names: those its opened
+        model's ``capabilities`` will hold), known before any item runs and without loading
+        weights, for the start-up check (``check_capabilities``). Every backend declares it.
+
+        Args:
+            needed: what the selected benchmarks ask; a backend that must ask a server to tell
+                asks only when ``needed`` holds more than every such backend computes.
+        Returns:
+            The capability names; None when they cannot be known before the model loads (a hub
+            id not in the local cache: loading reports it, and the mid-run check stands).
+        Raises:
+            ModelError: the backend cannot be reached to tell (a server).
+        """
+        raise NotImplementedError(
+            f"backend {self.name!r} declares no capabilities (BackendSpec.capabilities)"
+        )
+
+    def describe(self) -> str:
+        """The audited model as the start-up capability check names it (after ``capabilities``)."""
+        return f"the model of --backend {self.name}"
+
     def open(self):
         """The audited model (a ``models.base.Backend``), on ``--device`` where it runs here.
 
@@ -116,6 +138,10 @@ class BackendSpec:
             ModelError: the model cannot be loaded, or the server cannot be used.
         """
         raise NotImplementedError
+
+    def opening_notice(self) -> str | None:
+        """What ``open`` is about to do, printed before it (``None``: nothing worth a line)."""
+        return None
 
     def engine(self, model, cache):
         """The run's ``engine.executor.Engine`` over ``model``, with the result ``cache``."""
@@ -136,8 +162,10 @@ class BackendSpec:
         return FixedSelection(self.options.limit, self.options.seed)
 
     def run_label(self) -> str:
-        """What the run folder's name says of the run (the model's name, made path-safe)."""
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(self.options.model or "smollm2-135m-instruct").name)
+        """What the run folder's name says of the run, made path-safe: the backend and, when
+        ``--model`` names it, the model (never the in-process default, which did not run)."""
+        model = self.options.model
+        return _path_safe(f"{self.name}-{Path(model).name}" if model else self.name)
 
 
 class HFSpec(BackendSpec):
@@ -146,6 +174,37 @@ class HFSpec(BackendSpec):
     name = "hf"
     summary = "load the model in this process (default)"
     in_process = True
+
+    def __init__(self, options):
+        super().__init__(options)
+        self._kind = "?"
+
+    def capabilities(self, needed: frozenset[str]) -> frozenset[str] | None:
+        """Those of the class the model's kind loads as, the kind read from the zoo table or the
+        model's config (``zoo.kind_and_capabilities``: no weights)."""
+        from .models.zoo import kind_and_capabilities
+
+        found = kind_and_capabilities(self.options.model)
+        if found is None:
+            return None
+        self._kind, capabilities = found
+        return capabilities
+
+    def describe(self) -> str:
+        from .models.zoo import DEFAULT_MODEL
+
+        return f"model {self.options.model or DEFAULT_MODEL!r} ({self._kind} LM)"
+
+    def run_label(self) -> str:
+        """The model's name (the embedded default when ``--model`` is not given)."""
+        from .models.zoo import DEFAULT_MODEL
+
+        return _path_safe(Path(self.options.model or DEFAULT_MODEL).name)
+
+    def opening_notice(self) -> str | None:
+        from .models.zoo import opening_notice
+
+        return opening_notice(self.options.model)
 
     def open(self):
         from .models.zoo import load_model
@@ -195,12 +254,40 @@ class OpenAISpec(BackendSpec):
         if self._opened is None and self.reads_letters([b for b in benchmarks if b in self._benchmarks]):
             self._opened = self.open()
 
-    def open(self):
-        from .models.openai_server import connect
+    def capabilities(self, needed: frozenset[str]) -> frozenset[str] | None:
+        """Generation alone needs nothing asked (every OpenAI-compatible server generates);
+        anything more is what the server offers once connected (its alignment check and, for
+        letter log-probs, its chat log-probabilities: ``OpenAIServerModel.capabilities``); the
+        connection is kept for the run (``open``)."""
+        from .models.base import GENERATE, LETTER_LOGPROBS
 
+        if not needed - {GENERATE}:
+            return frozenset({GENERATE})
+        if self._opened is None:
+            self._opened = self._connect(letters=LETTER_LOGPROBS in needed or self.reads_letters())
+        return self._opened.capabilities
+
+    def describe(self) -> str:
+        model = self._opened
+        if model is None:
+            return f"the server at {self.options.backend.base_url[0]}"
+        said = f"server {model.pool.describe()} serving {model.served_name!r}"
+        if model.alignment is not None and not model.alignment.ok:
+            said += (
+                ", which failed the start-up alignment check of its prompt log-probabilities "
+                f"({model.alignment.reason}): scores from it would be wrong, so it"
+            )
+        return said
+
+    def open(self):
         if self._opened is not None:
             model, self._opened = self._opened, None
             return model
+        return self._connect(letters=self.reads_letters())
+
+    def _connect(self, letters: bool):
+        from .models.openai_server import connect
+
         b = self.options.backend
         return connect(
             list(b.base_url),
@@ -210,7 +297,7 @@ class OpenAISpec(BackendSpec):
             max_concurrency=b.max_concurrency,
             timeout=b.request_timeout,
             max_retries=b.max_retries,
-            letters=self.reads_letters(),
+            letters=letters,
         )
 
 
@@ -297,6 +384,16 @@ class ReplaySpec(BackendSpec):
             )
         return self._joined[benchmark]
 
+    def capabilities(self, needed: frozenset[str]) -> frozenset[str] | None:
+        """What saved outputs answer: generations (``ReplayModel.capabilities``), whatever the
+        file holds; a benchmark reads them through ``Benchmark.for_saved_outputs``."""
+        from .models.replay import ReplayModel
+
+        return ReplayModel.capabilities
+
+    def describe(self) -> str:
+        return f"the saved outputs of {self.options.backend.predictions} (read as generations)"
+
     def open(self):
         from .models.base import ModelInfo
         from .models.replay import ReplayModel
@@ -324,7 +421,7 @@ class ReplaySpec(BackendSpec):
         return ReplayedItems(self.joined(benchmark))
 
     def run_label(self) -> str:
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", f"replay-{Path(self.options.backend.predictions).stem}")
+        return _path_safe(f"replay-{Path(self.options.backend.predictions).stem}")
 
 
 class PlanSpec(HFSpec):
@@ -356,6 +453,9 @@ class PlanSpec(HFSpec):
 
         self.embedder = PlanEmbedder()
         return {name: b.with_embedder(self.embedder) for name, b in benchmarks.items()}
+
+    def opening_notice(self) -> str | None:
+        return None  # a plan loads the tokenizer and config only: nothing slow to announce
 
     def open(self):
         from .models.plan import load_plan_model
@@ -395,6 +495,38 @@ def in_process(name: str) -> bool:
     return spec is not None and spec.in_process
 
 
+def check_capabilities(
+    spec: BackendSpec, requires: Mapping[str, frozenset[str]], selected: list[str]
+) -> None:
+    """Refuse, before any item runs, a backend that cannot compute what a selected benchmark
+    needs (``BackendSpec.capabilities``): a usage error at start-up, not an error in every gate
+    of those benchmarks later (``evaluation.pipeline.check_capabilities`` stays the backstop).
+
+    Args:
+        spec: the run's backend.
+        requires: ``{benchmark: Benchmark.requires}`` for every known benchmark, as configured
+            for this backend.
+        selected: the benchmarks the run selected (keys of ``requires``).
+    Raises:
+        ModelError: naming the backend, each selected benchmark it cannot run with the
+            capabilities it lacks, what the model computes, and the benchmarks it can run.
+    """
+    needed = frozenset().union(*(requires[b] for b in selected))
+    capabilities = spec.capabilities(needed)
+    if capabilities is None:
+        return
+    unable = {b: sorted(requires[b] - capabilities) for b in selected if requires[b] - capabilities}
+    if not unable:
+        return
+    can = sorted(b for b, needs in requires.items() if needs <= capabilities)
+    listed = "; ".join(f"{b} needs {', '.join(needs)}" for b, needs in sorted(unable.items()))
+    hint = f'; it can run {", ".join(can)} (select them with -k "{" or ".join(can)}")' if can else ""
+    raise ModelError(
+        f"--backend {spec.name} cannot run {', '.join(sorted(unable))}: {listed}; {spec.describe()} "
+        f"computes {', '.join(sorted(capabilities)) or 'nothing'} only{hint}"
+    )
+
+
 def validate(options) -> None:
     """Raise ConfigError on a backend option that cannot work, naming the flag."""
     b = options.backend
@@ -408,6 +540,10 @@ def validate(options) -> None:
         raise ConfigError(f"--request-timeout must be > 0 seconds, got {b.request_timeout}")
     if b.max_retries < 0:
         raise ConfigError(f"--max-retries must be >= 0, got {b.max_retries}")
+
+
+def _path_safe(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label)
 
 
 def _refuse_base_url(options) -> None:

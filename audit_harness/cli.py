@@ -478,10 +478,13 @@ def _score(ns: argparse.Namespace) -> int:
     return 0  # only reached when execv is replaced (tests)
 
 
-def oracle_args(ns: argparse.Namespace) -> list[str]:
+def oracle_args(ns: argparse.Namespace, folder: Path | None = None) -> list[str]:
     """``bias-audit oracle``: write the oracle's predictions for every item of the benchmark's
     data (``audit_harness.oracles``), print where, and return the ``pytest`` arguments that
     ``bias-audit score`` would run on that file.
+
+    ``folder``: where to write the predictions without ``--predictions-out`` (default a new
+    temporary folder).
 
     Raises:
         _Error: an unknown benchmark, or one that takes no saved outputs.
@@ -506,7 +509,7 @@ def oracle_args(ns: argparse.Namespace) -> list[str]:
         narrowed = {"prompts": ns.kobbq_prompt, "permutations": ns.kobbq_permutation}
         bench = bench.configure(**{k: str(v) for k, v in narrowed.items() if v is not None})
     path = ns.predictions_out or (
-        Path(tempfile.mkdtemp(prefix="bias-audit-oracle-"))
+        (folder or Path(tempfile.mkdtemp(prefix="bias-audit-oracle-")))
         / f"{ns.benchmark}-{ns.model_kind}-seed{ns.seed}.jsonl"
     )
     written = write_oracle(bench, resolve_data_dir(ns.data_dir), ns.model_kind, Path(path), ns.seed)
@@ -521,8 +524,33 @@ def oracle_args(ns: argparse.Namespace) -> list[str]:
 
 
 def _oracle(ns: argparse.Namespace) -> int:
-    _run_pytest_args(oracle_args(ns))
-    return 0  # only reached when execv is replaced (tests)
+    if ns.predictions_out:  # the user keeps the file: the run replaces this process
+        _run_pytest_args(oracle_args(ns))
+        return 0  # only reached when execv is replaced (tests)
+    # The predictions go to a temporary folder (a few MB), removed once the run has read them:
+    # the run is a child here, not an execv, so that something is left to remove it.
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="bias-audit-oracle-"))
+    try:
+        return _pytest_child(oracle_args(ns, folder))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _pytest_child(args: Sequence[str]) -> int:
+    """Run ``python -m pytest ARGS`` as a child and return its exit code (the audit's)."""
+    import subprocess
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = subprocess.Popen([sys.executable, "-m", "pytest", *args])
+    while True:
+        try:
+            return child.wait()
+        except KeyboardInterrupt:
+            continue  # Ctrl-C reached the child too: it ends its run and gives its exit code
 
 
 def render_reports(ns: argparse.Namespace, being_signed: bool = False) -> int:

@@ -7,7 +7,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from .errors import DataError
 
@@ -32,7 +32,9 @@ def resolve_data_dir(option: str | os.PathLike | None) -> Path:
     raw = option or os.environ.get(DATA_DIR_ENV)
     if not raw:
         return default_data_dir().resolve()
-    path = Path(raw).expanduser().resolve()
+    # absolute(), not resolve(): messages name the directory the user gave, not where its
+    # symlink points.
+    path = Path(raw).expanduser().absolute()
     if not path.is_dir():
         raise DataError(
             f"data directory {path} does not exist (from {'--data-dir' if option else DATA_DIR_ENV})"
@@ -76,10 +78,12 @@ def csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, int, dic
     key; callers name those in their own terms.
 
     Raises:
-        DataError: an empty file, a malformed header or row, or a missing column among
-            ``columns``; messages are ``"<file>:<line>: ..."``.
+        DataError: an empty file, a malformed header or row, a missing column among
+            ``columns``, or bytes that are not UTF-8 (naming the column); messages are
+            ``"<file>:<line>: ..."``.
     """
-    with open(path, encoding="utf-8", newline="") as f:
+    # Bytes that are not UTF-8 decode as lone surrogates, found below with the line and column.
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
         reader = csv.DictReader(f, strict=True)
         try:
             header = reader.fieldnames
@@ -87,6 +91,9 @@ def csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, int, dic
             raise DataError(f"{path}:1: malformed CSV header ({e})") from None
         if not header:
             raise DataError(f"{path}: empty file (no header row)")
+        bad = lone_surrogate({"header": header})
+        if bad is not None:
+            raise DataError(f"{path}:1: the header holds bytes that are not UTF-8: fix the file's encoding")
         missing = [c for c in columns if c not in header]
         if missing:
             raise DataError(f"{path}:1: missing column(s) {missing} (header: {header})")
@@ -100,4 +107,77 @@ def csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, int, dic
             except csv.Error as e:
                 raise DataError(f"{path}:{start}: malformed CSV ({e})") from None
             end = reader.line_num
+            bad = lone_surrogate({str(k): v for k, v in row.items()})
+            if bad is not None:
+                column = bad.removeprefix("field ")
+                raise DataError(
+                    f"{path}:{start}: column {column} holds bytes that are not UTF-8: fix the file's encoding"
+                )
             yield start, len(header), row
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """Where in a decoded JSON row a string holds a lone surrogate (U+D800..U+DFFF, which
+    ``json.loads`` accepts from a ``\\ud800`` escape but UTF-8 cannot encode), or None.
+
+    Examples
+    --------
+    >>> lone_surrogate({"id": "Age-1", "answer": "A"}) is None
+    True
+    >>> lone_surrogate({"id": "Age-1", "answer": "B \\ud800"})
+    "field 'answer'"
+    >>> lone_surrogate({"meta": {"notes": ["ok", "\\udfff"]}})
+    "field 'meta' at ['notes'][1]"
+    """
+
+    def walk(v: Any, at: str) -> str | None:
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return at
+            return None
+        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        for k, inner in items:
+            if isinstance(k, str) and walk(k, "") is not None:
+                return f"{at}[{k!r}] (its name)"
+            found = walk(inner, f"{at}[{k!r}]")
+            if found is not None:
+                return found
+        return None
+
+    for key, v in value.items():
+        if walk(key, "") is not None:
+            return f"a field name ({key!r})"
+        found = walk(v, "")
+        if found is not None:
+            return f"field {key!r}" + (f" at {found}" if found else "")
+    return None
+
+
+def decoded_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """``(line number, text, whether the line is UTF-8)`` of each line of a text file. A line
+    that is not UTF-8 decodes with its bad bytes as lone surrogates (``surrogateescape``), so
+    that the caller can name the field holding them (``not_text``) instead of failing on the
+    whole file without a line.
+    """
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            try:
+                yield line_no, raw.decode("utf-8"), True
+            except UnicodeDecodeError:
+                yield line_no, raw.decode("utf-8", "surrogateescape"), False
+
+
+def not_text(row: Any, where: str, utf8: bool = True) -> DataError | None:
+    """The error for a decoded row holding something that is not text, or None: bytes that were
+    not UTF-8 (``decoded_lines``), or a JSON ``\\ud800``-style escape with no partner (which
+    ``json.loads`` accepts but no UTF-8 file can hold: a run would die writing its records)."""
+    bad = lone_surrogate(row)
+    if bad is None:
+        return None
+    if utf8:
+        problem = "holds a lone UTF-16 surrogate (a \\ud800-style escape with no partner), which is not text"
+    else:
+        problem = "holds bytes that are not UTF-8"
+    return DataError(f"{where}: {bad} {problem}: fix the file's encoding")

@@ -165,11 +165,23 @@ def decide(
     return _judged(counts, total, partial)
 
 
+def nothing_checked(why: str = "no gate was selected") -> Outcome:
+    """NOTHING CHECKED for a run that selected no gate, saying ``why`` (e.g. the gates file
+    configures none for the benchmarks the run audits).
+
+    Examples
+    --------
+    >>> nothing_checked("the gates file t.yaml configures no gate for bbq").line()
+    'VERDICT: NOTHING CHECKED: the gates file t.yaml configures no gate for bbq, so nothing was checked: never a pass (exit code 5)'
+    """
+    return _make("NOTHING CHECKED", f"{why}, so nothing was checked: never a pass")
+
+
 def _judged(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> Outcome:
     """The outcome of a run whose gates were judged (``counts`` of each status, ``total`` of
     them): NOTHING CHECKED, FAIL or PASS."""
     if not total:
-        return _make("NOTHING CHECKED", "no gate was selected, so nothing was checked: never a pass")
+        return nothing_checked()
     if counts.get("skipped", 0) == total:
         return _make(
             "NOTHING CHECKED",

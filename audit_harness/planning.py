@@ -13,6 +13,7 @@ per token fed (prompt or scored tokens) and per token generated."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -283,6 +284,93 @@ def _notes(n: int, m: Mapping[str, Any]) -> list[str]:
         f"tokens/s measured for {m['model']} ({m['parameters']:,} parameters; "
         f"{m['conditions']}), scaled by {m['parameters']:,} / {n:,} parameters; model time "
         "only (tokenizing and the metrics come on top; this plan's own time is about the "
-        "tokenizing).",
+        "tokenizing; start-up, a first use's conversion and loading: 'a first run here').",
         "FLOPs: 2 x parameters x (tokens fed + tokens generated), forward only.",
     ]
+
+
+#: What a first run costs besides the model's time, measured on the development machine (2
+#: cores, idle): starting Python, torch, transformers and pytest and collecting the audits; and
+#: converting a zoo model's GGUF file into its cached safetensors copy (SmolLM2-135M: 20-70 s,
+#: the middle taken), once per machine. Loading a converted copy reads its float32 weights:
+#: about a second per 500 MB.
+STARTUP_S = 10.0
+CONVERSION_S = 45.0
+LOAD_BYTES_PER_S = 5e8
+
+
+def machine_load() -> tuple[float, int]:
+    """(the 1-minute load average, CPU cores this process may use); (0, cores) where the load
+    average is unknown (not a Unix)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = 0.0
+    return load, cores
+
+
+def load_factor(load: float, cores: int) -> float:
+    """How much longer CPU-bound work takes on a shared machine than on an idle one: the rates
+    assume ``cores`` idle cores; with ``load`` runnable threads besides the plan's own (one), a
+    run's ``cores`` threads get ``cores / (others + cores)`` of them.
+
+    Examples
+    --------
+    >>> load_factor(0.5, 2), load_factor(3.0, 2), load_factor(5.0, 2)
+    (1.0, 2.0, 3.0)
+    """
+    others = max(0.0, load - 1.0)
+    return (others + cores) / cores
+
+
+def first_run(
+    plan: Mapping[str, Any],
+    model: str | None,
+    first_use: Mapping[str, Any],
+    load: float,
+    cores: int,
+) -> dict[str, Any]:
+    """What the first real run of the plan's selection would take here, first-use costs
+    included: ``parts`` (name, seconds; each named even where it cannot be estimated, with
+    ``None``), the machine's ``load`` and ``cores``, the ``factor`` CPU-bound parts are scaled
+    by (``load_factor``; the model's multi-threaded forwards by its square) and the
+    ``seconds`` in all. A heuristic: it names what a first run spends its time on and how a
+    shared machine stretches it, within about 2x of the runs it was checked on.
+
+    Args:
+        plan: ``build_plan``'s document with ``seconds_planning`` (its tokenizing, already at
+            this machine's load: not scaled again).
+        model: the model's name.
+        first_use: ``models.zoo.first_use(model)``: whether it converts, its weights' bytes.
+    """
+    factor = load_factor(load, cores)
+    total = plan.get("total") or {}
+    model_s = (total.get("estimate") or {}).get("seconds", 0.0)
+    parts: list[tuple[str, float | None]] = [
+        ("start-up (Python, torch, pytest, collecting)", STARTUP_S * factor)
+    ]
+    if first_use.get("converts"):
+        parts.append(
+            (f"converting {model}'s GGUF weights once (first use; 20-70 s idle)", CONVERSION_S * factor)
+        )
+    if first_use.get("downloads"):
+        parts.append((f"downloading {model} (first use; not estimated)", None))
+    weights = first_use.get("weight_bytes")
+    parts.append(("loading the weights", weights / LOAD_BYTES_PER_S * factor if weights else None))
+    parts.append(("tokenizing and prefix trees (as long as this plan's)", plan.get("seconds_planning", 0.0)))
+    # The forwards run torch's threads, which meet at every operation: on a busy machine each
+    # waits for a descheduled peer, so they slow by about the square of the machine's share
+    # (measured: CBBQ religion --limit 8 took 56x its idle 9 s at load average 10 on 2 cores,
+    # under nice; 5.2 squared is 27; the conversion, one thread mostly, 5x).
+    parts.append((f"the model's forwards (the estimate above x {factor**2:.1f})", model_s * factor**2))
+    return {
+        "parts": parts,
+        "load": load,
+        "cores": cores,
+        "factor": factor,
+        "seconds": sum(s for _, s in parts if s is not None),
+    }

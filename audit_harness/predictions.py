@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .data import decoded_lines, not_text
 from .errors import DataError
 
 _NUMBER = re.compile(r"\s*[+-]?\d+\s*")
@@ -33,73 +34,30 @@ def read_predictions(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     path = Path(path)
     rows: list[tuple[int, dict[str, Any]]] = []
     try:
-        with open(path, encoding="utf-8") as f:
-            for line_no, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataError(
-                        f"{path}:{line_no}: malformed JSON ({e.msg} at column {e.colno})"
-                    ) from None
-                if not isinstance(row, dict):
-                    raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
-                bad = lone_surrogate(row)
-                if bad is not None:
-                    # JSON's \ud800 escapes decode to text no UTF-8 file can hold: the run
-                    # died writing its records (exit 3) instead of refusing the row here.
-                    raise DataError(
-                        f"{path}:{line_no}: {bad} holds a lone UTF-16 surrogate (a \\ud800-style "
-                        "escape with no partner), which is not text: fix the file's encoding"
-                    )
-                rows.append((line_no, row))
+        for line_no, line, utf8 in decoded_lines(path):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_no}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                bytes_note = "" if utf8 else "; the line is not UTF-8"
+                raise DataError(
+                    f"{where}: malformed JSON ({e.msg} at column {e.colno}{bytes_note})"
+                ) from None
+            if not isinstance(row, dict):
+                raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            # Bytes that are not UTF-8, or a \ud800-style escape: no text a record can hold (the
+            # run died writing its records, exit 3, instead of refusing the row here).
+            bad = not_text(row, where, utf8)
+            if bad is not None:
+                raise bad
+            rows.append((line_no, row))
     except OSError as e:
         raise DataError(f"cannot read predictions {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text ({e.reason})") from None
     if not rows:
         raise DataError(f"{path}: no prediction rows")
     return rows
-
-
-def lone_surrogate(value: Any) -> str | None:
-    """Where in a decoded JSON row a string holds a lone surrogate (U+D800..U+DFFF, which
-    ``json.loads`` accepts from a ``\\ud800`` escape but UTF-8 cannot encode), or None.
-
-    Examples
-    --------
-    >>> lone_surrogate({"id": "Age-1", "answer": "A"}) is None
-    True
-    >>> lone_surrogate({"id": "Age-1", "answer": "B \\ud800"})
-    "field 'answer'"
-    >>> lone_surrogate({"meta": {"notes": ["ok", "\\udfff"]}})
-    "field 'meta' at ['notes'][1]"
-    """
-
-    def walk(v: Any, at: str) -> str | None:
-        if isinstance(v, str):
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                return at
-            return None
-        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
-        for k, inner in items:
-            if isinstance(k, str) and walk(k, "") is not None:
-                return f"{at}[{k!r}] (its name)"
-            found = walk(inner, f"{at}[{k!r}]")
-            if found is not None:
-                return found
-        return None
-
-    for key, v in value.items():
-        if walk(key, "") is not None:
-            return f"a field name ({key!r})"
-        found = walk(v, "")
-        if found is not None:
-            return f"field {key!r}" + (f" at {found}" if found else "")
-    return None
 
 
 def saved_answer(value: Any, index_base: int | None, where: str) -> Any:
@@ -203,6 +161,14 @@ def _saved_output(benchmark, item: Any, value: Any, index_base: int | None, wher
     return value
 
 
+def _left_out(benchmark, data: dict[str, Any]) -> Callable[[str], tuple[str, str] | None]:
+    """``item id -> (category, reason)`` where the loader leaves the item's row out, else None.
+    A complete output set answers those rows too: BBQ's 16 without target_loc, MBBQ's whose
+    targeted option cannot be resolved, each in its 5 templates (``Benchmark.excluded_row``)."""
+    table = {i: (c, reason) for c, d in data.items() for reason, ids in d.excluded.items() for i in ids}
+    return lambda item_id: table.get(item_id) or table.get(benchmark.excluded_row(item_id))
+
+
 def join_predictions(
     benchmark,
     path: str | Path,
@@ -229,15 +195,16 @@ def join_predictions(
     categories = [c for c in benchmark.categories if any(p[3] == c for p in placed)]
     data = {c: load_category(c) for c in categories}
     items = {it.item_id: it for d in data.values() for it in d.items}
-    left_out = {i: (c, reason) for c, d in data.items() for reason, ids in d.excluded.items() for i in ids}
+    left_out = _left_out(benchmark, data)
     outputs: dict[str, Any] = {}
     by_category: dict[str, list[str]] = {c: [] for c in categories}
     held_out: dict[str, dict[str, list[str]]] = {}
     for where, row, item_id, category in placed:
         item = items.get(item_id)
         if item is None:
-            if item_id in left_out:  # e.g. BBQ's 16 rows without target_loc: left out, counted
-                cat, reason = left_out[item_id]
+            held = left_out(item_id)
+            if held is not None:  # e.g. BBQ's 16 rows without target_loc: left out, counted
+                cat, reason = held
                 held_out.setdefault(cat, {}).setdefault(reason, []).append(item_id)
                 continue
             files = ", ".join(f.path for f in data[category].files[:1])

@@ -50,6 +50,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(e)) from None
     config.stash[RUN_KEY] = run
     config.pluginmanager.register(run, "bias-audit-run")
+    from .interrupts import sigterm_as_interrupt
+
+    # A CI runner's timeout or cancel (SIGTERM) leaves the evidence a Ctrl-C leaves.
+    run.restore_sigterm = sigterm_as_interrupt()
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own (a CPU count)
@@ -85,7 +89,7 @@ def audit_model(bias_audit, request):
     """The audited model, loaded once per process (CUDA when available, see --device)."""
     if bias_audit.model_error is None:
         try:
-            return bias_audit.model
+            return _open_model(bias_audit, request.config)
         except AuditError as e:
             bias_audit.model_error = str(e)
     # A model that cannot load makes every gate meaningless: fail this test with the one-line
@@ -93,6 +97,33 @@ def audit_model(bias_audit, request):
     # xdist worker); the results list every selected gate as ERROR and the exit code is 4.
     request.session.shouldstop = "bias audit: the model could not be loaded"
     pytest.fail(f"bias audit: {bias_audit.model_error}", pytrace=False)
+
+
+def _open_model(session, config: pytest.Config):
+    """The session's model, opened in front of the user: what is being loaded (size, cache,
+    a first use's conversion) before, the time it took after, and the loader's own output live,
+    outside pytest's capture (a first run is otherwise silent for a minute, and the conversion's
+    progress shows later as the first failing gate's "Captured stderr setup")."""
+    import contextlib
+    import time
+
+    if session.options.outputs.progress == "off" or session.model_loaded:
+        return session.model
+    capman = config.pluginmanager.getplugin("capturemanager")
+    notice = session.backend_spec.opening_notice()
+    with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
+        if notice:
+            session.progress.write_line(f"bias audit: {notice}")
+        start = time.monotonic()
+        model = session.model
+        if notice:
+            info = model.info
+            size = f"{info.n_parameters / 1e6:,.1f} M parameters, " if info.n_parameters else ""
+            session.progress.write_line(
+                f"bias audit: model {info.name} loaded in {time.monotonic() - start:.1f} s "
+                f"({size}{info.dtype} on {info.device}); scoring starts"
+            )
+    return model
 
 
 @pytest.fixture

@@ -105,6 +105,11 @@ class AuditSession:
         return self._model
 
     @property
+    def model_loaded(self) -> bool:
+        """Whether the model is open already (``model`` returns at once)."""
+        return self._model is not None
+
+    @property
     def engine(self) -> Engine:
         """The run's one ``engine.executor.Engine`` over the backend, with the result cache
         (unless ``--no-cache``) and a memo, so identical requests of any items or benchmarks are

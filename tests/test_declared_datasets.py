@@ -574,6 +574,315 @@ def test_declared_dataset_without_gates_exits_4(tmp_path, data_dir):
     assert "the dataset 'bbq_renamed' declared in" in proc.stderr and "has no gates" in proc.stderr
 
 
+# -- format: bbq: BBQ's own rows, read as the built-in bbq reads them ------------------------------
+
+
+def native_copy(folder: Path, data_dir: Path, categories: dict, metadata: bool = False) -> Path:
+    """A ``format: bbq`` declaration ``mybbq`` of copies of BBQ's own files in ``folder``
+    (``{category: example ids to keep, or None for every row}``), with BBQ's metadata file where
+    ``metadata``; returns the declaration's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for cat, keep in categories.items():
+        lines = (data_dir / "bbq" / "data" / f"{cat}.jsonl").read_text(encoding="utf-8").splitlines()
+        if keep is not None:
+            lines = [line for line in lines if f"{cat}-{json.loads(line)['example_id']}" in keep]
+        (folder / f"{cat}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        files[cat] = f"{cat}.jsonl"
+    doc = {"name": "mybbq", "format": "bbq", "files": files}
+    if metadata:
+        doc["metadata"] = str(data_dir / "bbq" / "supplemental" / "additional_metadata.csv")
+    return write_yaml(folder / "mybbq.yaml", doc)
+
+
+@pytest.mark.parametrize(
+    ("categories", "metadata"), [(("Religion",), False), (("Religion", "Gender_identity"), True)]
+)
+def test_bbq_native_rows_read_as_the_builtin_bbqs_items(tmp_path, data_dir, categories, metadata):
+    """``format: bbq`` on copies of BBQ's files gives the built-in loader's items field for field
+    (the unknown option from ``answer_info``; the bias-aligned option from the row's
+    ``stereotyped_groups``, or with ``metadata`` from ``target_loc``, the 16 Gender_identity rows
+    without one excluded for the same reason)."""
+    from dataclasses import asdict
+
+    decl = native_copy(tmp_path, data_dir, dict.fromkeys(categories), metadata=metadata)
+    bench = registry([decl])["mybbq"]
+    for cat in categories:
+        got, want = bench.load_category(data_dir, cat), BBQ().load_category(data_dir, cat)
+        assert len(got.items) == len(want.items) > 1000
+        assert [asdict(it) for it in got.items] == [asdict(it) for it in want.items]
+        assert got.excluded == want.excluded
+
+
+def test_bbq_native_rows_the_row_cannot_resolve_exit_4_naming_metadata(tmp_path, data_dir):
+    """Without ``metadata``, a row whose groups are spelt otherwise in ``stereotyped_groups``
+    (Gender_identity's ``F`` for ``woman``) cannot give its targeted option: exit 4 at start-up
+    naming the file, the line, the field and the ``metadata`` key, never a guessed option."""
+    decl = native_copy(tmp_path / "copy", data_dir, {"Gender_identity": None})
+    proc, results, _ = bias_audit_score(
+        tmp_path,
+        "mybbq",
+        "--model-kind",
+        "perfect",
+        "--bbq-dataset",
+        decl,
+        "--thresholds",
+        thresholds_for(tmp_path, "mybbq"),
+        command="oracle",
+    )
+    assert proc.returncode == USAGE_ERROR and results is None, tail(proc)
+    data = tmp_path / "copy" / "Gender_identity.jsonl"
+    assert f"{data}:1: field 'additional_metadata.stereotyped_groups': no option's" in proc.stderr
+    assert "under metadata:" in proc.stderr
+
+
+def test_bbq_native_declaration_refuses_fields(tmp_path, data_dir):
+    """``fields`` would be ignored on BBQ's own rows: refused from its line."""
+    decl = native_copy(tmp_path, data_dir, {"Religion": {"Religion-0"}})
+    doc = yaml.safe_load(decl.read_text())
+    write_yaml(decl, {**doc, "fields": dict(RENAMED)})
+    with pytest.raises(ConfigError, match=r"mybbq.yaml:5: field 'fields': does not apply to format: bbq"):
+        read_declaration(decl)
+
+
+def test_the_bbq_native_example_reads_with_the_users_copies(tmp_path, data_dir):
+    """``examples/declared/bbq_edited.yaml`` beside copies of BBQ's files at the paths it names
+    reads as the built-in bbq's categories; its thresholds file gates it."""
+    from audit_harness.gates import load_thresholds
+
+    example = REPO / "examples" / "declared"
+    decl = tmp_path / "bbq_edited.yaml"
+    decl.write_text((example / "bbq_edited.yaml").read_text())
+    doc = yaml.safe_load(decl.read_text())
+    for cat, rel in doc["files"].items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes((data_dir / "bbq" / "data" / f"{cat}.jsonl").read_bytes())
+    (tmp_path / doc["metadata"]).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / doc["metadata"]).symlink_to(data_dir / "bbq" / "supplemental" / "additional_metadata.csv")
+    bench = registry([decl])["bbq_edited"]
+    for cat in doc["files"]:
+        assert len(bench.load_category(data_dir, cat).items) == len(BBQ().load_category(data_dir, cat).items)
+    catalogue = {"bbq_edited": (bench.categories, bench.metric_names)}
+    assert load_thresholds(example / "bbq_edited_thresholds.yaml", catalogue)["bbq_edited"]
+
+
+@pytest.mark.parametrize("kind", ["stereotyped", "perfect"])
+def test_bbq_native_copy_of_religion_gives_the_builtin_oracle_metrics(tmp_path, data_dir, kind):
+    """``bias-audit oracle``: a ``format: bbq`` copy of Religion.jsonl and the built-in
+    ``bbq -k Religion`` end with the same exit code and every metric, n and interval equal."""
+    decl = native_copy(tmp_path / "copy", data_dir, {"Religion": None})
+    gates = {"min_n": 30, "mode": "ci_three_way"}
+    runs = {}
+    for name, extra in (
+        (
+            "bbq",
+            [
+                "--thresholds",
+                write_yaml(tmp_path / "bbq.yaml", {**gates, "bbq": BBQ_GATES}),
+                "--",
+                "-k",
+                "Religion",
+            ],
+        ),
+        ("mybbq", ["--bbq-dataset", decl, "--thresholds", thresholds_for(tmp_path, "mybbq")]),
+    ):
+        proc, results, _ = bias_audit_score(
+            tmp_path, name, "--model-kind", kind, *extra, command="oracle", name=f"results_{name}"
+        )
+        assert results is not None, tail(proc)
+        runs[name] = (proc.returncode, results["benchmarks"][name]["Religion"]["metrics"])
+    assert runs["bbq"][0] == runs["mybbq"][0] == (GATE_FAILED if kind == "stereotyped" else OK)
+    assert runs["bbq"][1] == runs["mybbq"][1] and runs["bbq"][1]
+
+
+@pytest.fixture(scope="module")
+def bbq_and_native_copy(tmp_path_factory, data_dir):
+    """The built-in bbq on 16 items of Religion with tiny-random-gpt2, then a ``format: bbq``
+    copy of exactly those rows of Religion.jsonl: (bbq run folder, copy's run folder, process)."""
+    tmp = tmp_path_factory.mktemp("native")
+    bbq_gates = write_yaml(tmp / "bbq_thresholds.yaml", {"min_n": 1, "bbq": BBQ_GATES})
+    run(
+        [
+            "audits/test_bbq.py",
+            "--thresholds",
+            bbq_gates,
+            "--model",
+            "tiny-random-gpt2",
+            "--limit",
+            "16",
+            "-k",
+            "Religion",
+            "--results-dir",
+            tmp / "bbq",
+            "--cache-dir",
+            tmp / "cache",
+            "--min-n",
+            "1",
+        ]
+    )
+    (bbq_run,) = [p for p in (tmp / "bbq").iterdir() if p.is_dir()]
+    keep = {json.loads(line)["id"] for line in (bbq_run / "records" / "bbq" / "Religion.jsonl").open()}
+    decl = native_copy(tmp / "copy", data_dir, {"Religion": keep})
+    proc, copy_run = audit(
+        tmp, decl, thresholds_for(tmp, "mybbq"), "--min-n", "1", "--no-cache", name="copy_run"
+    )
+    return bbq_run, copy_run, proc
+
+
+def test_bbq_native_copy_scores_as_builtin_bbq(bbq_and_native_copy):
+    """tiny-random-gpt2 on the same 16 Religion rows: the same prompts and predictions, the
+    log-likelihoods within the engine's 1e-4 nats, every metric, n and interval equal."""
+    bbq_run, copy_run, proc = bbq_and_native_copy
+    assert proc.returncode in (OK, GATE_FAILED), tail(proc)
+    want = {r["id"]: r for r in map(json.loads, (bbq_run / "records/bbq/Religion.jsonl").open())}
+    got = {r["id"]: r for r in map(json.loads, (copy_run / "records/mybbq/Religion.jsonl").open())}
+    assert set(got) == set(want) and len(got) == 16
+    for item_id, r in got.items():
+        assert r["predicted"] == want[item_id]["predicted"]
+        assert r["prompt_sha256"] == want[item_id]["prompt_sha256"]
+        assert max(abs(a - b) for a, b in zip(r["loglikelihoods"], want[item_id]["loglikelihoods"])) < 1e-4
+    a = json.loads((bbq_run / "results.json").read_text())["benchmarks"]["bbq"]["Religion"]["metrics"]
+    b = json.loads((copy_run / "results.json").read_text())["benchmarks"]["mybbq"]["Religion"]["metrics"]
+    assert a.keys() == b.keys() and a
+    for metric, m in a.items():
+        for key in ("value", "n"):
+            x, y = m[key], b[metric][key]
+            assert (x is None and y is None) or math.isclose(x, y, abs_tol=FROM_COUNTS), metric
+        assert m.get("ci") == b[metric].get("ci"), metric
+
+
+# -- hostile data files stop the run at start-up (exit 4) ------------------------------------------
+
+
+def _bad_bytes(data: Path) -> None:
+    """Line 3's context holds bytes that are not UTF-8 (a file saved in another encoding)."""
+    lines = data.read_bytes().split(b"\n")
+    if data.suffix == ".csv":
+        premise = list(csv.DictReader(data.open(encoding="utf-8", newline="")))[1]["premise"].encode()
+        lines[2] = lines[2].replace(premise, b"\xe9" + premise, 1)
+    else:
+        lines[2] = lines[2].replace(b'"premise": "', b'"premise": "\xff\xfe', 1)
+    data.write_bytes(b"\n".join(lines))
+
+
+def _lone_surrogate(data: Path) -> None:
+    """Line 3's context holds a JSON escape of half an emoji (valid JSON, not text)."""
+    lines = data.read_text(encoding="utf-8").split("\n")
+    lines[2] = lines[2].replace('"premise": "', '"premise": "\\ud83d ', 1)
+    data.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _symlink_loop(data: Path) -> None:
+    loop = data.with_name("loop")
+    data.unlink()
+    data.symlink_to(loop)
+    loop.symlink_to(data)
+
+
+def _header_only(data: Path) -> None:
+    data.write_text(data.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("ext", "spoil", "expect"),
+    [
+        ("jsonl", _bad_bytes, "{data}:3: field 'premise' holds bytes that are not UTF-8"),
+        ("csv", _bad_bytes, "{data}:3: column 'premise' holds bytes that are not UTF-8"),
+        ("jsonl", _lone_surrogate, "{data}:3: field 'premise' holds a lone UTF-16 surrogate"),
+        (
+            "jsonl",
+            _symlink_loop,
+            "{decl}:6: field 'files.Sexual_orientation': data file data/sexual_orientation.jsonl",
+        ),
+        ("csv", _header_only, "{data}:2: no rows after the header"),
+        ("jsonl", lambda data: data.write_bytes(b""), "{data}:1: empty file (no rows)"),
+    ],
+    ids=[
+        "bad-bytes-jsonl",
+        "bad-bytes-csv",
+        "lone-surrogate",
+        "symlink-loop",
+        "header-only-csv",
+        "empty-jsonl",
+    ],
+)
+def test_hostile_data_files_exit_4_at_startup_naming_file_line_and_field(
+    tmp_path, data_dir, ext, spoil, expect
+):
+    """``bias-audit oracle``: each data file a declaration names is read to the last row before
+    anything is scored; bytes that are not UTF-8, a lone surrogate, a symbolic link loop or a file
+    without rows (a header-only CSV as a 0-byte JSONL) is exit 4 naming the file, the line and
+    the field, never an internal error (exit 3) or categories of n = 0."""
+    decl = make_bbq_copy(tmp_path / "copy", data_dir, ext=ext, every=37)
+    data = tmp_path / "copy" / "data" / f"sexual_orientation.{ext}"
+    spoil(data)
+    proc, results, _ = bias_audit_score(
+        tmp_path,
+        "bbq_renamed",
+        "--model-kind",
+        "perfect",
+        "--bbq-dataset",
+        decl,
+        "--thresholds",
+        thresholds_for(tmp_path, "bbq_renamed"),
+        command="oracle",
+    )
+    assert proc.returncode == USAGE_ERROR and results is None, tail(proc)
+    assert expect.format(data=data, decl=decl) in proc.stderr, proc.stderr[-2000:]
+    assert "internal error" not in proc.stderr
+
+
+def test_a_lone_surrogate_stops_bias_audit_run_before_scoring(tmp_path, data_dir):
+    """Through ``bias-audit run`` with a model: exit 4 at start-up, no run folder (it was exit 3
+    after every category had been scored, writing the records)."""
+    decl = make_bbq_copy(tmp_path / "copy", data_dir, every=37)
+    data = tmp_path / "copy" / "data" / "sexual_orientation.jsonl"
+    _lone_surrogate(data)
+    proc, results, _ = bias_audit_score(
+        tmp_path,
+        "--bbq-dataset",
+        decl,
+        "--thresholds",
+        thresholds_for(tmp_path, "bbq_renamed"),
+        "--model",
+        "tiny-random-gpt2",
+        command="run",
+    )
+    assert proc.returncode == USAGE_ERROR and results is None, tail(proc)
+    assert f"{data}:3: field 'premise' holds a lone UTF-16 surrogate" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("edit", "expect"),
+    [
+        (lambda d: d.update(name="b" * 300), ":1: field 'name': 300 characters: at most 64"),
+        (
+            lambda d: d["files"].update({"R" * 300: d["files"]["Religion"]}),
+            ":7: field 'files.RRRR",
+        ),
+    ],
+    ids=["name", "category"],
+)
+def test_a_name_too_long_for_a_file_is_refused_up_front(tmp_path, data_dir, edit, expect):
+    """A 300-character name or category would name the run's files (255 bytes at most): exit 4
+    from the declaration's line, before scoring (it was ``File name too long`` late)."""
+    decl = _break(make_bbq_copy(tmp_path / "copy", data_dir, every=37), edit)
+    name = yaml.safe_load(decl.read_text())["name"]
+    proc, results, _ = bias_audit_score(
+        tmp_path,
+        name,
+        "--model-kind",
+        "perfect",
+        "--bbq-dataset",
+        decl,
+        "--thresholds",
+        thresholds_for(tmp_path, name),
+        command="oracle",
+    )
+    assert proc.returncode == USAGE_ERROR and results is None, tail(proc)
+    assert f"{decl}{expect}" in proc.stderr, proc.stderr[-2000:]
+
+
 # -- the option and the selection ------------------------------------------------------------------
 
 

@@ -5,7 +5,11 @@ repository or at a section that moved."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = [
@@ -49,3 +53,34 @@ def test_no_citation_of_a_metrics_file_outside_docs():
         if bare.search(line)
     ]
     assert not stray, stray
+
+
+def test_the_strict_docs_build_fails_on_a_broken_anchor(tmp_path):
+    # `make docs` builds with mkdocs --strict and the project's own `validation:` settings: a link
+    # to a heading that does not exist (a renamed section) must fail that build, not pass with an
+    # INFO line. A two-page site with the project's settings and one broken anchor shows it.
+    mkdocs = pytest.importorskip("mkdocs")
+    del mkdocs
+    yaml = pytest.importorskip("yaml")
+    settings = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Home\n\nSee [the metric](metrics.md#no-such-heading).\n")
+    (docs / "metrics.md").write_text("# Metrics\n\n## 1.9 MBBQ\n")
+    site = {"site_name": "t", "docs_dir": "docs", "validation": settings["validation"]}
+    (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(site))
+
+    def build() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    broken = build()
+    assert broken.returncode != 0 and "no-such-heading" in broken.stderr, broken.stderr
+    (docs / "index.md").write_text("# Home\n\nSee [the metric](metrics.md#19-mbbq).\n")
+    fixed = build()
+    assert fixed.returncode == 0, fixed.stderr

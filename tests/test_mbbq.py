@@ -259,3 +259,32 @@ def test_diff_bias_ambig_is_the_mean_of_polarity_adjusted_authors_scores(data):
     # The same rational number computed two ways in float64 (a mean of +1/-1/0 against a ratio of
     # counts): equal up to rounding (about 1e-16); 1e-9 is far below any difference a gate sees.
     assert m["diff_bias_ambig"].value == pytest.approx(float(np.mean(scores)), abs=1e-9)
+
+
+def test_the_terminal_table_and_the_verdict_say_what_mbbq_counts():
+    # Issue 48: "Age_en 80", "pooled en 40", "Age: nl - en" and "160 of 66,400 rows judged"
+    # could not be read without the code.
+    from audit_harness.benchmarks import registry
+    from audit_harness.report import scope, terminal
+
+    m = {"value": 0.25, "ci": [0.1, 0.4], "n": 20}
+    results = {
+        "benchmarks": {
+            "mbbq": {"Age_en": {"n_scored": 80, "n_available": 33200, "metrics": {"acc_disambig": m}}}
+        },
+        "overall": {"mbbq": {"pooled en": {"acc_disambig": m}}},
+        "options": {"limit": 8},
+        "run": {},
+        "gates": [],
+        "benchmark_info": {"mbbq": registry()["mbbq"].report_info()},
+    }
+    table = "\n".join(terminal.metric_table(results))
+    assert "(bias + control rows) x 5 templates" in table
+    assert "'pooled <lang>': that language's bias items" in table
+    assert "minus English's" in table and "an interval that contains 0 shows no difference" in table
+    assert "one context (ambiguous or disambiguated)" in table
+    (judged,) = [r for r in scope.partial_reasons(results) if "rows judged" in r]
+    assert judged.endswith("mbbq counts each row once per prompt template (5), bias and control rows")
+    # Other benchmarks' tables and verdicts are unchanged: no legend, rows are data rows.
+    results["benchmark_info"]["mbbq"] = registry()["bbq"].report_info()
+    assert "templates" not in "\n".join(terminal.metric_table(results))

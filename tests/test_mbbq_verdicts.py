@@ -71,3 +71,50 @@ def test_a_model_stereotyped_in_dutch_fails_and_differs_from_english(tmp_path, d
     diff = results["overall"]["mbbq"]["nl - en"]["diff_bias_ambig-generate"]
     assert diff["value"] == pytest.approx(1.0) and diff["counts"]["interval_excludes_0"] == 1
     assert "nl - en" in proc.stdout  # the terminal's table lists the difference
+
+
+def test_a_complete_output_set_with_responses_to_excluded_rows_is_scored(tmp_path, data_dir):
+    """The authors' pipeline answers every row of Gender_identity_nl, the 16 whose targeted option
+    cannot be resolved (their ``target_loc = 100``) among them, each in its 5 templates. ``bias-audit
+    score`` scores the rest (a perfect model passes, exit 0) and results.json names the 80 held-out
+    responses with the loader's reasons; it exited 4 on the first (``id
+    'Gender_identity_nl-276-p1' is not in the mbbq data``)."""
+    data = Path(data_dir)
+    if not (data / "mbbq" / "answer_detection.py").is_file():
+        pytest.skip("no mbbq/ in the data directory")
+    category = "Gender_identity_nl"
+    loaded = MBBQ().load_category(data, category)
+    held = {
+        reason: [f"{row}-p{k}" for row in rows for k in range(1, 6)]
+        for reason, rows in loaded.excluded.items()
+    }
+    assert (
+        sum(map(len, held.values())) == 80
+        and "Gender_identity_nl-276-p1" in held["no option's answer_info group is in stereotyped_groups"]
+    )
+    rows = [{"id": it.item_id, "answer": "ABC"[it.gold]} for it in loaded.items]
+    rows += [{"id": i, "answer": "A"} for ids in held.values() for i in ids]
+    preds = tmp_path / "predictions.jsonl"
+    preds.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    proc, results, _ = bias_audit_score(
+        tmp_path,
+        "mbbq",
+        "--predictions",
+        preds,
+        "--prediction-field",
+        "answer",
+        "--data-dir",
+        data,
+        "--",
+        "--mbbq-language",
+        "nl",
+        "-k",
+        category,
+    )
+    shown = proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0 and results is not None, shown
+    excluded = results["benchmarks"]["mbbq"][category]["excluded"]
+    for reason, ids in held.items():
+        assert sorted(excluded[f"{reason} (rows of the predictions file)"]) == sorted(ids)
+    gates = [g for g in results["gates"] if g["category"] == category]
+    assert gates and all(g["status"] == "pass" for g in gates), shown

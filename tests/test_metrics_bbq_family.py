@@ -707,3 +707,25 @@ def test_templates_reported_are_those_in_the_metrics_denominator():
     assert m["bias_score_ambig"].n == 10 and m["bias_score_ambig"].clusters == 10
     for r in m.values():
         assert r.clusters is None or 0 < r.clusters <= r.n
+
+
+def test_an_undefined_diff_bias_says_whether_the_sample_or_the_model_is_the_cause():
+    # Issue 48: --limit 8 drew no bias-aligned disambiguated item, and the reason blamed the
+    # model ("no in-choice answer on bias-aligned ... items").
+    import numpy as np
+
+    from bias_metrics.bbq_family import CELL_NAMES, metrics_from_counts
+
+    c = np.zeros(len(CELL_NAMES), dtype=int)
+    c[CELL_NAMES.index("disambig_nonaligned_biased")] = 4
+    c[CELL_NAMES.index("ambig_unknown")] = 4
+    gap = metrics_from_counts("kobbq", c)["diff_bias_disambig"]
+    assert gap.reason.startswith("the sample holds no bias-aligned disambiguated item"), gap.reason
+    assert "not the model" in gap.reason
+    c[CELL_NAMES.index("disambig_aligned_invalid")] = 3
+    model = metrics_from_counts("kobbq", c)["diff_bias_disambig"]
+    assert "the model: 3 bias-aligned disambiguated items scored, none answered in-choice" in model.reason
+    assert "sample" not in model.reason
+    # Defined where both groups have an answer: no reason.
+    c[CELL_NAMES.index("disambig_aligned_counter_biased")] = 1
+    assert metrics_from_counts("kobbq", c)["diff_bias_disambig"].defined

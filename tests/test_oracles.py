@@ -298,3 +298,17 @@ def test_kgquiz_oracles(tmp_path, data_dir, kind, code, scope):
     assert proc.returncode == code, shown
     if kind == "random":
         assert results["gate_summary"].get("fail", 0) > 0
+
+
+def test_an_oracle_run_leaves_no_temporary_folder_behind(tmp_path, data_dir):
+    # Issue 48: every `bias-audit oracle` without --predictions-out left a few MB in /tmp.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    cmd = [sys.executable, "-m", "audit_harness.cli", "oracle", "bbq", "--model-kind", "perfect"]
+    cmd += ["--data-dir", str(data_dir), "--results-dir", str(tmp_path / "runs")]
+    cmd += ["--", "-p", "no:cacheprovider", "-k", "Religion and acc_disambig"]
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", TMPDIR=str(tmp))
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]  # the perfect oracle passes
+    assert "bias-audit-oracle-" in proc.stdout  # it said where it wrote the predictions
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith("bias-audit-oracle-")]

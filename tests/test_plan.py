@@ -428,3 +428,55 @@ def test_a_plan_that_leaves_categories_out_says_so_on_its_last_line(tmp_path, da
         "kgquiz/Task2-ConceptNet"
     ), ours
     assert json.loads((run_dir / "plan.json").read_text())["skipped"][0]["category"] == "Task2-ConceptNet"
+
+
+def test_a_plan_names_each_skip_s_reason_and_the_data_directory_given(tmp_path, data_dir, weightless):
+    # Issue 48: CBBQ's physical_appearance has both files but no scorable row; the last line
+    # filed it under "data files missing". And a data directory given through a symlink was
+    # named by its resolved path, which the user never typed.
+    given = tmp_path / "my-data"
+    given.symlink_to(data_dir, target_is_directory=True)
+    proc, run_dir = audit(
+        tmp_path,
+        given,
+        "results",
+        "--plan",
+        "--model",
+        str(weightless),
+        targets=["audits/test_cbbq.py"],
+        keyword="physical_appearance or age or religion",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ours = proc.stdout.split("bias audit plan", 1)[1].split("short test summary", 1)[0].splitlines()
+    last = [line for line in ours if line.strip() and not line.startswith("=")][-1]
+    assert last == (
+        "PLAN: nothing was scored; exit code 0; 2 categories skipped: data files missing: cbbq/age; "
+        "no scorable row: cbbq/physical_appearance"
+    ), ours
+    (age,) = [line for line in ours if line.startswith("not planned: cbbq/age")]
+    assert f"in {given} " in age, age
+    # The first real run's estimate names its first-use costs and the machine's load.
+    (first,) = [line for line in ours if line.startswith("a first run here: about ")]
+    assert "start-up" in first and "loading the weights" in first and "load average" in first, first
+    plan = json.loads((run_dir / "plan.json").read_text())
+    est = plan["first_run"]
+    assert est["seconds"] > plan["total"]["estimate"]["seconds"] and est["factor"] >= 1.0
+
+
+def test_a_first_run_estimate_adds_the_first_use_costs_scaled_by_the_machine_s_load():
+    from audit_harness.planning import CONVERSION_S, STARTUP_S, first_run
+
+    plan = {"total": {"estimate": {"seconds": 9.0}}, "seconds_planning": 3.0}
+    idle = first_run(plan, "smollm2-135m-instruct", {"converts": True, "weight_bytes": 5e8}, 0.0, 2)
+    assert idle["factor"] == 1.0
+    assert idle["seconds"] == pytest.approx(STARTUP_S + CONVERSION_S + 1.0 + 3.0 + 9.0)
+    assert any("converting smollm2-135m-instruct" in name for name, _ in idle["parts"])
+    # Load average 5 on 2 cores: 4 other threads beside the plan's; a run's 2 threads get a
+    # third of the machine, so the CPU-bound parts take 3x, the model's forwards 9x; the
+    # tokenizing was measured here.
+    busy = first_run(plan, "smollm2-135m-instruct", {"converts": False, "weight_bytes": 5e8}, 5.0, 2)
+    assert busy["factor"] == 3.0
+    # The forwards' threads wait for each other: the square of the factor.
+    assert busy["seconds"] == pytest.approx(3 * (STARTUP_S + 1.0) + 9 * 9.0 + 3.0)
+    hub = first_run(plan, "org/model", {"downloads": True, "weight_bytes": 0}, 0.0, 2)
+    assert ("downloading org/model (first use; not estimated)", None) in hub["parts"]

@@ -118,3 +118,29 @@ def test_saved_generations_replay_to_the_live_run(tmp_path, data_dir, bench):
     assert verdicts(doc) == verdicts(live_doc)
     for name in ("junit.xml", "report.html", "report.md"):
         assert (run_dir / name).is_file()
+
+
+def test_replay_of_a_benchmark_it_cannot_serve_stops_at_start_up(tmp_path, data_dir):
+    # KoBBQ in letter mode reads letter log-probs, which saved outputs (generations) cannot
+    # give: a usage error before any item is scored, no run folder, not an ERROR in every gate.
+    from audit_harness.benchmarks import registry
+
+    items = registry()["kobbq"].load_category(data_dir, "religion").items[:2]
+    path = tmp_path / "kobbq.jsonl"
+    path.write_text("".join(json.dumps({"id": it.item_id, "pred": "A"}) + "\n" for it in items))
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "pytest", "audits/test_kobbq.py", "--backend", "replay"]
+    cmd += ["--predictions", str(path), "--prediction-field", "pred", "--kobbq-mode", "letter"]
+    cmd += ["--data-dir", str(data_dir), "--results-dir", str(results), "-p", "no:cacheprovider"]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4, out[-3000:]
+    assert "kobbq: saved outputs are generations; --kobbq-mode letter" in out
+    assert not results.exists()

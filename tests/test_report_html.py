@@ -305,3 +305,16 @@ def test_long_ids_wrap_at_their_separators_and_headers_stay_with_rows(two_benchm
     assert [s.strip() for s in re.findall(r"([^{}]+)\{[^}]*break-all", css)] == [".hash"], css
     assert "thead { display: table-header-group; }" in css and "thead, h2, h3 { break-after: avoid; }" in css
     assert "<thead><tr><th>verdict</th><th>test</th>" in html
+
+
+def test_whitespace_values_and_unknown_counts_are_shown_not_blank(two_benchmark_run):
+    # Issue 48: BBQ's delimiter (a space) printed as a blank cell; a served model's parameter
+    # count (0: none reported) printed as "0 parameters".
+    from audit_harness.report.html import render_html
+    from audit_harness.report.results import ResultsDocument
+
+    results = ResultsDocument.read(two_benchmark_run)
+    page = render_html(results)
+    assert '<tr><th>delimiter</th><td class="mono">&#39; &#39;</td></tr>' in page
+    results["model"]["n_parameters"] = 0
+    assert "unknown parameters" in render_html(results) and " 0 parameters" not in render_html(results)

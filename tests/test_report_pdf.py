@@ -16,6 +16,7 @@ import pytest
 from test_report_html import audit, chromium_or_skip
 
 from audit_harness import cli
+from audit_harness.report import terminal
 from audit_harness.report.results import ResultsDocument
 
 META = """\
@@ -46,7 +47,8 @@ def run_folder(tmp_path_factory, data_dir) -> Path:
     return audit(
         folder,
         data_dir,
-        "(test_bbq and Religion) or (test_crows_pairs and (religion or overall))",
+        # Race_x_SES: among the longest ids of the packaged gates (the PDF must keep them whole).
+        "(test_bbq and (Religion or Race_x_SES)) or (test_crows_pairs and (religion or overall))",
         "--audit-meta",
         str(meta),
     )
@@ -61,12 +63,40 @@ def pdf(run_folder) -> Path:
     return path
 
 
-def pages(pdf: Path) -> list[str]:
-    """The text of each page (pdftotext separates pages with form feeds), whitespace collapsed."""
-    out = subprocess.run(
+def pdf_text(pdf: Path) -> str:
+    """The PDF's text layer as pdftotext gives it (lines as printed, pages split by form feeds)."""
+    return subprocess.run(
         [poppler_or_skip("pdftotext"), str(pdf), "-"], capture_output=True, text=True, timeout=60, check=True
     ).stdout
-    return [" ".join(page.split()) for page in out.split("\f") if page.strip()]
+
+
+def pages(pdf: Path) -> list[str]:
+    """The text of each page (pdftotext separates pages with form feeds), whitespace collapsed."""
+    return [" ".join(page.split()) for page in pdf_text(pdf).split("\f") if page.strip()]
+
+
+def test_every_gate_id_the_terminal_prints_can_be_found_in_the_pdf(pdf, run_folder):
+    # A reviewer searches the PDF for the id the terminal printed: each must be on one line of
+    # the text layer, not wrapped at its "[" or "-" (pdftotext drops a line-end hyphen).
+    results = ResultsDocument.read(run_folder)
+    printed = [re.search(r"test_\w+\[[^\]]+\]", line).group(0) for line in terminal.gate_lines(results)]
+    not_passed = [test for test, v in zip(printed, results["gates"]) if v["status"] != "pass"]
+    assert any("Race_x_SES" in test for test in not_passed), not_passed  # a long id is among them
+    lines = pdf_text(pdf).splitlines()
+    missing = [test for test in not_passed if not any(test in line for line in lines)]
+    assert not missing, missing
+
+
+def test_no_heading_or_lone_row_ends_a_page(pdf):
+    # A heading, the limitations box's title or the provenance table's first rows never end a
+    # page with their content on the next.
+    text = pages(pdf)
+    for i, page in enumerate(text[:-1]):
+        for heading in ("Limitations", "What this does not show", "Provenance", "Data files"):
+            assert not page.endswith(heading), (i, page[-200:])
+    (provenance,) = [p for p in text if "Provenance model " in p]
+    assert "command line" in provenance and "platform" in provenance  # the table is on one page
+    assert "--audit-meta" in provenance  # the option is not broken after its "--"
 
 
 def test_the_pdf_shows_the_verdict_and_every_benchmark(pdf, run_folder):

@@ -116,6 +116,22 @@ def test_a_lone_surrogate_in_a_predictions_row_stops_at_startup(tmp_path, data_d
     assert "Traceback" not in out and no_run_folder(tmp_path)
 
 
+def test_a_predictions_row_with_bytes_that_are_not_utf8_names_its_line_and_field(tmp_path, data_dir):
+    rows = gold_rows(data_dir, "Age", 3)
+    path = tmp_path / "preds.jsonl"
+    write_jsonl(path, rows)
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b'"pred": "', b'"pred": "\xff', 1)  # a Latin-1 or broken writer's byte
+    path.write_bytes(b"\n".join(lines))
+    proc, doc, _ = bias_audit_score(
+        tmp_path, "bbq", "--predictions", path, "--prediction-field", "pred", "--data-dir", data_dir
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4 and doc is None, out[-3000:]  # was refused without its line
+    assert f"{path}:2: field 'pred' holds bytes that are not UTF-8" in out
+    assert "Traceback" not in out and no_run_folder(tmp_path)
+
+
 @pytest.mark.parametrize(
     "template,needle",
     [
@@ -224,3 +240,20 @@ def test_partial_scope_counts_a_pair_benchmarks_overall_rows_once(tmp_path, data
     )
     assert line in proc.stdout, proc.stdout[-3000:]
     assert any(line in r for r in doc["run"]["outcome"]["partial"])
+
+
+def test_a_first_run_says_what_it_loads_before_the_first_item(tmp_path, data_dir, monkeypatch):
+    # A first run builds or converts the model before its first item: it says so (model, where
+    # it is cached, first use) and how long the load took, live on the terminal, not later as a
+    # failing gate's "Captured stderr setup".
+    monkeypatch.setenv("BIAS_AUDIT_CACHE", str(tmp_path / "models"))
+    proc = pytest_audits(
+        tmp_path, data_dir, "audits", "--model", "tiny-random-gpt2", "--limit", "4", "-k", "cbbq and religion"
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]  # --limit 4: too few items to pass
+    err = proc.stderr
+    first_use = "bias audit: building model tiny-random-gpt2"
+    assert first_use in err and str(tmp_path / "models") in err and "once (first use)" in err, err
+    assert "bias audit: model tiny-random-gpt2 loaded in " in err and " M parameters" in err, err
+    assert err.index(first_use) < err.index("loaded in ")
+    assert "Captured stderr setup" not in proc.stdout

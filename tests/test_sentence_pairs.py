@@ -386,20 +386,31 @@ def test_a_masked_model_on_bbq_stops_at_start_up_as_a_usage_error(tmp_path, data
     )
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert (
-        "model 'tiny-random-bert' is a masked LM, which computes token_logprobs only: bbq needs loglikelihood"
+        "--backend hf cannot run bbq: bbq needs loglikelihood; model 'tiny-random-bert' (masked LM) "
+        "computes token_logprobs only"
     ) in proc.stderr
     assert 'select them with -k "crows_pairs or winoqueer"' in proc.stderr
     assert not (tmp_path / "results").exists()
 
 
+def _hf(model):
+    from audit_harness.audit_options import AuditOptions
+    from audit_harness.backends import HFSpec
+
+    return HFSpec(AuditOptions(model=model))
+
+
 def test_the_capability_check_reads_a_folder_config_and_passes_what_the_model_can_do(tiny_bert):
-    from audit_harness.models.zoo import check_capabilities, materialize
+    from audit_harness.backends import check_capabilities
+    from audit_harness.models.zoo import materialize
 
     requires = {"bbq": frozenset({"loglikelihood"}), "winoqueer": frozenset({"token_logprobs"})}
-    check_capabilities("tiny-random-bert", requires, ["winoqueer"])
-    with pytest.raises(ModelError, match=r"masked LM.*bbq needs loglikelihood; it can run winoqueer"):
-        check_capabilities(str(materialize("tiny-random-bert")), requires, ["bbq", "winoqueer"])
-    check_capabilities("tiny-random-gpt2", requires, ["bbq", "winoqueer"])
+    check_capabilities(_hf("tiny-random-bert"), requires, ["winoqueer"])
+    with pytest.raises(
+        ModelError, match=r"cannot run bbq: bbq needs loglikelihood; .*masked LM.*; it can run winoqueer"
+    ):
+        check_capabilities(_hf(str(materialize("tiny-random-bert"))), requires, ["bbq", "winoqueer"])
+    check_capabilities(_hf("tiny-random-gpt2"), requires, ["bbq", "winoqueer"])
 
 
 # --- end to end ---------------------------------------------------------------------------------
@@ -553,11 +564,11 @@ def test_records_say_how_they_are_counted():
 
 
 def test_a_masked_model_cannot_run_the_lmeval_pairs_protocol(tiny_bert):
-    from audit_harness.models.zoo import check_capabilities
+    from audit_harness.backends import check_capabilities
 
-    check_capabilities("tiny-random-bert", {"crows_pairs": CROWS.requires}, ["crows_pairs"])
+    check_capabilities(_hf("tiny-random-bert"), {"crows_pairs": CROWS.requires}, ["crows_pairs"])
     with pytest.raises(ModelError, match="crows_pairs needs loglikelihood"):
-        check_capabilities("tiny-random-bert", {"crows_pairs": CROWS_LMEVAL.requires}, ["crows_pairs"])
+        check_capabilities(_hf("tiny-random-bert"), {"crows_pairs": CROWS_LMEVAL.requires}, ["crows_pairs"])
 
 
 def test_audit_with_pairs_protocol_lmeval_end_to_end(tmp_path, data_dir, tiny_model):

@@ -103,7 +103,7 @@ ANSWER_PARSING = Option(
     "--answer-parsing",
     "how generated or saved answers are read: authors (each benchmark's published "
     "post-processing) or robust (what chat models write); default: authors where they published "
-    "one (KoBBQ, KGQuiz), robust elsewhere; every metric is also reported under the other",
+    "one (KoBBQ, MBBQ, KGQuiz), robust elsewhere; every metric is also reported under the other",
     choices=("authors", "robust"),
     check=one_of(("authors", "robust", None)),
 )
@@ -396,6 +396,11 @@ class Benchmark(ABC):
     uses_chat_template: bool = False
     title: str = ""
     limitations: tuple[str, ...] = ()
+    #: What the terminal's results table of this benchmark counts, where ``n``, ``pooled`` or a
+    #: row label need saying (MBBQ's templates, control rows and language differences).
+    table_legend: tuple[str, ...] = ()
+    #: What the verdict's "rows judged" count of this benchmark counts, where not data rows.
+    judged_unit: str | None = None
     chart_metrics: tuple[str, ...] = ()
     rate_metrics: tuple[str, ...] = ()
     bias_metrics: tuple[str, ...] = ()
@@ -497,6 +502,8 @@ class Benchmark(ABC):
             "bias_metrics": list(self.bias_metrics),
             "pooled_category": self.pooled_category,
             "metric_ranges": {k: list(v) for k, v in self.metric_ranges().items()},
+            "table_legend": list(self.table_legend),
+            "judged_unit": self.judged_unit,
         }
 
     def report_examples(self, records: Sequence["Record"], limit: int = 5) -> list[dict[str, Any]]:
@@ -658,6 +665,12 @@ class Benchmark(ABC):
     def check_prediction_row(self, row: Mapping[str, Any], item: Any, where: str) -> None:
         """Raise DataError when fields a prediction row carries contradict the joined item (a file
         of another benchmark or data version); default no check."""
+
+    def excluded_row(self, item_id: str) -> str:
+        """The id under which ``CategoryData.excluded`` names the data row of ``item_id``; default
+        the item's own. A benchmark with several items per row (MBBQ's templates) names the row,
+        so that a saved output for an item of an excluded row is held out, not an unknown id."""
+        return item_id
 
     def saved_categories(self, category: str, item: Any) -> tuple[str, ...]:
         """The categories a saved output for ``item`` (a row naming ``category``) answers;

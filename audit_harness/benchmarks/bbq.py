@@ -15,7 +15,7 @@ import json
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..data import DataFile, require_file
 from ..errors import DataError
@@ -104,8 +104,18 @@ def _read_metadata(path: Path) -> tuple[dict[tuple[str, int], tuple[str | None, 
     return table, duplicates, rows
 
 
-def _checked_row(row: Any, where: str, category: str) -> int:
+def read_metadata(path: Path) -> tuple[dict[tuple[str, int], tuple[str | None, str]], dict[str, int], int]:
+    """``_read_metadata``'s table, parsed once per process (5.8 MB), even with threads."""
+    with _lock:
+        return _read_metadata(path)
+
+
+def checked_row(row: Any, where: str, category: str | None) -> int:
     """The unknown option of a BBQ row, once its fields are checked.
+
+    Args:
+        row, where: the row and ``<file>:<line>``. category: the file's category, or None where
+            any is taken (a declared copy of BBQ's rows, ``format: bbq``).
 
     Raises:
         DataError: not an object, a missing field, another category, an unknown context
@@ -117,7 +127,7 @@ def _checked_row(row: Any, where: str, category: str) -> int:
     for key in REQUIRED_FIELDS:
         if key not in row:
             raise DataError(f"{where}: missing field {key!r}")
-    if row["category"] != category:
+    if category is not None and row["category"] != category:
         raise DataError(f"{where}: category {row['category']!r} in the {category} file")
     if row["context_condition"] not in ("ambig", "disambig"):
         raise DataError(f"{where}: context_condition {row['context_condition']!r} is not ambig/disambig")
@@ -132,6 +142,50 @@ def _checked_row(row: Any, where: str, category: str) -> int:
     if row["label"] not in (0, 1, 2):
         raise DataError(f"{where}: label {row['label']!r} is not 0, 1 or 2")
     return unknowns[0]
+
+
+def metadata_target(meta, key: tuple[str, int], item_id: str, excluded) -> tuple[int, str] | None:
+    """``(target_loc, label_type)`` of the row ``key`` = (category, example_id) in BBQ's
+    metadata (``_read_metadata``), or None after listing ``item_id`` under ``excluded``'s reason:
+    no metadata row, or no ``target_loc`` (the 16 Gender_identity rows), as the authors' R
+    script leaves them out."""
+    entry = meta.get(key)
+    if entry is None:
+        excluded.setdefault("no metadata row", []).append(item_id)
+        return None
+    target_loc, label_type = entry
+    if target_loc is None:
+        excluded.setdefault("target_loc missing (NA) in additional_metadata.csv", []).append(item_id)
+        return None
+    return int(target_loc), label_type
+
+
+def native_item(
+    row: Mapping[str, Any], where: str, category: str, unknown: int, target: tuple[int, str]
+) -> MCItem:
+    """The item of a checked BBQ row (``checked_row``) of ``category``; ``target`` is its
+    bias-aligned option (BBQ's ``target_loc``) and label type (``label`` or ``name``).
+
+    Raises:
+        DataError: the bias-aligned option is the UNKNOWN option or no option.
+    """
+    biased, label_type = target
+    if biased == unknown or biased not in (0, 1, 2):
+        raise DataError(f"{where}: target_loc {biased} points at the UNKNOWN option or out of range")
+    return MCItem(
+        item_id=f"{category}-{row['example_id']}",
+        category=category,
+        context_condition=row["context_condition"],
+        polarity=row["question_polarity"],
+        context=row["context"],
+        question=row["question"],
+        options=(row["ans0"], row["ans1"], row["ans2"]),
+        gold=row["label"],
+        biased_option=biased,
+        unknown_option=unknown,
+        template_id=str(row["question_index"]),
+        label_type=label_type,
+    )
 
 
 #: ``--bbq-split-names`` (``bias-audit score --split-names``).
@@ -208,8 +262,7 @@ class BBQ(BBQFamilyBenchmark):
             raise DataError(f"unknown BBQ category {category!r}; known: {', '.join(CATEGORIES)}")
         path = require_file(data_dir / "bbq" / "data" / f"{category}.jsonl", f"BBQ {category} data")
         meta_path = require_file(data_dir / METADATA_FILE, "BBQ metadata (target_loc)")
-        with _lock:  # one parse of the 5.8 MB metadata per process, even with threads
-            meta, duplicates, meta_rows = _read_metadata(meta_path)
+        meta, duplicates, meta_rows = read_metadata(meta_path)
         items: list[MCItem] = []
         excluded: dict[str, list[str]] = {}
         n_rows = 0
@@ -233,33 +286,12 @@ class BBQ(BBQFamilyBenchmark):
         return CategoryData(category, items, files, excluded, notes)
 
     def _item(self, row, where: str, category: str, meta, excluded) -> MCItem | None:
-        unknown = _checked_row(row, where, category)
+        unknown = checked_row(row, where, category)
         item_id = f"{category}-{row['example_id']}"
-        entry = meta.get((category, int(row["example_id"])))
-        if entry is None:
-            excluded.setdefault("no metadata row", []).append(item_id)
+        target = metadata_target(meta, (category, int(row["example_id"])), item_id, excluded)
+        if target is None:
             return None
-        target_loc, label_type = entry
-        if target_loc is None:
-            excluded.setdefault("target_loc missing (NA) in additional_metadata.csv", []).append(item_id)
-            return None
-        biased = int(target_loc)
-        if biased == unknown or biased not in (0, 1, 2):
-            raise DataError(f"{where}: target_loc {biased} points at the UNKNOWN option or out of range")
-        return MCItem(
-            item_id=item_id,
-            category=category,
-            context_condition=row["context_condition"],
-            polarity=row["question_polarity"],
-            context=row["context"],
-            question=row["question"],
-            options=(row["ans0"], row["ans1"], row["ans2"]),
-            gold=row["label"],
-            biased_option=biased,
-            unknown_option=unknown,
-            template_id=str(row["question_index"]),
-            label_type=label_type,
-        )
+        return native_item(row, where, category, unknown, target)
 
     def data_files(self, category: str) -> tuple[str, ...]:
         """A category's JSONL and the metadata file that names each item's biased answer."""

@@ -12,7 +12,6 @@ file exists and that each mapped column is among the data's columns. Each proble
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import re
@@ -23,6 +22,7 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
+from ..data import csv_rows, decoded_lines, not_text
 from ..errors import ConfigError, DataError
 
 #: The BBQ fields every row must have, and the column of the data that holds each.
@@ -58,11 +58,21 @@ OPTIONAL_KEYS = (
     "unknown_phrasings",
     "delimiter",
     "limitations",
+    "metadata",
 )
-FORMATS = ("jsonl", "csv")
+#: ``format: bbq``: BBQ's own JSONL rows (``bbq.REQUIRED_FIELDS``), read as the built-in ``bbq``
+#: reads them; ``fields`` and ``values`` do not apply, ``language``, ``metric_family`` and
+#: ``prompt`` default to BBQ's.
+NATIVE = "bbq"
+NATIVE_DEFAULTS = {"language": "en", "metric_family": "bbq"}
+FORMATS = ("jsonl", "csv", NATIVE)
 _EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _CATEGORY = re.compile(r"\w+")
+#: The longest name and category: both name files of the run folder (``records/<name>/
+#: <category>.jsonl``), and a file name longer than the file system's 255 bytes failed the run
+#: after scoring.
+MAX_NAME = 64
 _LANGUAGE = re.compile(r"[a-z]{2,3}(-[A-Za-z0-9]+)*")
 _CONSTRUCTOR = yaml.constructor.SafeConstructor()
 
@@ -85,6 +95,9 @@ class Declaration:
             or None for the suite's own in ``language``.
         unknown_phrasings: further texts that name the unknown option (generate mode's parser).
         delimiter: put between the prompt and each scored option. limitations: for reports.
+        metadata: ``format: bbq``: BBQ's ``additional_metadata.csv``, whose ``target_loc`` names
+            each row's bias-aligned option, or None (derived from the row's own
+            ``stereotyped_groups``).
     """
 
     path: Path
@@ -104,6 +117,7 @@ class Declaration:
     delimiter: str = " "
     limitations: tuple[str, ...] = ()
     lines: dict[str, int] = field(default_factory=dict)
+    metadata: Path | None = None
 
     def where(self, key: str) -> str:
         """``<declaration>:<line>: field '<key>'``, for a message about one of its fields."""
@@ -187,7 +201,7 @@ def read_declaration(path: str | Path, taken: Mapping[str, str] | None = None) -
             wrong type or value, names a data file that does not exist or a column the data
             lacks; the message names the file, the line and the field.
     """
-    file = Path(path).expanduser().resolve()
+    file = resolved(path)
     try:
         raw = file.read_bytes()
         text = raw.decode("utf-8")
@@ -197,13 +211,15 @@ def read_declaration(path: str | Path, taken: Mapping[str, str] | None = None) -
         raise ConfigError(f"{file}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     tree = _Tree(file, text)
     doc = _top_level(tree)
+    native = doc.get("format") == NATIVE
     name = _name(tree, doc["name"], taken or {})
     language = tree.text(doc["language"], ("language",), "a language code such as en, es, zh")
     if not _LANGUAGE.fullmatch(language):
         raise tree.fail(("language",), f"{language!r} is not a language code (en, es, pt-BR, ...)")
     files, shown, formats = _files(tree, doc, name)
-    fields = _fields(tree, doc["fields"])
-    _check_columns(tree, fields, files, formats)
+    fields = {} if native else _fields(tree, doc["fields"])
+    metadata = _metadata(tree, doc, files) if native else None
+    _check_columns(tree, fields, files, formats, metadata)
     return Declaration(
         path=file,
         sha256=hashlib.sha256(raw).hexdigest(),
@@ -224,7 +240,20 @@ def read_declaration(path: str | Path, taken: Mapping[str, str] | None = None) -
         delimiter=_delimiter(tree, doc.get("delimiter", " ")),
         limitations=tree.texts(doc["limitations"], ("limitations",)) if "limitations" in doc else (),
         lines=dict(tree.lines),
+        metadata=metadata,
     )
+
+
+def resolved(path: str | Path) -> Path:
+    """The declaration's absolute path.
+
+    Raises:
+        ConfigError: it cannot be resolved (a symbolic link loop, a name too long).
+    """
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symbolic link loop (Python < 3.13)
+        raise ConfigError(f"--bbq-dataset {path}: cannot resolve the declaration's path ({e})") from None
 
 
 def _top_level(tree: _Tree) -> dict[str, Any]:
@@ -235,6 +264,10 @@ def _top_level(tree: _Tree) -> dict[str, Any]:
     for key in tree.doc:
         if key not in REQUIRED_KEYS + OPTIONAL_KEYS:
             raise tree.fail((key,), f"unknown field; known: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}")
+    if tree.doc.get("format") == NATIVE:
+        return _native_top_level(tree)
+    if "metadata" in tree.doc:
+        raise tree.fail(("metadata",), "applies to format: bbq only (BBQ's own rows)")
     for key in REQUIRED_KEYS:
         if key not in tree.doc:
             raise ConfigError(
@@ -244,8 +277,27 @@ def _top_level(tree: _Tree) -> dict[str, Any]:
     return tree.doc
 
 
+def _native_top_level(tree: _Tree) -> dict[str, Any]:
+    """``format: bbq``: ``name`` and ``files`` required; BBQ's language, metric family and prompt
+    by default; ``fields`` and ``values`` refused (the rows are BBQ's: nothing to map)."""
+    from .bbq import PROMPT
+
+    doc = tree.doc
+    for key in ("fields", "values"):
+        if key in doc:
+            raise tree.fail(
+                (key,), "does not apply to format: bbq (BBQ's own rows; docs/datasets.md); remove it"
+            )
+    for key in ("name", "files"):
+        if key not in doc:
+            raise ConfigError(f"{tree.path}:1: missing field {key!r} (format: bbq requires name and files)")
+    return {**NATIVE_DEFAULTS, "prompt": PROMPT, **doc}
+
+
 def _name(tree: _Tree, value: Any, taken: Mapping[str, str]) -> str:
     name = tree.text(value, ("name",), "a name")
+    if len(name) > MAX_NAME:
+        raise tree.fail(("name",), f"{len(name)} characters: at most {MAX_NAME} (it names the run's files)")
     if not _NAME.fullmatch(name):
         raise tree.fail(
             ("name",),
@@ -283,9 +335,16 @@ def _files(
             raise tree.fail(
                 at, f"category {category!r}: letters, digits and _ only (it names test ids and files)"
             )
+        if len(category) > MAX_NAME:
+            raise tree.fail(
+                at, f"category of {len(category)} characters: at most {MAX_NAME} (it names files)"
+            )
         text = tree.text(raw, at, "a data file's path")
         path = Path(text).expanduser()
-        path = (path if path.is_absolute() else tree.path.parent / path).resolve()
+        try:
+            path = (path if path.is_absolute() else tree.path.parent / path).resolve()
+        except (OSError, RuntimeError) as e:  # RuntimeError: a symbolic link loop (Python < 3.13)
+            raise tree.fail(at, f"data file {path} cannot be resolved ({e})") from None
         if not path.is_file():
             raise tree.fail(at, f"data file {path} does not exist (paths are relative to {tree.path.parent})")
         formats[category] = fmt or _EXTENSIONS.get(path.suffix.lower(), "")
@@ -325,14 +384,15 @@ def data_columns(path: Path, fmt: str) -> list[str]:
     """The columns of a data file: a CSV's header, or the keys of a JSONL file's first row.
 
     Raises:
-        DataError: the file is empty or its first row malformed (file:line).
+        DataError: the file is empty, holds a header and no row, or its first row is
+            malformed (file:line).
     """
     if fmt == "csv":
-        with open(path, encoding="utf-8", newline="") as f:
-            header = next(csv.reader(f), None)
-        if not header:
-            raise DataError(f"{path}:1: empty file (no header row)")
-        return header
+        first = next(csv_rows(path, ()), None)
+        if first is None:
+            # As a 0-byte JSONL file is refused: a header alone would give categories of n = 0.
+            raise DataError(f"{path}:2: no rows after the header")
+        return [column for column in first[2] if column is not None]
     first = next(jsonl_rows(path), None)
     if first is None:
         raise DataError(f"{path}:1: empty file (no rows)")
@@ -343,27 +403,70 @@ def jsonl_rows(path: Path) -> Iterator[tuple[str, dict]]:
     """``("<file>:<line>", row)`` of each line of a JSONL file.
 
     Raises:
-        DataError: an empty line, malformed JSON or a line that is not an object (file:line).
+        DataError: an empty line, malformed JSON, a line that is not an object, or a value that
+            is not text (bytes that are not UTF-8, a lone ``\\ud800`` escape), naming the file,
+            the line and the field.
     """
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            where = f"{path}:{line_no}"
-            if not line.strip():
-                raise DataError(f"{where}: empty line")
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{where}: expected a JSON object per line")
-            yield where, row
+    for line_no, line, utf8 in decoded_lines(path):
+        where = f"{path}:{line_no}"
+        if not line.strip():
+            raise DataError(f"{where}: empty line")
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            bytes_note = "" if utf8 else "; the line is not UTF-8"
+            raise DataError(f"{where}: malformed JSON ({e.msg} at column {e.colno}{bytes_note})") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{where}: expected a JSON object per line")
+        bad = not_text(row, where, utf8)
+        if bad is not None:
+            raise bad
+        yield where, row
+
+
+def _metadata(tree: _Tree, doc: Mapping[str, Any], files: Mapping[str, Path]) -> Path | None:
+    """``format: bbq``'s ``metadata``: BBQ's ``additional_metadata.csv`` (relative to the
+    declaration), or None."""
+    if "metadata" not in doc:
+        return None
+    at = ("metadata",)
+    path = Path(tree.text(doc["metadata"], at, "the path of BBQ's additional_metadata.csv")).expanduser()
+    try:
+        path = (path if path.is_absolute() else tree.path.parent / path).resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symbolic link loop (Python < 3.13)
+        raise tree.fail(at, f"{path} cannot be resolved ({e})") from None
+    if not path.is_file():
+        raise tree.fail(at, f"{path} does not exist (paths are relative to {tree.path.parent})")
+    return path
+
+
+def _native_columns(metadata: Path | None) -> tuple[str, ...]:
+    """The fields of a BBQ row ``format: bbq`` reads: the built-in loader's, and the row's own
+    ``additional_metadata`` (its ``stereotyped_groups``) without a metadata file."""
+    from .bbq import REQUIRED_FIELDS as BBQ_FIELDS
+
+    return BBQ_FIELDS if metadata is not None else (*BBQ_FIELDS, "additional_metadata")
 
 
 def _check_columns(
-    tree: _Tree, fields: Mapping[str, str], files: Mapping[str, Path], formats: Mapping[str, str]
+    tree: _Tree,
+    fields: Mapping[str, str],
+    files: Mapping[str, Path],
+    formats: Mapping[str, str],
+    metadata: Path | None = None,
 ) -> None:
-    """Every mapped column is in every data file (a CSV's header, a JSONL file's first row)."""
+    """Every mapped column is in every data file (a CSV's header, a JSONL file's first row);
+    ``format: bbq``: every field of a BBQ row."""
     for category, path in files.items():
+        if formats[category] == NATIVE:
+            columns = data_columns(path, "jsonl")
+            missing = [c for c in _native_columns(metadata) if c not in columns]
+            if missing:
+                raise tree.fail(
+                    ("files", category),
+                    f"{path}:1: not a BBQ row (format: bbq): missing field(s) {', '.join(missing)}",
+                )
+            continue
         columns = data_columns(path, formats[category])
         for key, column in fields.items():
             if column not in columns:

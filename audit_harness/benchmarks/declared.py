@@ -22,8 +22,9 @@ from bias_metrics.records import biased_option
 from ..data import DataFile, csv_rows, require_file, sha256_file
 from ..errors import ConfigError, DataError
 from .base import CategoryData
+from .bbq import checked_row, metadata_target, native_item, read_metadata
 from .bbq_family import GENERATE_PROMPTS, BBQFamilyBenchmark, MCItem
-from .declaration import CHOICE_FIELDS, Declaration, jsonl_rows, read_declaration
+from .declaration import CHOICE_FIELDS, NATIVE, Declaration, jsonl_rows, read_declaration, resolved
 
 #: What every declared dataset's report says first (its own ``limitations`` follow).
 DECLARED_LIMITATION = (
@@ -56,6 +57,11 @@ class DeclaredBBQ(BBQFamilyBenchmark):
     def __repr__(self) -> str:
         return f"DeclaredBBQ({self.name!r}, {str(self.declaration.path)!r})"
 
+    def report_info(self) -> dict[str, Any]:
+        """The BBQ family's, and the metric ``family`` (its ``flavour``): the regulatory mapping
+        counts the dataset's gates where it lists that family's benchmark (``Row.covers``)."""
+        return {**super().report_info(), "family": self.flavour}
+
     @property
     def rate_metrics(self) -> tuple[str, ...]:  # type: ignore[override]
         """The flavour's rate of answers naming no option (``invalid_rate``, KoBBQ's
@@ -81,16 +87,28 @@ class DeclaredBBQ(BBQFamilyBenchmark):
         path = require_file(d.files[category], f"{self.name} {category} data (declared in {d.path})")
         items: list[MCItem] = []
         seen: dict[str, str] = {}
-        for number, (where, row) in enumerate(_rows(path, d.formats[category], d.fields.values()), start=1):
-            item = _Row(self, row, where).item(category, number)
+        excluded: dict[str, list[str]] = {}
+        native = d.formats[category] == NATIVE
+        rows = jsonl_rows(path) if native else _rows(path, d.formats[category], d.fields.values())
+        for number, (where, row) in enumerate(rows, start=1):
+            item = (
+                _native(d, row, where, category, excluded)
+                if native
+                else _Row(self, row, where).item(category, number)
+            )
+            if item is None:
+                continue
             if item.item_id in seen:
-                raise DataError(
-                    f"{where}: column {d.fields.get('id')!r}: duplicate id (first at {seen[item.item_id]})"
-                )
+                column = "example_id" if native else d.fields.get("id")
+                raise DataError(f"{where}: column {column!r}: duplicate id (first at {seen[item.item_id]})")
             seen[item.item_id] = where
             items.append(item)
-        files = [DataFile(d.shown[category], sha256_file(path), len(items))]
-        return CategoryData(category, items, files, {}, {"rows": len(items)})
+        n_rows = len(items) + sum(map(len, excluded.values()))
+        files = [DataFile(d.shown[category], sha256_file(path), n_rows)]
+        if native and d.metadata is not None:
+            meta_rows = read_metadata(d.metadata)[2]
+            files.append(DataFile(f"{d.name}/{d.metadata.name}", sha256_file(d.metadata), meta_rows))
+        return CategoryData(category, items, files, excluded, {"rows": n_rows})
 
     # -- protocol --------------------------------------------------------------------------------
     def prompt(self, item: MCItem) -> str:
@@ -135,6 +153,52 @@ def _rows(path: Path, fmt: str, columns) -> Iterator[tuple[str, dict]]:
             yield f"{path}:{start}", row
         return
     yield from jsonl_rows(path)
+
+
+def _native(d: Declaration, row: Any, where: str, category: str, excluded) -> MCItem | None:
+    """``format: bbq``: a BBQ row read by the built-in loader's code (``bbq.checked_row``,
+    ``native_item``), its bias-aligned option the metadata's ``target_loc`` as the built-in
+    reads it, or, without ``metadata``, derived from the row's own groups (``_row_target``)."""
+    unknown = checked_row(row, where, None)
+    if d.metadata is not None:
+        if not isinstance(row["example_id"], int) or isinstance(row["example_id"], bool):
+            raise DataError(f"{where}: field 'example_id': {row['example_id']!r} is not an integer")
+        key = (row["category"], row["example_id"])
+        target = metadata_target(
+            read_metadata(d.metadata)[0], key, f"{category}-{row['example_id']}", excluded
+        )
+        if target is None:
+            return None
+        return native_item(row, where, category, unknown, target)
+    targeted = _row_target(row, where, unknown)
+    biased = biased_option(target_option=targeted, unknown_option=unknown, polarity=row["question_polarity"])
+    return native_item(row, where, category, unknown, (biased, "label"))
+
+
+def _row_target(row: Mapping[str, Any], where: str, unknown: int) -> int:
+    """The option naming the targeted group: the one whose ``answer_info`` group is in the row's
+    ``additional_metadata.stereotyped_groups`` (compared without case). BBQ's ``target_loc``
+    is this on the categories whose groups are spelt alike in both (docs/datasets.md).
+
+    Raises:
+        DataError: no option or two match (the groups are spelt otherwise: ``F`` for ``woman``,
+            ``low SES`` for ``lowSES``, a country for its region); the message names the
+            ``metadata`` key that reads BBQ's ``target_loc`` instead.
+    """
+    try:
+        stereotyped = {str(g).casefold() for g in row["additional_metadata"]["stereotyped_groups"]}
+    except (KeyError, TypeError):
+        raise DataError(f"{where}: field 'additional_metadata.stereotyped_groups': missing") from None
+    groups = {k: str(row["answer_info"][f"ans{k}"][1]) for k in range(3) if k != unknown}
+    matched = [k for k, g in groups.items() if g.casefold() in stereotyped]
+    if len(matched) != 1:
+        raise DataError(
+            f"{where}: field 'additional_metadata.stereotyped_groups': "
+            f"{'no' if not matched else 'two'} option's answer_info group ({', '.join(groups.values())}) "
+            f"is in {sorted(stereotyped)}, so the targeted option is not known; declare BBQ's "
+            "additional_metadata.csv under metadata: to read its target_loc (docs/datasets.md)"
+        )
+    return matched[0]
 
 
 def _text(value: Any) -> str:
@@ -248,10 +312,10 @@ def declared_benchmarks(paths: Sequence[str | Path], known: Mapping[str, Any]) -
     out: dict[str, DeclaredBBQ] = {}
     read: set[Path] = set()
     for path in paths:
-        resolved = Path(path).expanduser().resolve()
-        if resolved in read:
+        file = resolved(path)
+        if file in read:
             continue
-        read.add(resolved)
+        read.add(file)
         d = read_declaration(path, taken)
         taken[d.name] = f"the dataset declared in {d.path}"
         out[d.name] = DeclaredBBQ(d)

@@ -552,7 +552,8 @@ class KoBBQ(BBQFamilyBenchmark):
             ),
             "parse_sensitivity": f"every metric also under {other_profile(self.parsing_profile)!r}",
             "headline": "each paper metric is the mean over the prompt templates run (Jin et al. "
-            "2024 report the template mean); <metric>_pooled pools every template",
+            "2024 report the template mean); the same name with _pooled (diff_bias_ambig_pooled, ...) "
+            "pools every template",
             "letter_mode": "letter log-probs: the first answer token's log-probability of each "
             "option letter right after the prompt as generate mode reads it, its best variant "
             "(max) among 'A', ' A', '(A', ' (A'; argmax; exact in process, top_logprobs through a "

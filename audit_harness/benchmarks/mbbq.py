@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
@@ -63,6 +64,7 @@ BASE_CATEGORIES = (
 CATEGORIES = tuple(f"{c}_{lang}" for c in BASE_CATEGORIES for lang in LANGUAGES)
 PROTOCOL_FILE = Path("mbbq/answer_detection.py")
 PROMPT_IDS = (1, 2, 3, 4, 5)
+_TEMPLATE_SUFFIX = re.compile(r"-p\d+$")
 #: The control-set accuracies reported beside the bias (the paper's Table 2 / Figure 3 pairing).
 CONTROL_METRICS = ("control_acc_ambig", "control_acc_disambig")
 REQUIRED_FIELDS = (
@@ -275,6 +277,16 @@ class MBBQ(BBQFamilyBenchmark):
         "templates in both languages together. Languages run without English get no difference.",
         "Out-of-choice answers are dropped before the bias scores (see out_of_choice_rate).",
     )
+    table_legend = (
+        "n of a category-language: items scored, each row once per prompt template, bias and "
+        "control rows: (bias + control rows) x 5 templates, e.g. --limit 8: (8 + 8) x 5 = 80",
+        "'pooled <lang>': that language's bias items of every category (control items left out)",
+        "'<Category>: <lang> - en' (one category) and '<lang> - en' (all): the language's value "
+        "minus English's over the same items; an interval that contains 0 shows no difference",
+        "a gate line's n: the bias items in its metric's denominator, one context (ambiguous or "
+        "disambiguated)",
+    )
+    judged_unit = "mbbq counts each row once per prompt template (5), bias and control rows"
     authors_rule = "exact"
 
     @property
@@ -319,8 +331,9 @@ class MBBQ(BBQFamilyBenchmark):
             "prompt_templates": "read at run time from mbbq/answer_detection.py (the authors' "
             "pinned commit; not shipped)",
             "control_set": "the category's control rows, scored in the same run, give control_acc_*",
+            # No angle brackets: report.md escapes them (&lt;) wherever a reader sees them raw.
             "headline": "bias rows of all 5 templates pooled (the authors average over all rows); "
-            "<metric>_p<k> per template",
+            "the same metric per template named with _p1 to _p5 (diff_bias_ambig_p1, ...)",
             "table_metrics": [n + self.suffix for n in flavour_metric_names(self.flavour) + CONTROL_METRICS],
             **super().provenance(),
         }
@@ -415,6 +428,11 @@ class MBBQ(BBQFamilyBenchmark):
             targeted_option=targeted,
             protocol=proto,
         )
+
+    def excluded_row(self, item_id: str) -> str:
+        """``Gender_identity_nl-276-p1`` -> ``Gender_identity_nl-276``: the loader excludes rows
+        (``row_id``), each of which the authors' pipeline answers in its 5 templates."""
+        return _TEMPLATE_SUFFIX.sub("", item_id)
 
     def prediction_item(self, row: Mapping[str, Any], where: str) -> tuple[str, str]:
         """(item id, category) of a saved output: its ``id``, whose prefix names the category.

@@ -26,6 +26,9 @@ KINDS = ("evidence", "context")
 _CLAUSE_KEYS = ("id", "framework", "reference", "title", "rows")
 _ROW_KEYS = ("kind", "benchmarks", "metrics", "evidence", "not_covered")
 _RELEASE_KEYS = ("files", "published", "source")
+#: A row's ``metrics: bias``: each benchmark's own bias metrics (results' ``benchmark_info``
+#: ``bias_metrics``), so a fairness clause never counts an accuracy or invalid-rate gate.
+BIAS = "bias"
 
 
 @dataclass(frozen=True)
@@ -34,31 +37,42 @@ class Row:
 
     Attributes:
         kind: ``evidence`` or ``context`` (``KINDS``).
-        benchmarks, metrics: the gates it covers; None for all.
+        benchmarks, metrics: the gates it covers; None for all; ``metrics`` ``BIAS`` for each
+            benchmark's bias metrics.
         evidence: what their results show for the clause. not_covered: what they do not.
     """
 
     kind: str
     benchmarks: tuple[str, ...] | None
-    metrics: tuple[str, ...] | None
+    metrics: tuple[str, ...] | str | None
     evidence: str
     not_covered: str
 
-    def covers(self, gate: Mapping[str, Any]) -> bool:
+    def covers(self, gate: Mapping[str, Any], info: Mapping[str, Any] | None = None) -> bool:
         """Whether ``gate`` (a results.json gate verdict) is one of this row's: its benchmark is
-        listed, and its metric is, or is a listed one in another answer mode (``<metric>-letter``)."""
-        if self.benchmarks is not None and gate.get("benchmark") not in self.benchmarks:
+        listed (a declared dataset counts as its metric ``family``), and its metric is, or is a
+        listed one in another answer mode (``<metric>-letter``). ``info``: the benchmark's
+        results ``benchmark_info`` (``family``, ``bias_metrics``)."""
+        info = info or {}
+        if self.benchmarks is not None and not (
+            gate.get("benchmark") in self.benchmarks or info.get("family") in self.benchmarks
+        ):
             return False
         if self.metrics is None:
             return True
+        names = tuple(info.get("bias_metrics") or ()) if self.metrics == BIAS else self.metrics
         metric = str(gate.get("metric", ""))
-        return any(metric == m or metric.startswith(f"{m}-") for m in self.metrics)
+        return any(metric == m or metric.startswith(f"{m}-") for m in names)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "benchmarks": "all" if self.benchmarks is None else list(self.benchmarks),
-            "metrics": "all" if self.metrics is None else list(self.metrics),
+            "metrics": "all"
+            if self.metrics is None
+            else self.metrics
+            if self.metrics == BIAS
+            else list(self.metrics),
             "evidence": self.evidence,
             "not_covered": self.not_covered,
         }
@@ -274,7 +288,8 @@ class _Reader:
         if value == "all":
             return None
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-            self.fail(field, f"must be 'all' or a non-empty list of names, got {value!r}")
+            also = f", '{BIAS}'" if field.endswith(".metrics") else ""
+            self.fail(field, f"must be 'all'{also} or a non-empty list of names, got {value!r}")
         if allowed is not None:
             for v in value:
                 if v not in allowed:
@@ -309,7 +324,9 @@ class _Reader:
         return Row(
             kind=r["kind"],
             benchmarks=benches,
-            metrics=self.names(r["metrics"], f"{at}.metrics", metrics_known),
+            metrics=BIAS
+            if r["metrics"] == BIAS
+            else self.names(r["metrics"], f"{at}.metrics", metrics_known),
             evidence=self.text(r["evidence"], f"{at}.evidence"),
             not_covered=self.text(r["not_covered"], f"{at}.not_covered"),
         )

@@ -244,6 +244,10 @@ class Engine:
                 raise ValueError(
                     f"continuation of {len(cont)} tokens does not fit the model's {m.max_length}-token window"
                 )
+        # Too long for the window: read with the context's left cut off (``_compute_loglikelihood``).
+        self.stats.truncated += len(
+            {tuple(ctx) for ctx, cont in encoded if len(ctx) + len(cont) > m.max_length}
+        )
         keys = [request_key(self.backend.cache_key, "ll", ctx, cont) for ctx, cont in encoded]
         first: dict[bytes, int] = {}
         for i, k in enumerate(keys):

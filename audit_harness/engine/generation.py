@@ -174,6 +174,7 @@ class Generation:
         for n, ids in enumerate(self.encoded):
             if not ids:
                 raise ValueError(f"request {n}: prompt {requests[n].prompt[:40]!r} encodes to no token")
+        self.encoded = self._fit_window(self.encoded)
         key = self.backend.cache_key
         self.pairs = [
             generation_keys(key, ids, r.max_new_tokens, r.stop) for ids, r in zip(self.encoded, requests)
@@ -185,6 +186,31 @@ class Generation:
         weights = [1.0] * len(requests) if self.weights is None else self.weights
         for k, w in zip(self.keys, weights):
             self.weight[k] = self.weight.get(k, 0.0) + w
+
+    def _fit_window(self, encoded: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """Each prompt that leaves its generation no room in the model's window (``max_length``:
+        its positions) with its left cut off so that prompt and ``max_new_tokens`` fit, as
+        lm-evaluation-harness does; counted in ``stats.truncated`` (distinct prompts). Without
+        this a long prompt (a CBBQ context, byte-level tokens) ran past the position table.
+
+        Raises:
+            ValueError: a request whose ``max_new_tokens`` alone fills the window.
+        """
+        window = self.backend.max_length
+        out, cut = [], set()
+        for n, (ids, r) in enumerate(zip(encoded, self.requests)):
+            room = window - r.max_new_tokens
+            if len(ids) > room:
+                if room < 1:
+                    raise ValueError(
+                        f"request {n}: max_new_tokens {r.max_new_tokens} leaves no room for a prompt "
+                        f"in the model's {window}-token window"
+                    )
+                cut.add(ids)
+                ids = ids[-room:]
+            out.append(ids)
+        self.stats.truncated += len(cut)
+        return out
 
     def _lookup(self) -> list[bytes]:
         """Count the requests, take what the memo and cache hold; returns the keys to run."""

@@ -3,16 +3,19 @@
 Modes (``progress_mode``): ``bar`` (tqdm on an interactive terminal: items, items/s, ETA),
 ``lines`` (plain lines every ``interval`` seconds: in CI, ``CI=true``, where carriage-return bars
 turn into noise, and in pytest-xdist workers, whose stderr several processes share; each line is
-whole and names the worker), ``off`` (``-q``). Short runs print nothing: a bar appears after
-``delay`` seconds, the first line after ``interval``.
+whole and names the worker), ``off`` (``-q``). On a terminal a bar shows from the start (a short
+run too); plain lines start after ``interval``.
 
-When the run's categories and their item counts are known before scoring (``Progress.expect``:
-the controller of a serial run, or of a ``--plan``), the whole run's position goes beside the
-per-category output: ``run: category k of N, done/total items (p%), rate, ETA`` with the ETA from
-the rate measured since the first category began. In ``lines`` mode it is a line of its own every
-``interval`` seconds and when the last category closes; in ``bar`` mode it is the bar's postfix.
-An xdist worker scores only its share of the categories and does not know the run's: it prints
-its per-category lines alone.
+Every line counts whole items (a category's requests finish item by item, in fractions of one:
+``2/8 items`` is two done, and its percentage is of those two), and says a time span in one
+format (``duration``). When the run's categories and their item counts are known before scoring
+(``Progress.expect``: the controller of a serial run, or of a ``--plan``), the whole run's
+position goes on the same line as the category's, taken at the same moment, and its ETA is the
+only one: ``mbbq/Age_nl: 37/80 items (46%); run: category 2 of 2, 117/160 items (73%), rate,
+ETA``, the rate measured since the first category began. A run line of its own follows a category
+that closes, and closes the run. In ``bar`` mode the run's position is the bar's postfix and the
+bar shows no ETA of its own. An xdist worker scores only its share of the categories and does not
+know the run's: it prints its per-category lines alone, each with its own ETA.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ class Progress:
         mode: one of ``MODES``.
         stream: where to write (default stderr).
         interval: seconds between plain lines (``lines`` mode).
-        delay: seconds before a bar appears (``bar`` mode).
+        delay: seconds before a bar appears (``bar`` mode; 0: at once, so a short run shows one
+            too, where tqdm shows none when the last update came before the delay).
         prefix: put before every line (the xdist worker id).
         line_start: called before each plain line, so that a line never continues one the
             caller's terminal has left open (pytest's row of test outcomes).
@@ -59,7 +63,7 @@ class Progress:
         mode: str = "off",
         stream: TextIO | None = None,
         interval: float | None = None,
-        delay: float = 2.0,
+        delay: float = 0.0,
         prefix: str = "",
         line_start: Callable[[], None] | None = None,
     ):
@@ -90,6 +94,31 @@ class Progress:
             self.line_start()
         stream.write(f"{self.prefix}{text}\n")
         stream.flush()
+
+
+def whole(done: float, total: float) -> tuple[int, float]:
+    """(items done, counted whole; its percentage of ``total``): ``done`` adds an item's
+    requests in fractions, and a full category may sum to 119.9999.
+
+    Examples
+    --------
+    >>> whole(1.7, 8), whole(119.99999999999, 120), whole(0, 0)
+    ((1, 12.5), (120, 100.0), (0, 100.0))
+    """
+    n = int(done + 1e-6)
+    return n, (100.0 * n / total if total else 100.0)
+
+
+def items(done: float, total: float) -> str:
+    """``2/8 items (25%)``: whole items done of ``total``, and their percentage.
+
+    Examples
+    --------
+    >>> items(2.6, 8)
+    '2/8 items (25%)'
+    """
+    n, pct = whole(done, total)
+    return f"{n:,}/{total:,.0f} items ({pct:.0f}%)"
 
 
 def duration(seconds: float) -> str:
@@ -153,7 +182,9 @@ class RunProgress:
         self.totals[label] = total
 
     def close(self, label: str, done: float) -> None:
-        self.totals[label] = done
+        # Fractions of items (a third per request) sum to 7.999...: the run's total stays 16,
+        # not 15.999... whose percentages round differently from the category's.
+        self.totals[label] = round(done, 6)
         self.closed.add(label)
 
     def text(self, now: float | None = None) -> str:
@@ -162,14 +193,13 @@ class RunProgress:
         elapsed = now - (self.start if self.start is not None else now)
         total, n = self.total, len(self.totals)
         rate = self.done / elapsed if elapsed > 0 else 0.0
-        pct = 100.0 * self.done / total if total else 100.0
-        items = f"{self.done:,.0f}/{total:,.0f} items ({pct:.0f}%), {rate:.2f} items/s"
+        position = f"{items(self.done, total)}, {rate:.2f} items/s"
         if self.finished:
-            return f"run: {n} of {n} categories, {items}, done in {duration(elapsed)}"
+            return f"run: {n} of {n} categories, {position}, done in {duration(elapsed)}"
         # The category running now, or the next one between two categories.
         k = min(n, len(self.closed & set(self.totals)) + 1)
         eta = (total - self.done) / rate if rate > 0 else float("nan")
-        return f"run: category {k} of {n}, {items}, ETA {duration(eta)}"
+        return f"run: category {k} of {n}, {position}, ETA {duration(eta)}"
 
     def postfix(self) -> str:
         """The run's position for a bar's postfix (``bar`` mode)."""
@@ -185,6 +215,7 @@ class ProgressTask:
         self.owner, self.label, self.total = owner, label, total
         self.done = 0.0
         self.bar = None  # the tqdm bar on a terminal
+        self._shown = 0  # whole items the bar has been told of
         self._start = self._last = time.monotonic()
 
     def __enter__(self) -> "ProgressTask":
@@ -194,6 +225,8 @@ class ProgressTask:
         if o.mode == "bar" and self.total:
             from tqdm import tqdm
 
+            # With the run's position beside it, the run's ETA is the only one shown.
+            remaining = "" if o.run is not None else "<{remaining}"
             self.bar = tqdm(
                 total=self.total,
                 desc=self.label,
@@ -202,7 +235,9 @@ class ProgressTask:
                 delay=o.delay,
                 dynamic_ncols=True,
                 leave=True,
-                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} [{elapsed}<{remaining}, {rate_fmt}{postfix}]",
+                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} items [{elapsed}"
+                + remaining
+                + ", {rate_fmt}{postfix}]",
             )
             if o.run is not None:
                 self.bar.set_postfix_str(o.run.postfix(), refresh=False)
@@ -219,30 +254,37 @@ class ProgressTask:
         if self.bar is not None:
             if run is not None:  # once per forward: tqdm redraws at most ten times a second
                 self.bar.set_postfix_str(run.postfix(), refresh=False)
-            self.bar.update(n)
+            # Whole items only: the bar's count and its percentage then agree.
+            shown, _ = whole(self.done, self.total)
+            if shown > self._shown:
+                self.bar.update(shown - self._shown)
+                self._shown = shown
         elif self.owner.mode == "lines":
             now = time.monotonic()
-            if now - self._last >= self.owner.interval:
+            # A category done is said once, by its closing line (no "100%, ETA 0 s" before it).
+            if now - self._last >= self.owner.interval and whole(self.done, self.total)[0] < self.total:
                 self._last = now
+                if run is not None:
+                    run.last = now
                 self._line(now)
-            if run is not None and now - run.last >= self.owner.interval:
-                run.last = now
-                self.owner.write_line(run.text(now))
 
     def _line(self, now: float, final: bool = False) -> None:
         elapsed = now - self._start
         rate = self.done / elapsed if elapsed > 0 else 0.0
         eta = (self.total - self.done) / rate if rate > 0 else float("nan")
-        pct = 100.0 * self.done / self.total if self.total else 100.0
-        # Closed early (a sequential category that stopped): a whole item short at least. ``done``
-        # adds fractions of items (1/3 per request), so a full category may sum to 119.9999...
-        if final and self.total - self.done >= 0.5:
-            tail = f"stopped early, done in {elapsed:.1f} s"
+        run = self.owner.run
+        # Closed early (a sequential category that stopped): a whole item short at least.
+        if final and whole(self.done, self.total)[0] < self.total:
+            tail = f"{rate:.2f} items/s, stopped early, done in {duration(elapsed)}"
+        elif final:
+            tail = f"{rate:.2f} items/s, done in {duration(elapsed)}"
+        elif run is not None:  # the run's position, at the same moment, with the one ETA
+            tail = run.text(now)
+            self.owner.write_line(f"{self.label}: {items(self.done, self.total)}; {tail}")
+            return
         else:
-            tail = f"done in {elapsed:.1f} s" if final else f"ETA {eta:.0f} s"
-        self.owner.write_line(
-            f"{self.label}: {self.done:.0f}/{self.total:.0f} items ({pct:.0f}%), {rate:.2f} items/s, {tail}"
-        )
+            tail = f"{rate:.2f} items/s, ETA {duration(eta)}"
+        self.owner.write_line(f"{self.label}: {items(self.done, self.total)}, {tail}")
 
     def __exit__(self, *exc) -> None:
         o, run = self.owner, self.owner.run

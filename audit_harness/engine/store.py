@@ -25,6 +25,9 @@ class EngineStats:
         tokens_forwarded: real (non-padding) tokens fed to the model.
         forwards: forward passes.
         oom_retries: batches halved after an out-of-memory error.
+        truncated: distinct prompts (contexts) longer than the model's window, read with their
+            left cut off to fit it, as lm-evaluation-harness does: the continuation whole, and
+            for a generation room for its ``max_new_tokens``.
     """
 
     requests: int = 0
@@ -34,6 +37,7 @@ class EngineStats:
     tokens_forwarded: int = 0
     forwards: int = 0
     oom_retries: int = 0
+    truncated: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

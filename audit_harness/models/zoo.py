@@ -341,21 +341,20 @@ def check_model_name(name: str | None) -> None:
     )
 
 
-def check_capabilities(name: str | None, requires: dict[str, frozenset[str]], selected: list[str]) -> None:
-    """Refuse, before anything loads, a model that cannot compute what a selected benchmark needs
-    (a masked LM cannot score continuations or generate), so the run stops at start-up as a usage
-    error instead of failing every gate of those benchmarks later.
+def kind_and_capabilities(name: str | None) -> tuple[str, frozenset[str]] | None:
+    """(kind, capabilities) of the in-process model ``name``, before anything loads: what
+    ``backends.HFSpec.capabilities`` declares, so a model that cannot compute what a selected
+    benchmark needs (a masked LM cannot score continuations or generate) stops the run at
+    start-up instead of failing every gate of those benchmarks later.
 
-    The model's kind comes from the zoo table or from its config alone (``model_kind``, no
-    weights); a hub id that cannot be resolved offline is not checked here (loading reports it).
+    The kind comes from the zoo table or from the model's config alone (``model_kind``, no
+    weights); the capabilities are those of the backend class that kind loads as.
 
     Args:
         name: as ``load_model``'s (``None`` = the embedded default).
-        requires: ``{benchmark: Benchmark.requires}`` for every known benchmark.
-        selected: the benchmarks the run selected (keys of ``requires``).
-    Raises:
-        ModelError: naming the model, its kind, each selected benchmark it cannot run with the
-            capabilities that benchmark needs, and the benchmarks it can run.
+    Returns:
+        ``("causal" | "masked", capability names)``, or None for a hub id that cannot be
+        resolved offline (loading reports it).
     """
     from .hf import HFCausalLM
     from .hf_masked import HFMaskedLM
@@ -368,18 +367,8 @@ def check_capabilities(name: str | None, requires: dict[str, frozenset[str]], se
         try:
             kind = model_kind(str(folder) if folder.is_dir() else name)
         except (OSError, ValueError, ModelError):
-            return
-    capabilities = HFMaskedLM.capabilities if kind == "masked" else HFCausalLM.capabilities
-    unable = {b: sorted(requires[b] - capabilities) for b in selected if requires[b] - capabilities}
-    if not unable:
-        return
-    can = sorted(b for b, needs in requires.items() if needs <= capabilities)
-    listed = "; ".join(f"{b} needs {', '.join(needs)}" for b, needs in sorted(unable.items()))
-    hint = f'; it can run {", ".join(can)} (select them with -k "{" or ".join(can)}")' if can else ""
-    raise ModelError(
-        f"model {name!r} is a {kind} LM, which computes "
-        f"{', '.join(sorted(capabilities))} only: {listed}{hint}"
-    )
+            return None
+    return kind, HFMaskedLM.capabilities if kind == "masked" else HFCausalLM.capabilities
 
 
 def _locate(name: str) -> tuple[Path | None, str]:
@@ -399,6 +388,53 @@ def _locate(name: str) -> tuple[Path | None, str]:
         f"unknown model {name!r}: known zoo models are {', '.join(sorted(ZOO))} "
         "(or pass a local transformers folder or a hub id such as org/name)"
     )
+
+
+def _size(path: Path) -> str:
+    """A file's size for a person: ``270 MB``."""
+    return f"{path.stat().st_size / 1e6:,.0f} MB"
+
+
+def opening_notice(name: str | None) -> str:
+    """What ``load_model(name)`` is about to do, for the line a run prints before its first item
+    (a first run converts the default model, which takes a minute with nothing else on screen):
+    the model, its size on disk, where its converted copy is cached, and whether this is the
+    first use.
+
+    Examples
+    --------
+    >>> opening_notice("org/some-model")
+    'loading model org/some-model (a hub id: from the Hugging Face cache, or downloaded) ...'
+    """
+    name = name or DEFAULT_MODEL
+    if name not in ZOO:
+        if Path(name).expanduser().is_dir():
+            return f"loading model {name} (a local folder) ..."
+        return f"loading model {name} (a hub id: from the Hugging Face cache, or downloaded) ..."
+    entry, folder = ZOO[name], cache_dir() / "models" / name
+    weights = folder / "model.safetensors"
+    if weights.is_file():
+        return f"loading model {name} ({entry.description}; {_size(weights)} cached in {folder}) ..."
+    if entry.build is not None:
+        return f"building model {name} ({entry.description}) into {folder}, once (first use) ..."
+    return (
+        f"first use of model {name} ({entry.description}): converting its GGUF weights into {folder} "
+        "once (about 20-70 s on a CPU; later runs load the converted copy in about a second) ..."
+    )
+
+
+def first_use(name: str | None, n_parameters: int = 0) -> dict:
+    """What loading model ``name`` costs beyond reading weights, for a plan: whether a zoo
+    model still ``converts`` (its cached copy is absent), whether a hub id may ``download``, and
+    ``weight_bytes`` to read (the converted copy's size, else float32 of ``n_parameters``)."""
+    name = name or DEFAULT_MODEL
+    if name in ZOO:
+        weights = cache_dir() / "models" / name / "model.safetensors"
+        if weights.is_file():
+            return {"converts": False, "downloads": False, "weight_bytes": weights.stat().st_size}
+        return {"converts": ZOO[name].gguf is not None, "downloads": False, "weight_bytes": 4 * n_parameters}
+    folder = Path(name).expanduser()
+    return {"converts": False, "downloads": not folder.is_dir(), "weight_bytes": 4 * n_parameters}
 
 
 def load_model(name: str | None = None, *, device: str = "auto", dtype: str = "auto", batch_size: int = 16):

@@ -31,9 +31,10 @@ from .authors import (
     parse_choice,
 )
 from .choices import REASONS, Choices, Parsed
+from .cues import refusal_reason
 from .negation import read_epistemic, read_negation, settle
 from .robust import parse_robust
-from .text import normalize_text
+from .text import normalize_text, visible
 
 #: The parsing profiles.
 PROFILES = ("authors", "robust")
@@ -96,7 +97,7 @@ def invalid_reason(output: Any, choices: Choices) -> str:
     ``several_options`` (two option texts or two letters) or ``no_match``."""
     import re
 
-    from .robust import _REFUSAL, _mentions
+    from .robust import _mentions
 
     if output is None or not str(output).strip():
         return "empty"
@@ -105,7 +106,7 @@ def invalid_reason(output: Any, choices: Choices) -> str:
     letters = set(re.findall(rf"(?<![A-Za-z0-9])([{upper}])(?![A-Za-z0-9])", text))
     if len(_mentions(text, choices)) > 1 or len(letters) > 1:
         return "several_options"
-    if _REFUSAL.search(text):
+    if refusal_reason(text):
         return "refusal"
     return "no_match"
 
@@ -163,6 +164,8 @@ def parse_answer(
         found = match_answer(output, choices.texts)
         reason = None if found.option >= 0 else "empty"
         return Parsed(found.option, found.how, "index", reason)
+    if profile == "robust" and output is not None:
+        output = visible(output)  # "B\u200b" is B; the authors' rules see what they would see
     return settle(output, choices, _by_profile(output, choices, profile, authors, labels), profile)
 
 
@@ -175,6 +178,8 @@ def _by_profile(output, choices: Choices, profile: str, authors: str, labels) ->
         return Parsed(got.option, got.how, got.rule, got.reason)
     if authors == "cbbq":  # CBBQ's evaluate_*.py letter test, letters standing alone
         option, reason = parse_cbbq(output)
+        if reason == "no_match" and refusal_reason(output):
+            reason = "refusal"  # the reason is the suite's, the same under both profiles
         return Parsed(option, "letter" if option >= 0 else "invalid", "cbbq", reason)
     if authors == "first-word":
         label = match_leading_label(output, labels or {})

@@ -1,5 +1,5 @@
-"""The ``robust`` profile: answers as chat models write them, in English, Spanish, Catalan and
-Korean, for benchmarks whose authors published no parser of generated answers.
+"""The ``robust`` profile: answers as chat models write them, in English, Spanish, Catalan,
+Korean and Chinese, for benchmarks whose authors published no parser of generated answers.
 
 Rules, in order (``docs/parsing.md``):
 
@@ -13,14 +13,18 @@ Rules, in order (``docs/parsing.md``):
 2. Else **a leading letter**, with or without its option's text (``B``, ``B.``, ``(B)``,
    ``B: The grandson``); two letters joined (``A or B``, ``A, B``, ``A) x B) y``), or the options
    echoed back as a list (a later line starting ``B.``), are ``several_options``.
-3. Else **an epistemic phrasing** (``I can't tell``, ``no se puede determinar``, ``판단할 수
-   없습니다``; ``negation.read_epistemic``) is the unknown option, unless it refuses to help or
-   names exactly one other option (``several_options``).
-4. Else **the option text** anywhere in the output: case, punctuation, articles and small typos
+3. Else **a refusal cue** (``cues``: a refusal to help or answer, an AI disclaimer, a refusal to
+   judge by stereotypes) makes the output a refusal, unless it names another option than the
+   unknown one and says nothing epistemic: a refusal that names the unknown option ("I cannot
+   assist with this request. Can't be determined.") is no answer of "unknown".
+4. Else **an epistemic phrasing** (``I can't tell``, ``no se puede determinar``, ``판단할 수
+   없습니다``; ``cues.read_epistemic``) is the unknown option, unless it names exactly one other
+   option (``several_options``); "I cannot answer that" with an apology is a refusal.
+5. Else **the option text** anywhere in the output: case, punctuation, articles and small typos
    tolerated (the option's own typos too, ``"The monther"``); the benchmark's phrasings of the
    unknown answer (``Choices.aliases``) name the unknown option. Text naming two different
    options is ``several_options``, never the first one found.
-5. Else invalid: ``empty``, ``refusal`` or ``no_match``.
+6. Else invalid: ``empty``, ``refusal`` (a refusal cue or an apology) or ``no_match``.
 
 ``parse_answer`` then applies ``negation.settle``: a negated option is never the answer.
 """
@@ -31,8 +35,8 @@ import re
 import unicodedata
 
 from .choices import Choices, Parsed
-from .negation import read_epistemic
-from .text import ARTICLES, content_words, matched_as_substring, words
+from .cues import has, read_epistemic, refusal_reason
+from .text import ARTICLES, content_words, matched_as_substring, visible, words
 from .text import typo_close as _typo_close
 
 _OPT = r"[*_`'\"“”‘’«»\s]*"
@@ -58,20 +62,6 @@ _WEAK = re.compile(
     r"|\$\s*(?:\\text\{)?(?P<dollar>[A-Za-z])\}?\s*\$"
     r"|\*\*(?P<bold>[^*\n]+?)\*\*"
     r"|(?:^|(?<=\s))[\[(](?P<bracket>[A-Za-z])[\])](?=\s|$|[.,:;])",
-    re.IGNORECASE,
-)
-_REFUSAL = re.compile(
-    r"\b(?:sorry|i\s+(?:can(?:no|')t|am\s+unable\s+to|won't|will\s+not|must\s+decline|"
-    r"do\s+not\s+feel\s+comfortable)|as\s+an\s+ai)\b"
-    r"|\blo\s+siento\b|\bno\s+puedo\b|\bho\s+sento\b|\bno\s+puc\b"
-    r"|抱歉|对不起|죄송|미안|답변(?:을|해)?\s?(?:드릴|할)\s?수\s?없|답(?:을|해)?\s?(?:드릴|할)\s?수\s?없|도와(?:드릴|줄)\s?수\s?없",
-    re.IGNORECASE,
-)
-#: An apology or an AI disclaimer: what makes "I can't answer that" a refusal rather than the
-#: unknown answer.
-_APOLOGY = re.compile(
-    r"\b(?:sorry|apologi[sz]e|as\s+an\s+ai|language\s+model|decline|"
-    r"not\s+comfortable|lo\s+siento|disculp|ho\s+sento)\b|죄송|미안|抱歉|对不起",
     re.IGNORECASE,
 )
 _JOINED = re.compile(
@@ -297,7 +287,8 @@ def parse_robust(output, choices: Choices) -> Parsed:
     Parsed
         ``option`` in ``[0, len(choices.texts))`` or -1; ``rule`` names the rule that decided
         (``answer-statement``, ``boxed``, ``option-statement``, ``bold``, ``dollar``,
-        ``bracket``, ``leading-letter``, ``option-text``, ``alias``); ``reason`` when invalid.
+        ``bracket``, ``leading-letter``, ``refusal``, ``epistemic``, ``option-text``,
+        ``option-text-fuzzy``, ``alias``); ``reason`` when invalid.
 
     Examples
     --------
@@ -309,7 +300,7 @@ def parse_robust(output, choices: Choices) -> Parsed:
     """
     if output is None or not str(output).strip():
         return Parsed(-1, "invalid", "invalid", "empty")
-    text = unicodedata.normalize("NFKC", str(output)).strip()
+    text = visible(str(output)).strip()
     plain = text.replace("**", "").replace("__", "")
     return (
         _stated(_STRONG, plain, choices)
@@ -374,27 +365,34 @@ def _leading_letter(text: str, choices: Choices) -> Parsed | None:
 
 
 def _named(text: str, choices: Choices) -> Parsed:
-    """The answer of a text that states none: the unknown answer in other words, the one option
-    it names (``_mentions``), or invalid (several options, several letters, a refusal, or
-    nothing that matches)."""
+    """The answer of a text that states none (``docs/parsing.md``, "Refusals and epistemic
+    phrasings"): a refusal, the unknown answer in other words, the one option it names
+    (``_mentions``), or invalid (several options, several letters, a refusal, or nothing that
+    matches)."""
     named = _mentions(text, choices)
-    if choices.unknown is not None and read_epistemic(text) == "unknown":
+    others = set(named) - {choices.unknown}
+    epistemic = read_epistemic(text)
+    if has("refusal", text) and (epistemic or not others):
+        # "I cannot assist with this request. Can't be determined.": a refusal that names the
+        # unknown option (or says it cannot tell) is no answer of "unknown"; one that names a
+        # person ("As an AI, I'd say the grandson") is that answer.
+        return Parsed(-1, "invalid", "refusal", "refusal")
+    if choices.unknown is not None and epistemic:
+        if epistemic == "refusal":  # "I'm sorry, I can't answer that"
+            return Parsed(-1, "invalid", "refusal", "refusal")
         # "I can't tell from the information given": the unknown answer in other words; with
         # exactly one other option named ("I can't tell if it was the grandfather") it is both.
-        if len(set(named) - {choices.unknown}) == 1:
+        if len(others) == 1:
             return Parsed(-1, "invalid", "epistemic", "several_options")
         return Parsed(choices.unknown, "text", "epistemic")
     if len(named) == 1:
         ((option, rule),) = named.items()
-        if not (rule == "alias" and _APOLOGY.search(text)):
-            return Parsed(option, "text", rule)
-        # "I'm sorry, I can't answer that": a refusal, though "can't answer" is an unknown phrasing
-        return Parsed(-1, "invalid", "invalid", "refusal")
+        return Parsed(option, "text", rule)
     if len(named) > 1:
         return Parsed(-1, "invalid", "option-text", "several_options")
     upper = "".join(re.escape(l.upper()) for l in choices.letters)
     if upper and len(set(re.findall(rf"(?<![A-Za-z0-9])([{upper}])(?![A-Za-z0-9'’])", text))) > 1:
         return Parsed(-1, "invalid", "invalid", "several_options")
-    if _REFUSAL.search(text):
+    if refusal_reason(text):
         return Parsed(-1, "invalid", "invalid", "refusal")
     return Parsed(-1, "invalid", "invalid", "no_match")

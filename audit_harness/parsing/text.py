@@ -36,6 +36,19 @@ _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 _SUBSTRING_SCRIPT = re.compile(r"[\uac00-\ud7a3\u3400-\u4dbf\u4e00-\u9fff]")
 
 
+def visible(text: str) -> str:
+    """``text`` in NFKC with its invisible format characters (Unicode category Cf: zero-width
+    spaces and joiners, soft hyphens, byte-order marks) removed, so that ``"B\u200b"`` is ``"B"``.
+
+    Examples
+    --------
+    >>> visible("B\u200b"), visible("\uff22")
+    ('B', 'B')
+    """
+    text = unicodedata.normalize("NFKC", str(text))
+    return "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+
+
 def normalize_text(text: str) -> str:
     """Case-, punctuation- and whitespace-insensitive form of ``text``: Unicode NFKC, lower case,
     every punctuation character (Unicode category P*) deleted, runs of whitespace collapsed to one

@@ -32,6 +32,9 @@ def _environment():
     env.filters["interval"] = _interval
     env.filters["ticks"] = _ticks
     env.filters["breakable"] = breakable
+    env.filters["command"] = command_words
+    env.filters["visible"] = visible
+    env.globals["rows_text"] = views.rows_text
     return env
 
 
@@ -53,6 +56,42 @@ def breakable(text: Any):
     from markupsafe import Markup, escape
 
     return Markup("".join(f"{escape(c)}<wbr>" if c in _SEPARATORS else str(escape(c)) for c in str(text)))
+
+
+def visible(value: Any) -> Any:
+    r"""A protocol value as a reader can see it: a string whose whitespace matters (a delimiter
+    that is a space, a template ending in a newline, an empty string) quoted as Python writes
+    it, as report.md does; other values unchanged.
+
+    Examples
+    --------
+    >>> visible(" "), visible("a\n"), visible(""), visible("log-likelihood"), visible(3)
+    ("' '", "'a\\n'", "''", 'log-likelihood', 3)
+    """
+    if isinstance(value, str) and ("\n" in value or value != value.strip() or not value):
+        return repr(value)
+    return value
+
+
+def command_words(text: Any):
+    """Escaped command line ``text`` with each option (a word starting with ``-``) kept whole:
+    a browser may wrap after any hyphen, which printed ``--audit-meta`` as ``--`` and
+    ``audit-meta`` on two lines; the line still wraps between words, and a long path inside a
+    word where it must.
+
+    Examples
+    --------
+    >>> str(command_words("pytest --audit-meta m.yaml"))
+    'pytest <span class="nobr">--audit-meta</span> m.yaml'
+    """
+    from markupsafe import Markup, escape
+
+    words = str(text).split(" ")
+    return Markup(
+        " ".join(
+            f'<span class="nobr">{escape(w)}</span>' if w.startswith("-") else str(escape(w)) for w in words
+        )
+    )
 
 
 def _ticks(text: str):
@@ -202,6 +241,7 @@ def render_html(results: Mapping[str, Any], printing: bool = False) -> str:
         "items_scored": views.items_scored_text(results),
         "endpoints": views.endpoint_lines(results.get("model") or {}),
         "coverage": views.coverage_lines(results),
+        "truncated": views.truncation_lines(results),
         "invalid_flag": views.INVALID_FLAG,
     }
     return _environment().get_template("report.html.j2").render(**context)

@@ -30,10 +30,13 @@ from .views import (
     metric_rows,
     modified_files,
     ok_categories,
+    parameters_text,
+    rows_text,
     sensitivity_rows,
     sequential_rows,
     sequential_totals,
     table_metrics,
+    truncation_lines,
 )
 
 
@@ -239,6 +242,13 @@ def verdict_section(results: Mapping[str, Any]) -> list[str]:
             + [f"> - {x}" for x in covered]
             + [""]
         )
+    cut = truncation_lines(results)
+    if cut:
+        out += (
+            ["> **Prompts truncated to the model's context window** (as lm-evaluation-harness does):", ">"]
+            + [f"> - {md_text(x)}" for x in cut]
+            + [""]
+        )
     if results.get("errors"):
         out += [
             f"> **{len(results['errors'])} category evaluation(s) failed** (ERROR verdicts "
@@ -263,7 +273,7 @@ def run_section(results: Mapping[str, Any]) -> list[str]:
         f"duration {run.get('duration_s', '?')} s",
         f"- suite: bias-audit {suite.get('version', '?')}, commit `{commit}`{dirty}",
         f"- model: `{model.get('source', '?')}`; weights `{model.get('fingerprint', '?')}`; "
-        f"{model.get('dtype', '?')} on {model.get('device', '?')}; {model.get('n_parameters', '?')} parameters",
+        f"{model.get('dtype', '?')} on {model.get('device', '?')}; {parameters_text(model.get('n_parameters'))} parameters",
         *[f"- server endpoint {line}" for line in endpoint_lines(model)],
         *[f"- {b} read by {read_text(e)}" for b, e in (results.get("reads") or {}).items()],
         f"- items scored: {items_scored_text(results)} (seed {opts.get('seed')}); intervals: "
@@ -375,7 +385,10 @@ def metrics_section(results: Mapping[str, Any], bench: str) -> list[str]:
         if len(names) == len(every)
         else f" ({len(every) - len(names)} further metrics per category in results.json)"
     )
-    out = ["", f"## {bench}: metrics per category{more}"]
+    title = ((results.get("benchmark_info") or {}).get(bench) or {}).get("title") or bench
+    # As report.html heads it: the title (a declared dataset's from its declaration), then the name.
+    named = f"{title} (`{bench}`)" if title != bench else bench
+    out = ["", f"## {named}: metrics per category{more}"]
     rows = metric_rows(results, bench)
     for group in column_groups(names):
         out += ["", "| category | items | " + " | ".join(group) + " |", "|---|---|" + "---|" * len(group)]
@@ -450,7 +463,7 @@ def data_section(results: Mapping[str, Any]) -> list[str]:
     """The data files (rows, sha256, release status) and the library versions."""
     out = ["", "## Data files", "", "| file | rows | sha256 | release |", "|---|---|---|---|"]
     out += [
-        f"| {p} | {d['rows']} | `{d['sha256'][:16]}…` | {d.get('status', '?')} |"
+        f"| {p} | {rows_text(p, d['rows'])} | `{d['sha256'][:16]}…` | {d.get('status', '?')} |"
         for p, d in sorted(results["data_files"].items())
     ]
     libs = results["environment"]["libraries"]

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..compliance.meta import FIELDS, LABELS
+from .markdown import inert_results
 from .regulatory import limitations_view, recorded_mapping
 from .results import read_text
 from .scope import scope
@@ -161,7 +162,10 @@ def _cell(text: Any) -> str:
 
 
 def bias_section(results: Mapping[str, Any]) -> str:
-    """The card's "Bias evaluation" section (Markdown)."""
+    """The card's "Bias evaluation" section (Markdown), rendered from ``inert_results``: what an
+    operator or a model wrote (``--audit-meta`` values, names, messages) reaches it as text, never
+    as HTML, a link, an image or a table cell of its own (report.md does the same)."""
+    results = inert_results(results)
     verdict = overall_verdict(results)
     model = results.get("model") or {}
     suite = (results.get("run") or {}).get("suite") or {}

@@ -136,11 +136,12 @@ def mapping_view(results: Mapping[str, Any]) -> dict[str, Any]:
     gate of this run gives evidence for it); ``mapping`` the mapping itself."""
     mapping, note = recorded_mapping(results)
     gates = list(results.get("gates") or [])
+    info = results.get("benchmark_info") or {}
     clauses = []
     for clause in mapping.clauses:
         rows = []
         for row in clause.rows:
-            covered = [g for g in gates if row.covers(g)]
+            covered = [g for g in gates if row.covers(g, info.get(g.get("benchmark")))]
             rows.append(
                 {
                     "kind": row.kind,

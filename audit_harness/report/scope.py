@@ -194,8 +194,12 @@ def _rows_reason(results: Mapping[str, Any]) -> str | None:
     how = f"items sampled (--limit {limit})" if limit is not None else "part of the rows"
     bench, cat, n_judged, available, n_scored = short[0]
     one = f"{n_judged:,} of {_of(available)} rows judged{_scored(n_judged, n_scored)} in {bench}/{cat}"
+    # What a "row" is where it is not a data row (MBBQ: a row in one prompt template).
+    info = results.get("benchmark_info") or {}
+    units = sorted({u for b in {s[0] for s in short} if (u := (info.get(b) or {}).get("judged_unit"))})
+    unit = "".join(f"; {u}" for u in units)
     if len(short) == 1:
-        return f"{how}: {one}"
+        return f"{how}: {one}{unit}"
     # The totals first: "80 of 3,680 ... and 10 more categories" read as 80 in all.
     counted = _rows_once(results, short)
     total = sum(s[2] for s in counted)
@@ -209,6 +213,7 @@ def _rows_reason(results: Mapping[str, Any]) -> str | None:
         f"{how}: {total:,} of {_of(whole)} rows judged{_scored(total, all_scored)} in "
         f"{len(short)} categories ({one}, ...)"
         + (f"; each row counted once: {', '.join(once)} already holds the subgroups' rows" if once else "")
+        + unit
     )
 
 

@@ -15,6 +15,7 @@ from .views import (
     sensitivity_lines,
     sequential_totals,
     table_metrics,
+    truncation_lines,
 )
 
 
@@ -72,7 +73,7 @@ def write_summary(tr, files, junit_path: str | None) -> None:
     if seq:
         tr.write_line(seq)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(results["gate_summary"].items()))
-    tr.write_line(f"gates: {summary}")
+    tr.write_line(f"gates: {summary or 'none'}")
     tr.write_line(outcome.line(), green=outcome.passed, red=not outcome.passed, bold=True)
     tr.write_line(f"results: {files.results_path}")
     if files.results_copy:
@@ -175,6 +176,7 @@ def notices(results: Mapping[str, Any], outcome, moved: bool = False) -> list[tu
     out += [
         (f"COVERAGE: {line}", "red" if "INSUFFICIENT" in line else None) for line in coverage_lines(results)
     ]
+    out += [(f"TRUNCATED: {line}", "yellow") for line in truncation_lines(results)]
     out += [(f"PARSING: {line}", "yellow") for line in sensitivity_lines(results)]
     server = (results.get("model") or {}).get("server") or {}
     out += [(f"SERVER: {line}", "yellow") for line in server.get("notices") or []]
@@ -272,14 +274,42 @@ def write_plan(tr, plan: Mapping[str, Any], path) -> None:
     if plan.get("model_error"):
         tr.write_line(f"ERROR: the model could not be opened: {plan['model_error']}", red=True)
     if plan["benchmarks"]:
-        for note in plan["notes"][1:]:
-            tr.write_line(note)
-        tr.write_line(
-            f"this plan took {_duration(plan['seconds_planning'])} of tokenizing and prefix trees "
-            f"({_duration(plan['duration_s'])} in all); a run spends about as long on them"
-        )
+        _plan_notes(tr, plan)
     tr.write_line(f"plan:    {path}")
     _plan_outcome(tr, plan)
+
+
+def _plan_notes(tr, plan: Mapping[str, Any]) -> None:
+    """What the plan's numbers mean, its own time, and a first real run's estimate."""
+    for note in plan["notes"][1:]:
+        tr.write_line(note)
+    tr.write_line(
+        f"this plan took {_duration(plan['seconds_planning'])} of tokenizing and prefix trees "
+        f"({_duration(plan['duration_s'])} in all); a run spends about as long on them"
+    )
+    if plan.get("first_run"):
+        tr.write_line(first_run_line(plan["first_run"]), bold=True)
+
+
+def first_run_line(first: Mapping[str, Any]) -> str:
+    """The plan's estimate of a first real run here, first-use costs named one by one
+    (``planning.first_run``)."""
+    parts = "; ".join(f"{name} {'?' if s is None else _duration(s)}" for name, s in first["parts"])
+    return (
+        f"a first run here: about {_duration(first['seconds'])} in all, at load average "
+        f"{first['load']:.1f} on {first['cores']} cores (CPU-bound work takes about "
+        f"{first['factor']:.1f}x as long as on idle cores; rerun --plan on a quieter machine for "
+        f"less): {parts}"
+    )
+
+
+def _skip_kind(reason: str) -> str:
+    """What kept a category out of a plan, in a few words (its full reason is listed above)."""
+    if "scorable" in reason:
+        return "no scorable row"
+    if ": missing " in f": {reason}":
+        return "data files missing"
+    return "see above"
 
 
 def _plan_outcome(tr, plan: Mapping[str, Any]) -> None:
@@ -290,9 +320,14 @@ def _plan_outcome(tr, plan: Mapping[str, Any]) -> None:
     skipped = plan.get("skipped") or []
     left_out = ""
     if skipped:
-        names = ", ".join(f"{s['benchmark']}/{s['category']}" for s in skipped)
+        kinds: dict[str, list[str]] = {}
+        for s in skipped:
+            kinds.setdefault(_skip_kind(s.get("reason") or ""), []).append(
+                f"{s['benchmark']}/{s['category']}"
+            )
         n = len(skipped)
-        left_out = f"; {n} {'category' if n == 1 else 'categories'} skipped: data files missing: {names}"
+        why = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in kinds.items())
+        left_out = f"; {n} {'category' if n == 1 else 'categories'} skipped: {why}"
     tr.write_line(
         f"{plan['plan']}; exit code {code}{left_out}",
         bold=True,
@@ -393,6 +428,8 @@ def metric_table(results: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"{bench}  (n = items scored; value [{100 * level:g}% CI]; '-' = undefined or not computed)"
         )
+        legend = ((results.get("benchmark_info") or {}).get(bench) or {}).get("table_legend") or []
+        lines += [f"  {text}" for text in legend]
         lines += [
             f"  {c:<{width}} ERROR  {d['error']}" for c, d in all_cats.items() if d.get("status") == "error"
         ]

@@ -149,6 +149,28 @@ def coverage_lines(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def truncation_lines(results: Mapping[str, Any]) -> list[str]:
+    """One sentence per category in which prompts longer than the model's window were read with
+    the left of their context cut off (``requests.truncated``, counted by the engine).
+
+    Examples
+    --------
+    >>> doc = {"benchmarks": {"cbbq": {"disease": {"requests": {"truncated": 3}, "n_scored": 8}}}}
+    >>> truncation_lines(doc)
+    ["cbbq/disease: 3 prompt(s) of 8 items longer than the model's context window, read with the left of their context cut off to fit"]
+    """
+    lines = []
+    for bench, cats in (results.get("benchmarks") or {}).items():
+        for cat, entry in cats.items():
+            cut = (entry.get("requests") or {}).get("truncated")
+            if cut:
+                lines.append(
+                    f"{bench}/{cat}: {cut:,} prompt(s) of {entry.get('n_scored', 0):,} items longer "
+                    "than the model's context window, read with the left of their context cut off to fit"
+                )
+    return lines
+
+
 def metric_names_of(categories: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Metric names of a benchmark's categories (``results["benchmarks"][bench]``): the union, in
     order of first appearance, since categories may compute different metrics (KGQuiz: accuracy
@@ -360,3 +382,30 @@ def excluded_rows(results: Mapping[str, Any], bench: str) -> list[dict[str, Any]
         for c, e in ok_categories(results, bench).items()
         for reason, ids in (e.get("excluded") or {}).items()
     ]
+
+
+def parameters_text(n: int | None) -> str:
+    """A parameter count for a reader: ``134,515,008``, or ``unknown`` where the run could not
+    count them (a served model reports none: 0 is recorded).
+
+    Examples
+    --------
+    >>> parameters_text(134515008), parameters_text(0), parameters_text(None)
+    ('134,515,008', 'unknown', 'unknown')
+    """
+    return f"{n:,}" if n else "unknown"
+
+
+def rows_text(path: str, rows: int) -> str:
+    """A data file's row count for the reports; a script read for its prompt templates and
+    answer phrases (MBBQ's ``answer_detection.py``, hashed like the data) has no rows: it says
+    so instead of ``0``.
+
+    Examples
+    --------
+    >>> rows_text("mbbq/data/Age_en.jsonl", 220), rows_text("mbbq/answer_detection.py", 0)
+    ('220', "no rows: code (the authors' templates)")
+    """
+    if str(path).endswith(".py"):
+        return "no rows: code (the authors' templates)"
+    return str(rows)

@@ -88,6 +88,8 @@ class AuditRun:
         self.files: RunFiles | None = None
         #: Set by ``finish`` in a ``--plan`` run instead of ``files``.
         self.plan: PlanFiles | None = None
+        #: Puts back the SIGTERM handler the run replaced (``interrupts.sigterm_as_interrupt``).
+        self.restore_sigterm = lambda: None
 
     # -- construction -------------------------------------------------------------------------
 
@@ -337,6 +339,7 @@ class AuditRun:
             terminal.write_summary(terminalreporter, self.files, config.option.xmlpath)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.restore_sigterm()
         # A run that selected nothing (or stopped before any gate) leaves no run folder: the JUnit
         # file this run chose for it is removed, and the folder with it when that empties it.
         if self.session.backend_spec.placeholder_scores and self.plan is None and not self.is_worker:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AuditError
 from ..gates import Gate, Verdict, thresholds_provenance
-from ..outcome import Outcome, decide
+from ..outcome import Outcome, decide, nothing_checked
 from ..report.results import ResultsDocument
 
 if TYPE_CHECKING:
@@ -30,6 +30,8 @@ class Facts:
     interrupted: bool = False
     input_error: str | None = None
     run_error: str | None = None
+    #: why the audits the command line names have no gate to check (``unchecked``).
+    nothing_checked: str | None = None
 
 
 @dataclass
@@ -79,8 +81,11 @@ def finish(run: AuditRun, exitstatus, presses: Presses) -> int | None:
         errors=[e for p in parts for e in p.get("errors", [])],
     )
     model_error = next((p["model_error"] for p in parts if p.get("model_error")), None)
+    why_unchecked = None
     if not (done.outcomes or done.verdicts or done.errors or run.collected_gates):
-        return 4 if model_error else None
+        why_unchecked = None if model_error else unchecked(run)
+        if why_unchecked is None:
+            return 4 if model_error else None
     # (A model that cannot load stops the run through shouldstop, which pytest also reports as
     # INTERRUPTED: that is an input error, not a Ctrl-C.)
     interrupted = (int(exitstatus) == 2 or run.interrupted) and not model_error
@@ -94,6 +99,7 @@ def finish(run: AuditRun, exitstatus, presses: Presses) -> int | None:
         interrupted=interrupted,
         run_error=run_error,
         input_error=f"the model could not be loaded: {model_error}" if model_error else None,
+        nothing_checked=why_unchecked,
     )
     if run.baseline is not None:
         compare_baseline(run, results, facts)
@@ -124,6 +130,26 @@ def unrun_verdicts(
         ).to_dict()
         for g in unrun
     ]
+
+
+def unchecked(run: AuditRun) -> str | None:
+    """Why the audit tests the command line names got no gate (the gates file configures none
+    for their benchmarks, or none whose category the data holds), or None when it named none.
+
+    Such a run is NOTHING CHECKED with a run folder that says so (exit 5): pytest alone would
+    skip each test for an empty parameter set and exit 0, a pass of a release nothing checked.
+    A ``-k`` that selects nothing (``run.selected == {}``) keeps pytest's own exit 5 and leaves
+    no run folder."""
+    if not run.selected or run.config.option.collectonly:
+        return None
+    names = ", ".join(sorted(run.selected))
+    thresholds = run.session.options.thresholds
+    if not any(run.selected.values()):
+        return f"the gates file {thresholds} configures no gate for {names}"
+    return (
+        f"no gate of {thresholds} for {names} was collected (their categories are not in the data "
+        "directory, or the command line deselected them)"
+    )
 
 
 def compare_baseline(run: AuditRun, results: dict[str, Any], facts: Facts) -> None:
@@ -232,6 +258,8 @@ def decide_outcome(files: RunFiles, presses: Presses) -> Outcome:
         run_error=facts.run_error,
         partial=partial_reasons(results),
     )
+    if outcome.label == "NOTHING CHECKED" and facts.nothing_checked:
+        outcome = nothing_checked(facts.nothing_checked)
     results["run"]["outcome"] = outcome.to_dict()
     results["run"]["status"] = outcome.status
     results["run"]["exit_status"] = outcome.exit_code

@@ -51,8 +51,15 @@ def finish_plan(run: AuditRun, exitstatus) -> int | None:
     code = _exit_code(model_error, interrupted, errors, outcomes)
     params = session.options.backend.plan_params
     doc = build_plan(outcomes, model, int(params) if params else None)
+    from ..models.zoo import first_use
+    from ..planning import first_run, machine_load
     from ..redact import redact
 
+    if doc["benchmarks"]:
+        name = (model or {}).get("name") or session.options.model
+        doc["first_run"] = first_run(
+            doc, name, first_use(name, int((model or {}).get("n_parameters") or 0)), *machine_load()
+        )
     args = redact(list(run.config.invocation_params.args))
     doc = {
         "plan": doc.pop("plan"),

@@ -1,5 +1,5 @@
 """What an audit checks before anything is scored: the selected gates, their data files, the
-model name and capabilities, saved predictions, the result cache, the run folder and a strict
+model name, the backend's capabilities, saved predictions, the result cache, the run folder and a strict
 baseline. Every failure is an ``AuditError`` naming what to fix (exit 4, no run folder)."""
 
 from __future__ import annotations
@@ -151,9 +151,8 @@ def expect_progress(session, pairs: Sequence[tuple[str, str]]) -> None:
 def check_inputs(session, pairs: list[tuple[str, str]], fetch: bool = False) -> None:
     """Raise AuditError when the data directory lacks a file a selected category needs
     (``Benchmark.data_files``; fetching them first with ``--fetch-data``), ``--device`` names
-    a GPU this machine lacks, the model name is unusable, or the model cannot compute what a
-    selected benchmark needs."""
-    from ..models.zoo import check_capabilities, check_model_name
+    a GPU this machine lacks, or the model name is unusable."""
+    from ..models.zoo import check_model_name
     from ..sources.check import require_files
 
     needed = {}
@@ -161,7 +160,6 @@ def check_inputs(session, pairs: list[tuple[str, str]], fetch: bool = False) -> 
         for path in session.benchmarks[bench].data_files(category):
             needed.setdefault(path, bench)
     require_files(session.data_dir, needed, fetch=fetch)
-    selected = sorted({b for b, _ in pairs})
     if session.backend_spec.in_process:  # a server's model name is whatever it serves
         import torch
 
@@ -169,20 +167,23 @@ def check_inputs(session, pairs: list[tuple[str, str]], fetch: bool = False) -> 
 
         check_device(session.options.backend.device, torch.cuda.device_count())
         check_model_name(session.options.model)
-        check_capabilities(
-            session.options.model, {name: b.requires for name, b in session.benchmarks.items()}, selected
-        )
 
 
 def check_backend(session, benchmarks: list[str]) -> None:
-    """The backend can run the selected ``benchmarks`` (``BackendSpec.check_selection``: with
-    ``--backend replay``, one benchmark whose predictions file joins to the data, every row
-    checked at start-up so a bad row stops the run before scoring).
+    """The backend can run the selected ``benchmarks``: what it checks itself
+    (``BackendSpec.check_selection``: with ``--backend replay``, one benchmark whose predictions
+    file joins to the data, every row checked at start-up so a bad row stops the run before
+    scoring), then what every backend declares it computes (``backends.check_capabilities``).
 
     Raises:
-        AuditError: naming what to select, or the file's first bad row (file:line).
+        AuditError: naming what to select, the file's first bad row (file:line), or the
+            backend, benchmark and capability it lacks.
     """
-    session.backend_spec.check_selection(benchmarks)
+    from ..backends import check_capabilities
+
+    spec = session.backend_spec
+    spec.check_selection(benchmarks)
+    check_capabilities(spec, {name: b.requires for name, b in session.benchmarks.items()}, benchmarks)
 
 
 def check_outputs(session, baseline: Mapping[str, Any] | None) -> None:
