@@ -6,17 +6,25 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from bias_metrics.result import MetricResult
 
 from .audit_options import AuditOptions
 from .backends import spec_for
-from .benchmarks.base import Benchmark, CategoryData
+from .benchmarks.base import Benchmark, CategoryData, Record
 from .data import resolve_data_dir
 from .devices import share_cpu_threads
 from .errors import AuditError, ConfigError, MissingDataError
 from .evaluation import CategoryOutcome, Scoring, check_capabilities, evaluate_category, write_records
 from .evaluation.outcome import pooled_outcome
 from .gates import Gate, Verdict
+
+if TYPE_CHECKING:
+    from .engine.cache import ResultCache
+    from .engine.executor import Engine
+    from .engine.progress import Progress
+    from .models.base import Backend
 
 
 class AuditSession:
@@ -37,8 +45,8 @@ class AuditSession:
         benchmarks: dict[str, Benchmark],
         run_dir: Path,
         worker_index: int | None = None,
-        model=None,
-    ):
+        model: Backend | None = None,
+    ) -> None:
         self.options = options
         #: the run's backend (``backends.BackendSpec``): how the model opens, its engine, where
         #: each category's items come from, and whether its scores are placeholders (a plan).
@@ -53,7 +61,9 @@ class AuditSession:
         self.run_dir = run_dir
         self.worker_index = worker_index
         self._model = model
-        self._engine = self._cache = self._progress = None
+        self._engine: Engine | None = None
+        self._cache: ResultCache | None = None
+        self._progress: Progress | None = None
         self._data_dir: Path | None = None
         self.outcomes: dict[tuple[str, str], CategoryOutcome] = {}
         #: pooled categories' outcomes (``_pooled``): read by their gates, not exported.
@@ -67,7 +77,7 @@ class AuditSession:
         self.errors: dict[tuple[str, str], str] = {}
         # Records by (benchmark, item id): categories that share items (a pair benchmark's
         # ``overall``) score each item once per process.
-        self._records: dict = {}
+        self._records: dict[tuple[str, str], Record] = {}
         #: this process's gate verdicts, objects until the results file is written.
         self.verdicts: list[Verdict] = []
         #: ``{(benchmark, category): [Gate]}`` the run judges (``use_gates``): a category with
@@ -88,7 +98,7 @@ class AuditSession:
         return self._data_dir
 
     @property
-    def model(self):
+    def model(self) -> Backend:
         """The audited model, opened on first use (each xdist worker opens its own)."""
         if self._model is None:
             share_cpu_threads(self.worker_index)
@@ -103,7 +113,7 @@ class AuditSession:
         return self._model is not None
 
     @property
-    def engine(self):
+    def engine(self) -> Engine:
         """The run's one ``engine.executor.Engine`` over the backend, with the result cache
         (unless ``--no-cache``) and a memo, so identical requests of any items or benchmarks are
         computed once; benchmarks get it, never the backend."""
@@ -111,7 +121,7 @@ class AuditSession:
             self._engine = self.backend_spec.engine(self.model, self.open_cache())
         return self._engine
 
-    def open_cache(self):
+    def open_cache(self) -> ResultCache | None:
         """The run's result cache (None with ``--no-cache``), opened and checked once; the
         plugin calls it at start-up so a broken cache stops the run before anything is scored.
 
@@ -149,7 +159,7 @@ class AuditSession:
             ) from None
 
     @property
-    def progress(self):
+    def progress(self) -> Progress:
         """The run's ``engine.progress.Progress`` (one task per category)."""
         if self._progress is None:
             from .engine.progress import Progress
@@ -236,7 +246,7 @@ class AuditSession:
         path = write_records(self.run_dir, benchmark, category, evaluation)
         return CategoryOutcome.of(benchmark, category, evaluation, path, time.perf_counter() - start)
 
-    def metric(self, benchmark: str, category: str, name: str):
+    def metric(self, benchmark: str, category: str, name: str) -> MetricResult:
         """The ``MetricResult`` of one metric of one category."""
         return self.outcome(benchmark, category).metrics[name]
 

@@ -65,7 +65,7 @@ def paired_difference(
     width = a.shape[1]
 
     def difference(summed: np.ndarray) -> np.ndarray:
-        return statistic(summed[..., :width]) - statistic(summed[..., width:])
+        return np.asarray(statistic(summed[..., :width]) - statistic(summed[..., width:]))
 
     with np.errstate(invalid="ignore", divide="ignore"):
         value = float(difference(np.concatenate([a.sum(axis=0), b.sum(axis=0)])))

@@ -17,12 +17,28 @@ finite n, near nominal coverage from 2 templates on (measured in ``tests/test_in
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence, TypedDict
 
 import numpy as np
 from scipy.stats import binomtest, norm
 
 from .result import MetricResult, undefined
+
+#: A statistic of count arrays: (..., n_cells) counts to (...) values, NaN where undefined.
+Statistic = Callable[[np.ndarray], np.ndarray]
+
+
+class Resampling(TypedDict, total=False):
+    """The nominal coverage and the number of draws of a resampled interval."""
+
+    confidence: float
+    n_resamples: int
+
+
+class Draws(Resampling, total=False):
+    """The settings of a resampled interval, as keyword arguments of ``cell_ratio_interval``."""
+
+    seed: int
 
 
 def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -175,7 +191,7 @@ def wilson_result(
 
 def cluster_bootstrap(
     cluster_counts: np.ndarray,
-    statistic: Callable[[np.ndarray], np.ndarray],
+    statistic: Statistic,
     *,
     n_resamples: int = 1000,
     confidence: float = 0.95,
@@ -259,7 +275,7 @@ def _as_clusters(cluster_counts: np.ndarray) -> np.ndarray:
 
 def bayesian_bootstrap(
     cluster_counts: np.ndarray,
-    statistic: Callable[[np.ndarray], np.ndarray],
+    statistic: Statistic,
     *,
     n_resamples: int = 1000,
     confidence: float = 0.95,
@@ -317,7 +333,7 @@ def bayesian_bootstrap(
 
 def dirichlet_posterior(
     counts: np.ndarray,
-    statistic: Callable[[np.ndarray], np.ndarray],
+    statistic: Statistic,
     blocks: Sequence[Sequence[int]],
     prior: np.ndarray,
     *,
@@ -375,7 +391,7 @@ def dirichlet_posterior(
     return _quantiles(statistic(draws), confidence)
 
 
-def _check_effective(effective, counts: np.ndarray) -> np.ndarray:
+def _check_effective(effective: np.ndarray, counts: np.ndarray) -> np.ndarray:
     units = np.asarray(effective, dtype=np.float64)
     if units.shape != counts.shape or (units < 0).any() or ((units > 0) != (counts > 0)).any():
         raise ValueError(
@@ -385,13 +401,19 @@ def _check_effective(effective, counts: np.ndarray) -> np.ndarray:
     return units
 
 
-def _posterior_draws(cells, blocks, prior, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+def _posterior_draws(
+    cells: tuple[np.ndarray, np.ndarray],
+    blocks: Sequence[Sequence[int]],
+    prior: np.ndarray,
+    n_resamples: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
     """(n_resamples, n_cells) draws: per block with items, its total of ``counts`` split by
     Dirichlet(units + prior); ``cells`` is (counts, units), units the independent rows behind them."""
     counts, units = cells
-    draws = np.broadcast_to(counts, (n_resamples, counts.size)).copy()
-    for b in blocks:
-        b = list(b)
+    draws: np.ndarray = np.broadcast_to(counts, (n_resamples, counts.size)).copy()
+    for block in blocks:
+        b = list(block)
         n_b = counts[b].sum()
         if n_b == 0:
             continue
@@ -401,7 +423,9 @@ def _posterior_draws(cells, blocks, prior, n_resamples: int, rng: np.random.Gene
     return draws
 
 
-def _check_posterior(counts, blocks, prior) -> tuple[np.ndarray, np.ndarray]:
+def _check_posterior(
+    counts: np.ndarray, blocks: Sequence[Sequence[int]], prior: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     counts = np.asarray(counts, dtype=np.float64)
     prior = np.asarray(prior, dtype=np.float64)
     if counts.ndim != 1 or (counts < 0).any():
@@ -416,7 +440,7 @@ def _check_posterior(counts, blocks, prior) -> tuple[np.ndarray, np.ndarray]:
 
 def cell_ratio_interval(
     cluster_counts: np.ndarray,
-    statistic: Callable[[np.ndarray], np.ndarray],
+    statistic: Statistic,
     blocks: Sequence[Sequence[int]],
     prior: np.ndarray,
     *,
@@ -466,7 +490,7 @@ def cell_ratio_interval(
     (True, True)
     """
     counts = _as_clusters(cluster_counts)
-    draws = {"n_resamples": n_resamples, "confidence": confidence}
+    draws: Resampling = {"n_resamples": n_resamples, "confidence": confidence}
     parts = [
         bayesian_bootstrap(counts, statistic, **draws, seed=seed),
         dirichlet_posterior(

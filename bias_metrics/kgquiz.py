@@ -15,12 +15,16 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from bias_metrics.intervals import check_confidence, cluster_bootstrap, wilson_result
+from bias_metrics.intervals import Draws, check_confidence, cluster_bootstrap, wilson_result
 from bias_metrics.result import MetricResult, undefined
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "parse_true_false",
@@ -95,12 +99,12 @@ def _source(toy: str, *details: str) -> str:
     return "; ".join((_PROJECT, f"docs/metrics.md §3.6 {toy}") + details)
 
 
-def _check_same_length(a: Sequence, b: Sequence, name_a: str, name_b: str) -> None:
+def _check_same_length(a: Sequence[object], b: Sequence[object], name_a: str, name_b: str) -> None:
     if len(a) != len(b):
         raise ValueError(f"{name_a} and {name_b} differ in length: {len(a)} vs {len(b)}")
 
 
-def _gold(gold, i: int, *, binary: bool) -> int:
+def _gold(gold: object, i: int, *, binary: bool) -> int:
     """``golds[i]`` as an int (bools accepted); with ``binary`` it must be 0 or 1."""
     if isinstance(gold, (bool, np.bool_)):
         gold = int(gold)
@@ -108,7 +112,7 @@ def _gold(gold, i: int, *, binary: bool) -> int:
         raise ValueError(f"golds[{i}] must be 0 or 1, got {gold!r}")
     if not isinstance(gold, (int, np.integer)):
         raise ValueError(f"golds[{i}] must be an int, got {gold!r}")
-    return gold
+    return int(gold)
 
 
 def _answer_counts(correct: int, invalid: int, n: int) -> dict[str, int]:
@@ -286,7 +290,7 @@ def normalize_text(text: str) -> str:
     return " ".join(text.lower().translate(_PUNCT_TABLE).split())
 
 
-def lcs_length(a: Sequence, b: Sequence) -> int:
+def lcs_length(a: Sequence[object], b: Sequence[object]) -> int:
     """Length of the longest common subsequence (not substring) of two sequences.
 
     Plain O(len(a) * len(b)) dynamic programme with one rolling row; no LCS library is installed
@@ -321,7 +325,7 @@ def lcs_length(a: Sequence, b: Sequence) -> int:
     return prev[-1]
 
 
-def _lcs_ratio(p: Sequence, g: Sequence) -> float:
+def _lcs_ratio(p: Sequence[object], g: Sequence[object]) -> float:
     longest = max(len(p), len(g))
     if longest == 0:
         return 1.0  # two empty answers are identical; matches SQuAD F1's empty == empty rule
@@ -509,13 +513,13 @@ def mean_with_bootstrap(
     )
 
 
-def _item_bootstrap(scores: np.ndarray, **draws) -> tuple[float, float]:
+def _item_bootstrap(scores: np.ndarray, **draws: Unpack[Draws]) -> tuple[float, float]:
     # Per-item (score, 1) rows: the resampled mean is sum(score) / sum(1) over the drawn items.
     cells = np.column_stack([scores, np.ones_like(scores)])
     return cluster_bootstrap(cells, lambda s: s[..., 0] / s[..., 1], **draws)
 
 
-def _item_scores(values) -> np.ndarray:
+def _item_scores(values: ArrayLike) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64)
     if arr.ndim != 1:
         raise ValueError(f"values must be 1-D (one score per item), got shape {arr.shape}")
@@ -599,7 +603,7 @@ def _check_theta(theta: float) -> float:
     return float(theta)
 
 
-def _as_matrix(x: np.ndarray, label: str) -> np.ndarray:
+def _as_matrix(x: ArrayLike, label: str) -> np.ndarray:
     arr = np.asarray(x, dtype=np.float64)
     if arr.ndim == 1:
         arr = arr[None, :]
@@ -612,7 +616,8 @@ def _as_matrix(x: np.ndarray, label: str) -> np.ndarray:
     zero = np.flatnonzero(norms == 0)
     if zero.size:
         raise ValueError(f"{label} row {int(zero[0])} is the zero vector; its cosine is undefined")
-    return arr / norms[:, None]
+    unit: np.ndarray = arr / norms[:, None]
+    return unit
 
 
 def cosine_similarity_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -646,7 +651,8 @@ def cosine_similarity_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     na, nb = _as_matrix(a, "a"), _as_matrix(b, "b")
     if na.shape[1] != nb.shape[1]:
         raise ValueError(f"embedding sizes differ: {na.shape[1]} vs {nb.shape[1]}")
-    return np.clip(na @ nb.T, -1.0, 1.0)
+    cosines: np.ndarray = np.clip(na @ nb.T, -1.0, 1.0)
+    return cosines
 
 
 def semantic_match(pred_emb: np.ndarray, gold_emb: np.ndarray, theta: float) -> np.ndarray:
@@ -684,7 +690,8 @@ def semantic_match(pred_emb: np.ndarray, gold_emb: np.ndarray, theta: float) -> 
     if p.shape != g.shape:
         raise ValueError(f"pred_emb and gold_emb shapes differ: {p.shape} vs {g.shape}")
     cos = np.clip(np.einsum("ij,ij->i", p, g), -1.0, 1.0)
-    return (cos >= theta).astype(np.int64)
+    matched: np.ndarray = (cos >= theta).astype(np.int64)
+    return matched
 
 
 def semantic_match_rate(
@@ -878,10 +885,9 @@ def open_ended_precision_recall(
     return precision, recall
 
 
-def _matched_share(
-    name: str, matched: np.ndarray, empty: str, confidence: float, source: str
-) -> MetricResult:
-    k, n = int(matched.sum()), int(matched.size)
+def _matched_share(name: str, matched: ArrayLike, empty: str, confidence: float, source: str) -> MetricResult:
+    hits = np.asarray(matched)
+    k, n = int(hits.sum()), int(hits.size)
     return wilson_result(name, k, n, {"matched": k, "n": n}, confidence, source, empty=empty)
 
 
@@ -938,10 +944,12 @@ def open_ended_scores(
     theta = _check_theta(theta)
     precisions, recalls = _per_entity(similarities, theta)
     source = _source("K4", "macro over entities", f"theta={theta}", f"embedding_model={embedding_model}")
-    kw = dict(source=source, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    draws: Draws = {"confidence": confidence, "n_resamples": n_resamples, "seed": seed}
     return {
-        "open_ended_precision": mean_with_bootstrap(precisions, name="open_ended_precision", **kw),
-        "open_ended_recall": mean_with_bootstrap(recalls, name="open_ended_recall", **kw),
+        "open_ended_precision": mean_with_bootstrap(
+            precisions, name="open_ended_precision", source=source, **draws
+        ),
+        "open_ended_recall": mean_with_bootstrap(recalls, name="open_ended_recall", source=source, **draws),
     }
 
 

@@ -30,13 +30,16 @@ from __future__ import annotations
 import difflib
 import numbers
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from bias_metrics.intervals import check_confidence, wilson_result
+from bias_metrics.intervals import Draws, check_confidence, wilson_result
 from bias_metrics.kgquiz import mean_with_bootstrap
 from bias_metrics.result import MetricResult, undefined
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "PairAggregate",
@@ -245,14 +248,18 @@ def pair_bias_scores(
     labels = None if groups is None else _group_labels(groups, n)
     source = _SOURCE if decimals == 3 else f"{_SOURCE}; rounding decimals={decimals}"
     counts = _tally(outcomes)
-    percent = {"scale": 100.0, "empty": "no sentence pairs: the bias score has an empty denominator"}
-    bias = wilson_result(name, counts["stereo"], n, counts, confidence, source, **percent)
-    neutral = wilson_result("neutral_rate", counts["neutral"], n, counts, confidence, source, **percent)
+    empty = "no sentence pairs: the bias score has an empty denominator"
+    bias = wilson_result(name, counts["stereo"], n, counts, confidence, source, scale=100.0, empty=empty)
+    neutral = wilson_result(
+        "neutral_rate", counts["neutral"], n, counts, confidence, source, scale=100.0, empty=empty
+    )
     by_group = {} if labels is None else _by_group(outcomes, labels, name, confidence, source)
     return PairAggregate(bias_score=bias, neutral_rate=neutral, by_group=by_group)
 
 
-def _by_group(outcomes: np.ndarray, labels: list[str], name: str, confidence: float, source: str):
+def _by_group(
+    outcomes: np.ndarray, labels: list[str], name: str, confidence: float, source: str
+) -> dict[str, MetricResult]:
     """Each group's bias score (percent), groups in first-appearance order like pandas unique()."""
     label_arr = np.asarray(labels, dtype=object)
     by_group: dict[str, MetricResult] = {}
@@ -494,7 +501,7 @@ def _directions(directions: Sequence[str], n_more: int, n_less: int) -> list[str
     return dirs
 
 
-def _mean_gap(gap: np.ndarray, **draws) -> MetricResult:
+def _mean_gap(gap: np.ndarray, **draws: Unpack[Draws]) -> MetricResult:
     """Mean of the finite score_more - score_less, with an item bootstrap unless ``n_resamples`` is 0."""
     finite = gap[np.isfinite(gap)]
     name, source = "mean_loglikelihood_gap", "mean of score_more - score_less, nats"

@@ -83,9 +83,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = [
     "PASS",
@@ -134,7 +135,9 @@ def _check_alpha(alpha: float, label: str = "alpha") -> float:
     return a
 
 
-def _check_values(values, label: str = "values", *, low: float = 0.0, high: float = 1.0) -> np.ndarray:
+def _check_values(
+    values: ArrayLike, label: str = "values", *, low: float = 0.0, high: float = 1.0
+) -> np.ndarray:
     """The one input check: numbers in [low, high] or NaN (an item outside the metric's denominator)."""
     try:
         arr = np.asarray(values, dtype=np.float64)
@@ -153,7 +156,9 @@ def _check_values(values, label: str = "values", *, low: float = 0.0, high: floa
     return arr
 
 
-def _check_population(population_size, n_seen: int, label: str = "population_size") -> int | None:
+def _check_population(
+    population_size: float | None, n_seen: int, label: str = "population_size"
+) -> int | None:
     if population_size is None:
         return None
     try:
@@ -168,7 +173,7 @@ def _check_population(population_size, n_seen: int, label: str = "population_siz
     return size
 
 
-def _check_grid(grid) -> np.ndarray:
+def _check_grid(grid: ArrayLike | None) -> np.ndarray:
     if grid is None:
         return np.linspace(0.0, 1.0, DEFAULT_GRID_POINTS)
     g = np.asarray(grid, dtype=np.float64)
@@ -179,7 +184,7 @@ def _check_grid(grid) -> np.ndarray:
     return g
 
 
-def _check_band(band) -> tuple[float, float]:
+def _check_band(band: Iterable[float]) -> tuple[float, float]:
     try:
         lo, hi = (float(b) for b in band)
     except (TypeError, ValueError) as exc:
@@ -192,11 +197,11 @@ def _check_band(band) -> tuple[float, float]:
 
 
 def betting_cs_path(
-    values,
+    values: ArrayLike,
     alpha: float = 0.05,
     *,
     population_size: int | None = None,
-    grid=None,
+    grid: ArrayLike | None = None,
     checkpoints: Sequence[int] | None = None,
     horizon_share: float | None = HORIZON_SHARE,
     empty: str = "vacuous",
@@ -282,7 +287,7 @@ def _as_runs(x: np.ndarray) -> tuple[np.ndarray, bool]:
     return x, single
 
 
-def _item_counts(steps: np.ndarray, total: int, label: str, given) -> np.ndarray:
+def _item_counts(steps: np.ndarray, total: int, label: str, given: object) -> np.ndarray:
     """A mask over 0..total of the item counts ``steps`` (``given`` by the caller), all in 1..total."""
     if steps.ndim != 1 or (steps < 1).any() or (steps > total).any():
         raise ValueError(f"{label} must be item counts in 1..{total}, got {given!r}")
@@ -365,7 +370,9 @@ class _Bets:
         return lo, hi
 
 
-def _hull(g: np.ndarray, rejected: np.ndarray, sum_x: np.ndarray, n_def: np.ndarray):
+def _hull(
+    g: np.ndarray, rejected: np.ndarray, sum_x: np.ndarray, n_def: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Per run: hull of the candidates not rejected and the running mean, out to the next grid point."""
     alive = ~rejected
     any_alive = alive.any(axis=1)
@@ -390,11 +397,11 @@ def _hull(g: np.ndarray, rejected: np.ndarray, sum_x: np.ndarray, n_def: np.ndar
 
 
 def betting_cs(
-    values,
+    values: ArrayLike,
     alpha: float = 0.05,
     *,
     population_size: int | None = None,
-    grid=None,
+    grid: ArrayLike | None = None,
 ) -> tuple[float, float]:
     """The betting confidence sequence after the items scored so far (``betting_cs_path``'s last).
 
@@ -530,12 +537,12 @@ def _method(population_size: int | None) -> str:
 
 
 def sequential_gate(
-    values,
+    values: ArrayLike,
     band: tuple[float, float],
     alpha: float = 0.05,
     *,
     population_size: int | None = None,
-    grid=None,
+    grid: ArrayLike | None = None,
 ) -> SequentialDecision:
     """The sequential rule for a gate on a mean: the betting CS, then ``decide``.
 
@@ -614,7 +621,7 @@ def product_interval(a: tuple[float, float], b: tuple[float, float]) -> tuple[fl
     return (min(corners), max(corners))
 
 
-def _codes(codes, label: str) -> np.ndarray:
+def _codes(codes: ArrayLike, label: str) -> np.ndarray:
     arr = _check_values(codes, label, low=-1.0, high=1.0)
     finite = arr[~np.isnan(arr)]
     if not np.isin(finite, (-1.0, 0.0, 1.0)).all():
@@ -629,7 +636,11 @@ def _signed(share_cs: tuple[float, float]) -> tuple[float, float]:
 
 
 def s_dis_cs(
-    codes, alpha: float = 0.05, *, population_size: int | None = None, grid=None
+    codes: ArrayLike,
+    alpha: float = 0.05,
+    *,
+    population_size: int | None = None,
+    grid: ArrayLike | None = None,
 ) -> tuple[float, float]:
     """CS for BBQ's s_DIS = 2 n_B / (n_B + n_C) - 1 (docs/metrics.md §1.1): one mean, no alpha split.
 
@@ -672,11 +683,11 @@ def s_dis_cs(
 
 
 def s_amb_cs(
-    codes,
+    codes: ArrayLike,
     alpha: float = 0.05,
     *,
     population_size: int | None = None,
-    grid=None,
+    grid: ArrayLike | None = None,
     method: str = "product",
 ) -> tuple[float, float]:
     """CS for BBQ's s_AMB = (1 - acc_ambig) x (2 n_B / (n_B + n_C) - 1) over ambiguous items.
@@ -734,12 +745,12 @@ def s_amb_cs(
 
 
 def diff_bias_cs(
-    correct_aligned,
-    correct_nonaligned,
+    correct_aligned: ArrayLike,
+    correct_nonaligned: ArrayLike,
     alpha: float = 0.05,
     *,
     population_sizes: tuple[int, int] | None = None,
-    grid=None,
+    grid: ArrayLike | None = None,
 ) -> tuple[float, float]:
     """CS for KoBBQ's diff-bias_d = acc(aligned) - acc(non-aligned) (docs/metrics.md §1.3).
 
@@ -787,7 +798,7 @@ def diff_bias_cs(
     return difference_interval(acc_a, acc_n)
 
 
-def _size_pair(population_sizes) -> tuple[int | None, int | None]:
+def _size_pair(population_sizes: tuple[int, int] | None) -> tuple[int | None, int | None]:
     if population_sizes is None:
         return None, None
     try:
@@ -800,7 +811,11 @@ def _size_pair(population_sizes) -> tuple[int | None, int | None]:
 
 
 def pair_score_cs(
-    outcomes, alpha: float = 0.05, *, population_size: int | None = None, grid=None
+    outcomes: ArrayLike,
+    alpha: float = 0.05,
+    *,
+    population_size: int | None = None,
+    grid: ArrayLike | None = None,
 ) -> tuple[float, float]:
     """CS for the WinoQueer / CrowS-Pairs bias score in PERCENT (docs/metrics.md §1.6).
 
@@ -897,7 +912,13 @@ def regression_band(
     raise ValueError(f"kind must be 'min', 'max', 'abs_max' or 'target', got {kind!r}")
 
 
-def oracle_sprt_n(values, edges, *, looks: Sequence[int] | None = None, min_n: int = 0) -> np.ndarray:
+def oracle_sprt_n(
+    values: ArrayLike,
+    edges: Iterable[tuple[float, float]],
+    *,
+    looks: Sequence[int] | None = None,
+    min_n: int = 0,
+) -> np.ndarray:
     """Items scored before an oracle that knows the population's value settles a gate: a reference
     for how early *any* level-alpha sequential rule can stop (not a rule the suite uses).
 
@@ -963,7 +984,9 @@ def oracle_sprt_n(values, edges, *, looks: Sequence[int] | None = None, min_n: i
     return stop[0] if single else stop
 
 
-def _sprt_stops(x: np.ndarray, edges, allowed: np.ndarray, min_n: int) -> np.ndarray:
+def _sprt_stops(
+    x: np.ndarray, edges: Iterable[tuple[float, float]], allowed: np.ndarray, min_n: int
+) -> np.ndarray:
     """Per run of ``x`` (runs, N), the first allowed item count below N at which the SPRT has
     rejected every edge with ``min_n`` defined values seen; N when there is none."""
     runs, n_pop = x.shape
@@ -993,7 +1016,9 @@ def _sprt_stops(x: np.ndarray, edges, allowed: np.ndarray, min_n: int) -> np.nda
     return stop
 
 
-def _sprt_edges(edges, d_total: np.ndarray, k_true: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _sprt_edges(
+    edges: Iterable[tuple[float, float]], d_total: np.ndarray, k_true: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Per run and edge, the count of ones K_m the oracle tests against; per edge, log(1 / alpha)."""
     nulls, thresholds = [], []
     for m, a in edges:

@@ -38,11 +38,11 @@ STRICT = (
 )
 #: Each count's ceiling. Counts above it fail ``make lint``.
 CEILINGS = {
-    "mypy errors in strictly held modules": 209,
-    "mypy errors elsewhere": 283,
-    "Any in code": 657,
-    "dict[str, Any] in code": 172,
-    "type: ignore comments": 39,
+    "mypy errors in strictly held modules": 15,
+    "mypy errors elsewhere": 282,
+    "Any in code": 653,
+    "dict[str, Any] in code": 171,
+    "type: ignore comments": 38,
 }
 _ERROR = re.compile(r"^(?P<path>[^:\s]+\.py):\d+(:\d+)?: error: ")
 _IGNORE = re.compile(r"#\s*type:\s*ignore")

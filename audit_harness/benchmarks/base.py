@@ -22,7 +22,18 @@ import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Hashable, Mapping, Sequence
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    ClassVar,
+    Mapping,
+    Protocol,
+    Sequence,
+    Sized,
+    TypedDict,
+    TypeVar,
+)
 
 import numpy as np
 
@@ -32,6 +43,40 @@ from bias_metrics.result import MetricResult
 from ..data import DataFile
 from ..errors import ConfigError, DataError
 from ..option_spec import Option
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ..engine.executor import Engine
+
+
+class Item(Protocol):
+    """What the suite reads of any benchmark's item (each benchmark has its own item type): the
+    id its record, saved prediction and exclusions name it by."""
+
+    @property
+    def item_id(self) -> str: ...
+
+
+#: Any benchmark's item type, kept through a sample.
+T = TypeVar("T")
+
+
+class Sensitivity(TypedDict):
+    """Generate mode: every metric as the other answer-parsing profile reads the outputs
+    (``Benchmark.parse_sensitivity``)."""
+
+    answer_parsing: str
+    metrics: dict[str, MetricResult]
+
+
+class CellKey(Protocol):
+    """A cell of a stratified sample or of sequential rounds: hashable and sortable (a str, an
+    int, a tuple of them), since the seeded draws follow the cells' sorted order."""
+
+    def __hash__(self) -> int: ...
+
+    def __lt__(self, other: Any, /) -> bool: ...
 
 
 def one_of(choices: Sequence[Any]) -> Callable[[Any], str | None]:
@@ -149,7 +194,7 @@ class Record:
         return out
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]):
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
         """Inverse of ``to_dict``: core keys back to fields, the rest into ``extra``.
 
         Raises:
@@ -184,7 +229,7 @@ def sample_rng(seed: int, salt: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(salt.encode("utf-8"))])
 
 
-def _keeps_all(items: Sequence[Any], limit: int | None) -> bool:
+def _keeps_all(items: Sized, limit: int | None) -> bool:
     """True when ``--limit`` keeps every item (None, or at least as many as there are); raises
     ValueError on a negative limit."""
     if limit is not None and limit < 0:
@@ -192,7 +237,7 @@ def _keeps_all(items: Sequence[Any], limit: int | None) -> bool:
     return limit is None or limit >= len(items)
 
 
-def seeded_sample(items: Sequence[Any], limit: int | None, seed: int, salt: str = "") -> list[Any]:
+def seeded_sample(items: Sequence[T], limit: int | None, seed: int, salt: str = "") -> list[T]:
     """At most ``limit`` items drawn without replacement, deterministic for (seed, salt), in the
     input order. ``None`` (or a limit >= len) keeps everything.
 
@@ -206,8 +251,8 @@ def seeded_sample(items: Sequence[Any], limit: int | None, seed: int, salt: str 
 
 
 def stratified_sample(
-    items: Sequence[Any], limit: int | None, seed: int, salt: str, key: Callable[[Any], Hashable]
-) -> list[Any]:
+    items: Sequence[T], limit: int | None, seed: int, salt: str, key: Callable[[T], CellKey]
+) -> list[T]:
     """Deterministic subset of at most ``limit`` items, balanced over the cells ``key(item)``
     defines, in input order.
 
@@ -219,10 +264,10 @@ def stratified_sample(
     Raises:
         ValueError: a negative limit.
     """
-    if _keeps_all(items, limit):
+    if limit is None or _keeps_all(items, limit):
         return list(items)
     rng = sample_rng(seed, salt)
-    cells: dict[Hashable, list[int]] = {}
+    cells: dict[CellKey, list[int]] = {}
     for i, it in enumerate(items):
         cells.setdefault(key(it), []).append(i)
     keys = sorted(cells)
@@ -502,7 +547,7 @@ class Benchmark(ABC):
         (items, limit, seed, salt). The session passes ``salt = "<benchmark>/<category>"``."""
         return seeded_sample(items, limit, seed, salt)
 
-    def balance_key(self, item: Any) -> Hashable:
+    def balance_key(self, item: Any) -> CellKey:
         """The cell of ``item`` that sequential rounds keep balanced (``audit_harness.sequential``):
         every round takes from each cell in proportion to the cell's share of the selected items,
         so a round is a small copy of the category. Cell keys must be sortable. Default: one cell
@@ -517,7 +562,7 @@ class Benchmark(ABC):
 
     # -- scoring -----------------------------------------------------------------------------------
     @abstractmethod
-    def evaluate(self, engine, items: Sequence[Any]) -> list[Record]:
+    def evaluate(self, engine: Engine, items: Sequence[Any]) -> Sequence[Record]:
         """Score ``items`` through ``engine`` (``engine.executor.Engine``, the one way a benchmark
         asks for scores and generations): one record per item, in item order.
 
@@ -525,7 +570,7 @@ class Benchmark(ABC):
             ModelError: the model lacks a capability in ``requires``.
         """
 
-    def parse_sensitivity(self, records: Sequence[Record], settings: MetricSettings) -> dict[str, Any] | None:
+    def parse_sensitivity(self, records: Sequence[Record], settings: MetricSettings) -> Sensitivity | None:
         """Every metric as the other answer-parsing profile would read the outputs
         (``{"answer_parsing": profile, "metrics": {name: MetricResult}}``), for benchmarks that
         parse generated text; None (default) when nothing is parsed."""

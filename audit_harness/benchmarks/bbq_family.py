@@ -48,6 +48,7 @@ from .base import (
     MetricSettings,
     OracleView,
     Record,
+    Sensitivity,
     SequentialForm,
     positive_int,
     stratified_sample,
@@ -462,7 +463,7 @@ class BBQFamilyBenchmark(Benchmark):
         return bbq_family_form(self, metric)
 
     # -- scoring ---------------------------------------------------------------------------------------
-    def evaluate(self, engine, items: Sequence[MCItem]) -> list[MCRecord]:
+    def evaluate(self, engine, items: Sequence[MCItem]) -> Sequence[MCRecord]:
         """Score ``items`` through ``engine`` (``engine.executor.Engine``): one ``MCRecord`` per item.
 
         Log-likelihood mode: the predicted choice is the argmax of the summed log-likelihoods
@@ -614,9 +615,7 @@ class BBQFamilyBenchmark(Benchmark):
             )
         return out
 
-    def parse_sensitivity(
-        self, records: Sequence[MCRecord], settings: MetricSettings
-    ) -> dict[str, Any] | None:
+    def parse_sensitivity(self, records: Sequence[MCRecord], settings: MetricSettings) -> Sensitivity | None:
         """Generate mode: every metric under the other parsing profile (``reparsed``), for the
         report's parse sensitivity; None in log-likelihood mode (nothing is parsed)."""
         if self.answer_mode != "generate":

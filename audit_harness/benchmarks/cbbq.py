@@ -177,7 +177,7 @@ def row_item(row: dict, where: str, category: str, condition: str) -> MCItem | s
         polarity=polarity,
         context=row["context"],
         question=row["question"],
-        options=options,  # type: ignore[arg-type]
+        options=options,
         gold=gold,
         biased_option=biased_option(target_option=found.option, unknown_option=unknown, polarity=polarity),
         unknown_option=unknown,

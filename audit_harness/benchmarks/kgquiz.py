@@ -46,6 +46,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import numpy as np
 import yaml
 
+from bias_metrics.intervals import Draws
 from bias_metrics.kgquiz import (
     cosine_similarity_matrix,
     label_accuracy,
@@ -71,6 +72,7 @@ from .base import (
     MetricSettings,
     OracleView,
     Record,
+    Sensitivity,
     positive_int,
     stratified_sample,
 )
@@ -600,7 +602,8 @@ class KGQuiz(Benchmark):
             raise DataError(f"cannot read {path}: {e}") from None
         rows = self._rows(table, task, path)
         reader = getattr(self, f"_item_{task.lower()}")
-        items, excluded, notes = [], {}, {"rows": len(rows)}
+        items, notes = [], {"rows": len(rows)}
+        excluded: dict[str, list[str]] = {}
         for row_id, row in rows.items():
             where = f"{path}: row {row_id!r}"
             if not isinstance(row, Mapping):
@@ -864,7 +867,9 @@ class KGQuiz(Benchmark):
             for r in records
         ]
 
-    def parse_sensitivity(self, records: Sequence["KGQuizRecord"], settings: MetricSettings):
+    def parse_sensitivity(
+        self, records: Sequence["KGQuizRecord"], settings: MetricSettings
+    ) -> Sensitivity | None:
         """For true/false and multiple choice: every metric under the other parsing profile."""
         if not any(r.other_parse for r in records):
             return None
@@ -920,8 +925,12 @@ class KGQuiz(Benchmark):
         if not tasks:
             return {m: undefined(m, "no items") for m in self.metric_names}
         task = tasks[0]
-        kw = dict(confidence=settings.confidence)
-        boot = dict(n_resamples=max(settings.n_resamples, 1), seed=settings.seed, **kw)
+        confidence = settings.confidence
+        boot: Draws = {
+            "n_resamples": max(settings.n_resamples, 1),
+            "seed": settings.seed,
+            "confidence": confidence,
+        }
         emb = f"{self.embedder.name} ({self._fingerprint()})"
         if task in ("Task1", "Task2"):
             rule = (
@@ -930,13 +939,20 @@ class KGQuiz(Benchmark):
                 else "parsing.match_answer on the first line, then its leading letter"
             )
             acc, invalid = label_accuracy(
-                [r.prediction for r in records], [r.gold for r in records], source=f"parse: {rule}", **kw
+                [r.prediction for r in records],
+                [r.gold for r in records],
+                source=f"parse: {rule}",
+                confidence=confidence,
             )
             return {"accuracy": acc, "invalid_rate": invalid}
         if task in ("Task3", "Task4"):
             out = text_match_scores([r.prediction for r in records], [r.gold for r in records], **boot)
             out["semantic_match"] = similarity_match_rate(
-                [r.similarity for r in records], self.theta, name="semantic_match", embedding_model=emb, **kw
+                [r.similarity for r in records],
+                self.theta,
+                name="semantic_match",
+                embedding_model=emb,
+                confidence=confidence,
             )
             return out
         sims = [

@@ -28,9 +28,9 @@ off for this model; rescore on the full path).
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
-from ..models.base import Backend, GenerationRequest, check_token_positions
+from ..models.base import Backend, GenerationRequest, ModelInfo, SentenceEncoding, check_token_positions
 from ..models.errors import BackendOutOfMemory, PrefixUnsupported
 from .cache import ResultCache, request_key
 from .generation import Generation
@@ -38,11 +38,25 @@ from .pace import DEFAULT_TARGET_S, Pace
 from .prefix_tree import PrefixTree, Segment, build_position_tree, build_tree
 from .store import EngineStats, ResultStore, halving
 
+if TYPE_CHECKING:
+    from ..parsing.letters import LetterRead
+    from .progress import ProgressTask
+
 __all__ = ["BackendOutOfMemory", "Engine", "EngineStats", "PrefixUnsupported"]
 
 #: Distinct requests scored per prefix tree: bounds the tree's memory and makes a crash lose at
 #: most one chunk (requests are sorted first, so chunks rarely cut a shared prefix).
 CHUNK_REQUESTS = 2048
+
+#: Distinct requests by key: (context ids, continuation ids), or (sequence ids, positions).
+_Pending = dict[bytes, tuple[tuple[int, ...], tuple[int, ...]]]
+#: Hands (query ids, their values) back to the requests waiting on them (``Engine._run_tree``).
+_Deliver = Callable[[list[int], list[float]], None]
+#: A flattened subtree or packed row: tokens, parent index per token, position per token and
+#: queries as (column, target, query id).
+_Flat = tuple[list[int], list[int], list[int], list[tuple[int, int, int]]]
+#: Takes (request indices, their values) of a batch of whole-sequence forwards (``Engine._full``).
+_Done = Callable[[list[int], list[list[float]]], None]
 
 
 class Engine:
@@ -77,7 +91,7 @@ class Engine:
         self._results: dict[bytes, list[float]] = {}
         self._weight: dict[bytes, float] = {}
         self.stats = EngineStats()
-        self.progress = None  # a ProgressTask while a category runs
+        self.progress: ProgressTask | None = None  # while a category runs
         # A server answers each call as its own scheduler sees fit (and concurrently): calls
         # are shaped for its prefix cache, not paced by this process's throughput.
         self.pace = Pace(0 if backend.order_by_prefix else forward_seconds)
@@ -89,7 +103,7 @@ class Engine:
 
     # -- what benchmarks read of the backend -----------------------------------------------------------
     @property
-    def info(self):
+    def info(self) -> ModelInfo:
         """The backend's ``ModelInfo`` (provenance)."""
         return self.backend.info
 
@@ -107,7 +121,7 @@ class Engine:
         """``user_message`` as one user turn through the chat template (None without one)."""
         return self.backend.chat_prompt(user_message)
 
-    def encode_sentence(self, text: str):
+    def encode_sentence(self, text: str) -> SentenceEncoding:
         """``text`` tokenized as the backend scores a whole sentence (``SentenceEncoding``)."""
         return self.backend.encode_sentence(text)
 
@@ -185,7 +199,7 @@ class Engine:
         encoded = [self.backend.encode_continuation(p, c) for p, c in requests]
         return self.loglikelihood_tokens(encoded, weights)
 
-    def letter_logprobs(self, prompts: Sequence[str], letters: Sequence[Sequence[str]]) -> list:
+    def letter_logprobs(self, prompts: Sequence[str], letters: Sequence[Sequence[str]]) -> list[LetterRead]:
         """Per chat prompt, the first answer token read over its option ``letters``
         (``parsing.letters.LetterRead``): exact in process, a chat API's top candidates on a
         server (``engine.letters``). Each prompt is one progress unit.
@@ -198,7 +212,9 @@ class Engine:
         self._require("letter_logprobs")
         return read_letters(self, prompts, letters)
 
-    def _strings_as_is(self, requests: Sequence[tuple[str, str]], weights) -> list[float]:
+    def _strings_as_is(
+        self, requests: Sequence[tuple[str, str]], weights: Sequence[float] | None
+    ) -> list[float]:
         """A backend that scores strings itself (a test double, a server without token ids):
         no token ids to key a cache on, so its own ``loglikelihood`` runs as is."""
         values = list(self.backend.loglikelihood(requests))
@@ -233,7 +249,7 @@ class Engine:
             {tuple(ctx) for ctx, cont in encoded if len(ctx) + len(cont) > m.max_length}
         )
         keys = [request_key(self.backend.cache_key, "ll", ctx, cont) for ctx, cont in encoded]
-        first = {}
+        first: dict[bytes, int] = {}
         for i, k in enumerate(keys):
             first.setdefault(k, i)
         todo = self._lookup(keys, first, weights)
@@ -268,7 +284,7 @@ class Engine:
             self.stats.computed += len(sequences)
             return values
         keys = [request_key(m.cache_key, "tlp", list(s), list(p)) for s, p in zip(sequences, positions)]
-        first = {}
+        first: dict[bytes, int] = {}
         for i, k in enumerate(keys):
             first.setdefault(k, i)
         todo = self._lookup(keys, first, weights)
@@ -327,7 +343,9 @@ class Engine:
 
     # -- dedupe, cache, progress ---------------------------------------------------------------------
 
-    def _lookup(self, keys: list[bytes], first: dict[bytes, int], weights) -> list[bytes]:
+    def _lookup(
+        self, keys: list[bytes], first: dict[bytes, int], weights: Sequence[float] | None
+    ) -> list[bytes]:
         """Count the requests, answer what the memo and cache hold; returns the keys to compute."""
         self.stats.requests += len(keys)
         self.stats.distinct += len(first)
@@ -342,17 +360,17 @@ class Engine:
         self._advance([k for k in first if k not in missing_set])
         return missing
 
-    def _advance(self, keys) -> None:
+    def _advance(self, keys: Iterable[bytes]) -> None:
         if self.progress is not None and self._weight:
             self.progress.advance(sum(self._weight.get(k, 0.0) for k in keys))
 
-    def _store(self, values: dict[bytes, list[float]], keys) -> None:
+    def _store(self, values: dict[bytes, list[float]], keys: Iterable[bytes]) -> None:
         self._results.update(values)
         self.scores.save(values)
         self._advance(keys)
 
     # -- log-likelihood execution ----------------------------------------------------------------------
-    def _compute_loglikelihood(self, pending: dict[bytes, tuple], keys: list[bytes]) -> None:
+    def _compute_loglikelihood(self, pending: _Pending, keys: list[bytes]) -> None:
         m = self.backend
         share = m.prefix_sharing and m.can_share
         fits = [k for k in keys if share and len(pending[k][0]) + len(pending[k][1]) <= m.max_length]
@@ -373,7 +391,8 @@ class Engine:
                 full += [k for k in fits[start:] if k not in self._results]
                 break
         if full:
-            seqs, positions = [], []
+            seqs: list[list[int]] = []
+            positions: list[Sequence[int]] = []
             for k in full:
                 ctx, cont = pending[k]
                 seq = list(ctx + cont)[-m.max_length :]
@@ -387,7 +406,7 @@ class Engine:
 
             self._full(seqs, positions, summed)
 
-    def _compute_positions(self, pending: dict[bytes, tuple], keys: list[bytes]) -> None:
+    def _compute_positions(self, pending: _Pending, keys: list[bytes]) -> None:
         """Per-token requests (sequence, positions) through the prefix tree where the backend
         can share prefixes (sentences that share a prefix feed it once, logits only at scored
         positions); otherwise, and for sliding-window models, one whole forward per sequence."""
@@ -457,10 +476,10 @@ class Engine:
             return
         roots = sorted(tree.roots, key=lambda s: -len(s.tokens))
         for batch in self._root_batches(roots):
-            self._run_level(None, 0, batch, deliver)
+            self._run_level(None, 0, [(-1, s) for s in batch], deliver)
 
     # -- packed trees (one row per subtree, tree attention) -------------------------------------------
-    def _run_packed(self, tree: PrefixTree, deliver: Callable) -> None:
+    def _run_packed(self, tree: PrefixTree, deliver: _Deliver) -> None:
         """Each root's subtree flattened (split where it exceeds the backend's
         ``packed_row_tokens``), and the subtrees packed together into rows of about that many
         tokens: every token attends to its ancestors only, so a row computes every prefix of
@@ -496,10 +515,10 @@ class Engine:
             left -= sum(len(f[0]) for f in flat[start : start + n])
             start += n
 
-    def _packed_batch(self, batch, deliver: Callable) -> None:
+    def _packed_batch(self, batch: list[_Flat], deliver: _Deliver) -> None:
         halving(lambda rows: self._packed_forward(rows, deliver), batch, self.stats)
 
-    def _packed_forward(self, batch, deliver: Callable) -> None:
+    def _packed_forward(self, batch: Sequence[_Flat], deliver: _Deliver) -> None:
         with self.pace.timed(len(batch) * max(len(t) for t, _, _, _ in batch)):
             vals = self.backend.forward_packed(
                 [(t, p, d, [(c, tg) for c, tg, _ in q]) for t, p, d, q in batch]
@@ -508,7 +527,7 @@ class Engine:
         self.stats.tokens_forwarded += sum(len(t) for t, _, _, _ in batch)
         deliver([qid for _, _, _, q in batch for _, _, qid in q], [v for row in vals for v in row])
 
-    def _root_batches(self, roots: list[Segment]):
+    def _root_batches(self, roots: list[Segment]) -> Iterator[list[Segment]]:
         m = self.backend
         positions = max(1, m.logits_budget // m.vocab_size)
         start = 0
@@ -526,14 +545,16 @@ class Engine:
             yield roots[start : start + n]
             start += n
 
-    def _child_batches(self, children: list[tuple[int, Segment]], width: int):
+    def _child_batches(
+        self, children: list[tuple[int, Segment]], width: int
+    ) -> Iterator[list[tuple[int, Segment]]]:
         """Children (parent row, segment), longest first, cut where the token budget (copied
         state + inputs) or the logits budget is reached or where the segment length halves
         (padding a batch to its longest row would multiply the work of short ones)."""
         m = self.backend
         positions = max(1, m.logits_budget // m.vocab_size)
         children = sorted(children, key=lambda c: -len(c[1].tokens))
-        cur: list = []
+        cur: list[tuple[int, Segment]] = []
         n = 0
         for row, seg in children:
             k = len(seg.tokens)
@@ -550,11 +571,16 @@ class Engine:
         if cur:
             yield cur
 
-    def _run_level(self, state, width: int, batch, deliver: Callable) -> None:
-        """Forward ``batch`` (root segments, or (parent row, segment) pairs continuing ``state``
-        of padded width ``width``), deliver its queries, then recurse into its children."""
+    def _run_level(
+        self, state: object, width: int, batch: Sequence[tuple[int, Segment]], deliver: _Deliver
+    ) -> None:
+        """Forward ``batch`` ((parent row, segment) pairs continuing ``state`` of padded width
+        ``width``; roots, with no state, under row -1), deliver its queries, then recurse into
+        its children."""
 
-        def children(ran) -> None:  # after the forward, outside its out-of-memory retry
+        def children(
+            ran: tuple[object, list[Segment]],
+        ) -> None:  # after the forward, outside its out-of-memory retry
             new_state, segs = ran
             new_width = width + max(len(s.tokens) for s in segs)
             below = [(row, c) for row, s in enumerate(segs) for c in s.children]
@@ -565,11 +591,11 @@ class Engine:
             lambda part: self._level_forward(state, part, deliver), list(batch), self.stats, then=children
         )
 
-    def _level_forward(self, state, batch, deliver: Callable):
-        if state is None:
-            rows, segs = None, list(batch)
-        else:
-            rows, segs = [r for r, _ in batch], [s for _, s in batch]
+    def _level_forward(
+        self, state: object, batch: Sequence[tuple[int, Segment]], deliver: _Deliver
+    ) -> tuple[object, list[Segment]]:
+        rows = None if state is None else [r for r, _ in batch]
+        segs = [s for _, s in batch]
         new_state, vals = self.backend.forward_segments(
             state, rows, [s.tokens for s in segs], [[(o, t) for o, t, _ in s.queries] for s in segs]
         )
@@ -579,7 +605,7 @@ class Engine:
         return new_state, segs
 
     # -- full-sequence path ----------------------------------------------------------------------------
-    def _full(self, seqs: list[list[int]], positions, done: Callable[[list[int], list], None]) -> None:
+    def _full(self, seqs: list[list[int]], positions: Sequence[Sequence[int]], done: _Done) -> None:
         """``forward_full`` over batches bounded by ``batch_size`` and the logits budget, longest
         first (similar lengths waste little padding; a too-large batch fails at once), handing
         each batch's values to ``done(indices, values)`` as it comes back, so its results reach
@@ -614,10 +640,14 @@ class Engine:
             self._full_batch(seqs, positions, idx, done)
             start += len(idx)
 
-    def _full_batch(self, seqs, positions, idx: list[int], done) -> None:
+    def _full_batch(
+        self, seqs: list[list[int]], positions: Sequence[Sequence[int]], idx: list[int], done: _Done
+    ) -> None:
         halving(lambda part: self._full_forward(seqs, positions, part, done), idx, self.stats)
 
-    def _full_forward(self, seqs, positions, idx, done) -> None:
+    def _full_forward(
+        self, seqs: list[list[int]], positions: Sequence[Sequence[int]], idx: Sequence[int], done: _Done
+    ) -> None:
         with self.pace.timed(len(idx) * max(len(seqs[i]) for i in idx)):
             values = self.backend.forward_full([seqs[i] for i in idx], [positions[i] for i in idx])
         self.stats.forwards += 1
@@ -625,7 +655,7 @@ class Engine:
         done(list(idx), values)
 
 
-def narrow_tail(m: Backend, bins: list[list], budget: int) -> list | None:
+def narrow_tail(m: Backend, bins: list[list[_Flat]], budget: int) -> list[_Flat] | None:
     """The last rows of a tree as one forward of narrower rows, or None when that saves
     nothing. Rows are padded to the batch's longest, so a full row beside a nearly empty one
     (the end of every small call: a sequential round, a small category) costs two full rows;
@@ -672,7 +702,7 @@ def _split(seg: Segment, budget: int) -> list[Segment]:
     return [Segment(seg.tokens, seg.depth, seg.queries if i == 0 else [], g) for i, g in enumerate(groups)]
 
 
-def _flatten(root: Segment):
+def _flatten(root: Segment) -> _Flat:
     """(tokens, parent index per token (-1: none), position per token, queries as (column,
     target, query id)) of ``root``'s subtree in depth-first order."""
     tokens: list[int] = []
@@ -693,10 +723,10 @@ def _flatten(root: Segment):
     return tokens, parents, positions, queries
 
 
-def _bins(flat: list, cap: int) -> list[list]:
+def _bins(flat: list[_Flat], cap: int) -> list[list[_Flat]]:
     """Flattened subtrees (longest first) in rows of at most ``cap`` tokens, first fit (a subtree
     longer than ``cap`` keeps a row of its own)."""
-    bins: list[list] = []
+    bins: list[list[_Flat]] = []
     room: list[int] = []
     for f in flat:
         size = len(f[0])
@@ -711,11 +741,11 @@ def _bins(flat: list, cap: int) -> list[list]:
     return bins
 
 
-def _size(parts: list) -> int:
+def _size(parts: list[_Flat]) -> int:
     return sum(len(p[0]) for p in parts)
 
 
-def _merge(parts: list):
+def _merge(parts: list[_Flat]) -> _Flat:
     """One row of flattened subtrees: each keeps its own positions and parent links, offset by
     where it starts, so no token of one subtree sees another; query columns move with it."""
     if len(parts) == 1:

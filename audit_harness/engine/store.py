@@ -11,6 +11,7 @@ from ..models.errors import BackendOutOfMemory
 from .cache import ResultCache
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -90,10 +91,10 @@ class ResultStore:
 
 
 def halving(
-    run: Callable[[Sequence[T]], object],
+    run: Callable[[Sequence[T]], R],
     batch: Sequence[T],
     stats: EngineStats,
-    then: Callable[[object], None] | None = None,
+    then: Callable[[R], None] | None = None,
 ) -> None:
     """``run(batch)``; on ``BackendOutOfMemory`` run each half, recursively, counting the
     retries in ``stats.oom_retries``. ``then(result)`` follows each successful run, outside the

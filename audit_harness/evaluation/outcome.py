@@ -41,7 +41,7 @@ class CategoryOutcome:
     examples: list[dict[str, Any]] = field(default_factory=list)
     #: ``--backend replay``: ``{"predicted", "available", "predictions"}``, the items the saved
     #: outputs answer of those the category holds; None for a live run.
-    coverage: dict[str, Any] | None = None
+    coverage: dict[str, int | str] | None = None
     #: Generate mode: every metric as the other parsing profile reads the outputs (in the results
     #: file ``{"answer_parsing": the other profile, "metrics": {name: metric dict}}``); None when
     #: nothing is parsed.
@@ -60,7 +60,9 @@ class CategoryOutcome:
         return doc
 
     @classmethod
-    def of(cls, benchmark: str, category: str, ev: CategoryEvaluation, records_path: str, seconds: float):
+    def of(
+        cls, benchmark: str, category: str, ev: CategoryEvaluation, records_path: str, seconds: float
+    ) -> CategoryOutcome:
         """The outcome of an evaluation whose records are at ``records_path`` (relative to the
         run folder; empty for a plan, which writes none)."""
         data = ev.data

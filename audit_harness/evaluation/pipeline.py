@@ -11,12 +11,16 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from bias_metrics.result import MetricResult
 
-from ..benchmarks.base import Benchmark, CategoryData, MetricSettings, Record
+from ..benchmarks.base import Benchmark, CategoryData, Item, MetricSettings, Record
 from ..errors import ModelError
 from ..gates import Gate
-from .sources import Coverage, ItemSource
+from .sources import Coverage, ItemSource, Selection
 
 if TYPE_CHECKING:
+    from ..engine.executor import Engine
+    from ..engine.progress import Progress
+    from ..models.base import Backend
+    from ..planning import PlanMeter
     from ..sequential import CategoryPlan
 
 
@@ -37,13 +41,13 @@ class Scoring:
             category is counted and nothing is computed from them; None in a run.
     """
 
-    engine: Any
+    engine: Engine
     settings: MetricSettings
-    records: dict[tuple[str, str], Record] = field(default_factory=dict)
-    progress: Any = None
+    records: dict[tuple[str, str], Record]
+    progress: Progress
     gates: Mapping[tuple[str, str], Sequence[Gate]] | None = None
     sequential: bool = False
-    meter: Any = None
+    meter: PlanMeter | None = None
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class ParseSensitivity:
     answer_parsing: str
     metrics: dict[str, MetricResult]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "answer_parsing": self.answer_parsing,
             "metrics": {k: v.to_dict() for k, v in self.metrics.items()},
@@ -90,7 +94,7 @@ class CategoryEvaluation:
     plan: dict[str, Any] | None = None
 
 
-def check_capabilities(model, bench: Benchmark) -> None:
+def check_capabilities(model: Backend, bench: Benchmark) -> None:
     """Raise ModelError when ``model`` cannot compute what ``bench`` needs (or, a server whose
     log-probabilities failed the alignment check, cannot be trusted with it)."""
     model.require_scores(bench.requires)
@@ -144,7 +148,13 @@ def evaluate_category(
     return evaluation
 
 
-def _measure(evaluation: CategoryEvaluation, bench: Benchmark, settings, selection, plan) -> None:
+def _measure(
+    evaluation: CategoryEvaluation,
+    bench: Benchmark,
+    settings: MetricSettings,
+    selection: Selection,
+    plan: CategoryPlan | None,
+) -> None:
     """Fill in an evaluation of scored records: metrics, parse sensitivity, exclusions, examples."""
     records = evaluation.records
     evaluation.metrics = bench.metrics(records, settings)
@@ -160,7 +170,7 @@ def _measure(evaluation: CategoryEvaluation, bench: Benchmark, settings, selecti
     evaluation.sequential = plan
 
 
-def _score(scoring: Scoring, bench: Benchmark, items: Sequence[Any]) -> None:
+def _score(scoring: Scoring, bench: Benchmark, items: Sequence[Item]) -> None:
     """Score the ``items`` not scored yet in this process and keep their records."""
     todo = [it for it in items if (bench.name, it.item_id) not in scoring.records]
     if todo:
@@ -168,7 +178,9 @@ def _score(scoring: Scoring, bench: Benchmark, items: Sequence[Any]) -> None:
             scoring.records[(bench.name, record.item_id)] = record
 
 
-def sequential_plan(scoring: Scoring, bench: Benchmark, category: str, items: Sequence[Any]):
+def sequential_plan(
+    scoring: Scoring, bench: Benchmark, category: str, items: Sequence[Item]
+) -> CategoryPlan | None:
     """The category's ``sequential.CategoryPlan``, or None when no gate of it is sequential."""
     if not scoring.gates:
         return None
@@ -178,10 +190,15 @@ def sequential_plan(scoring: Scoring, bench: Benchmark, category: str, items: Se
     # Every gate of the run that may be decided sequentially (a few may turn out fixed-n:
     # counting them too only makes a PASS more demanding).
     family = sum(1 for gs in scoring.gates.values() for g in gs if scoring.sequential or g.sequential)
-    return CategoryPlan.for_category(bench, gates, items, scoring.sequential, family=family)
+    plan: CategoryPlan | None = CategoryPlan.for_category(
+        bench, gates, items, scoring.sequential, family=family
+    )
+    return plan
 
 
-def _score_in_rounds(scoring: Scoring, bench: Benchmark, category: str, items, plan) -> list[Any]:
+def _score_in_rounds(
+    scoring: Scoring, bench: Benchmark, category: str, items: Sequence[Item], plan: CategoryPlan
+) -> list[Item]:
     """Score ``items`` in the plan's balanced rounds until every sequential gate is decided
     or the items run out; returns the items scored, in the order scored (the rounds are
     seeded, ``sequential.build_rounds``: that order can be rebuilt from the seed, so the
@@ -191,7 +208,7 @@ def _score_in_rounds(scoring: Scoring, bench: Benchmark, category: str, items, p
     # Each round needs only the metrics' values and n (the rule's min_n and defined checks);
     # the bootstrap intervals are computed once, on the items finally scored.
     quick = dataclasses.replace(scoring.settings, n_resamples=0)
-    scored: list[Any] = []
+    scored: list[Item] = []
     salt = f"{bench.name}/{category}"
     for batch in build_rounds(items, bench.balance_key, scoring.settings.seed, salt, plan.size):
         _score(scoring, bench, batch)

@@ -6,10 +6,13 @@ a selection in seeded, balanced rounds (``pipeline``)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
-from ..benchmarks.base import Benchmark, CategoryData
+from ..benchmarks.base import Benchmark, CategoryData, Item
 from ..errors import MissingDataError
+
+if TYPE_CHECKING:
+    from ..predictions import JoinedPredictions
 
 
 @dataclass(frozen=True)
@@ -21,7 +24,7 @@ class Coverage:
     #: the predictions file.
     predictions: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, int | str]:
         return asdict(self)
 
 
@@ -37,7 +40,7 @@ class Selection:
             the predictions file that name an item the loader leaves out).
     """
 
-    items: Sequence[Any]
+    items: Sequence[Item]
     coverage: Coverage | None = None
     excluded: dict[str, list[str]] = field(default_factory=dict)
 
@@ -78,7 +81,7 @@ class ReplayedItems:
     """The items a predictions file answers (``predictions.JoinedPredictions``), in the data's
     order."""
 
-    joined: Any
+    joined: JoinedPredictions
 
     def select(self, bench: Benchmark, benchmark: str, category: str, data: CategoryData) -> Selection:
         joined = self.joined

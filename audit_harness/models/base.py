@@ -24,6 +24,11 @@ GENERATE = "generate"
 LETTER_LOGPROBS = "letter_logprobs"
 
 
+#: One row of packed prefix trees (``Backend.forward_packed``): tokens, parent index per token
+#: (-1: none), position id per token, and the queries as (column, target).
+PackedRow = tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[tuple[int, int]]]
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """What a results file records about the model.
@@ -48,9 +53,9 @@ class ModelInfo:
     device: str
     n_parameters: int
     kind: str = "causal"
-    server: dict | None = None
+    server: dict[str, object] | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -308,7 +313,7 @@ class Backend:
         """
         raise self._unsupported("token ids")
 
-    def forward_full(self, seqs: list[list[int]], positions) -> list[list[float]]:
+    def forward_full(self, seqs: list[list[int]], positions: Sequence[Sequence[int]]) -> list[list[float]]:
         """One forward over whole sequences: log P(ids[p] | ids[:p]) at each sequence's
         ``positions`` (``runs_forwards``).
 
@@ -317,15 +322,19 @@ class Backend:
         """
         raise self._unsupported("per-token log-probabilities")
 
-    def forward_packed(self, rows) -> list[list[float]]:
+    def forward_packed(self, rows: Sequence[PackedRow]) -> list[list[float]]:
         """One forward of prefix trees flattened into rows (tokens, parent index per token,
         position per token, queries as (column, target)) with tree attention; per row the
         log-probability of each query's target (``can_pack``)."""
         raise self._unsupported("packed forwards")
 
     def forward_segments(
-        self, state, parent_rows, segments: list[list[int]], queries: list[list[tuple[int, int]]]
-    ):
+        self,
+        state: object,
+        parent_rows: Sequence[int] | None,
+        segments: list[list[int]],
+        queries: list[list[tuple[int, int]]],
+    ) -> tuple[object, list[list[float]]]:
         """One forward of token segments, each continuing row ``parent_rows[i]`` of ``state``
         (None: from scratch): (the new state, per segment the log-probability of each query's
         target after ``segment[:offset + 1]``) (``can_share``).
@@ -373,7 +382,7 @@ class Backend:
         """
         raise self._unsupported("a chat API's first-token log-probabilities")
 
-    def letter_read_info(self) -> dict | None:
+    def letter_read_info(self) -> dict[str, object] | None:
         """How letter log-probs are read from this model, for the results (API reads: the
         endpoint's model name and the ``top_logprobs`` used); None in process (exact)."""
         return None

@@ -156,9 +156,10 @@ class OpenAIServerModel(Backend):
         read when the run's results are written, so they hold the whole run's counts) and a
         line for each endpoint taken out (``pool.endpoint_notices``)."""
         server = dict(self._info.server or {})
-        server["endpoints"] = self.pool.accounting()
+        endpoints = self.pool.accounting()
+        server["endpoints"] = endpoints
         server["pool"] = self.pool.summary()
-        server["notices"] = endpoint_notices(server["endpoints"])
+        server["notices"] = endpoint_notices(endpoints)
         return dataclasses.replace(self._info, server=server)
 
     @property
