@@ -15,12 +15,19 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from .errors import ConfigError, ModelError
 from .option_spec import Option
 from .option_values import ROWS, AuditOptions
 from .option_values import base_urls as base_urls  # the --base-url reader, where it was
+
+if TYPE_CHECKING:
+    from .models.plan import PlanEmbedder
+
+
+def _unprepared(benchmark: str, category: str) -> object:
+    raise ModelError(f"{benchmark}/{category}: the backend was not prepared (BackendSpec.prepare)")
 
 
 class BackendSpec:
@@ -179,7 +186,8 @@ class ReplaySpec(BackendSpec):
         super().__init__(options)
         self._joined: dict[str, Any] = {}
         self._benchmarks: dict = {}
-        self._load_data: Callable | None = None
+        # Set by ``prepare``, which the session calls before any benchmark is joined.
+        self._load_data: Callable = _unprepared
 
     @staticmethod
     def check_flags(options: AuditOptions) -> None:
@@ -240,14 +248,14 @@ class ReplaySpec(BackendSpec):
         if benchmark not in self._joined:
             from .predictions import join_predictions
 
-            b = self.options.backend
+            path, field = self.saved()
             load = self._load_data
             self._joined[benchmark] = join_predictions(
                 self._benchmarks[benchmark].for_saved_outputs(),
-                b.predictions,
-                b.prediction_field,
+                path,
+                field,
                 lambda category: load(benchmark, category),
-                b.index_base,
+                self.options.backend.index_base,
             )
         return self._joined[benchmark]
 
@@ -258,7 +266,7 @@ class ReplaySpec(BackendSpec):
         if self.benchmark is None:
             raise ModelError("--backend replay: no benchmark selected to replay")
         joined = self.joined(self.benchmark)
-        path, field = self.options.backend.predictions, self.options.backend.prediction_field
+        path, field = self.saved()
         return ReplayModel(
             joined.outputs,
             ModelInfo(
@@ -278,7 +286,18 @@ class ReplaySpec(BackendSpec):
         return ReplayedItems(self.joined(benchmark))
 
     def run_label(self) -> str:
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", f"replay-{Path(self.options.backend.predictions).stem}")
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", f"replay-{Path(self.saved()[0]).stem}")
+
+    def saved(self) -> tuple[str, str]:
+        """``--predictions`` and ``--prediction-field``.
+
+        Raises:
+            ConfigError: one is missing (``check_flags`` refuses that at start-up).
+        """
+        b = self.options.backend
+        if b.predictions is None or b.prediction_field is None:
+            raise ConfigError("--backend replay needs --predictions and --prediction-field")
+        return b.predictions, b.prediction_field
 
 
 class PlanSpec(HFSpec):
@@ -289,7 +308,7 @@ class PlanSpec(HFSpec):
 
     def __init__(self, options: AuditOptions):
         super().__init__(options)
-        self.embedder = None
+        self.embedder: PlanEmbedder | None = None
 
     @staticmethod
     def check_flags(options: AuditOptions) -> None:

@@ -39,25 +39,25 @@ def check_confidence(value: Any, name: str, example: str = "", shown: str | None
         raise ConfigError(f"{name} {problem}{example}, got {value if shown is None else shown}")
 
 
-def at_least(low: float, unit: str = "") -> Callable[[Any], str | None]:
+def at_least(low: float, unit: str = "") -> Callable[[float | None], str | None]:
     """An ``Option.check``: the value, when given (not None), is ``>= low``."""
 
-    def check(value: Any) -> str | None:
+    def check(value: float | None) -> str | None:
         return None if value is None or value >= low else f"must be >= {low}{unit}, got {value}"
 
     return check
 
 
-def above(low: float, unit: str = "") -> Callable[[Any], str | None]:
+def above(low: float, unit: str = "") -> Callable[[float | None], str | None]:
     """An ``Option.check``: the value, when given (not None), is ``> low`` (``unit`` follows it)."""
 
-    def check(value: Any) -> str | None:
+    def check(value: float | None) -> str | None:
         return None if value is None or value > low else f"must be > {low}{unit}, got {value}"
 
     return check
 
 
-def a_confidence(value: Any) -> str | None:
+def a_confidence(value: object) -> str | None:
     """An ``Option.check``: ``value`` is a confidence level (``confidence_problem``)."""
     problem = confidence_problem(value)
     return f"{problem}, got {value}" if problem else None

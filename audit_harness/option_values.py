@@ -16,15 +16,15 @@ import operator
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .errors import ConfigError
 from .option_spec import Option, a_confidence, above, at_least
 
-_UNSET: Any = object()
+_UNSET = object()
 
 
-def option(flag: str, help: str = "", *, value: Any = _UNSET, recorded: str = "", **row: Any) -> Any:
+def option(flag: str, help: str = "", *, value: object = _UNSET, recorded: str = "", **row: Any) -> Any:
     """A field declared by its ``Option`` row (``flag``, ``help`` and the ``row`` keywords).
 
     Args:
@@ -38,7 +38,7 @@ def option(flag: str, help: str = "", *, value: Any = _UNSET, recorded: str = ""
     return field(default=value, metadata={"option": opt, "recorded": recorded})
 
 
-def base_urls(values) -> tuple[str, ...] | None:
+def base_urls(values: Sequence[str] | None) -> tuple[str, ...] | None:
     """The ``--base-url`` values with each ``@FILE`` replaced by the file's URLs (one a line;
     blank lines and ``#`` comments skipped); None when there are none.
 
@@ -63,13 +63,13 @@ def base_urls(values) -> tuple[str, ...] | None:
     return tuple(urls) or None
 
 
-def _given_urls(values) -> tuple[str, ...] | None:
+def _given_urls(values: Sequence[str] | None) -> tuple[str, ...] | None:
     """``--base-url``'s values, else ``AUDIT_BASE_URL``'s (URLs separated by spaces or commas: a
     URL holds ``:``, so not ``os.pathsep``), each ``@FILE`` read (``base_urls``)."""
     return base_urls(values or os.environ.get("AUDIT_BASE_URL", "").replace(",", " ").split())
 
 
-def _paths(values) -> tuple[str, ...]:
+def _paths(values: Sequence[str] | None) -> tuple[str, ...]:
     """A repeated flag's values, each once, in order."""
     return tuple(dict.fromkeys(values or ()))
 
@@ -405,11 +405,11 @@ class AuditOptions:
             confidence=self.metrics.confidence, n_resamples=self.metrics.n_resamples, seed=self.seed
         )
 
-    def value(self, opt: Option) -> Any:
+    def value(self, opt: Option) -> object:
         """The value of row ``opt`` (of ``ROWS``)."""
         return getattr(getattr(self, opt.group) if opt.group else self, opt.field)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Every field of every group in one flat mapping, each under its recorded name (the
         backend's ``name`` as ``backend``), as results.json and plan.json record them."""
         return _flat(self)
@@ -431,8 +431,8 @@ GROUPS: dict[str, type] = {
 }
 
 
-def _flat(values: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _flat(values: AuditOptions | BackendOptions | MetricOptions | OutputOptions) -> dict[str, object]:
+    out: dict[str, object] = {}
     for f in dataclasses.fields(values):
         value = getattr(values, f.name)
         if f.name in GROUPS:
@@ -471,7 +471,7 @@ def _homes() -> dict[str, str]:
 _HOME = _homes()
 
 
-def read_options(get: Callable[[str], Any], **given: Any) -> AuditOptions:
+def read_options(get: Callable[[str], object], **given: object) -> AuditOptions:
     """``AuditOptions`` read from ``get`` (``pytest.Config.getoption``: each row's value under its
     ``dest``, flags already merged with environment defaults), each parsed by its row's
     ``parse``; ``given``: fields set as they are (those no flag gives, such as

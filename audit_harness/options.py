@@ -100,14 +100,14 @@ def add_suite_options(g) -> None:
         register(g, opt, default_of(opt))
 
 
-def benchmark_options(benchmarks: Mapping[str, Any]) -> dict[str, Any]:
+def benchmark_options(benchmarks: Mapping[str, Any]) -> dict[str, Option]:
     """``{flag: Option}`` of every benchmark's declared options, each flag once (several
     benchmarks may declare the same option object).
 
     Raises:
         ValueError: two benchmarks declare one flag with different meanings (help or choices).
     """
-    seen: dict[str, Any] = {}
+    seen: dict[str, Option] = {}
     for bench in benchmarks.values():
         for opt in bench.cli_options:
             other = seen.setdefault(opt.flag, opt)
