@@ -403,7 +403,7 @@ def backend_help() -> str:
     return "; ".join(f"{name}: {spec.summary}" for name, spec in REGISTRY.items()) + " (env AUDIT_BACKEND)"
 
 
-def _backend_rows() -> tuple[Option, ...]:
+def backend_rows() -> tuple[Option, ...]:
     """The backend group's rows (``option_values.BackendOptions``), ``--backend``'s help and
     choices filled from ``REGISTRY``."""
     rows = [opt for opt in ROWS if opt.group == "backend"]
@@ -415,7 +415,7 @@ def _backend_rows() -> tuple[Option, ...]:
 
 #: The backend flags, each declared once (a field of ``option_values.BackendOptions``), in
 #: ``--help``'s order.
-OPTIONS = _backend_rows()
+OPTIONS = backend_rows()
 
 
 def add_options(group) -> None:

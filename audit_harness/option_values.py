@@ -442,7 +442,7 @@ def _flat(values: AuditOptions | BackendOptions | MetricOptions | OutputOptions)
     return out
 
 
-def _rows() -> tuple[Option, ...]:
+def rows() -> tuple[Option, ...]:
     """Every field's row, naming its group, field and recorded name (its ``key``)."""
     rows = []
     for group, cls in GROUPS.items():
@@ -454,10 +454,10 @@ def _rows() -> tuple[Option, ...]:
 
 
 #: Every option of the run, declared once, in ``--help``'s order within its group.
-ROWS = _rows()
+ROWS = rows()
 
 
-def _homes() -> dict[str, str]:
+def field_groups() -> dict[str, str]:
     """The group holding each field: a field's name is its name in ``to_dict``'s flat mapping
     (and ``read_options``'s ``given``), so it is one group's only."""
     homes: dict[str, str] = {}
@@ -468,7 +468,7 @@ def _homes() -> dict[str, str]:
     return homes
 
 
-_HOME = _homes()
+HOME = field_groups()
 
 
 def read_options(get: Callable[[str], object], **given: object) -> AuditOptions:
@@ -482,6 +482,6 @@ def read_options(get: Callable[[str], object], **given: object) -> AuditOptions:
             value = get(opt.dest)
             values[opt.group][opt.field] = opt.parse(value) if opt.parse is not None else value
     for name, value in given.items():
-        values[_HOME[name]][name] = value
+        values[HOME[name]][name] = value
     groups = {group: cls(**values[group]) for group, cls in GROUPS.items() if group}
     return AuditOptions(**values[""], **groups)
