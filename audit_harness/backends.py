@@ -4,69 +4,30 @@
 ``bias-audit score`` is this backend); ``--plan`` swaps ``hf`` for its planning twin
 (``models/plan.py``: tokenizer and config, no weights). Each is a ``BackendSpec``: its options'
 checks, how it is opened, and what the run asks of it (its engine, its item source, whether its
-scores are placeholders); ``spec_for`` picks the run's. Also the backend options' flags.
+scores are placeholders); ``spec_for`` picks the run's. Also the backend options' flags (each a
+field of ``option_values.BackendOptions``), registered with ``--backend``'s choices.
 
-A new backend is its module under ``models/`` and an entry here."""
+A new backend is its module under ``models/``, an entry here, and a field of
+``BackendOptions`` per flag of its own."""
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import re
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from .errors import ConfigError, ModelError
 from .option_spec import Option
+from .option_values import ROWS, AuditOptions
+from .option_values import base_urls as base_urls  # the --base-url reader, where it was
+
+if TYPE_CHECKING:
+    from .models.plan import PlanEmbedder
 
 
-def options_from_config(config) -> dict[str, Any]:
-    """The fields of ``AuditOptions.backend`` (``audit_options.BackendOptions``) in a pytest config."""
-    get = config.getoption
-    return dict(
-        name=get("audit_backend"),
-        device=get("audit_device"),
-        dtype=get("audit_dtype"),
-        batch_size=get("audit_batch_size"),
-        base_url=base_urls(
-            get("audit_base_url") or os.environ.get("AUDIT_BASE_URL", "").replace(",", " ").split()
-        ),
-        api_key_env=get("audit_api_key_env"),
-        tokenizer=get("audit_tokenizer"),
-        max_concurrency=get("audit_max_concurrency"),
-        request_timeout=get("audit_request_timeout"),
-        max_retries=get("audit_max_retries"),
-        predictions=get("audit_predictions"),
-        prediction_field=get("audit_prediction_field"),
-        index_base=get("audit_index_base"),
-        allow_partial=get("audit_allow_partial"),
-        plan=get("audit_plan"),
-        plan_params=get("audit_plan_params"),
-    )
-
-
-def base_urls(values) -> tuple[str, ...] | None:
-    """The ``--base-url`` values with each ``@FILE`` replaced by the file's URLs (one a line;
-    blank lines and ``#`` comments skipped); None when there are none.
-
-    Raises:
-        ConfigError: the file cannot be read or lists no URL.
-    """
-    urls: list[str] = []
-    for value in values or ():
-        if not value.startswith("@"):
-            urls.append(value)
-            continue
-        path = Path(value[1:]).expanduser()
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"--base-url {value}: cannot read {path} ({e})") from None
-        listed = [line.split("#", 1)[0].strip() for line in lines]
-        listed = [u for u in listed if u]
-        if not listed:
-            raise ConfigError(f"--base-url {value}: {path} lists no URL")
-        urls += listed
-    return tuple(urls) or None
+def _unprepared(benchmark: str, category: str) -> object:
+    raise ModelError(f"{benchmark}/{category}: the backend was not prepared (BackendSpec.prepare)")
 
 
 class BackendSpec:
@@ -89,12 +50,12 @@ class BackendSpec:
     in_process: ClassVar[bool] = False
     placeholder_scores: ClassVar[bool] = False
 
-    def __init__(self, options):
+    def __init__(self, options: AuditOptions):
         self.options = options
         self.benchmark: str | None = None
 
     @staticmethod
-    def check_flags(options) -> None:
+    def check_flags(options: AuditOptions) -> None:
         """Raise ConfigError on a backend flag this backend does not take or lacks (default:
         no ``--base-url``, no replay flag)."""
         _refuse_base_url(options)
@@ -220,14 +181,14 @@ class OpenAISpec(BackendSpec):
     summary = "score and generate through an OpenAI-compatible server at --base-url (vLLM, SGLang, TGI)"
 
     @staticmethod
-    def check_flags(options) -> None:
+    def check_flags(options: AuditOptions) -> None:
         if not options.backend.base_url:
             raise ConfigError(
                 "--backend openai needs --base-url (the server's API root, e.g. http://127.0.0.1:8000/v1)"
             )
         _refuse_replay_flags(options)
 
-    def __init__(self, options):
+    def __init__(self, options: AuditOptions):
         super().__init__(options)
         self._benchmarks: dict = {}
         self._opened = None  # the model opened by the start-up probe, handed to ``open``
@@ -308,14 +269,15 @@ class ReplaySpec(BackendSpec):
     name = "replay"
     summary = "answer from the saved outputs of --predictions"
 
-    def __init__(self, options):
+    def __init__(self, options: AuditOptions):
         super().__init__(options)
         self._joined: dict[str, Any] = {}
         self._benchmarks: dict = {}
-        self._load_data: Callable | None = None
+        # Set by ``prepare``, which the session calls before any benchmark is joined.
+        self._load_data: Callable = _unprepared
 
     @staticmethod
-    def check_flags(options) -> None:
+    def check_flags(options: AuditOptions) -> None:
         _refuse_base_url(options)
         b = options.backend
         missing = [
@@ -373,14 +335,14 @@ class ReplaySpec(BackendSpec):
         if benchmark not in self._joined:
             from .predictions import join_predictions
 
-            b = self.options.backend
+            path, field = self.saved()
             load = self._load_data
             self._joined[benchmark] = join_predictions(
                 self._benchmarks[benchmark].for_saved_outputs(),
-                b.predictions,
-                b.prediction_field,
+                path,
+                field,
                 lambda category: load(benchmark, category),
-                b.index_base,
+                self.options.backend.index_base,
             )
         return self._joined[benchmark]
 
@@ -401,7 +363,7 @@ class ReplaySpec(BackendSpec):
         if self.benchmark is None:
             raise ModelError("--backend replay: no benchmark selected to replay")
         joined = self.joined(self.benchmark)
-        path, field = self.options.backend.predictions, self.options.backend.prediction_field
+        path, field = self.saved()
         return ReplayModel(
             joined.outputs,
             ModelInfo(
@@ -421,7 +383,18 @@ class ReplaySpec(BackendSpec):
         return ReplayedItems(self.joined(benchmark))
 
     def run_label(self) -> str:
-        return _path_safe(f"replay-{Path(self.options.backend.predictions).stem}")
+        return _path_safe(f"replay-{Path(self.saved()[0]).stem}")
+
+    def saved(self) -> tuple[str, str]:
+        """``--predictions`` and ``--prediction-field``.
+
+        Raises:
+            ConfigError: one is missing (``check_flags`` refuses that at start-up).
+        """
+        b = self.options.backend
+        if b.predictions is None or b.prediction_field is None:
+            raise ConfigError("--backend replay needs --predictions and --prediction-field")
+        return b.predictions, b.prediction_field
 
 
 class PlanSpec(HFSpec):
@@ -430,12 +403,12 @@ class PlanSpec(HFSpec):
 
     placeholder_scores = True
 
-    def __init__(self, options):
+    def __init__(self, options: AuditOptions):
         super().__init__(options)
-        self.embedder = None
+        self.embedder: PlanEmbedder | None = None
 
     @staticmethod
-    def check_flags(options) -> None:
+    def check_flags(options: AuditOptions) -> None:
         """``--plan`` and ``--plan-params`` (checked whatever the backend)."""
         b = options.backend
         if b.plan and b.name != "hf":
@@ -482,7 +455,7 @@ REGISTRY: dict[str, type[BackendSpec]] = {spec.name: spec for spec in (HFSpec, O
 BACKENDS = tuple(REGISTRY)
 
 
-def spec_for(options) -> BackendSpec:
+def spec_for(options: AuditOptions) -> BackendSpec:
     """The run's backend: ``--backend``'s, or with ``--plan`` the planning twin of ``hf``."""
     if options.backend.plan:
         return PlanSpec(options)
@@ -527,26 +500,21 @@ def check_capabilities(
     )
 
 
-def validate(options) -> None:
-    """Raise ConfigError on a backend option that cannot work, naming the flag."""
+def validate(options: AuditOptions) -> None:
+    """Raise ConfigError on a backend option that cannot work, naming the flag (the ranges of
+    its values: ``AuditOptions.check``)."""
     b = options.backend
     if b.name not in REGISTRY:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {b.name!r}")
     REGISTRY[b.name].check_flags(options)
     PlanSpec.check_flags(options)
-    if b.max_concurrency < 1:
-        raise ConfigError(f"--max-concurrency must be >= 1, got {b.max_concurrency}")
-    if b.request_timeout <= 0:
-        raise ConfigError(f"--request-timeout must be > 0 seconds, got {b.request_timeout}")
-    if b.max_retries < 0:
-        raise ConfigError(f"--max-retries must be >= 0, got {b.max_retries}")
 
 
 def _path_safe(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", label)
 
 
-def _refuse_base_url(options) -> None:
+def _refuse_base_url(options: AuditOptions) -> None:
     if options.backend.base_url:
         from .redact import redact_text
 
@@ -554,7 +522,7 @@ def _refuse_base_url(options) -> None:
         raise ConfigError(f"--base-url {shown} is only used with --backend openai")
 
 
-def _refuse_replay_flags(options) -> None:
+def _refuse_replay_flags(options: AuditOptions) -> None:
     b = options.backend
     for flag, value in (
         ("--predictions", b.predictions),
@@ -566,106 +534,29 @@ def _refuse_replay_flags(options) -> None:
             raise ConfigError(f"{flag} is only used with --backend replay")
 
 
-#: The backend flags, each declared once (``option_spec.Option``), in ``--help``'s order;
-#: ``--base-url`` (given several times) is registered by ``add_options`` itself.
 def backend_help() -> str:
     """``--backend``'s help: every registered backend's name and summary."""
     return "; ".join(f"{name}: {spec.summary}" for name, spec in REGISTRY.items()) + " (env AUDIT_BACKEND)"
 
 
-OPTIONS = (
-    Option(
-        "--backend",
-        backend_help(),
-        default="hf",
-        env="AUDIT_BACKEND",
-        choices=BACKENDS,
-    ),
-    Option(
-        "--api-key-env",
-        "environment variable holding the server's API key "
-        "(default OPENAI_API_KEY; unset: no key is sent; never logged)",
-        default="OPENAI_API_KEY",
-        metavar="NAME",
-    ),
-    Option(
-        "--tokenizer",
-        "with --backend openai: zoo name, folder or hub id of the served model's "
-        "tokenizer, for servers without /tokenize and for chat formatting "
-        "(default: --model when it names one)",
-        metavar="NAME",
-    ),
-    Option(
-        "--max-concurrency",
-        "with --backend openai: requests in flight per endpoint and process (default 8)",
-        default=8,
-        type=int,
-        metavar="N",
-    ),
-    Option(
-        "--request-timeout",
-        "with --backend openai: seconds per request (default 120)",
-        default=120.0,
-        type=float,
-        metavar="SECONDS",
-    ),
-    Option(
-        "--max-retries",
-        "with --backend openai: retries after HTTP 408, 409, 429, "
-        "500, 502, 503, 504 or a connection error, "
-        "with exponential backoff (default 5)",
-        default=5,
-        type=int,
-        metavar="N",
-    ),
-    Option(
-        "--predictions",
-        "with --backend replay: JSONL of saved outputs, one row per item with its id and the output",
-        metavar="FILE",
-    ),
-    Option(
-        "--prediction-field",
-        "with --backend replay: the row field holding the output (letter, text or number; "
-        "sentence pairs: the two sentences' log-likelihoods, docs/replay.md)",
-        metavar="FIELD",
-    ),
-    Option(
-        "--index-base",
-        "with --backend replay: saved answers that are numbers count the options "
-        "from 0 or from 1 (without it a number is an error: '1' could be A or B)",
-        type=int,
-        choices=(0, 1),
-    ),
-    Option(
-        "--allow-partial",
-        "with --backend replay: judge a category the predictions "
-        "cover only in part (else its gates are INSUFFICIENT)",
-        default=False,
-        switch=True,
-    ),
-)
+def backend_rows() -> tuple[Option, ...]:
+    """The backend group's rows (``option_values.BackendOptions``), ``--backend``'s help and
+    choices filled from ``REGISTRY``."""
+    rows = [opt for opt in ROWS if opt.group == "backend"]
+    return tuple(
+        dataclasses.replace(opt, help=backend_help(), choices=BACKENDS) if opt.flag == "--backend" else opt
+        for opt in rows
+    )
+
+
+#: The backend flags, each declared once (a field of ``option_values.BackendOptions``), in
+#: ``--help``'s order.
+OPTIONS = backend_rows()
 
 
 def add_options(group) -> None:
-    """Register the backend options (``OPTIONS``, and ``--base-url`` after ``--backend``) on the
-    plugin's option group."""
-    backend, *rest = OPTIONS
-    _register(group, backend)
-    group.addoption(
-        "--base-url",
-        dest="audit_base_url",
-        action="append",
-        default=None,
-        metavar="URL",
-        help="with --backend openai: the API root, e.g. http://127.0.0.1:8000/v1; several "
-        "times (or @FILE, one URL a line) for a pool of replicas of one model "
-        "(env AUDIT_BASE_URL: URLs separated by spaces or commas)",
-    )
-    for opt in rest:
-        _register(group, opt)
-
-
-def _register(group, opt: Option) -> None:
+    """Register the backend options (``OPTIONS``) on the plugin's option group."""
     from .options import default_of, register
 
-    register(group, opt, default_of(opt))
+    for opt in OPTIONS:
+        register(group, opt, default_of(opt))

@@ -39,6 +39,30 @@ def check_confidence(value: Any, name: str, example: str = "", shown: str | None
         raise ConfigError(f"{name} {problem}{example}, got {value if shown is None else shown}")
 
 
+def at_least(low: float, unit: str = "") -> Callable[[float | None], str | None]:
+    """An ``Option.check``: the value, when given (not None), is ``>= low``."""
+
+    def check(value: float | None) -> str | None:
+        return None if value is None or value >= low else f"must be >= {low}{unit}, got {value}"
+
+    return check
+
+
+def above(low: float, unit: str = "") -> Callable[[float | None], str | None]:
+    """An ``Option.check``: the value, when given (not None), is ``> low`` (``unit`` follows it)."""
+
+    def check(value: float | None) -> str | None:
+        return None if value is None or value > low else f"must be > {low}{unit}, got {value}"
+
+    return check
+
+
+def a_confidence(value: object) -> str | None:
+    """An ``Option.check``: ``value`` is a confidence level (``confidence_problem``)."""
+    problem = confidence_problem(value)
+    return f"{problem}, got {value}" if problem else None
+
+
 @dataclass(frozen=True)
 class Option:
     """An option declared once.
@@ -66,6 +90,9 @@ class Option:
             ConfigError; applied before ``check``.
         check: what is wrong with a value (a phrase such as ``"must be >= 1, got 0"``), or None;
             default: membership in ``choices``.
+        group: for an option of the run (``option_values.AuditOptions``): the group that holds
+            its value (``backend``, ``metrics``, ``outputs``; ``""``: ``AuditOptions`` itself).
+        field: the field of that group (set by ``option_values.rows``).
     """
 
     flag: str | None
@@ -81,6 +108,8 @@ class Option:
     dest: str = ""
     parse: Callable[[Any], Any] | None = None
     check: Callable[[Any], str | None] | None = None
+    group: str = ""
+    field: str = ""
 
     def __post_init__(self) -> None:
         if not self.key:

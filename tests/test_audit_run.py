@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from audit_harness.benchmarks.bbq import BBQ
+from audit_harness.option_values import ROWS
 from bias_metrics.bbq_family import compute
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,6 +104,8 @@ def test_results_file_matches_the_saved_records(serial_run, data_dir):
     # a switch not given is recorded off, not unknown (a reader tests `is False`)
     for switch in ("plan", "strict_baseline", "allow_low_confidence", "require_published_data"):
         assert results["options"][switch] is False, switch
+    # every declared option is recorded (none dropped by a hand-kept list)
+    assert {opt.key for opt in ROWS} <= set(results["options"])
     assert results["environment"]["libraries"]["torch"]
     assert results["data_files"]["bbq/data/Religion.jsonl"]["rows"] == 1200
     assert len(results["data_files"]["bbq/data/Religion.jsonl"]["sha256"]) == 64

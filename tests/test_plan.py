@@ -255,11 +255,11 @@ def test_plan_options_are_checked_at_start_up(tmp_path, data_dir, weightless):
     ],
 )
 def test_plan_options(options, message):
-    from audit_harness.audit_options import AuditOptions, BackendOptions
+    from audit_harness.audit_options import AuditOptions, BackendOptions, validate
     from audit_harness.errors import ConfigError
 
     with pytest.raises(ConfigError, match=re.escape(message)):
-        AuditOptions(backend=BackendOptions(**options)).validate()
+        validate(AuditOptions(backend=BackendOptions(**options)))
 
 
 # -- in process -----------------------------------------------------------------------------------

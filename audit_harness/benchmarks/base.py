@@ -43,6 +43,7 @@ from bias_metrics.result import MetricResult
 from ..data import DataFile
 from ..errors import ConfigError, DataError
 from ..option_spec import Option
+from ..option_values import MetricSettings as MetricSettings  # the run's, as benchmarks read it
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -117,16 +118,6 @@ METRIC_FLAVOUR = Option(
 )
 #: ``saved``: the benchmark reads saved outputs (``for_saved_outputs``), never set by a flag.
 SAVED = Option(None, key="saved", default=False)
-
-
-@dataclass(frozen=True)
-class MetricSettings:
-    """How intervals are computed: nominal coverage in (0, 1), bootstrap resamples (0 = none) and
-    the bootstrap seed."""
-
-    confidence: float = 0.95
-    n_resamples: int = 1000
-    seed: int = 0
 
 
 @dataclass

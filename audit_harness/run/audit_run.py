@@ -20,6 +20,7 @@ import pytest
 
 from ..errors import AuditError
 from ..gates import PACKAGED_THRESHOLDS, Gate, add_regression_gates, load_thresholds
+from ..option_values import AuditOptions
 from . import startup
 from .finish import RunFiles
 from .gate_check import FINDINGS, VERDICT_KEY, GateFinding, finding_text
@@ -430,7 +431,7 @@ def _has_line_number(entry) -> bool:
     return raw is None or raw.tb_lineno is not None
 
 
-def _read_gates(options, benchmarks) -> tuple[dict[str, list[Gate]], list]:
+def _read_gates(options: AuditOptions, benchmarks) -> tuple[dict[str, list[Gate]], list]:
     """The thresholds file's gates, and the warnings reading it raised (deprecated keys)."""
     catalogue = {name: b.gate_catalogue() for name, b in benchmarks.items()}
     with warnings.catch_warnings(record=True) as caught:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import AuditError, ConfigError, DataError, MissingDataError
+from ..option_values import AuditOptions
 
 #: The audit modules ship inside the package (the repository's ``audits/`` links here), so
 #: ``bias-audit run`` works from any directory.
@@ -233,7 +234,7 @@ def check_outputs(session, baseline: Mapping[str, Any] | None) -> None:
     session.check_results_dir()  # last: it creates the run folder
 
 
-def _explicit_model_notes(baseline: Mapping[str, Any], options) -> list[str]:
+def _explicit_model_notes(baseline: Mapping[str, Any], options: AuditOptions) -> list[str]:
     """The model settings an explicit ``--dtype`` / ``--device`` already fixes before the model
     loads (``auto`` is only known after), so ``--strict-baseline`` refuses them before scoring."""
     had, backend = baseline.get("model") or {}, options.backend
@@ -247,7 +248,7 @@ def _explicit_model_notes(baseline: Mapping[str, Any], options) -> list[str]:
     return notes
 
 
-def gpu_plan(config, options, audit_run: bool) -> list | None:
+def gpu_plan(config, options: AuditOptions, audit_run: bool) -> list | None:
     """The GPU of each xdist worker (``devices.assign``), or None without ``-n``.
 
     Raises:
@@ -262,7 +263,7 @@ def gpu_plan(config, options, audit_run: bool) -> list | None:
     return assign(workers, visible_gpus(), device, share=not audit_run)
 
 
-def compliance_inputs(options, benchmarks: Mapping[str, Any]):
+def compliance_inputs(options: AuditOptions, benchmarks: Mapping[str, Any]):
     """The ``--audit-meta`` file (None without one) and the regulatory mapping (the packaged one
     without ``--regulatory-mapping``), validated before anything else runs; the mapping's
     benchmark and metric names are checked against the suite's.
