@@ -188,15 +188,17 @@ def decide(
     if stopped is not None:
         return stopped
     outcome = _judged(counts, total, partial)
-    if outcome.label == "PASS" and not _certifies(statuses):
-        return _make(
-            "NOT CERTIFIED",
-            "nothing was certified: every gate that passed or was not decided is a detection gate "
-            "(ci_detect), which only blocks on evidence of bias; a release needs a must-pass gate "
-            "(the pooled gates: add them to the selection, e.g. -k \"Age or pooled\")",
-            partial,
-        )
-    return outcome
+    return outcome if outcome.label != "PASS" or _certifies(statuses) else _uncertified(partial)
+
+
+def _uncertified(partial: Sequence[str]) -> Outcome:
+    return _make(
+        "NOT CERTIFIED",
+        "nothing was certified: every gate that passed or was not decided is a detection gate "
+        "(ci_detect), which only blocks on evidence of bias; a release needs a must-pass gate "
+        '(the pooled gates: add them to the selection, e.g. -k "Age or pooled")',
+        partial,
+    )
 
 
 def _certifies(statuses: Sequence[str | Mapping[str, Any]]) -> bool:

@@ -139,25 +139,6 @@ class AuditSession:
             self._cache = open_checked(Path(outputs.cache_dir) if outputs.cache_dir else scores_dir())
         return self._cache
 
-    def check_results_dir(self) -> None:
-        """Create the run folder and write a probe file in it, so a ``--results-dir`` that is a
-        file or unwritable stops the run at start-up instead of after scoring.
-
-        Raises:
-            ConfigError: naming the folder and the operating system's reason.
-        """
-        import tempfile
-
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryFile(dir=self.run_dir):
-                pass
-        except OSError as e:
-            raise ConfigError(
-                f"--results-dir {self.options.outputs.results_dir}: cannot write the run "
-                f"folder {self.run_dir} ({e.strerror or e})"
-            ) from None
-
     @property
     def progress(self) -> Progress:
         """The run's ``engine.progress.Progress`` (one task per category)."""

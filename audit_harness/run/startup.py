@@ -231,7 +231,7 @@ def check_outputs(session, baseline: Mapping[str, Any] | None) -> None:
                 f"--strict-baseline: the baseline run is not like for like: {'; '.join(unlike)}"
             )
     session.open_cache()
-    session.check_results_dir()  # last: it creates the run folder
+    check_results_dir(session)  # last: it creates the run folder
 
 
 def _explicit_model_notes(baseline: Mapping[str, Any], options: AuditOptions) -> list[str]:
@@ -278,3 +278,23 @@ def compliance_inputs(options: AuditOptions, benchmarks: Mapping[str, Any]):
     meta = load_audit_meta(outputs.audit_meta) if outputs.audit_meta else None
     known = {name: tuple(b.metric_names) for name, b in benchmarks.items()}
     return meta, load_mapping(outputs.regulatory_mapping, known)
+
+
+def check_results_dir(session) -> None:
+    """Create the run folder and write a probe file in it, so a ``--results-dir`` that is a
+    file or unwritable stops the run at start-up instead of after scoring.
+
+    Raises:
+        ConfigError: naming the folder and the operating system's reason.
+    """
+    import tempfile
+
+    try:
+        session.run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=session.run_dir):
+            pass
+    except OSError as e:
+        raise ConfigError(
+            f"--results-dir {session.options.outputs.results_dir}: cannot write the run "
+            f"folder {session.run_dir} ({e.strerror or e})"
+        ) from None
