@@ -15,7 +15,7 @@ from .backends import spec_for
 from .benchmarks.base import Benchmark, CategoryData, Record
 from .data import resolve_data_dir
 from .devices import share_cpu_threads
-from .errors import AuditError, ConfigError, MissingDataError
+from .errors import AuditError, MissingDataError
 from .evaluation import CategoryOutcome, Scoring, check_capabilities, evaluate_category, write_records
 from .evaluation.outcome import pooled_outcome
 from .gates import Gate, Verdict
