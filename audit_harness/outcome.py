@@ -196,7 +196,7 @@ def _uncertified(partial: Sequence[str]) -> Outcome:
         "NOT CERTIFIED",
         "nothing was certified: every gate that passed or was not decided is a detection gate "
         "(ci_detect), which only blocks on evidence of bias; a release needs a must-pass gate "
-        '(the pooled gates: add them to the selection, e.g. -k "Age or pooled")',
+        '(the pooled gates: add them to the selection, e.g. -k "test_bbq and (Age or pooled)")',
         partial,
     )
 

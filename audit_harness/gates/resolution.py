@@ -229,6 +229,11 @@ def _scale(value: float, lo: float, hi: float, allowed: tuple[float, float]) -> 
     return "fail", max(need, 1.0)
 
 
+def describe_band_clause(band: Mapping[str, float] | None) -> str:
+    """``this run could certify <band>``, the clause every to-decide sentence starts with."""
+    return f"this run could certify {describe_band(band)}"
+
+
 def to_decide_text(todo: ToDecide | None, band: Mapping[str, float] | None) -> str:
     """One sentence of what would decide an undecided gate.
 
@@ -242,7 +247,7 @@ def to_decide_text(todo: ToDecide | None, band: Mapping[str, float] | None) -> s
     >>> to_decide_text(ToDecide("fail", 1.5, 450, None), {"max": 0.2})
     'this run could certify <= 0.2; the value lies beyond the bound: no sample size would certify the band; about 1.5x the items (n ~ 450) would show it outside (FAIL) if the value held'
     """
-    said = f"this run could certify {describe_band(band)}"
+    said = describe_band_clause(band)
     if todo is None:
         return said
     if todo.outcome == "none":
@@ -286,6 +291,13 @@ def of_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
             entry.get("value"), (lo, hi), entry.get("bounds") or {}, entry.get("n"), entry.get("clusters")
         )
         todo = {**(found.to_dict() if found else {}), "text": to_decide_text(found, band)}
+        if entry.get("cause") == "min_n":
+            # Too few items to be judged at all: that, not the interval, is what decides it first.
+            n, min_n = entry.get("n") or 0, entry.get("min_n") or 0
+            todo["text"] = (
+                f"it rests on n={n} items, fewer than min_n={min_n}: at least {min_n - n} more "
+                f"before it is judged; {describe_band_clause(band)}"
+            )
     return {
         "half_width": None if math.isnan(hw) else _round(hw),
         "certifiable_band": band,

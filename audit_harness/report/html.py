@@ -243,7 +243,8 @@ def render_html(results: Mapping[str, Any], printing: bool = False) -> str:
         "summary": sorted((results.get("gate_summary") or {}).items()),
         "problems": [
             {**v, "to_decide": (views.resolution_of(v)["to_decide"] or {}).get("text")}
-            for v in results["gates"]
+            # What blocks the release first, the NOT DECIDED detection gates (which do not) last.
+            for v in sorted(results["gates"], key=lambda v: v["status"] == "not_decided")
             if v["status"] not in ("pass",)
         ],
         "sequential": views.sequential_rows(results),

@@ -95,8 +95,20 @@ def recorded_mapping(results: Mapping[str, Any]) -> tuple[RegulatoryMapping, str
     )
 
 
-def _scope(names: tuple[str, ...] | None, what: str) -> str:
-    return f"all {what}" if names is None else ", ".join(names)
+def _scope(names: tuple[str, ...] | str | None, what: str) -> str:
+    """``all <what>``, a keyword such as ``bias`` (each benchmark's own bias metrics) as its
+    words, or the names listed.
+
+    Examples
+    --------
+    >>> _scope("bias", "metrics"), _scope(("bbq", "kobbq"), "benchmarks"), _scope(None, "metrics")
+    ("each benchmark's bias metrics", 'bbq, kobbq', 'all metrics')
+    """
+    if names is None:
+        return f"all {what}"
+    if isinstance(names, str):
+        return f"each benchmark's {names} {what}"
+    return ", ".join(names)
 
 
 #: Passing gates beyond this many are counted, not named, under a clause: a full audit has about
