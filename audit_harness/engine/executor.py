@@ -356,10 +356,9 @@ class Engine:
         """
         key = self.backend.cache_key
         if key is None:
-            name = getattr(getattr(self.backend, "info", None), "name", type(self.backend).__name__)
             raise ModelError(
-                f"model {name!r} ({type(self.backend).__name__}) declares no cache_key: the engine "
-                "cannot key its scores (a backend that runs forwards must say what decides them)"
+                f"backend {type(self.backend).__name__} declares no cache_key: the engine cannot key "
+                "its scores (a backend that runs forwards must say what decides them)"
             )
         return key
 
