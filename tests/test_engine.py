@@ -641,3 +641,19 @@ def test_full_sequence_batches_reach_the_cache_before_a_later_batch_fails(gpt2, 
     values = again.loglikelihood(reqs)
     assert (again.stats.from_cache, again.stats.computed) == (4, len(reqs) - 4)
     assert values == pytest.approx(Engine(gpt2).loglikelihood(reqs), abs=1e-4)
+
+
+def test_a_forward_running_backend_without_a_cache_key_is_refused_not_keyed_on_none():
+    """Keys built from the text "None" would be shared by every such model in the memo and the
+    result cache: the engine names the backend and refuses instead."""
+    from audit_harness.models.base import Backend
+
+    class Keyless(Backend):
+        runs_forwards = True
+        max_length = 64
+
+    engine = Engine(Keyless())
+    with pytest.raises(ModelError, match="Keyless declares no cache_key"):
+        engine.loglikelihood_tokens([([1, 2], [3])])
+    with pytest.raises(ModelError, match="Keyless declares no cache_key"):
+        engine.token_logprobs([[1, 2, 3]], [[1, 2]])

@@ -38,9 +38,9 @@ STRICT = (
 )
 #: Each count's ceiling. Counts above it fail ``make lint``.
 CEILINGS = {
-    "mypy errors in strictly held modules": 15,
-    "mypy errors elsewhere": 282,
-    "Any in code": 653,
+    "mypy errors in strictly held modules": 0,
+    "mypy errors elsewhere": 286,
+    "Any in code": 666,
     "dict[str, Any] in code": 171,
     "type: ignore comments": 38,
 }

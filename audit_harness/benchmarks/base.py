@@ -472,7 +472,9 @@ class Benchmark(ABC):
         keeping its (category, template) cluster. Default: none (``pooled_names`` is empty)."""
         return {}
 
-    def gate_catalogue(self) -> tuple:
+    def gate_catalogue(
+        self,
+    ) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, tuple[float, float]], tuple[str, ...]]:
         """What a thresholds file may gate (``gates.load_thresholds``' catalogue entry):
         categories, metric names, their value ranges and the pooled categories."""
         return (self.categories, self.metric_names, self.metric_ranges(), self.pooled_names)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
+from ..errors import ModelError
 from ..models.base import Backend, GenerationRequest, ModelInfo, SentenceEncoding, check_token_positions
 from ..models.errors import BackendOutOfMemory, PrefixUnsupported
 from .cache import ResultCache, request_key
@@ -232,6 +233,7 @@ class Engine:
         Raises:
             ValueError: an empty context or continuation, or a continuation that alone does not
                 fit the model's window (longer sequences lose tokens from the left of the context).
+            ModelError: the backend declares no ``cache_key`` to key its scores on.
         """
         m = self.backend
         for n, (ctx, cont) in enumerate(encoded):
@@ -248,7 +250,8 @@ class Engine:
         self.stats.truncated += len(
             {tuple(ctx) for ctx, cont in encoded if len(ctx) + len(cont) > m.max_length}
         )
-        keys = [request_key(self.backend.cache_key, "ll", ctx, cont) for ctx, cont in encoded]
+        model_key = self._model_key()
+        keys = [request_key(model_key, "ll", ctx, cont) for ctx, cont in encoded]
         first: dict[bytes, int] = {}
         for i, k in enumerate(keys):
             first.setdefault(k, i)
@@ -271,6 +274,7 @@ class Engine:
         Raises:
             ValueError: lengths differ, a sequence exceeds the window, or a position is outside
                 ``[1, len(sequence))``.
+            ModelError: a backend that runs forwards but declares no ``cache_key``.
         """
         self._require("token_logprobs")
         m = self.backend
@@ -283,7 +287,8 @@ class Engine:
             self.stats.requests += len(sequences)
             self.stats.computed += len(sequences)
             return values
-        keys = [request_key(m.cache_key, "tlp", list(s), list(p)) for s, p in zip(sequences, positions)]
+        model_key = self._model_key()
+        keys = [request_key(model_key, "tlp", list(s), list(p)) for s, p in zip(sequences, positions)]
         first: dict[bytes, int] = {}
         for i, k in enumerate(keys):
             first.setdefault(k, i)
@@ -340,6 +345,22 @@ class Engine:
         """Whether the engine runs this backend's forwards itself, results keyed by its
         ``cache_key`` (else the backend answers whole requests, passed through as they are)."""
         return self.backend.runs_forwards and self.backend.cache_key is not None
+
+    def _model_key(self) -> str:
+        """The backend's ``cache_key``, the model part of every score's key.
+
+        Raises:
+            ModelError: the backend declares none. Its scores would be keyed on nothing that
+                tells this model from another (the memo and the result cache would mix them), and
+                a backend that runs forwards has no whole-request answer to fall back on.
+        """
+        key = self.backend.cache_key
+        if key is None:
+            raise ModelError(
+                f"backend {type(self.backend).__name__} declares no cache_key: the engine cannot key "
+                "its scores (a backend that runs forwards must say what decides them)"
+            )
+        return key
 
     # -- dedupe, cache, progress ---------------------------------------------------------------------
 

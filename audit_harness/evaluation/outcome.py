@@ -193,9 +193,15 @@ def pooled_outcome(
         seconds=0.0,
         records_path="",
         coverage=(
-            {"predicted": sum(c["predicted"] for c in cov), "available": sum(c["available"] for c in cov)}
-            if cov
-            else None
+            {"predicted": _total(cov, "predicted"), "available": _total(cov, "available")} if cov else None
         ),
         plan={"pooled": [m.category for m in members]} if plans else None,
     )
+
+
+def _total(coverages: Sequence[Mapping[str, int | str]], key: str) -> int:
+    """The sum of the counts under ``key`` (``Coverage.to_dict``'s ``predicted``, ``available``)."""
+    counts = [c[key] for c in coverages]
+    if not all(isinstance(n, int) for n in counts):
+        raise TypeError(f"coverage {key!r} is no count: {counts!r}")
+    return sum(n for n in counts if isinstance(n, int))

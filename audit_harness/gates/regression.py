@@ -20,9 +20,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .modes import allowed_interval
+
+if TYPE_CHECKING:  # gate.py imports this module
+    from .gate import Gate
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,7 @@ def describe(bounds: Mapping[str, float], baseline: float, max_regression: float
     return f"no worse than the baseline: {rule} (baseline run {run_id or '?'})"
 
 
-def baseline_of(results: Mapping[str, Any], benchmark: str, category: str, metric: str):
+def baseline_of(results: Mapping[str, Any], benchmark: str, category: str, metric: str) -> Baseline:
     """The ``gate.Baseline`` of one metric in a baseline results document (NaN with a reason when
     the baseline did not compute it)."""
     run_id = str(results.get("run_id", ""))
@@ -140,7 +143,7 @@ def baseline_of(results: Mapping[str, Any], benchmark: str, category: str, metri
         )
         return Baseline(math.nan, run_id=run_id, reason=why)
 
-    def num(x):
+    def num(x: float | None) -> float:
         return math.nan if x is None else float(x)
 
     lo, hi = (m.get("ci") or [None, None])[:2]
@@ -154,11 +157,13 @@ def baseline_of(results: Mapping[str, Any], benchmark: str, category: str, metri
     )
 
 
-def add_regression_gates(gates: Mapping[str, list], results: Mapping[str, Any]) -> dict[str, list]:
+def add_regression_gates(
+    gates: Mapping[str, list[Gate]], results: Mapping[str, Any]
+) -> dict[str, list[Gate]]:
     """Every threshold gate followed by its regression gate against ``results`` (the baseline run),
     ``test_<bench>[<category>-<metric>-vs-baseline]``, with the same bounds (for the direction),
     ``min_n`` and ``max_regression``."""
-    out: dict[str, list] = {}
+    out: dict[str, list[Gate]] = {}
     for bench, gs in gates.items():
         out[bench] = []
         for g in gs:

@@ -48,9 +48,11 @@ def half_width(ci_low: float | None, ci_high: float | None) -> float:
     >>> half_width(float("nan"), 0.1), half_width(None, None)
     (nan, nan)
     """
-    if not _finite(ci_low) or not _finite(ci_high):
+    interval = _finite_pair(ci_low, ci_high)
+    if interval is None:
         return math.nan
-    return (ci_high - ci_low) / 2
+    low, high = interval
+    return (high - low) / 2
 
 
 def certifiable_band(
@@ -83,19 +85,21 @@ def certifiable_band(
     >>> certifiable_band({"abs_max": 0.05}, float("nan"), float("nan")) is None
     True
     """
-    if not bounds or not _finite(ci_low) or not _finite(ci_high):
+    interval = _finite_pair(ci_low, ci_high)
+    if not bounds or interval is None:
         return None
+    low, high = interval
     band: dict[str, float] = {}
     if bounds.get("min") is not None:
-        band["min"] = _round(ci_low)
+        band["min"] = _round(low)
     if bounds.get("max") is not None:
-        band["max"] = _round(ci_high)
+        band["max"] = _round(high)
     if bounds.get("abs_max") is not None:
-        band["abs_max"] = _round(max(abs(ci_low), abs(ci_high)))
+        band["abs_max"] = _round(max(abs(low), abs(high)))
     if bounds.get("target") is not None:
         t = bounds["target"]
         band["target"] = t
-        band["tolerance"] = _round(max(abs(ci_low - t), abs(ci_high - t)))
+        band["tolerance"] = _round(max(abs(low - t), abs(high - t)))
     return band or None
 
 
@@ -191,9 +195,10 @@ def to_decide(
     >>> to_decide(0.02, (float("nan"), float("nan")), {"abs_max": 0.05}) is None
     True
     """
-    lo, hi = ci
-    if not (_finite(value) and _finite(lo) and _finite(hi)):
+    interval = _finite_pair(*ci)
+    if value is None or not _finite(value) or interval is None:
         return None
+    lo, hi = interval
     try:
         allowed = allowed_interval(bounds)
     except ValueError:
@@ -252,6 +257,8 @@ def to_decide_text(todo: ToDecide | None, band: Mapping[str, float] | None) -> s
         return said
     if todo.outcome == "none":
         return f"{said}; the value lies on the bound: no sample size would decide it"
+    if todo.scale is None:  # no factor to state (``to_decide`` gives one to every other outcome)
+        return said
     more = [f"n ~ {todo.items:,}"] if todo.items is not None else []
     if todo.clusters is not None:
         more.append(f"~ {todo.clusters:,} templates")
@@ -313,6 +320,13 @@ def _outwards(x: float, direction: int) -> float:
 
 def _finite(x: float | None) -> bool:
     return x is not None and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _finite_pair(low: float | None, high: float | None) -> tuple[float, float] | None:
+    # An interval both of whose ends are finite numbers, else None (no interval to read).
+    if low is None or high is None or not (_finite(low) and _finite(high)):
+        return None
+    return low, high
 
 
 def _round(x: float) -> float:

@@ -49,7 +49,7 @@ import dataclasses
 import math
 import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Hashable, Iterable, Mapping
 
 import yaml
 
@@ -75,6 +75,8 @@ FILE_KEYS = ("min_n", "mode", "confidence", "sequential")
 _DECLARE = " (a BBQ-format dataset of your own is known once declared: --bbq-dataset FILE)"
 #: ``basis`` values of the old schema and the mode each now means.
 DEPRECATED_BASES = {"point": "point", "ci": "ci_inside"}
+#: A catalogue entry (``load_thresholds``): (categories, metrics[, ranges[, pooled names]]).
+Known = tuple[Any, ...]
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -82,7 +84,9 @@ class _StrictLoader(yaml.SafeLoader):
     last one silently, which in a gates file deletes a whole section or loosens a bound."""
 
 
-def _refuse_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False):
+def _refuse_duplicates(
+    loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False
+) -> dict[Hashable, object]:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` merges may be overridden by design
@@ -147,21 +151,21 @@ def _min_n(value: Any, where: str) -> int:
 def _mode(value: Any, where: str) -> str:
     if value not in MODES:
         raise ConfigError(f"{where}: mode must be one of {', '.join(MODES)}, got {value!r}")
-    return value
+    return str(value)
 
 
 def _confidence(value: Any, where: str, allow_low: bool = False) -> float:
-    value = _number(value, where)
-    check_confidence(value, f"{where}: confidence", ", e.g. 0.95", f"{value:g}")
+    level = _number(value, where)
+    check_confidence(level, f"{where}: confidence", ", e.g. 0.95", f"{level:g}")
     # A lower level narrows every interval a gate is signed off at: at 0.01 a four-item interval
     # is a point and clears any band, so the file alone must not be able to lower it.
-    if value < CONFIDENCE_FLOOR and not allow_low:
+    if level < CONFIDENCE_FLOOR and not allow_low:
         raise ConfigError(
-            f"{where}: confidence {value:g} is below the floor of {CONFIDENCE_FLOOR:g} a gates file "
+            f"{where}: confidence {level:g} is below the floor of {CONFIDENCE_FLOOR:g} a gates file "
             "may sign off at (a narrower interval passes more easily); raise it, or run with "
             "--allow-low-confidence, which the verdict then names"
         )
-    return value
+    return level
 
 
 def _sequential(value: Any, where: str) -> bool:
@@ -173,10 +177,10 @@ def _sequential(value: Any, where: str) -> bool:
 
 
 def _max_regression(value: Any, where: str) -> float:
-    value = _number(value, where)
-    if value < 0:
-        raise ConfigError(f"{where}: max_regression must be >= 0, got {value:g}")
-    return value
+    regression = _number(value, where)
+    if regression < 0:
+        raise ConfigError(f"{where}: max_regression must be >= 0, got {regression:g}")
+    return regression
 
 
 def _range_text(lo: float, hi: float) -> str:
@@ -248,7 +252,11 @@ def _parse_gate(
         max_regression=max_regression,
         confidence=inherited["confidence"],
         sequential=sequential,
-        **bounds,
+        min=bounds.get("min"),
+        max=bounds.get("max"),
+        abs_max=bounds.get("abs_max"),
+        target=bounds.get("target"),
+        tolerance=bounds.get("tolerance"),
     )
 
 
@@ -293,7 +301,7 @@ def _gate_mode(spec: Mapping[str, Any], where: str, mode: str) -> str:
     return mode
 
 
-def _check_known(path: Path, where: str, kind: str, keys, known: tuple[str, ...]) -> None:
+def _check_known(path: Path, where: str, kind: str, keys: Iterable[object], known: tuple[str, ...]) -> None:
     for key in keys:
         if key not in known:
             raise ConfigError(f"{path}: {where}: unknown {kind} {key!r}; known: {', '.join(known)}")
@@ -301,7 +309,7 @@ def _check_known(path: Path, where: str, kind: str, keys, known: tuple[str, ...]
 
 def load_thresholds(
     path: Path,
-    catalogue: Mapping[str, tuple],
+    catalogue: Mapping[str, Known],
     min_n: int | None = None,
     allow_low_confidence: bool = False,
 ) -> dict[str, list[Gate]]:
@@ -398,7 +406,7 @@ def _section_settings(
 
 
 def _section_gates(
-    path: Path, bench: str, section: Mapping[str, Any], known: tuple, inherited: Mapping[str, Any]
+    path: Path, bench: str, section: Mapping[str, Any], known: Known, inherited: Mapping[str, Any]
 ) -> list[Gate]:
     """A benchmark section's gates: its defaults for every category, as each category's block
     overrides them (``null`` removes one), in category order, then the file's metric order."""
@@ -434,7 +442,7 @@ def _section_gates(
 
 
 def _pooled_gates(
-    path: Path, bench: str, section: Mapping[str, Any], known: tuple, inherited: Mapping[str, Any]
+    path: Path, bench: str, section: Mapping[str, Any], known: Known, inherited: Mapping[str, Any]
 ) -> list[Gate]:
     """A section's ``pooled:`` gates, one per pooled category of the benchmark (``known[3]``)
     and metric, or an error naming the file's line: a benchmark that cannot pool, a metric it
