@@ -194,30 +194,35 @@ def decide(
 def _uncertified(partial: Sequence[str]) -> Outcome:
     return _make(
         "NOT CERTIFIED",
-        "nothing was certified: every gate that passed or was not decided is a detection gate "
-        "(ci_detect), which only blocks on evidence of bias; a release needs a must-pass gate "
+        "nothing was certified: a detection gate (ci_detect) was not decided and no must-pass gate "
+        "passed; a detection gate blocks only on evidence of bias, so a release needs a must-pass gate "
         '(the pooled gates: add them to the selection, e.g. -k "test_bbq and (Age or pooled)")',
         partial,
     )
 
 
 def _certifies(statuses: Sequence[str | Mapping[str, Any]]) -> bool:
-    """Whether a gate that is not a detection gate passed: a run whose passes are all detection
-    gates (``-k Age`` without the pooled gates) has certified nothing, and is never a PASS. A bare
-    status (no ``mode``) is taken as a must-pass gate's.
+    """Whether the run's NOT DECIDED detection gates are backed by a must-pass gate that passed:
+    a detection gate blocks only on evidence, so one that is not decided leaves the release to
+    the must-pass (pooled) gates, and a run that selected none of those (``-k Age``) has
+    certified nothing there. A bare status (no ``mode``) is taken as a must-pass gate's.
 
     Examples
     --------
     >>> _certifies([{"status": "pass", "mode": "ci_detect"}, {"status": "not_decided", "mode": "ci_detect"}])
     False
-    >>> _certifies([{"status": "pass", "mode": "ci_three_way"}])
+    >>> _certifies([{"status": "pass", "mode": "ci_detect"}])  # every detection gate certified
+    True
+    >>> _certifies([{"status": "pass", "mode": "ci_three_way"}, {"status": "not_decided", "mode": "ci_detect"}])
     True
     """
-    return any(
-        (v if isinstance(v, str) else v["status"]) == "pass"
-        and (isinstance(v, str) or v.get("mode") != "ci_detect")
-        for v in statuses
-    )
+
+    def status(v: str | Mapping[str, Any]) -> str:
+        return v if isinstance(v, str) else str(v["status"])
+
+    if not any(status(v) == NOT_DECIDED for v in statuses):
+        return True
+    return any(status(v) == "pass" and (isinstance(v, str) or v.get("mode") != "ci_detect") for v in statuses)
 
 
 def nothing_checked(why: str = "no gate was selected") -> Outcome:

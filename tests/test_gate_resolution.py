@@ -179,7 +179,7 @@ def test_verdict_entries_carry_their_resolution():
             0,
             "no gate blocks: 1 passed; 1 detection gate(s) not decided",
         ),
-        (["not_decided"], [], "PASS", 0, "none was certified"),
+        (["not_decided"], [], "NOT CERTIFIED", 1, "nothing was certified"),
         (["pass", "pass"], [], "PASS", 0, "all 2 evaluated gate(s) passed"),
     ],
     ids=[
@@ -292,11 +292,23 @@ def test_a_perfect_model_on_60_rows_is_too_small_to_decide_not_a_fail(tmp_path, 
 
 
 def test_detection_gates_not_decided_pass_and_say_so(tmp_path, data_dir):
-    """The shipped gates on the same rows: Age's gates are detection gates (``ci_detect``), so the
-    bias gates that straddle their band are NOT DECIDED, which does not block (exit 0). The PASS
-    says how many were not decided, and they never read as passes: their own word in the gate
-    lines, the summary and report.html."""
-    proc, doc, run_dir = _score(tmp_path, data_dir)
+    """The shipped gates on the same rows, Age alone: its gates are detection gates
+    (``ci_detect``), and with no must-pass (pooled) gate selected a NOT DECIDED one leaves the
+    release uncertified (exit 1, "nothing was certified"). Beside a must-pass gate that passes
+    (here Age's accuracy floor, three-way), the bias gates that straddle their band are NOT
+    DECIDED, which does not block (exit 0). The PASS says how many were not decided, and they
+    never read as passes: their own word in the gate lines, the summary and report.html."""
+    (tmp_path / "shipped").mkdir()
+    shipped, _, _ = _score(tmp_path / "shipped", data_dir)
+    assert shipped.returncode == 1, (shipped.stdout + shipped.stderr)[-3000:]
+    assert "VERDICT: NOT CERTIFIED ON A PARTIAL SCOPE: nothing was certified" in shipped.stdout
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(
+        "bbq:\n  mode: ci_detect\n  defaults:\n    diff_bias_ambig: {abs_max: 0.05}\n"
+        "    diff_bias_disambig: {abs_max: 0.05}\n    acc_disambig: {min: 0.5, mode: ci_three_way}\n",
+        encoding="utf-8",
+    )
+    proc, doc, run_dir = _score(tmp_path, data_dir, "--thresholds", gates)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     undecided = doc["gate_summary"].get("not_decided", 0)
