@@ -217,7 +217,7 @@ def _certifies(statuses: Sequence[str | Mapping[str, Any]]) -> bool:
     True
     """
 
-    def status(v: str | Mapping[str, Any]) -> str:
+    def status(v: str | Mapping[str, object]) -> str:
         return v if isinstance(v, str) else str(v["status"])
 
     if not any(status(v) == NOT_DECIDED for v in statuses):

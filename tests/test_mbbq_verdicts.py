@@ -50,13 +50,21 @@ def _score(tmp_path: Path, data_dir: Path, pick: dict[str, str], keyword: str = 
     )
 
 
-def test_a_perfect_model_passes_every_mbbq_gate(tmp_path, data_dir):
+def test_a_perfect_model_fails_no_mbbq_gate(tmp_path, data_dir):
+    """A perfect model on one category: no detection gate FAILs; each PASSes, or is NOT DECIDED
+    where the category's interval is wider than the band (the disambiguated diff-bias of 76
+    rows, half-width about 0.07). With no must-pass (pooled) gate selected the run certified
+    nothing there: NOT CERTIFIED, exit 1, never a pass."""
     proc, results, _ = _score(tmp_path, data_dir, {"en": "perfect", "nl": "perfect"})
     shown = proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert proc.returncode == 0 and results is not None, shown
+    assert proc.returncode == 1 and results is not None, shown
+    assert "nothing was certified" in results["run"]["outcome"]["reason"], shown
     gates = results["gates"]
     assert {g["category"] for g in gates} == {f"{CATEGORY}_en", f"{CATEGORY}_nl"}
-    assert all(g["status"] == "pass" for g in gates), shown
+    assert {g["status"] for g in gates} <= {"pass", "not_decided"}, shown
+    for g in gates:
+        if g["status"] == "not_decided":
+            assert g["metric"].startswith("diff_bias_disambig") and g["ci"][1] - g["ci"][0] > 0.1, g
     assert results["overall"]["mbbq"]["nl - en"]["diff_bias_ambig-generate"]["value"] == 0
 
 

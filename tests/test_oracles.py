@@ -247,12 +247,12 @@ def test_oracle_verdicts_on_every_row(tmp_path, data_dir, bench, kind):
     assert coverage and all(line.endswith("(100.0 %)") for line in coverage), shown
     with_bias, failing = bias_failures(results)
     # A category too small to judge at all: WinoQueer v0's masc_femm_pronoun has 20 pairs, below
-    # min_n 30, so its bias gate is INSUFFICIENT (which blocks the release too; the data cannot
-    # support a FAIL there).
+    # min_n 30, so its bias gate, a detection gate, is NOT DECIDED (a must-pass gate would be
+    # INSUFFICIENT): the data cannot support a FAIL there, nor a pass.
     too_small = {
         g["category"]
         for g in results["gates"]
-        if "bias" in g["metric"] and g["status"] == "insufficient" and g["n"] < g["min_n"]
+        if "bias" in g["metric"] and g["status"] in ("insufficient", "not_decided") and g["n"] < g["min_n"]
     }
     expected_small = {"masc_femm_pronoun"} if bench == "winoqueer" else set()
     # The BBQ family's pooled gates (every category together, ci_three_way) must pass for the

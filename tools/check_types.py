@@ -39,7 +39,7 @@ STRICT = (
 #: Each count's ceiling. Counts above it fail ``make lint``.
 CEILINGS = {
     "mypy errors in strictly held modules": 0,
-    "mypy errors elsewhere": 286,
+    "mypy errors elsewhere": 285,
     "Any in code": 666,
     "dict[str, Any] in code": 171,
     "type: ignore comments": 38,

@@ -289,7 +289,9 @@ def test_every_endpoint_gone_stops_with_exit_3_and_a_rerun_resumes_from_the_cach
     assert sum(s["from_cache"] for s in stats) == cached  # nothing computed twice
     assert sum(s["computed"] + s["from_cache"] for s in stats) == sum(s["distinct"] for s in stats)
     server = rerun["model"]["server"]
-    assert server["pool"]["processes"] == 2  # both workers' counts, summed
+    # Both workers' counts, summed: BBQ's pooled gates keep the benchmark on one worker, so the
+    # other worker may have scored nothing (then it opened no pool).
+    assert server["pool"]["processes"] in (1, 2)
     assert sum(e["scored"] for e in server["endpoints"]) == sum(s["computed"] for s in stats)
     assert [e["base_url"] for e in server["endpoints"]] == [s.url for s in second]
     assert server["pool"]["groups_split"] == 0
