@@ -256,6 +256,8 @@ def _check_resolution_shown(proc, doc, run_dir) -> None:
     props = _junit_properties(run_dir)
     for tid, g in {g["test_id"]: g for g in doc["gates"]}.items():
         lo, hi = g["ci"]
+        # results.json keeps the half-width to 12 decimals (gates.resolution._round): 1e-9 is
+        # that rounding's contract, not one CPU's last digits.
         assert g["half_width"] == pytest.approx((hi - lo) / 2, abs=1e-9)
         (kind,) = g["bounds"]
         edge = max(abs(lo), abs(hi)) if kind == "abs_max" else hi if kind == "max" else lo
@@ -263,6 +265,7 @@ def _check_resolution_shown(proc, doc, run_dir) -> None:
         line = next(x for x in proc.stdout.splitlines() if f"[{tid}]" in x and x.startswith("  "))
         assert f"hw {g['half_width']:.3f}" in line and " certifiable " in line, line
         junit = props[f"test_bbq[{tid}]"]
+        # JUnit properties are text with 6 decimals (run/gate_check.py): at most 5e-7 apart.
         assert float(junit["half_width"]) == pytest.approx(g["half_width"], abs=1e-6)
         assert json.loads(junit["certifiable_band"]) == g["certifiable_band"]
         if g["status"] in ("inconclusive", "not_decided"):
