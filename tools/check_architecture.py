@@ -157,22 +157,30 @@ def counts() -> dict[str, list[str]]:
     }
 
 
-def main(argv: list[str]) -> int:
-    verbose = "-v" in argv
+def ratchet(
+    found: dict[str, list[str]], ceilings: dict[str, int], verbose: bool, what: str, listed=lambda name: True
+) -> int:
+    """Print every count of ``found`` against its ceiling (with its places when ``verbose`` or
+    over, for the counts ``listed`` names) and return 1 when any is over, naming it as ``what``:
+    the one report of this ratchet and of ``check_types.py``'s."""
     over = []
-    for name, places in counts().items():
-        ceiling = CEILINGS[name]
+    for name, places in found.items():
+        ceiling = ceilings[name]
         mark = "ok" if len(places) <= ceiling else "OVER"
         print(f"{mark:4} {name}: {len(places)} (ceiling {ceiling})")
         if len(places) > ceiling:
             over.append(name)
-        if verbose or len(places) > ceiling:
+        if (verbose or len(places) > ceiling) and listed(name):
             for place in dict.fromkeys(places):
                 print(f"       {place}")
     if over:
-        print(f"architecture ratchet: over the ceiling: {'; '.join(over)}", file=sys.stderr)
+        print(f"{what}: over the ceiling: {'; '.join(over)}", file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return ratchet(counts(), CEILINGS, "-v" in argv, "architecture ratchet")
 
 
 if __name__ == "__main__":

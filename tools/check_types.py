@@ -102,21 +102,9 @@ def counts() -> dict[str, list[str]]:
 
 
 def main(argv: list[str]) -> int:
-    verbose = "-v" in argv
-    over = []
-    for name, places in counts().items():
-        ceiling = CEILINGS[name]
-        mark = "ok" if len(places) <= ceiling else "OVER"
-        print(f"{mark:4} {name}: {len(places)} (ceiling {ceiling})")
-        if len(places) > ceiling:
-            over.append(name)
-        if (verbose or len(places) > ceiling) and name.startswith("mypy"):
-            for place in places:
-                print(f"       {place}")
-    if over:
-        print(f"type ratchet: over the ceiling: {'; '.join(over)}", file=sys.stderr)
-        return 1
-    return 0
+    from check_architecture import ratchet  # this folder is the script's first import path
+
+    return ratchet(counts(), CEILINGS, "-v" in argv, "type ratchet", lambda name: name.startswith("mypy"))
 
 
 if __name__ == "__main__":
