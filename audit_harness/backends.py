@@ -2,7 +2,7 @@
 ``hf`` (in this process, ``models/hf.py``), ``openai`` (any OpenAI-compatible inference server,
 ``models/openai_server.py``) and ``replay`` (outputs saved elsewhere, ``models/replay.py``:
 ``bias-audit score`` is this backend); ``--plan`` swaps ``hf`` for its planning twin
-(``models/plan.py``: tokenizer and config, no weights). Each is a ``BackendSpec``: its options'
+(``models/counting.py``: tokenizer and config, no weights). Each is a ``BackendSpec``: its options'
 checks, how it is opened, and what the run asks of it (its engine, its item source, whether its
 scores are placeholders); ``spec_for`` picks the run's. Also the backend options' flags (each a
 field of ``option_values.BackendOptions``), registered with ``--backend``'s choices.
@@ -23,7 +23,7 @@ from .option_values import ROWS, AuditOptions
 from .option_values import base_urls as base_urls  # the --base-url reader, where it was
 
 if TYPE_CHECKING:
-    from .models.plan import PlanEmbedder
+    from .models.counting import PlanEmbedder
 
 
 def _unprepared(benchmark: str, category: str) -> object:
@@ -116,9 +116,9 @@ class BackendSpec:
         return None
 
     def item_source(self, benchmark: str):
-        """Where ``benchmark``'s items come from (``evaluation.sources``): default the seeded
+        """Where ``benchmark``'s items come from (``evaluation.item_sources``): default the seeded
         ``--limit`` selection."""
-        from .evaluation.sources import FixedSelection
+        from .evaluation.item_sources import FixedSelection
 
         return FixedSelection(self.options.limit, self.options.seed)
 
@@ -378,7 +378,7 @@ class ReplaySpec(BackendSpec):
         )
 
     def item_source(self, benchmark: str):
-        from .evaluation.sources import ReplayedItems
+        from .evaluation.item_sources import ReplayedItems
 
         return ReplayedItems(self.joined(benchmark))
 
@@ -398,7 +398,7 @@ class ReplaySpec(BackendSpec):
 
 
 class PlanSpec(HFSpec):
-    """``--plan``: the in-process backend's planning twin (``models.plan``), under the planning
+    """``--plan``: the in-process backend's planning twin (``models.counting``), under the planning
     engine (``planning.PlanEngine``): counts, no scores."""
 
     placeholder_scores = True
@@ -422,7 +422,7 @@ class PlanSpec(HFSpec):
     def prepare(self, benchmarks: dict, load_data: Callable) -> dict:
         # KGQuiz's semantic match embeds answers with a second model (MiniLM), which a plan does
         # not load either: a stand-in counts the texts instead.
-        from .models.plan import PlanEmbedder
+        from .models.counting import PlanEmbedder
 
         self.embedder = PlanEmbedder()
         return {name: b.with_embedder(self.embedder) for name, b in benchmarks.items()}
@@ -431,7 +431,7 @@ class PlanSpec(HFSpec):
         return None  # a plan loads the tokenizer and config only: nothing slow to announce
 
     def open(self):
-        from .models.plan import load_plan_model
+        from .models.counting import load_plan_model
 
         b = self.options.backend
         return load_plan_model(self.options.model, device=b.device, dtype=b.dtype, batch_size=b.batch_size)

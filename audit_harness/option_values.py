@@ -192,7 +192,7 @@ class BackendOptions:
         default=False,
         switch=True,
     )
-    #: a dry run with the model's tokenizer and config only (``models.plan``), counting what a
+    #: a dry run with the model's tokenizer and config only (``models.counting``), counting what a
     #: run would compute (its checks: ``backends.PlanSpec.check_flags``).
     plan: bool = option(
         "--plan",

@@ -1,7 +1,7 @@
 """A plan (``--plan``, a dry run): what a run would compute, counted without computing anything.
 
 ``PlanEngine`` is the run's own engine (dedupe, memo, prefix trees, packed rows, batching,
-generation batches) over the planning backend (``models.plan``: the tokenizer and config, no
+generation batches) over the planning backend (``models.counting``: the tokenizer and config, no
 weights), which besides counts what every request costs forwarded whole on its own, as a harness
 without dedupe or prefix sharing (lm-evaluation-harness) feeds it. ``plan_row`` turns one
 category's counts into a row of the plan, ``build_plan`` the rows into the plan document
@@ -68,7 +68,7 @@ class PlanEngine(Engine):
     also counts its whole-request cost (``WholeCounts``) before the engine runs it.
 
     Args:
-        backend: a ``models.plan`` backend.
+        backend: a ``models.counting`` backend.
     """
 
     def __init__(self, backend, min_shared: int = 4):
@@ -103,7 +103,7 @@ class PlanEngine(Engine):
 
 class PlanMeter:
     """One category's counts in a plan: what the planning engine and the embedding stand-in
-    (``models.plan.PlanEmbedder``) counted between ``start`` and ``row``."""
+    (``models.counting.PlanEmbedder``) counted between ``start`` and ``row``."""
 
     def __init__(self, engine: PlanEngine, embedder):
         self.engine = engine

@@ -17,7 +17,7 @@ from .data import resolve_data_dir
 from .devices import share_cpu_threads
 from .errors import AuditError, MissingDataError
 from .evaluation import CategoryOutcome, Scoring, check_capabilities, evaluate_category, write_records
-from .evaluation.outcome import pooled_outcome
+from .evaluation.category_outcome import pooled_outcome
 from .gates import Gate, Verdict
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ For every BBQ-family benchmark (BBQ, EsBBQ, CaBBQ, KoBBQ, CBBQ, MBBQ per languag
 data, this simulates seeded runs of models whose truth is known and judges every gate of the
 shipped ``thresholds.yaml`` the way a run does: the benchmark's own records (``metric_record``),
 the suite's metrics and intervals (``bias_metrics.bbq_family``), ``Gate.evaluate`` and the run's
-decision (``outcome.decide``). Only the answers are simulated, as counts per template (the
+decision (``run_outcome.decide``). Only the answers are simulated, as counts per template (the
 interval's cluster), so one run costs one metric call per category.
 
 The models (fractions):
@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 from audit_harness.benchmarks import registry  # noqa: E402
 from audit_harness.errors import MissingDataError  # noqa: E402
 from audit_harness.gates import PACKAGED_THRESHOLDS, Gate, load_thresholds  # noqa: E402
-from audit_harness.outcome import decide  # noqa: E402
+from audit_harness.run_outcome import decide  # noqa: E402
 from bias_metrics.bbq_family import (  # noqa: E402
     N_CELLS,
     _cluster_key,

@@ -22,7 +22,7 @@ from audit_harness.gates.resolution import (
     status_word,
     to_decide,
 )
-from audit_harness.outcome import decide
+from audit_harness.run_outcome import decide
 from bias_metrics.result import MetricResult
 from helpers import bias_audit_score
 

@@ -273,7 +273,7 @@ def test_the_planning_backend_reads_no_weight_file(weightless):
     import transformers.modeling_utils
 
     from audit_harness.models import load_model
-    from audit_harness.models.plan import PlanCausalLM, load_plan_model
+    from audit_harness.models.counting import PlanCausalLM, load_plan_model
 
     def refuse(*_, **__):
         raise AssertionError("a plan read weights")
@@ -311,7 +311,7 @@ def test_the_planning_backend_reads_no_weight_file(weightless):
 def test_generation_prompt_tokens_match_the_real_backend(weightless, tiny_model):
     """With one new token each (so no row stops early), the real backend runs exactly the prompt
     tokens the plan counts plus one per row, prefix sharing included."""
-    from audit_harness.models.plan import load_plan_model
+    from audit_harness.models.counting import load_plan_model
 
     plan = load_plan_model(str(weightless), device="cpu", dtype="float32")
     base = "Answer with A, B or C. The grandfather and the grandson were trying to book a cab. "
@@ -333,7 +333,7 @@ def test_generation_prompt_tokens_match_the_real_backend(weightless, tiny_model)
 
 
 def test_the_plan_engine_counts_whole_requests(weightless):
-    from audit_harness.models.plan import load_plan_model
+    from audit_harness.models.counting import load_plan_model
     from audit_harness.planning import PlanEngine
 
     backend = load_plan_model(str(weightless), device="cpu", dtype="float32")

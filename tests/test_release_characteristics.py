@@ -2,7 +2,7 @@
 promises"), held at small run counts on the real BBQ data: an honest, unbiased model gets exit 0
 and a model biased by twice the band does not, both by the simulation
 (``perf/release_characteristics.py``, through the suite's metrics, ``Gate.evaluate`` and
-``outcome.decide``) and end to end through ``bias-audit score`` on seeded simulated answers.
+``run_outcome.decide``) and end to end through ``bias-audit score`` on seeded simulated answers.
 
 The counts asserted are far from what the table measures (honest P(exit 0) about 1, twice-band
 about 0), so they hold on any machine and any seed; nothing is timed."""

@@ -3,9 +3,9 @@ seeded selection, or the items saved predictions answer) scored through the engi
 in sequential rounds (``pipeline.evaluate_category``), giving a typed ``CategoryEvaluation``;
 ``outcome`` makes it the results file's ``CategoryOutcome`` and writes its records."""
 
-from .outcome import CategoryOutcome, overall_from_records, pooled_outcome, write_records
+from .category_outcome import CategoryOutcome, overall_from_records, pooled_outcome, write_records
+from .item_sources import Coverage, FixedSelection, ItemSource, ReplayedItems, Selection
 from .pipeline import CategoryEvaluation, ParseSensitivity, Scoring, check_capabilities, evaluate_category
-from .sources import Coverage, FixedSelection, ItemSource, ReplayedItems, Selection
 
 __all__ = [
     "CategoryEvaluation",

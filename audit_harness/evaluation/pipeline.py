@@ -14,7 +14,7 @@ from bias_metrics.result import MetricResult
 from ..benchmarks.base import Benchmark, CategoryData, Item, MetricSettings, Record
 from ..errors import ModelError
 from ..gates import Gate
-from .sources import Coverage, ItemSource, Selection
+from .item_sources import Coverage, ItemSource, Selection
 
 if TYPE_CHECKING:
     from ..engine.executor import Engine

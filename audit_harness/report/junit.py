@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from ..outcome import Outcome
 from ..redact import redact_text
+from ..run_outcome import Outcome
 
 
 def _logxml(config):

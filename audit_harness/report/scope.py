@@ -1,6 +1,6 @@
 """What a verdict covers (``scope``): the benchmarks, the items scored, the gates evaluated of
 those configured, and whether the run was partial, with its reasons. The run's outcome carries
-the reasons (``outcome.decide(partial=...)``) so the terminal's verdict line, both reports, JUnit
+the reasons (``run_outcome.decide(partial=...)``) so the terminal's verdict line, both reports, JUnit
 and the model card say it wherever they say PASS: a smoke run must never read as an audit."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from ..gates import CONFIDENCE_FLOOR
 from ..gates.comparability import judged_items
-from ..outcome import SAMPLED
+from ..run_outcome import SAMPLED
 from .views import items_scored_text
 
 

@@ -31,7 +31,7 @@ def write_no_selection(tr, keyword: str, known: list[str]) -> None:
     )
     for line in known:
         tr.write_line(line)
-    from ..outcome import decide
+    from ..run_outcome import decide
 
     tr.write_line(decide([]).line(), red=True)
 

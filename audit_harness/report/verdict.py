@@ -1,11 +1,11 @@
 """The run's overall verdict as a results document records it: every report states it first, and
-reads it from ``run.outcome`` (decided once, by ``outcome.decide``, when the run ended)."""
+reads it from ``run.outcome`` (decided once, by ``run_outcome.decide``, when the run ended)."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..outcome import Outcome, decide
+from ..run_outcome import Outcome, decide
 
 
 def overall_verdict(results: Mapping[str, Any]) -> Outcome:

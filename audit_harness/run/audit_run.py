@@ -23,8 +23,8 @@ from ..gates import PACKAGED_THRESHOLDS, Gate, add_regression_gates, load_thresh
 from ..option_values import AuditOptions
 from . import startup
 from .finish import RunFiles
+from .finish_plan import PlanFiles
 from .gate_check import FINDINGS, VERDICT_KEY, GateFinding, finding_text
-from .plan import PlanFiles
 
 #: The gates used when neither --thresholds nor ./thresholds.yaml gives any.
 
@@ -349,7 +349,7 @@ class AuditRun:
         # say the run was interrupted.
         with deferred_interrupts() as presses:
             if self.session.backend_spec.placeholder_scores:
-                from .plan import finish_plan
+                from .finish_plan import finish_plan
 
                 code = finish_plan(self, exitstatus)
             else:

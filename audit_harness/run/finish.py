@@ -1,5 +1,5 @@
 """The end of an audit run, in the controller: merge what every process evaluated, list the gates
-that never ran, build the results document, decide the outcome once (``outcome.decide``) and
+that never ran, build the results document, decide the outcome once (``run_outcome.decide``) and
 write results.json, report.md and report.html, where everything after reads them."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AuditError
 from ..gates import Gate, Verdict, thresholds_provenance
-from ..outcome import Outcome, decide, nothing_checked
 from ..report.results import ResultsDocument
+from ..run_outcome import Outcome, decide, nothing_checked
 
 if TYPE_CHECKING:
     from ..interrupts import Presses
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class Facts:
-    """What the end of the run established besides the gates' verdicts (``outcome.decide``)."""
+    """What the end of the run established besides the gates' verdicts (``run_outcome.decide``)."""
 
     interrupted: bool = False
     input_error: str | None = None
@@ -246,7 +246,7 @@ def run_meta(run: AuditRun, touched: set[str]) -> dict[str, Any]:
 
 
 def decide_outcome(files: RunFiles, presses: Presses) -> Outcome:
-    """The run's one outcome decision (``outcome.decide``), stored in results.json's ``run``
+    """The run's one outcome decision (``run_outcome.decide``), stored in results.json's ``run``
     where the terminal, both reports and JUnit read it."""
     from ..report.scope import partial_reasons
 
