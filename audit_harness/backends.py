@@ -7,15 +7,15 @@ checks, how it is opened, and what the run asks of it (its engine, its item sour
 scores are placeholders); ``spec_for`` picks the run's. Also the backend options' flags (each a
 field of ``option_values.BackendOptions``), registered with ``--backend``'s choices.
 
-A new backend is its module under ``models/``, an entry here, and a field of
-``BackendOptions`` per flag of its own."""
+A new backend is its module under ``models/``, its ``@registered`` spec here (appended at the
+end is enough), and a field of ``BackendOptions`` per flag of its own."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, TypeVar
 
 from .errors import ConfigError, ModelError
 from .option_spec import Option
@@ -129,6 +129,29 @@ class BackendSpec:
         return _path_safe(f"{self.name}-{Path(model).name}" if model else self.name)
 
 
+#: The backends by ``--backend`` name, in ``--help``'s order: every ``@registered`` spec, in the
+#: order this module defines them (a new one may be appended at its end: whatever reads the
+#: registry reads it when asked, never a copy made at import).
+REGISTRY: dict[str, type[BackendSpec]] = {}
+
+SpecT = TypeVar("SpecT", bound=type[BackendSpec])
+
+
+def registered(spec: SpecT) -> SpecT:
+    """Class decorator: add ``spec`` to ``REGISTRY`` under its ``name``.
+
+    Raises:
+        ValueError: another spec already has that name.
+    """
+    if spec.name in REGISTRY:
+        raise ValueError(
+            f"two backends named {spec.name!r}: {REGISTRY[spec.name].__name__} and {spec.__name__}"
+        )
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+@registered
 class HFSpec(BackendSpec):
     """The model in this process (``models.zoo.load_model``)."""
 
@@ -174,6 +197,7 @@ class HFSpec(BackendSpec):
         return load_model(self.options.model, device=b.device, dtype=b.dtype, batch_size=b.batch_size)
 
 
+@registered
 class OpenAISpec(BackendSpec):
     """An OpenAI-compatible server, or a pool of replicas (``models.openai_server.connect``)."""
 
@@ -262,6 +286,7 @@ class OpenAISpec(BackendSpec):
         )
 
 
+@registered
 class ReplaySpec(BackendSpec):
     """Saved outputs (``models.replay.ReplayModel``) of one benchmark, joined to its data
     (``predictions.join_predictions``) once per process; its items are those the file answers."""
@@ -450,11 +475,6 @@ class PlanSpec(HFSpec):
         return f"{super().run_label()}-plan"  # a plan's folder is told apart from a run's at a glance
 
 
-#: The backends by ``--backend`` name.
-REGISTRY: dict[str, type[BackendSpec]] = {spec.name: spec for spec in (HFSpec, OpenAISpec, ReplaySpec)}
-BACKENDS = tuple(REGISTRY)
-
-
 def spec_for(options: AuditOptions) -> BackendSpec:
     """The run's backend: ``--backend``'s, or with ``--plan`` the planning twin of ``hf``."""
     if options.backend.plan:
@@ -505,7 +525,7 @@ def validate(options: AuditOptions) -> None:
     its values: ``AuditOptions.check``)."""
     b = options.backend
     if b.name not in REGISTRY:
-        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {b.name!r}")
+        raise ConfigError(f"--backend must be one of {', '.join(REGISTRY)}, got {b.name!r}")
     REGISTRY[b.name].check_flags(options)
     PlanSpec.check_flags(options)
 
@@ -540,23 +560,20 @@ def backend_help() -> str:
 
 
 def backend_rows() -> tuple[Option, ...]:
-    """The backend group's rows (``option_values.BackendOptions``), ``--backend``'s help and
-    choices filled from ``REGISTRY``."""
+    """The backend flags, each declared once (a field of ``option_values.BackendOptions``), in
+    ``--help``'s order, ``--backend``'s help and choices filled from ``REGISTRY`` as it is now."""
     rows = [opt for opt in ROWS if opt.group == "backend"]
     return tuple(
-        dataclasses.replace(opt, help=backend_help(), choices=BACKENDS) if opt.flag == "--backend" else opt
+        dataclasses.replace(opt, help=backend_help(), choices=tuple(REGISTRY))
+        if opt.flag == "--backend"
+        else opt
         for opt in rows
     )
 
 
-#: The backend flags, each declared once (a field of ``option_values.BackendOptions``), in
-#: ``--help``'s order.
-OPTIONS = backend_rows()
-
-
 def add_options(group) -> None:
-    """Register the backend options (``OPTIONS``) on the plugin's option group."""
+    """Register the backend options (``backend_rows``) on the plugin's option group."""
     from .options import default_of, register
 
-    for opt in OPTIONS:
+    for opt in backend_rows():
         register(group, opt, default_of(opt))

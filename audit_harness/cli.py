@@ -165,7 +165,7 @@ def _run_options(oracle: bool) -> tuple[tuple[Option, str], ...]:
     replay backend's, a benchmark's), under the subcommand's spelling where it differs
     (``--flavour`` for ``--metric-flavour``...). ``oracle``'s ``--seed`` is its own (the bootstrap
     seed goes after ``--``), and it writes its own predictions."""
-    from .backends import OPTIONS
+    from .backends import backend_rows
     from .benchmarks.base import ANSWER_PARSING, METRIC_FLAVOUR
     from .benchmarks.bbq import SPLIT_NAMES
     from .benchmarks.bbq_family import BBQ_ANSWER_MODE
@@ -176,7 +176,8 @@ def _run_options(oracle: bool) -> tuple[tuple[Option, str], ...]:
 
     # score is the replay backend: its options' help needs no "with --backend replay".
     replay = {
-        o.flag: dataclasses.replace(o, help=o.help.removeprefix("with --backend replay: ")) for o in OPTIONS
+        o.flag: dataclasses.replace(o, help=o.help.removeprefix("with --backend replay: "))
+        for o in backend_rows()
     }
     saved = [
         dataclasses.replace(replay[f], default=REQUIRED) for f in ("--predictions", "--prediction-field")

@@ -51,7 +51,7 @@ def _given(opt: Option) -> tuple[list[str], Any]:
 
 
 def test_every_declared_option_is_registered():
-    registered = [opt.flag for opt in (*SUITE_OPTIONS, *backends.OPTIONS)]
+    registered = [opt.flag for opt in (*SUITE_OPTIONS, *backends.backend_rows())]
     assert sorted(registered) == sorted(opt.flag for opt in ROWS)
     assert len(set(registered)) == len(registered)
 
@@ -59,7 +59,7 @@ def test_every_declared_option_is_registered():
 @pytest.mark.parametrize("opt", ROWS, ids=lambda opt: opt.flag)
 def test_every_declared_option_is_recorded_as_given(opt):
     # The row as registered (``--backend`` takes its choices from the backend registry).
-    opt = next(o for o in (*SUITE_OPTIONS, *backends.OPTIONS) if o.flag == opt.flag)
+    opt = next(o for o in (*SUITE_OPTIONS, *backends.backend_rows()) if o.flag == opt.flag)
     args, expected = _given(opt)
     recorded = _read(args).to_dict()
     assert opt.key in recorded, f"{opt.flag} is declared but results.json's options lack {opt.key!r}"
@@ -95,7 +95,6 @@ def test_a_new_backend_flag_is_one_field(monkeypatch):
     monkeypatch.setattr(option_values, "HOME", option_values.field_groups())
     # what importing the modules derives from the rows, derived again
     monkeypatch.setattr(backends, "ROWS", option_values.ROWS)
-    monkeypatch.setattr(backends, "OPTIONS", backends.backend_rows())
     opts = _read(["--random-scale", "3"])
     assert opts.backend.random_scale == 3.0
     assert opts.to_dict()["random_scale"] == 3.0

@@ -349,7 +349,7 @@ def test_backend_help_names_every_registered_backend(monkeypatch):
     # A backend added to the registry is offered by --help without a second, hand-written list.
     from audit_harness import backends
 
-    flag = next(opt for opt in backends.OPTIONS if opt.flag == "--backend")
+    flag = next(opt for opt in backends.backend_rows() if opt.flag == "--backend")
     assert flag.help == backends.backend_help() and flag.choices == tuple(backends.REGISTRY)
 
     class ToySpec(backends.BackendSpec):
