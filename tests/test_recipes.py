@@ -69,7 +69,8 @@ def follow(root: Path, steps: list[tuple[str, bool, str]]) -> None:
         if appended:
             assert target.is_file(), f"the recipe appends to {path}, which the project lacks"
             with target.open("a", encoding="utf-8") as f:
-                f.write("\n" + text)
+                # after a blank line; two before a Python class, as ruff format writes it
+                f.write("\n\n" + text if path.endswith(".py") else "\n" + text)
         else:
             assert not target.exists(), f"the recipe creates {path}, which exists already"
             target.write_text(text, encoding="utf-8")
@@ -123,6 +124,18 @@ def test_each_recipe_touches_only_the_files_it_names(project):
         "audit_harness/audits/test_yesno.py",
         "audit_harness/models/shortest.py",
     }
+
+
+def test_the_recipes_code_passes_the_linters(project):
+    # What a newcomer pastes from the guide passes make lint's ruff steps as it stands.
+    root, _, _ = project
+    touched = [path for path, _, _ in BENCHMARK_RECIPE + BACKEND_RECIPE if path.endswith(".py")]
+    config = ["--config", str(REPO / "pyproject.toml")]
+    for step in (["check", *config], ["format", "--check", *config]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "ruff", *step, *touched], cwd=root, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_the_new_benchmark_runs_on_the_new_backend(project, tmp_path):
