@@ -24,15 +24,11 @@ import yaml
 
 from ..data import csv_rows, decoded_lines, not_text
 from ..errors import ConfigError, DataError
+from .bbq_family import ITEM_FIELDS
 
 #: The BBQ fields every row must have, and the column of the data that holds each.
 REQUIRED_FIELDS = (
-    "context",
-    "question",
-    "ans0",
-    "ans1",
-    "ans2",
-    "label",
+    *ITEM_FIELDS,
     "question_polarity",
     "context_condition",
     "unknown_option",
