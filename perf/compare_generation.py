@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare_lmeval import CPU, LOADS, lmeval_env, lmeval_python, run_lmeval_cli, run_our_side  # noqa: E402
-from comparison import comparison_parser, our_engine, our_side_command, our_side_parser, profiled  # noqa: E402
+from comparison import comparison_parser, dispatch, our_engine, our_side_command, our_side_parser, profiled  # noqa: E402
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 
@@ -372,11 +372,8 @@ def print_findings(run: dict, tokens: dict[str, int], identical: int, differing:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--_ours" in argv:
-        ours_main(argv)
-        return 0
+def compare(argv: list[str]) -> int:
+    """The comparison: run every side, print the table and the findings, write the summary."""
     args = parse_args(argv)
     from audit_harness.models.zoo import materialize
 
@@ -428,6 +425,10 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json_out).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     print(result_line(speedup, identical, n))
     return 1 if run["token_diff"] or len(lm_out) < n else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch(argv, ours_main, compare)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from comparison import comparison_parser, our_engine, our_side_command, our_side_parser, profiled  # noqa: E402
+from comparison import comparison_parser, dispatch, our_engine, our_side_command, our_side_parser, profiled  # noqa: E402
 
 LMEVAL_VENV = REPO / ".venv-lmeval"
 LMEVAL_PIP = ["lm_eval[hf]==0.4.13", "torch==2.13.0"]
@@ -527,11 +527,8 @@ def run_sides(args, folder: Path, keys_path: Path, workdir: Path, python: Path, 
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--_ours" in argv:
-        ours_main(argv)
-        return 0
+def compare(argv: list[str]) -> int:
+    """The comparison: run every side, print the table and the findings, write the summary."""
     args = parse_args(argv)
     sys.path.insert(0, str(REPO))
     from audit_harness.models.zoo import materialize
@@ -597,6 +594,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{identical}/{n_items}, max |dLL| {max_dll:.2e}"
     )
     return 0 if identical == n_items and not protocol_diff and (pct is None or pct["equal"]) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch(argv, ours_main, compare)
 
 
 if __name__ == "__main__":

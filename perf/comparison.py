@@ -13,7 +13,7 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 #: Our side's flags a comparison passes through to its child, as (flag, attribute of its args).
@@ -23,6 +23,17 @@ _CHILD_FLAGS = (
     ("--batch-size", "batch_size"),
     ("--threads", "threads"),
 )
+
+
+def dispatch(
+    argv: list[str] | None, ours_main: Callable[[list[str]], None], compare: Callable[[list[str]], int]
+) -> int:
+    """Run our side's child (``--_ours`` on the command line, exit 0) or else the comparison."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "--_ours" in argv:
+        ours_main(argv)
+        return 0
+    return compare(argv)
 
 
 def comparison_parser(doc: str, model: str, threads_help: str, profile_help: str) -> argparse.ArgumentParser:
