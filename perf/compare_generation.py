@@ -127,8 +127,8 @@ def ours_main(argv: list[str]) -> None:
 def run_ours(args, workdir: Path, tag: str):
     out = workdir / f"ours_{tag}.json"
     selection = ["--categories", ",".join(args.categories), "--limit", str(args.limit)]
-    profile = args.profile and tag == "before"
-    cmd = our_side_command(Path(__file__), out, args, workdir / f"cache_{tag}", profile, selection)
+    profile = ["--profile"] if args.profile and tag == "before" else []
+    cmd = our_side_command(Path(__file__), out, args, workdir / f"cache_{tag}", selection + profile)
     return run_our_side(cmd, out, args.threads, workdir, tag)
 
 

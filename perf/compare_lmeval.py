@@ -346,7 +346,8 @@ def ours_main(argv: list[str]) -> None:
 def run_ours(args, folder: Path, keys_path: Path, workdir: Path, cache_dir: Path, tag: str):
     out = workdir / f"ours_{tag}.json"
     selection = ["--benchmark", args.benchmark, "--keys", str(keys_path)]
-    cmd = our_side_command(Path(__file__), out, args, cache_dir, args.profile and tag == "cold", selection)
+    profile = ["--profile"] if args.profile and tag == "cold" else []
+    cmd = our_side_command(Path(__file__), out, args, cache_dir, selection + profile)
     return run_our_side(cmd, out, args.threads, workdir, tag)
 
 
@@ -504,8 +505,10 @@ def prepare(args, workdir: Path, python: Path) -> tuple[dict[str, list[dict]], P
     return rows, keys_path, write_task(workdir, args.benchmark, rows, tasks_dir)
 
 
-def run_sides(args, folder: Path, keys_path: Path, workdir: Path, python: Path, task: str) -> dict:
-    """Our cold, warm, lm-eval's and our second cold run: their outputs, times and peak memory."""
+def run_sides(args, folder: Path, workdir: Path, python: Path, task: str) -> dict:
+    """Our cold, warm, lm-eval's and our second cold run (on the keys ``prepare`` wrote): their
+    outputs, times and peak memory."""
+    keys_path = workdir / "keys.json"
     cache_dir = workdir / "cache"
     cold, t_before, rss_cold = run_ours(args, folder, keys_path, workdir, cache_dir, "cold")
     warm, t_warm, rss_warm = run_ours(args, folder, keys_path, workdir, cache_dir, "warm")
@@ -545,7 +548,7 @@ def compare(argv: list[str]) -> int:
         f"load {os.getloadavg()[0]:.1f}; workdir {workdir}",
         flush=True,
     )
-    runs = run_sides(args, folder, keys_path, workdir, python, task)
+    runs = run_sides(args, folder, workdir, python, task)
     cold, lm = runs["cold"], runs["lm"]
     t_cold = (runs["t_before"] + runs["t_after"]) / 2
     n, identical, protocol_diff, max_dll = match_items(args, rows, lm, cold)

@@ -69,15 +69,15 @@ def our_side_parser() -> argparse.ArgumentParser:
 
 
 def our_side_command(
-    script: Path, out: Path, args: argparse.Namespace, cache_dir: Path, profile: bool, selection: list[str]
+    script: Path, out: Path, args: argparse.Namespace, cache_dir: Path, selection: list[str]
 ) -> list[str]:
     """The command that runs ``script``'s our side into ``out``: this interpreter, the
-    comparison's model, data, batch size and threads, ``cache_dir``, the script's
-    ``selection`` flags, and ``--profile`` when ``profile``."""
+    comparison's model, data, batch size and threads, ``cache_dir``, and the script's
+    ``selection`` flags (its items, ``--profile``)."""
     cmd = [sys.executable, str(script.resolve()), "--_ours", str(out)]
     for flag, attribute in _CHILD_FLAGS:
         cmd += [flag, str(getattr(args, attribute))]
-    return cmd + ["--cache-dir", str(cache_dir), *selection] + (["--profile"] if profile else [])
+    return cmd + ["--cache-dir", str(cache_dir), *selection]
 
 
 def our_engine(a: argparse.Namespace):
