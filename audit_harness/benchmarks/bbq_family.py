@@ -134,7 +134,7 @@ class MCItem:
 _Item = TypeVar("_Item", bound=MCItem)
 
 
-def item_from_row(row: Mapping[str, Any], cls: Callable[..., _Item], **fields: Any) -> _Item:
+def item_from_row(row: Mapping[str, object], cls: Callable[..., _Item], **fields: object) -> _Item:
     """An item of class ``cls`` whose texts, answers, gold, condition, polarity and template
     (``question_index``) are those of a row in BBQ's own format (BBQ, MBBQ), with the
     benchmark's own ``fields`` (its id, category, biased and unknown options, ...)."""
