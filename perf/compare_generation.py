@@ -36,7 +36,6 @@ Exit status 0; 1 when a token input differs or an output is missing; 2 when lm-e
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -50,6 +49,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare_lmeval import CPU, LOADS, lmeval_env, lmeval_python, run_lmeval_cli, run_our_side  # noqa: E402
+from comparison import comparison_parser, dispatch, our_engine, our_side_command, our_side_parser, profiled  # noqa: E402
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 
@@ -98,43 +98,18 @@ def kobbq_items(data_dir: Path, categories: list[str], limit: int, seed: int = 0
 # -- our side (a child process of this script) --------------------------------------------------------
 def ours_main(argv: list[str]) -> None:
     """``--_ours OUT``: KoBBQ.evaluate over our engine, the outputs and token inputs to OUT."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--_ours", dest="out", required=True)
-    ap.add_argument("--model", required=True)
+    ap = our_side_parser()
     ap.add_argument("--categories", required=True)
     ap.add_argument("--limit", type=int, required=True)
-    ap.add_argument("--data-dir", required=True)
-    ap.add_argument("--batch-size", type=int, required=True)
-    ap.add_argument("--threads", type=int, required=True)
-    ap.add_argument("--cache-dir", required=True)
-    ap.add_argument("--profile", action="store_true")
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
-    import torch
-
-    torch.set_num_threads(a.threads)
-    from audit_harness.engine.cache import ResultCache
-    from audit_harness.engine.executor import Engine
-    from audit_harness.models.zoo import load_model
-
-    model = load_model(a.model, device="cpu", dtype="float32", batch_size=a.batch_size)
-    engine = Engine(model, cache=ResultCache(a.cache_dir))
+    torch, model, engine = our_engine(a)
     t_loaded = time.perf_counter()
     kobbq, items = kobbq_items(Path(a.data_dir), a.categories.split(","), a.limit)
-    prof = None
-    if a.profile:
-        import cProfile
-
-        prof = cProfile.Profile()
-        prof.enable()
-    t0 = time.perf_counter()
-    records = kobbq.evaluate(engine, items)
-    t_done = time.perf_counter()
-    if prof is not None:
-        import pstats
-
-        prof.disable()
-        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(30)
+    with profiled(a.profile, "tottime", 30):
+        t0 = time.perf_counter()
+        records = kobbq.evaluate(engine, items)
+        t_done = time.perf_counter()
     prompts = [kobbq.model_input(engine, it)[0] for it in items]  # what evaluate generated from
     out = {
         "items": {
@@ -151,26 +126,9 @@ def ours_main(argv: list[str]) -> None:
 
 def run_ours(args, workdir: Path, tag: str):
     out = workdir / f"ours_{tag}.json"
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--_ours",
-        str(out),
-        "--model",
-        args.model,
-        "--categories",
-        ",".join(args.categories),
-        "--limit",
-        str(args.limit),
-        "--data-dir",
-        str(args.data_dir),
-        "--batch-size",
-        str(args.batch_size),
-        "--threads",
-        str(args.threads),
-        "--cache-dir",
-        str(workdir / f"cache_{tag}"),
-    ] + (["--profile"] if args.profile and tag == "before" else [])
+    selection = ["--categories", ",".join(args.categories), "--limit", str(args.limit)]
+    profile = ["--profile"] if args.profile and tag == "before" else []
+    cmd = our_side_command(Path(__file__), out, args, workdir / f"cache_{tag}", selection + profile)
     return run_our_side(cmd, out, args.threads, workdir, tag)
 
 
@@ -292,59 +250,35 @@ def generated_tokens(folder: Path, texts) -> int:
     return sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--_ours" in argv:
-        ours_main(argv)
-        return 0
-    ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+def parse_args(argv: list[str]):
+    ap = comparison_parser(
+        __doc__,
+        "qwen2.5-coder-0.5b-instruct",
+        "torch threads, ours and lm-eval",
+        "cProfile of our first run (in its log)",
     )
-    ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct", help="zoo name")
     ap.add_argument("--categories", default="age,disability_status", help="KoBBQ categories, comma-separated")
     ap.add_argument("--limit", type=int, default=12, help="test rows per category (x 5 templates x 3 orders)")
-    ap.add_argument("--batch-size", type=int, default=16, help="ours and lm-eval's batch size")
-    ap.add_argument(
-        "--threads", type=int, default=os.cpu_count() or 1, help="torch threads, ours and lm-eval"
-    )
-    ap.add_argument(
-        "--data-dir", default=os.environ.get("AUDIT_DATA_DIR") or str(REPO.parent / "shared" / "data")
-    )
-    ap.add_argument("--workdir", help="keep inputs, logs and outputs here (default: a temp dir)")
-    ap.add_argument("--json-out", help="write the summary as JSON")
     ap.add_argument("--no-vllm", action="store_true", help="leave out the vLLM row")
-    ap.add_argument("--profile", action="store_true", help="cProfile of our first run (in its log)")
     args = ap.parse_args(argv)
     args.data_dir = Path(args.data_dir).resolve()
     args.categories = args.categories.split(",")
-    from audit_harness.models.zoo import materialize
+    return args
 
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="cmp_generation_")).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    python = lmeval_python()
-    folder = materialize(args.model)
-    print(
-        f"kobbq generate mode: {', '.join(args.categories)}, --limit {args.limit}; model {args.model}; "
-        f"fp32 CPU, {args.threads} threads, batch size {args.batch_size}; load {os.getloadavg()[0]:.1f}; "
-        f"workdir {workdir}",
-        flush=True,
-    )
 
+def run_sides(args, workdir: Path, python: Path, folder: Path) -> dict:
+    """Ours, lm-eval and ours again (their outputs, times and peak memory), lm-eval's token
+    inputs, the comparisons, and the vLLM row unless ``--no-vllm``."""
     before, t_before, rss_before = run_ours(args, workdir, "before")
     prompts = {k: v["prompt"] for k, v in before["items"].items()}
     task = write_task(workdir, prompts, before["max_new_tokens"])
     docs, t_lm, rss_lm = run_lmeval(python, folder, task, workdir, args)
     after, t_after, _ = run_ours(args, workdir, "after")
-    t_ours = (t_before + t_after) / 2
-
     theirs = {d["doc"]["id"]: d for d in docs}
     contexts = {k: d["arguments"]["gen_args_0"]["arg_0"] for k, d in theirs.items()}
     their_ids = lmeval_token_inputs(python, folder, contexts, workdir, args.threads)
     ours_out = {k: v["output"] for k, v in before["items"].items()}
     lm_out = {k: d["resps"][0][0] for k, d in theirs.items()}
-    token_diff = compare_token_inputs({k: v["ids"] for k, v in before["items"].items()}, their_ids)
-    identical, n, differing = compare_outputs(ours_out, lm_out)
-    same_twice, _, _ = compare_outputs(ours_out, {k: v["output"] for k, v in after["items"].items()})
     # Kept on disk before the vLLM row runs, which a server or client failure may cut short.
     (workdir / "timings.json").write_text(
         json.dumps(
@@ -360,24 +294,61 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # the comparison with lm-eval stands without this row
         print(f"vLLM row failed: {type(e).__name__}: {e}")
         vllm = None
-
-    tokens = {
-        "ours": generated_tokens(folder, ours_out.values()),
-        "lm-eval": generated_tokens(folder, lm_out.values()),
+    return {
+        "before": before,
+        "after": after,
+        "t_before": t_before,
+        "t_after": t_after,
+        "t_lm": t_lm,
+        "rss_before": rss_before,
+        "rss_lm": rss_lm,
+        "ours_out": ours_out,
+        "lm_out": lm_out,
+        "token_diff": compare_token_inputs({k: v["ids"] for k, v in before["items"].items()}, their_ids),
+        "vllm": vllm,
     }
+
+
+def print_table(run: dict, tokens: dict[str, int]) -> None:
+    """Each side's wall and CPU seconds, load, generated tokens and tokens per second."""
     rows = [
-        ("ours (before lm-eval)", t_before, CPU.get("ours_before"), LOADS.get("ours_before"), tokens["ours"]),
-        ("lm-eval 0.4.13", t_lm, CPU.get("lm_eval"), LOADS.get("lm_eval"), tokens["lm-eval"]),
-        ("ours (after lm-eval)", t_after, CPU.get("ours_after"), LOADS.get("ours_after"), tokens["ours"]),
+        (
+            "ours (before lm-eval)",
+            run["t_before"],
+            CPU.get("ours_before"),
+            LOADS.get("ours_before"),
+            tokens["ours"],
+        ),
+        ("lm-eval 0.4.13", run["t_lm"], CPU.get("lm_eval"), LOADS.get("lm_eval"), tokens["lm-eval"]),
+        (
+            "ours (after lm-eval)",
+            run["t_after"],
+            CPU.get("ours_after"),
+            LOADS.get("ours_after"),
+            tokens["ours"],
+        ),
     ]
-    if vllm is not None:
-        tokens["vllm"] = generated_tokens(folder, vllm["outputs"].values())
-        rows.append(("vLLM (client wall)", vllm["wall"], None, vllm["load"], tokens["vllm"]))
+    if run["vllm"] is not None:
+        rows.append(("vLLM (client wall)", run["vllm"]["wall"], None, run["vllm"]["load"], tokens["vllm"]))
     print(f"\n{'side':<24}{'wall s':>9}{'CPU s':>9}{'load':>6}{'gen tokens':>12}{'tokens/s':>10}")
     for name, wall, cpu, load, tok in rows:
         cpu_s = f"{cpu:>9.1f}" if cpu is not None else f"{'-':>9}"
         load_s = f"{load:>6.1f}" if load is not None else f"{'-':>6}"
         print(f"{name:<24}{wall:>9.1f}{cpu_s}{load_s}{tok:>12}{tok / wall:>10.2f}")
+
+
+def print_findings(run: dict, tokens: dict[str, int], identical: int, differing: list[str]) -> None:
+    """Our engine's counts, the identical token inputs and outputs, the vLLM row and the ratios."""
+    before, after, ours_out, lm_out, vllm = (
+        run["before"],
+        run["after"],
+        run["ours_out"],
+        run["lm_out"],
+        run["vllm"],
+    )
+    n = len(ours_out)
+    t_ours = (run["t_before"] + run["t_after"]) / 2
+    same_twice, _, _ = compare_outputs(ours_out, {k: v["output"] for k, v in after["items"].items()})
     st = before["stats"]
     print(
         f"ours: {n} generations, {st['forwards']} prompt forwards (batches or refills), {st['tokens_forwarded']} tokens forwarded; "
@@ -385,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{before['seconds']['generation']:.1f} s (after lm-eval: {after['seconds']['generation']:.1f} s); "
         f"the two runs' outputs identical {same_twice}/{n}"
     )
-    print(f"token inputs identical (ours vs lm-eval): {n - len(token_diff)}/{n}")
+    print(f"token inputs identical (ours vs lm-eval): {n - len(run['token_diff'])}/{n}")
     print(f"outputs identical (ours vs lm-eval): {identical}/{n}")
     for k in differing[:5]:
         print(f"  {k}: ours {ours_out[k]!r} lm-eval {lm_out.get(k)!r}")
@@ -395,23 +366,57 @@ def main(argv: list[str] | None = None) -> int:
             f"vLLM: server start-up {vllm['startup']:.0f} s (untimed); outputs identical with ours "
             f"{v_same}/{n}; wall ours/vLLM {t_ours / vllm['wall']:.2f}x"
         )
-    speedup = t_lm / t_ours
     print(
-        f"wall ratio lm-eval/ours {speedup:.2f}x (ours: mean of the runs before and after); "
-        f"tokens/s ours {tokens['ours'] / t_ours:.2f}, lm-eval {tokens['lm-eval'] / t_lm:.2f}"
+        f"wall ratio lm-eval/ours {run['t_lm'] / t_ours:.2f}x (ours: mean of the runs before and after); "
+        f"tokens/s ours {tokens['ours'] / t_ours:.2f}, lm-eval {tokens['lm-eval'] / run['t_lm']:.2f}"
     )
+
+
+def compare(argv: list[str]) -> int:
+    """The comparison: run every side, print the table and the findings, write the summary."""
+    args = parse_args(argv)
+    from audit_harness.models.zoo import materialize
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="cmp_generation_")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    python = lmeval_python()
+    folder = materialize(args.model)
+    print(
+        f"kobbq generate mode: {', '.join(args.categories)}, --limit {args.limit}; model {args.model}; "
+        f"fp32 CPU, {args.threads} threads, batch size {args.batch_size}; load {os.getloadavg()[0]:.1f}; "
+        f"workdir {workdir}",
+        flush=True,
+    )
+    run = run_sides(args, workdir, python, folder)
+    ours_out, lm_out, vllm = run["ours_out"], run["lm_out"], run["vllm"]
+    identical, n, differing = compare_outputs(ours_out, lm_out)
+    tokens = {
+        "ours": generated_tokens(folder, ours_out.values()),
+        "lm-eval": generated_tokens(folder, lm_out.values()),
+    }
+    if vllm is not None:
+        tokens["vllm"] = generated_tokens(folder, vllm["outputs"].values())
+    print_table(run, tokens)
+    print_findings(run, tokens, identical, differing)
+    t_ours = (run["t_before"] + run["t_after"]) / 2
+    speedup = run["t_lm"] / t_ours
     summary = {
         "model": args.model,
         "categories": args.categories,
         "limit": args.limit,
         "generations": n,
         "identical": identical,
-        "token_inputs_differing": len(token_diff),
-        "seconds": {"ours": t_ours, "ours_before": t_before, "ours_after": t_after, "lmeval": t_lm},
-        "ours_inner": [before["seconds"], after["seconds"]],
+        "token_inputs_differing": len(run["token_diff"]),
+        "seconds": {
+            "ours": t_ours,
+            "ours_before": run["t_before"],
+            "ours_after": run["t_after"],
+            "lmeval": run["t_lm"],
+        },
+        "ours_inner": [run["before"]["seconds"], run["after"]["seconds"]],
         "cpu_seconds": dict(CPU),
         "load_average": dict(LOADS),
-        "peak_rss_bytes": {"ours": rss_before, "lmeval": rss_lm},
+        "peak_rss_bytes": {"ours": run["rss_before"], "lmeval": run["rss_lm"]},
         "generated_tokens": tokens,
         "vllm": None if vllm is None else {k: vllm[k] for k in ("wall", "startup", "load")},
         "workdir": str(workdir),
@@ -419,7 +424,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     print(result_line(speedup, identical, n))
-    return 1 if token_diff or len(lm_out) < n else 0
+    return 1 if run["token_diff"] or len(lm_out) < n else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch(argv, ours_main, compare)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ pct_stereotype); 2 when lm-eval cannot run.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import csv
 import itertools
@@ -47,6 +46,10 @@ import venv
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from comparison import comparison_parser, dispatch, our_engine, our_side_command, our_side_parser, profiled  # noqa: E402
+
 LMEVAL_VENV = REPO / ".venv-lmeval"
 LMEVAL_PIP = ["lm_eval[hf]==0.4.13", "torch==2.13.0"]
 # EsBBQ CSV -> the Hugging Face hub schema (BSC-LT/EsBBQ) that lm-eval's utils read:
@@ -285,33 +288,19 @@ def run_lmeval(python: Path, folder: Path, task: str, workdir: Path, args) -> tu
 # -- our side (a child process of this script) --------------------------------------------------------
 def ours_main(argv: list[str]) -> None:
     """``--_ours``: score the chosen items with our engine and write the result JSON."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--_ours", dest="out", required=True)
+    ap = our_side_parser()
     ap.add_argument("--benchmark", required=True)
-    ap.add_argument("--model", required=True)
     ap.add_argument("--keys", required=True, help="JSON list of row keys to score")
-    ap.add_argument("--data-dir", required=True)
-    ap.add_argument("--batch-size", type=int, required=True)
-    ap.add_argument("--threads", type=int, required=True)
-    ap.add_argument("--cache-dir", required=True)
-    ap.add_argument("--profile", action="store_true")
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
     sys.path.insert(0, str(REPO))
-    import torch
-
-    torch.set_num_threads(a.threads)
     from audit_harness.benchmarks import MetricSettings, registry
-    from audit_harness.engine.cache import ResultCache
-    from audit_harness.engine.executor import Engine
-    from audit_harness.models.zoo import load_model
 
+    torch, model, engine = our_engine(a)
     bench = registry()[a.benchmark]
     if a.benchmark in ("bbq", "crows_pairs"):
         bench = bench.configure(protocol="lmeval")
     keys = set(json.loads(Path(a.keys).read_text()))
-    model = load_model(a.model, device="cpu", dtype="float32", batch_size=a.batch_size)
-    engine = Engine(model, cache=ResultCache(a.cache_dir))
     t_loaded = time.perf_counter()
     items = []
     # CrowS-Pairs' categories share its pairs: ``overall`` holds each of them once.
@@ -321,20 +310,10 @@ def ours_main(argv: list[str]) -> None:
             key = it.item_id if a.benchmark != "esbbq" else f"{category}-{it.extra['instance_id']}"
             if key in keys:
                 items.append((key, it))
-    prof = None
-    if a.profile:
-        import cProfile
-
-        prof = cProfile.Profile()
-        prof.enable()
-    t0 = time.perf_counter()
-    records = bench.evaluate(engine, [it for _, it in items])
-    t_scored = time.perf_counter()
-    if prof is not None:
-        import pstats
-
-        prof.disable()
-        pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
+    with profiled(a.profile, "cumulative", 25):
+        t0 = time.perf_counter()
+        records = bench.evaluate(engine, [it for _, it in items])
+        t_scored = time.perf_counter()
     if a.benchmark == "crows_pairs":
         # lm-eval's request per sentence: ("", sentence), no delimiter.
         mine = {
@@ -366,26 +345,9 @@ def ours_main(argv: list[str]) -> None:
 
 def run_ours(args, folder: Path, keys_path: Path, workdir: Path, cache_dir: Path, tag: str):
     out = workdir / f"ours_{tag}.json"
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--_ours",
-        str(out),
-        "--benchmark",
-        args.benchmark,
-        "--model",
-        args.model,
-        "--keys",
-        str(keys_path),
-        "--data-dir",
-        str(args.data_dir),
-        "--batch-size",
-        str(args.batch_size),
-        "--threads",
-        str(args.threads),
-        "--cache-dir",
-        str(cache_dir),
-    ] + (["--profile"] if args.profile and tag == "cold" else [])
+    selection = ["--benchmark", args.benchmark, "--keys", str(keys_path)]
+    profile = ["--profile"] if args.profile and tag == "cold" else []
+    cmd = our_side_command(Path(__file__), out, args, cache_dir, selection + profile)
     return run_our_side(cmd, out, args.threads, workdir, tag)
 
 
@@ -412,13 +374,12 @@ def plain_tokens(folder: Path, ours: dict) -> int:
 
 
 # -- comparison ------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--_ours" in argv:
-        ours_main(argv)
-        return 0
-    ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+def parse_args(argv: list[str]):
+    ap = comparison_parser(
+        __doc__,
+        "smollm2-135m-instruct",
+        "torch threads, both sides",
+        "cProfile of our cold scoring (in its log)",
     )
     ap.add_argument("--benchmark", choices=sorted(TASK_YAML), required=True)
     ap.add_argument(
@@ -428,60 +389,18 @@ def main(argv: list[str] | None = None) -> int:
         help="first N rows of every category (crows_pairs: of every bias type), or all; "
         "required for bbq and esbbq",
     )
-    ap.add_argument("--model", default="smollm2-135m-instruct", help="zoo name")
-    ap.add_argument("--batch-size", type=int, default=16, help="both sides' batch size")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads, both sides")
-    ap.add_argument(
-        "--data-dir", default=os.environ.get("AUDIT_DATA_DIR") or str(REPO.parent / "shared" / "data")
-    )
-    ap.add_argument("--workdir", help="keep inputs, logs and outputs here (default: a temp dir)")
-    ap.add_argument("--json-out", help="write the summary as JSON")
-    ap.add_argument("--profile", action="store_true", help="cProfile of our cold scoring (in its log)")
     args = ap.parse_args(argv)
     if args.per_category is None and args.benchmark != "crows_pairs":
         # Every BBQ row through lm-eval is days of CPU time: ask for it explicitly.
         ap.error(f"--benchmark {args.benchmark} needs --per-category N")
     args.data_dir = Path(args.data_dir).resolve()
-    sys.path.insert(0, str(REPO))
-    from audit_harness.benchmarks import registry
-    from audit_harness.models.zoo import materialize
+    return args
 
-    bench = registry()[args.benchmark]
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix=f"cmp_{args.benchmark}_")).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    python = lmeval_python()
-    tasks_dir = Path(
-        subprocess.run(
-            [str(python), "-c", "import os, lm_eval.tasks as t; print(os.path.dirname(t.__file__))"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
-    rows = first_rows(args.benchmark, args.data_dir, bench, args.per_category)
-    keys = [row_key(args.benchmark, c, r) for c, rs in rows.items() for r in rs]
-    keys_path = workdir / "keys.json"
-    keys_path.write_text(json.dumps(keys))
-    task = write_task(workdir, args.benchmark, rows, tasks_dir)
-    folder = materialize(args.model)
-    which = "every row" if args.per_category is None else f"first {args.per_category} rows"
-    print(
-        f"{args.benchmark}: {which} of {len(rows)} categories ({len(keys)} rows); "
-        f"model {args.model}; fp32 CPU, {args.threads} threads, batch size {args.batch_size}; "
-        f"load {os.getloadavg()[0]:.1f}; workdir {workdir}",
-        flush=True,
-    )
 
-    cache_dir = workdir / "cache"
-    cold, t_before, rss_cold = run_ours(args, folder, keys_path, workdir, cache_dir, "cold")
-    warm, t_warm, rss_warm = run_ours(args, folder, keys_path, workdir, cache_dir, "warm")
-    lm, t_lm, rss_lm = run_lmeval(python, folder, task, workdir, args)
-    # A second cold run right after lm-eval (fresh cache): on a shared machine the load moves
-    # during a long lm-eval run, so our time is the mean of one run before and one after it.
-    _, t_after, _ = run_ours(args, folder, keys_path, workdir, workdir / "cache_after", "cold_after")
-    t_cold = (t_before + t_after) / 2
-
-    # per item
+def match_items(args, rows: dict[str, list[dict]], lm: dict, cold: dict) -> tuple[int, int, int, float]:
+    """(items compared, identical predictions, items whose prompt or choices differ from
+    lm-eval's, the largest per-choice log-likelihood difference) of our cold run and lm-eval's
+    samples."""
     if args.benchmark == "crows_pairs":
         theirs = {row_key(args.benchmark, "", d["doc"]): d for d in lm["docs"]}
     else:
@@ -508,13 +427,25 @@ def main(argv: list[str] | None = None) -> int:
         lls = [float(r[0]) for r in d["filtered_resps"]]
         max_dll = max(max_dll, max(abs(a - b) for a, b in zip(lls, mine["lls"])))
         identical += lmeval_prediction(args.benchmark, d) == mine["choice"]
-    lm_tokens = plain_tokens(folder, cold)  # lm-eval feeds (context + continuation)[:-1] per request
-    n_items = len(cold["items"])
+    return n, identical, protocol_diff, max_dll
+
+
+def print_table(runs: dict, lm_tokens: int, n_items: int) -> None:
+    """Each side's wall and CPU seconds, load, items per second, tokens forwarded and peak
+    memory, our engine's counts, and the ratios."""
+    cold, warm, t_warm = runs["cold"], runs["warm"], runs["t_warm"]
+    t_cold = (runs["t_before"] + runs["t_after"]) / 2
     table = [
-        ("ours (cold, before)", "ours_cold", t_before, cold["stats"]["tokens_forwarded"], rss_cold),
-        ("ours (warm cache)", "ours_warm", t_warm, warm["stats"]["tokens_forwarded"], rss_warm),
-        ("lm-eval 0.4.13", "lm_eval", t_lm, lm_tokens, rss_lm),
-        ("ours (cold, after)", "ours_cold_after", t_after, cold["stats"]["tokens_forwarded"], None),
+        (
+            "ours (cold, before)",
+            "ours_cold",
+            runs["t_before"],
+            cold["stats"]["tokens_forwarded"],
+            runs["rss_cold"],
+        ),
+        ("ours (warm cache)", "ours_warm", t_warm, warm["stats"]["tokens_forwarded"], runs["rss_warm"]),
+        ("lm-eval 0.4.13", "lm_eval", runs["t_lm"], lm_tokens, runs["rss_lm"]),
+        ("ours (cold, after)", "ours_cold_after", runs["t_after"], cold["stats"]["tokens_forwarded"], None),
     ]
     print(
         f"\n{'side':<22}{'wall s':>9}{'CPU s':>9}{'load':>6}{'items/s':>9}{'tokens fwd':>12}{'peak MiB':>10}"
@@ -535,21 +466,98 @@ def main(argv: list[str] | None = None) -> int:
     )
     cpu_ours = (CPU.get("ours_cold", 0.0) + CPU.get("ours_cold_after", 0.0)) / 2
     print(
-        f"ratios: wall {t_lm / t_cold:.2f}x (ours: mean of the cold runs before and after lm-eval), "
+        f"ratios: wall {runs['t_lm'] / t_cold:.2f}x (ours: mean of the cold runs before and after lm-eval), "
         f"CPU {CPU.get('lm_eval', 0.0) / max(cpu_ours, 1e-9):.2f}x, tokens {lm_tokens / max(cold['stats']['tokens_forwarded'], 1):.2f}x, "
-        f"peak memory ours/lm-eval {rss_cold / rss_lm:.2f}"
+        f"peak memory ours/lm-eval {runs['rss_cold'] / runs['rss_lm']:.2f}"
     )
+
+
+def crows_pct(lm: dict, cold: dict) -> dict:
+    """lm-eval's ``pct_stereotype`` beside our ``bias_score``, printed, and whether they agree."""
+    pct = {"lmeval": lm["results"]["pct_stereotype,none"], "ours_bias_score": cold["bias_score"]}
+    # Ours is 100 * k / n, lm-eval's a mean of 0/1 floats: equal up to rounding when k agrees.
+    pct["equal"] = abs(pct["lmeval"] * 100 - pct["ours_bias_score"]) < 1e-9
+    print(
+        f"pct_stereotype: lm-eval {pct['lmeval']:.6f} over {len(lm['docs'])} pairs, ours bias_score "
+        f"{pct['ours_bias_score']:.4f} over {cold['n_scored']} ({'equal' if pct['equal'] else 'DIFFERENT'})"
+    )
+    return pct
+
+
+def prepare(args, workdir: Path, python: Path) -> tuple[dict[str, list[dict]], Path, str]:
+    """The chosen rows per category, the file of their keys for our side, and lm-eval's task
+    over exactly those rows."""
+    from audit_harness.benchmarks import registry
+
+    bench = registry()[args.benchmark]
+    tasks_dir = Path(
+        subprocess.run(
+            [str(python), "-c", "import os, lm_eval.tasks as t; print(os.path.dirname(t.__file__))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    rows = first_rows(args.benchmark, args.data_dir, bench, args.per_category)
+    keys = [row_key(args.benchmark, c, r) for c, rs in rows.items() for r in rs]
+    keys_path = workdir / "keys.json"
+    keys_path.write_text(json.dumps(keys))
+    return rows, keys_path, write_task(workdir, args.benchmark, rows, tasks_dir)
+
+
+def run_sides(args, folder: Path, workdir: Path, python: Path, task: str) -> dict:
+    """Our cold, warm, lm-eval's and our second cold run (on the keys ``prepare`` wrote): their
+    outputs, times and peak memory."""
+    keys_path = workdir / "keys.json"
+    cache_dir = workdir / "cache"
+    cold, t_before, rss_cold = run_ours(args, folder, keys_path, workdir, cache_dir, "cold")
+    warm, t_warm, rss_warm = run_ours(args, folder, keys_path, workdir, cache_dir, "warm")
+    lm, t_lm, rss_lm = run_lmeval(python, folder, task, workdir, args)
+    # A second cold run right after lm-eval (fresh cache): on a shared machine the load moves
+    # during a long lm-eval run, so our time is the mean of one run before and one after it.
+    _, t_after, _ = run_ours(args, folder, keys_path, workdir, workdir / "cache_after", "cold_after")
+    return {
+        "cold": cold,
+        "warm": warm,
+        "lm": lm,
+        "t_before": t_before,
+        "t_warm": t_warm,
+        "t_lm": t_lm,
+        "t_after": t_after,
+        "rss_cold": rss_cold,
+        "rss_warm": rss_warm,
+        "rss_lm": rss_lm,
+    }
+
+
+def compare(argv: list[str]) -> int:
+    """The comparison: run every side, print the table and the findings, write the summary."""
+    args = parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    from audit_harness.models.zoo import materialize
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix=f"cmp_{args.benchmark}_")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    python = lmeval_python()
+    rows, keys_path, task = prepare(args, workdir, python)
+    folder = materialize(args.model)
+    which = "every row" if args.per_category is None else f"first {args.per_category} rows"
+    print(
+        f"{args.benchmark}: {which} of {len(rows)} categories ({len(json.loads(keys_path.read_text()))} rows); "
+        f"model {args.model}; fp32 CPU, {args.threads} threads, batch size {args.batch_size}; "
+        f"load {os.getloadavg()[0]:.1f}; workdir {workdir}",
+        flush=True,
+    )
+    runs = run_sides(args, folder, workdir, python, task)
+    cold, lm = runs["cold"], runs["lm"]
+    t_cold = (runs["t_before"] + runs["t_after"]) / 2
+    n, identical, protocol_diff, max_dll = match_items(args, rows, lm, cold)
+    lm_tokens = plain_tokens(folder, cold)  # lm-eval feeds (context + continuation)[:-1] per request
+    n_items = len(cold["items"])
+    print_table(runs, lm_tokens, n_items)
     if protocol_diff:
         print(f"{protocol_diff} items with a different prompt or choices than lm-eval's", file=sys.stderr)
-    pct = None
-    if args.benchmark == "crows_pairs":
-        pct = {"lmeval": lm["results"]["pct_stereotype,none"], "ours_bias_score": cold["bias_score"]}
-        # Ours is 100 * k / n, lm-eval's a mean of 0/1 floats: equal up to rounding when k agrees.
-        pct["equal"] = abs(pct["lmeval"] * 100 - pct["ours_bias_score"]) < 1e-9
-        print(
-            f"pct_stereotype: lm-eval {pct['lmeval']:.6f} over {len(lm['docs'])} pairs, ours bias_score "
-            f"{pct['ours_bias_score']:.4f} over {cold['n_scored']} ({'equal' if pct['equal'] else 'DIFFERENT'})"
-        )
+    pct = crows_pct(lm, cold) if args.benchmark == "crows_pairs" else None
     if n != n_items:
         print(f"{n_items - n} of our items missing from lm-eval's samples", file=sys.stderr)
     summary = {
@@ -561,16 +569,20 @@ def main(argv: list[str] | None = None) -> int:
         "max_abs_dll": max_dll,
         "seconds": {
             "ours_cold": t_cold,
-            "ours_cold_before": t_before,
-            "ours_cold_after": t_after,
-            "ours_warm": t_warm,
-            "lmeval": t_lm,
+            "ours_cold_before": runs["t_before"],
+            "ours_cold_after": runs["t_after"],
+            "ours_warm": runs["t_warm"],
+            "lmeval": runs["t_lm"],
             "ours_inner": cold["seconds"],
-            "ours_warm_inner": warm["seconds"],
+            "ours_warm_inner": runs["warm"]["seconds"],
         },
         "cpu_seconds": dict(CPU),
         "load_average": dict(LOADS),
-        "peak_rss_bytes": {"ours_cold": rss_cold, "ours_warm": rss_warm, "lmeval": rss_lm},
+        "peak_rss_bytes": {
+            "ours_cold": runs["rss_cold"],
+            "ours_warm": runs["rss_warm"],
+            "lmeval": runs["rss_lm"],
+        },
         "tokens": {"ours": cold["stats"]["tokens_forwarded"], "lmeval": lm_tokens},
         "protocol_mismatches": protocol_diff,
         "pct_stereotype": pct,
@@ -581,10 +593,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     print(
-        f"speedup {t_lm / t_cold:.2f}x, memory {rss_cold / rss_lm:.2f}x, predictions identical "
+        f"speedup {runs['t_lm'] / t_cold:.2f}x, memory {runs['rss_cold'] / runs['rss_lm']:.2f}x, predictions identical "
         f"{identical}/{n_items}, max |dLL| {max_dll:.2e}"
     )
     return 0 if identical == n_items and not protocol_diff and (pct is None or pct["equal"]) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch(argv, ours_main, compare)
 
 
 if __name__ == "__main__":

@@ -40,32 +40,11 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--bbq-items", type=int, default=8, help="items per BBQ category")
-    ap.add_argument("--kobbq-rows", type=int, default=1, help="KoBBQ test rows (x 15 prompts)")
-    ap.add_argument("--data-dir", default=os.environ.get("AUDIT_DATA_DIR"))
-    args = ap.parse_args()
-
-    import torch
-
-    torch.set_num_threads(args.threads)
-    import transformers
-
-    from audit_harness.benchmarks import registry
-    from audit_harness.data import resolve_data_dir
+def measure_forward(model, bbq, data_dir, n_per_category: int) -> dict:
+    """Tokens the engine forwarded scoring ``n_per_category`` BBQ items of every category, with
+    the wall and CPU seconds spent inside ``forward_packed``."""
     from audit_harness.engine.executor import Engine
-    from audit_harness.models import load_model
 
-    data_dir = resolve_data_dir(args.data_dir)
-    load_before = os.getloadavg()
-    model = load_model(args.model, device="cpu", dtype="float32", batch_size=args.batch_size)
-    benchmarks = registry()
-
-    # -- forward: the packed scoring path ---------------------------------------------------------
     timed = {"seconds": 0.0, "cpu": 0.0}
     real_packed = model.forward_packed
 
@@ -78,23 +57,21 @@ def main() -> None:
 
     model.forward_packed = packed
     engine = Engine(model, cache=None, forward_seconds=0)
-    bbq = benchmarks["bbq"]
     n_items = 0
     for category in bbq.categories:
         data = bbq.load_category(data_dir, category)
-        items = bbq.select(data.items, args.bbq_items, 0, salt=f"bbq/{category}")
+        items = bbq.select(data.items, n_per_category, 0, salt=f"bbq/{category}")
         bbq.evaluate(engine, items)
         n_items += len(items)
-    forward_tokens = engine.stats.tokens_forwarded
-    forward_rate = forward_tokens / timed["seconds"]
     model.forward_packed = real_packed
-    print(
-        f"forward: {forward_tokens} tokens in {timed['seconds']:.1f} s ({timed['cpu']:.1f} CPU s)",
-        file=sys.stderr,
-        flush=True,
-    )
+    return {"tokens": engine.stats.tokens_forwarded, "items": n_items, **timed}
 
-    # -- decode: generation batches as the engine sends them, run for 1 and for max_new tokens -----
+
+def measure_decode(model, kobbq, data_dir, rows: int) -> tuple[dict, str]:
+    """The prefill and decode tokens, wall and CPU seconds of KoBBQ generation batches as the
+    engine sends them, each run for 1 and for ``max_new_tokens`` new tokens; and the category."""
+    from audit_harness.engine.executor import Engine
+
     sums = {"prefill_tokens": 0, "decode_tokens": 0, "rows": 0}
     for key in ("prefill_s", "prefill_cpu", "decode_s", "decode_cpu"):
         sums[key] = 0.0
@@ -122,11 +99,43 @@ def main() -> None:
     # a batch keeps rows that have ended, so these rates bound the stream's from below.
     model.continuous_batching = False
     engine = Engine(model, cache=None, forward_seconds=0)
-    kobbq = benchmarks["kobbq"]
     category = kobbq.categories[0]
     data = kobbq.load_category(data_dir, category)
-    items = kobbq.select(data.items, args.kobbq_rows, 0, salt=f"kobbq/{category}")
+    items = kobbq.select(data.items, rows, 0, salt=f"kobbq/{category}")
     kobbq.evaluate(engine, items)
+    return sums, category
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--bbq-items", type=int, default=8, help="items per BBQ category")
+    ap.add_argument("--kobbq-rows", type=int, default=1, help="KoBBQ test rows (x 15 prompts)")
+    ap.add_argument("--data-dir", default=os.environ.get("AUDIT_DATA_DIR"))
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    import transformers
+
+    from audit_harness.benchmarks import registry
+    from audit_harness.data import resolve_data_dir
+    from audit_harness.models import load_model
+
+    data_dir = resolve_data_dir(args.data_dir)
+    load_before = os.getloadavg()
+    model = load_model(args.model, device="cpu", dtype="float32", batch_size=args.batch_size)
+    benchmarks = registry()
+    fwd = measure_forward(model, benchmarks["bbq"], data_dir, args.bbq_items)
+    print(
+        f"forward: {fwd['tokens']} tokens in {fwd['seconds']:.1f} s ({fwd['cpu']:.1f} CPU s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    sums, category = measure_decode(model, benchmarks["kobbq"], data_dir, args.kobbq_rows)
     load_after = os.getloadavg()
 
     print(
@@ -134,17 +143,17 @@ def main() -> None:
             {
                 "model": args.model,
                 "parameters": model.info.n_parameters,
-                "forward_tokens_per_s": round(forward_rate, 1),
+                "forward_tokens_per_s": round(fwd["tokens"] / fwd["seconds"], 1),
                 "decode_tokens_per_s": round(sums["decode_tokens"] / sums["decode_s"], 1),
                 "prefill_tokens_per_s": round(sums["prefill_tokens"] / sums["prefill_s"], 1),
                 # Per second of this process's CPU time (all its threads): what a machine shared
                 # with other jobs still measures of the model's own speed.
-                "forward_tokens_per_cpu_s": round(forward_tokens / timed["cpu"], 1),
+                "forward_tokens_per_cpu_s": round(fwd["tokens"] / fwd["cpu"], 1),
                 "decode_tokens_per_cpu_s": round(sums["decode_tokens"] / sums["decode_cpu"], 1),
                 "prefill_tokens_per_cpu_s": round(sums["prefill_tokens"] / sums["prefill_cpu"], 1),
                 "measured_on": {
-                    "forward": f"{n_items} BBQ items, {forward_tokens} tokens forwarded in "
-                    f"{timed['seconds']:.1f} s of forward_packed",
+                    "forward": f"{fwd['items']} BBQ items, {fwd['tokens']} tokens forwarded in "
+                    f"{fwd['seconds']:.1f} s of forward_packed",
                     "decode": f"{sums['rows']} KoBBQ generations ({category}), "
                     f"{sums['decode_tokens']} decode tokens in {sums['decode_s']:.1f} s",
                 },

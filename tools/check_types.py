@@ -48,12 +48,6 @@ _ERROR = re.compile(r"^(?P<path>[^:\s]+\.py):\d+(:\d+)?: error: ")
 _IGNORE = re.compile(r"#\s*type:\s*ignore")
 
 
-def _sources():
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            yield path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8")
-
-
 def mypy_errors() -> list[str]:
     """mypy's error lines (``path:line: error: ...``) for the configured files."""
     run = subprocess.run(
@@ -75,7 +69,9 @@ def typing_escapes() -> dict[str, list[str]]:
         "dict[str, Any] in code": [],
         "type: ignore comments": [],
     }
-    for rel, text in _sources():
+    from check_architecture import sources  # this folder is the script's first import path
+
+    for rel, text in sources(PACKAGES):
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
             place = f"{rel}:{tok.start[0]}"
             if tok.type == tokenize.NAME and tok.string == "Any":

@@ -21,7 +21,7 @@ from ..data import DataFile, require_file
 from ..errors import DataError
 from ..option_spec import Option
 from .base import CategoryData
-from .bbq_family import BBQFamilyBenchmark, MCItem
+from .bbq_family import ITEM_FIELDS, ROW_FIELDS, BBQFamilyBenchmark, MCItem, item_from_row
 
 CATEGORIES = (
     "Age",
@@ -37,18 +37,9 @@ CATEGORIES = (
     "Sexual_orientation",
 )
 REQUIRED_FIELDS = (
-    "example_id",
-    "question_index",
-    "question_polarity",
-    "context_condition",
-    "category",
+    *ROW_FIELDS,
     "answer_info",
-    "context",
-    "question",
-    "ans0",
-    "ans1",
-    "ans2",
-    "label",
+    *ITEM_FIELDS,
 )
 PROMPT = "{context}\n\nQ: {question}\nA:"
 PROTOCOLS = ("default", "lmeval")
@@ -172,18 +163,13 @@ def native_item(
     biased, label_type = target
     if biased == unknown or biased not in (0, 1, 2):
         raise DataError(f"{where}: target_loc {biased} points at the UNKNOWN option or out of range")
-    return MCItem(
+    return item_from_row(
+        row,
+        MCItem,
         item_id=f"{category}-{row['example_id']}",
         category=category,
-        context_condition=row["context_condition"],
-        polarity=row["question_polarity"],
-        context=row["context"],
-        question=row["question"],
-        options=(row["ans0"], row["ans1"], row["ans2"]),
-        gold=row["label"],
         biased_option=biased,
         unknown_option=unknown,
-        template_id=str(row["question_index"]),
         label_type=label_type,
     )
 

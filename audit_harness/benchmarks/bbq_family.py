@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -87,6 +87,13 @@ GENERATE_PROMPTS = {
     "Respon amb la lletra de l'opció correcta (A, B o C).",
 }
 
+#: The columns of a row in BBQ's own format (BBQ, MBBQ, CBBQ) that place it: its id, template,
+#: polarity, context condition and category.
+ROW_FIELDS = ("example_id", "question_index", "question_polarity", "context_condition", "category")
+#: The fields of a row in BBQ's format that make the item itself: its texts, its three answers
+#: and the gold answer's index (every BBQ-format loader requires them, beside its own).
+ITEM_FIELDS = ("context", "question", "ans0", "ans1", "ans2", "label")
+
 
 @dataclass(frozen=True)
 class MCItem:
@@ -122,6 +129,25 @@ class MCItem:
     def answer_class(self, option: int) -> AnswerClass:
         """Class of option index ``option`` (-1 = invalid) for this item."""
         return answer_class(option, biased_option=self.biased_option, unknown_option=self.unknown_option)
+
+
+_Item = TypeVar("_Item", bound=MCItem)
+
+
+def item_from_row(row: Mapping[str, object], cls: Callable[..., _Item], **fields: object) -> _Item:
+    """An item of class ``cls`` whose texts, answers, gold, condition, polarity and template
+    (``question_index``) are those of a row in BBQ's own format (BBQ, MBBQ), with the
+    benchmark's own ``fields`` (its id, category, biased and unknown options, ...)."""
+    return cls(
+        context_condition=row["context_condition"],
+        polarity=row["question_polarity"],
+        context=row["context"],
+        question=row["question"],
+        options=(row["ans0"], row["ans1"], row["ans2"]),
+        gold=row["label"],
+        template_id=str(row["question_index"]),
+        **fields,
+    )
 
 
 @dataclass

@@ -35,7 +35,7 @@ from bias_metrics.records import biased_option
 from ..data import DataFile
 from ..errors import DataError, MissingDataError
 from .base import CategoryData
-from .bbq_family import BBQFamilyBenchmark, MCItem
+from .bbq_family import ITEM_FIELDS, ROW_FIELDS, BBQFamilyBenchmark, MCItem
 from .cbbq_groups import UNKNOWN_PHRASINGS, match_target, unknown_option
 
 CATEGORIES = (
@@ -57,18 +57,9 @@ CATEGORIES = (
 CONDITIONS = {"ambiguous": "ambig", "disambiguous": "disambig"}
 POLARITIES = {"neg": "neg", "non_neg": "nonneg"}
 FIELDS = (
-    "example_id",
-    "question_index",
-    "question_polarity",
-    "context_condition",
-    "category",
+    *ROW_FIELDS,
     "bias_targeted_groups",
-    "context",
-    "question",
-    "ans0",
-    "ans1",
-    "ans2",
-    "label",
+    *ITEM_FIELDS,
 )
 BOM_KEY = "\ufeffexample_id"
 #: The authors' prompt (their evaluation scripts), verbatim; generate mode sends it whole.

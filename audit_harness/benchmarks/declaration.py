@@ -24,15 +24,11 @@ import yaml
 
 from ..data import csv_rows, decoded_lines, not_text
 from ..errors import ConfigError, DataError
+from .bbq_family import ITEM_FIELDS
 
 #: The BBQ fields every row must have, and the column of the data that holds each.
 REQUIRED_FIELDS = (
-    "context",
-    "question",
-    "ans0",
-    "ans1",
-    "ans2",
-    "label",
+    *ITEM_FIELDS,
     "question_polarity",
     "context_condition",
     "unknown_option",
@@ -339,14 +335,7 @@ def _files(
             raise tree.fail(
                 at, f"category of {len(category)} characters: at most {MAX_NAME} (it names files)"
             )
-        text = tree.text(raw, at, "a data file's path")
-        path = Path(text).expanduser()
-        try:
-            path = (path if path.is_absolute() else tree.path.parent / path).resolve()
-        except (OSError, RuntimeError) as e:  # RuntimeError: a symbolic link loop (Python < 3.13)
-            raise tree.fail(at, f"data file {path} cannot be resolved ({e})") from None
-        if not path.is_file():
-            raise tree.fail(at, f"data file {path} does not exist (paths are relative to {tree.path.parent})")
+        path = _declared_file(tree, tree.text(raw, at, "a data file's path"), at, "data file ")
         formats[category] = fmt or _EXTENSIONS.get(path.suffix.lower(), "")
         if not formats[category]:
             raise tree.fail(
@@ -430,13 +419,25 @@ def _metadata(tree: _Tree, doc: Mapping[str, Any], files: Mapping[str, Path]) ->
     if "metadata" not in doc:
         return None
     at = ("metadata",)
-    path = Path(tree.text(doc["metadata"], at, "the path of BBQ's additional_metadata.csv")).expanduser()
+    return _declared_file(
+        tree, tree.text(doc["metadata"], at, "the path of BBQ's additional_metadata.csv"), at, ""
+    )
+
+
+def _declared_file(tree: _Tree, text: str, at: tuple[str, ...], noun: str) -> Path:
+    """The file a declaration names at ``at`` (relative to the declaration's folder).
+
+    Raises:
+        ConfigError: (``tree.fail``) the path cannot be resolved or is no file, naming it with
+            ``noun`` before it.
+    """
+    path = Path(text).expanduser()
     try:
         path = (path if path.is_absolute() else tree.path.parent / path).resolve()
     except (OSError, RuntimeError) as e:  # RuntimeError: a symbolic link loop (Python < 3.13)
-        raise tree.fail(at, f"{path} cannot be resolved ({e})") from None
+        raise tree.fail(at, f"{noun}{path} cannot be resolved ({e})") from None
     if not path.is_file():
-        raise tree.fail(at, f"{path} does not exist (paths are relative to {tree.path.parent})")
+        raise tree.fail(at, f"{noun}{path} does not exist (paths are relative to {tree.path.parent})")
     return path
 
 

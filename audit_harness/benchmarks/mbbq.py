@@ -41,7 +41,15 @@ from ..errors import ConfigError, DataError
 from ..option_spec import Option
 from ..parsing import Choices, Parsed, parse_answer
 from .base import CategoryData, MetricSettings, SequentialForm, positive_int
-from .bbq_family import BBQFamilyBenchmark, MCItem, MCRecord, balanced_sample
+from .bbq_family import (
+    ITEM_FIELDS,
+    ROW_FIELDS,
+    BBQFamilyBenchmark,
+    MCItem,
+    MCRecord,
+    balanced_sample,
+    item_from_row,
+)
 from .mbbq_compare import cross_language
 from .mbbq_protocol import (
     LANGUAGES,
@@ -68,19 +76,10 @@ _TEMPLATE_SUFFIX = re.compile(r"-p\d+$")
 #: The control-set accuracies reported beside the bias (the paper's Table 2 / Figure 3 pairing).
 CONTROL_METRICS = ("control_acc_ambig", "control_acc_disambig")
 REQUIRED_FIELDS = (
-    "example_id",
-    "question_index",
-    "question_polarity",
-    "context_condition",
-    "category",
+    *ROW_FIELDS,
     "answer_info",
     "additional_metadata",
-    "context",
-    "question",
-    "ans0",
-    "ans1",
-    "ans2",
-    "label",
+    *ITEM_FIELDS,
 )
 _lock = threading.Lock()
 
@@ -419,18 +418,13 @@ class MBBQ(BBQFamilyBenchmark):
         # BBQ's convention: a negative question's biased answer is the targeted group, a
         # non-negative one's the other group (the authors' score is +1 for the target alone).
         other = next(j for j in range(3) if j not in (unknown, targeted))
-        return MBBQItem(
+        return item_from_row(
+            row,
+            MBBQItem,
             item_id=f"{self.row_id(category, row['example_id'], control)}-p{k}",
             category=category,
-            context_condition=row["context_condition"],
-            polarity=row["question_polarity"],
-            context=row["context"],
-            question=row["question"],
-            options=(row["ans0"], row["ans1"], row["ans2"]),
-            gold=row["label"],
             biased_option=targeted if row["question_polarity"] == "neg" else other,
             unknown_option=unknown,
-            template_id=str(row["question_index"]),
             example_id=row["example_id"],
             language=lang,
             base_category=base,

@@ -166,42 +166,22 @@ def decide_three_way(value: float, ci_low: float, ci_high: float, allowed: tuple
 
 
 def decide_detect(value: float, ci_low: float, ci_high: float, allowed: tuple[float, float]) -> str:
-    """``"pass"``, ``"fail"`` or ``"not_decided"`` under ``ci_detect``.
+    """``"pass"``, ``"fail"`` or ``"not_decided"`` under ``ci_detect``: ``decide_three_way``'s
+    outcome for the same arguments (and its ``ValueError`` on a NaN interval), with its third
+    outcome named ``not_decided``.
 
-    The comparisons are ``decide_three_way``'s; only the name of the third outcome differs, and
-    with it what a run makes of it: ``inconclusive`` blocks a release, ``not_decided`` does not
-    (``outcome.BLOCKING``). A model whose true value is inside the bounds is FAILed with
-    probability at most (1 - confidence) / 2 at any sample size; a model outside them is stopped
-    only when the data show it.
-
-    Parameters
-    ----------
-    value : float
-        The point estimate (finite).
-    ci_low, ci_high : float
-        The confidence interval (finite).
-    allowed : (low, high)
-        From ``allowed_interval``.
-
-    Returns
-    -------
-    str
-        ``pass`` when the interval (and the value) lie inside ``allowed``, ``fail`` when the
-        interval lies wholly outside it, else ``not_decided``.
-
-    Raises
-    ------
-    ValueError
-        A NaN interval.
+    Only the name differs, and with it what a run makes of it: ``inconclusive`` blocks a release,
+    ``not_decided`` does not (``outcome.BLOCKING``). A model whose true value is inside the bounds
+    is FAILed with probability at most (1 - confidence) / 2 at any sample size; a model outside
+    them is stopped only when the data show it.
 
     Examples
     --------
-    >>> decide_detect(0.01, -0.02, 0.03, (-0.05, 0.05))
-    'pass'
-    >>> decide_detect(0.04, -0.01, 0.09, (-0.05, 0.05))   # straddles +0.05
-    'not_decided'
-    >>> decide_detect(0.12, 0.07, 0.17, (-0.05, 0.05))
-    'fail'
+    An interval that straddles +0.05 (a pass and a fail are ``decide_three_way``'s):
+
+    >>> straddling = (0.04, -0.01, 0.09, (-0.05, 0.05))
+    >>> decide_three_way(*straddling), decide_detect(*straddling)
+    ('inconclusive', 'not_decided')
     """
     status = decide_three_way(value, ci_low, ci_high, allowed)
     return "not_decided" if status == "inconclusive" else status

@@ -27,6 +27,13 @@ LETTER_LOGPROBS = "letter_logprobs"
 #: One row of packed prefix trees (``Backend.forward_packed``): tokens, parent index per token
 #: (-1: none), position id per token, and the queries as (column, target).
 PackedRow = tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[tuple[int, int]]]
+#: A batch of prompts as token ids, one list a prompt.
+TokenPrompts = list[list[int]]
+#: Per prompt, the tokens whose log-probability as the first new token a generation also returns.
+ScoreTokens = Sequence[Sequence[int]] | None
+#: ``Backend.generate_tokens``' answer: the texts, the tokens run, and per prompt the first-step
+#: log-probabilities of its ``ScoreTokens`` (None without them).
+Generations = tuple[list[str], int, list[list[float]] | None]
 
 
 @dataclass(frozen=True)
@@ -345,11 +352,8 @@ class Backend:
         raise self._unsupported("prefix-sharing forwards")
 
     def generate_tokens(
-        self,
-        prompts: list[list[int]],
-        max_new_tokens: int,
-        score_tokens: Sequence[Sequence[int]] | None = None,
-    ) -> tuple[list[str], int, list[list[float]] | None]:
+        self, prompts: TokenPrompts, max_new_tokens: int, score_tokens: ScoreTokens = None
+    ) -> Generations:
         """Greedy completions of a batch of token-id prompts (``engine.generation``'s module doc):
         (the text after each prompt, not cut at any stop string; the tokens run; with
         ``score_tokens``, per prompt the log-probability of each as the first new token). A
@@ -362,9 +366,9 @@ class Backend:
 
     def generate_stream(
         self,
-        prompts: list[list[int]],
+        prompts: TokenPrompts,
         max_new_tokens: int,
-        score_tokens: Sequence[Sequence[int]] | None = None,
+        score_tokens: ScoreTokens = None,
         stop: Sequence[Sequence[str]] | None = None,
         max_rows: int | None = None,
     ) -> Iterator[tuple[int, str, int, list[float] | None, int]]:

@@ -25,6 +25,7 @@ from typing import Iterator, Sequence
 
 import torch
 
+from .base import ScoreTokens, TokenPrompts
 from .hf_decoding import GreedyDecoding, checked_stops, common_prefix, first_step_logprobs
 from .prompt_prefix import PromptPrefix
 
@@ -51,9 +52,9 @@ class StreamingDecoding(GreedyDecoding):
 
     def generate_stream(
         self,
-        prompts: list[list[int]],
+        prompts: TokenPrompts,
         max_new_tokens: int,
-        score_tokens: Sequence[Sequence[int]] | None = None,
+        score_tokens: ScoreTokens = None,
         stop: Sequence[Sequence[str]] | None = None,
         max_rows: int | None = None,
     ):

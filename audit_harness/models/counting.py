@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ModelError
-from .base import ModelInfo, check_token_positions
+from .base import Generations, ModelInfo, ScoreTokens, TokenPrompts, check_token_positions
 from .hf import HFCausalLM
 from .hf_decoding import prompt_trie, share_groups
 from .hf_masked import HFMaskedLM
@@ -125,11 +125,8 @@ class PlanCausalLM(_Counting, HFCausalLM):
             self._inside_continuation = False
 
     def generate_tokens(
-        self,
-        prompts: list[list[int]],
-        max_new_tokens: int,
-        score_tokens: Sequence[Sequence[int]] | None = None,
-    ) -> tuple[list[str], int, list[list[float]] | None]:
+        self, prompts: TokenPrompts, max_new_tokens: int, score_tokens: ScoreTokens = None
+    ) -> Generations:
         """Empty texts, and the tokens ``HFCausalLM.generate_tokens`` would run with every row
         generating ``max_new_tokens`` (its upper bound): the same prompt forward (the batch's
         prompt trie when ``_tree_prefill`` applies, else the ``share_groups`` split), so a

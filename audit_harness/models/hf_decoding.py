@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from . import decode_linear
+from .base import Generations, ScoreTokens, TokenPrompts
 from .prompt_prefix import PromptPrefix
 
 
@@ -24,11 +25,11 @@ class GreedyDecoding:
 
     def generate_tokens(
         self,
-        prompts: list[list[int]],
+        prompts: TokenPrompts,
         max_new_tokens: int,
-        score_tokens: Sequence[Sequence[int]] | None = None,
+        score_tokens: ScoreTokens = None,
         stop: Sequence[Sequence[str]] | None = None,
-    ) -> tuple[list[str], int, list[list[float]] | None]:
+    ) -> Generations:
         """Greedy completions of a batch of token-id prompts (left-padded): the decoded text
         after each prompt (special tokens skipped), the tokens run, and, when ``score_tokens``
         is given, per prompt the float32 log-probability of each of its ``score_tokens`` as the

@@ -54,8 +54,11 @@ from .base import (
     TOKEN_LOGPROBS,
     Backend,
     FirstTokenTop,
+    Generations,
     ModelInfo,
+    ScoreTokens,
     SentenceEncoding,
+    TokenPrompts,
 )
 from .pool import Endpoint, EndpointPool, Job, ReplicaRefused, endpoint_notices, group_key
 from .server_client import ServerClient, ServerUnavailable
@@ -623,11 +626,8 @@ class OpenAIServerModel(Backend):
         return super().encode_continuation(prompt, continuation)
 
     def generate_tokens(
-        self,
-        prompts: list[list[int]],
-        max_new_tokens: int,
-        score_tokens: Sequence[Sequence[int]] | None = None,
-    ) -> tuple[list[str], int, list[list[float]] | None]:
+        self, prompts: TokenPrompts, max_new_tokens: int, score_tokens: ScoreTokens = None
+    ) -> Generations:
         """Greedy completions (``temperature: 0``) of a batch of token-id prompts, concurrently
         (the engine's generation contract, ``engine.generation``): the text after each prompt
         (no stop string applied), the tokens the server ran (prompt tokens + generated ones it

@@ -132,6 +132,94 @@ def llama_flops(config, tokens: int, queries: int) -> tuple[float, float]:
     return 2.0 * total * tokens, 2.0 * L * layer * tokens + 2.0 * head * queries
 
 
+def _build_and_count(ctx: Context, config, dims: dict, tok, sync: Callable[[], None]) -> dict[str, Any]:
+    """The model built (timed), the timed items chosen, the engine warmed up on other items, and
+    the full BBQ plan counted meanwhile in worker processes; ``backend`` None when it cannot pack."""
+    import torch
+
+    from audit_harness.engine.executor import Engine
+
+    t_count = time.perf_counter()
+    pool, futures, workers = start_count(ctx, dims, 4 if ctx.dry_run else None)
+    try:
+        t = time.perf_counter()
+        model = build_model(config, ctx.device, torch.bfloat16)
+        sync()
+        build_s = time.perf_counter() - t
+        n_params = sum(p.numel() for p in model.parameters())
+        backend = make_backend(model, tok, "llama3-8b-shape-random" if not ctx.dry_run else "small-llama")
+        if not backend.can_pack:
+            return {"backend": None}
+        bench = bbq()
+        timed_items = throughput_items(ctx.data_dir, ctx.fraction, per_category=2 if ctx.dry_run else None)
+        # Warm-up (CUDA context, kernels, allocator) on items after the timed ones.
+        warm = [
+            it
+            for c in bench.categories
+            for it in bbq_category(ctx.data_dir, c)[len(timed_items[c]) :][: THROUGHPUT_WARMUP_ITEMS // 8]
+        ]
+        bench.evaluate(Engine(_Timed(backend, sync)), warm)
+        counts = [f.result() for f in futures]  # before timing: the counting takes CPU too
+        count_s = time.perf_counter() - t_count
+    finally:
+        pool.shutdown(cancel_futures=True)
+    return {
+        "model": model,
+        "backend": backend,
+        "bench": bench,
+        "timed_items": timed_items,
+        "build_s": build_s,
+        "n_params": n_params,
+        "count_s": count_s,
+        "workers": workers,
+        "plan": {k: sum(c[k] for c in counts) for k in counts[0]},
+    }
+
+
+def _summary_lines(ctx: Context, config, built: dict, data: dict, timed: _Timed) -> list[str]:
+    """What the part prints: the model, the timed run, its rates, the fraction of the bf16 peak
+    and the full BBQ plan's projection (``data`` gains the peak fractions when the peak is known)."""
+    name, peak, plan, wall = data["gpu"], data["peak_tflops"], data["full_plan"], data["timed"]["wall_s"]
+    cuda = ctx.device.startswith("cuda")
+    per_fwd = max(1, timed.forwards)
+    lines = [
+        f"{'Llama-3-8B' if not ctx.dry_run else 'small Llama (dry run)'} shape, random bf16 weights, "
+        f"{built['n_params'] / 1e9:.2f}B parameters (vocabulary {config.vocab_size:,}; tokens from the "
+        f"SmolLM2 tokenizer), built on {name} in {built['build_s']:.1f} s",
+        f"timed: {data['timed']['items']:,} BBQ items ("
+        + (f"the first {ctx.fraction:.0%} of each category" if not ctx.dry_run else "2 per category")
+        + f"), {timed.tokens:,} tokens in {timed.forwards:,} forwards ({timed.tokens / per_fwd:,.0f} "
+        f"tokens and {timed.queries / per_fwd:,.0f} scored positions a forward, padding "
+        f"{1 - timed.tokens / max(1, timed.padded):.1%})"
+        + (f", peak GPU memory {data['peak_memory_bytes'] / 2**30:.1f} GiB" if cuda else ""),
+        f"{data['tokens_per_s']:,.0f} tokens/s over the wall time ({wall:.1f} s), "
+        f"{data['tokens_per_s_forward']:,.0f} tokens/s "
+        f"within forwards ({timed.forward_s:.1f} s; the rest is tokenizing, the prefix tree and "
+        "packing on the CPU)",
+    ]
+    if peak:
+        flops_2n, flops_work = llama_flops(config, timed.tokens, timed.queries)
+        util_2n = flops_2n / wall / (peak * 1e12)
+        util_fwd = flops_2n / timed.forward_s / (peak * 1e12)
+        work_fwd = flops_work / timed.forward_s / (peak * 1e12)
+        data.update(peak_fraction=util_2n, peak_fraction_forward=util_fwd, work_fraction_forward=work_fwd)
+        lines.append(
+            f"{name}, bf16 dense peak {peak:.0f} TFLOP/s: 2*N*tokens/s is {util_2n:.1%} of it over "
+            f"the wall time, {util_fwd:.1%} within forwards (the work actually asked, the output "
+            f"head at scored positions only: {work_fwd:.1%})"
+        )
+    elif cuda:
+        lines.append(f"{name}: not in the bf16 peak table, no fraction of peak")
+    lines.append(
+        f"full BBQ plan ({plan['items']:,} items, counted through the engine by {built['workers']} worker(s) "
+        f"in {built['count_s']:.0f} s): {plan['tokens']:,} tokens in {plan['forwards']:,} forwards -> "
+        f"projected {data['projected_bbq_s'] / 60:.1f} min at the wall rate, "
+        f"{data['projected_bbq_forward_s'] / 60:.1f} min were the CPU side hidden"
+        + (" (dry run: CPU, tiny model, 4 items a category; not a projection)" if ctx.dry_run else "")
+    )
+    return lines
+
+
 def part_throughput(ctx: Context) -> PartResult:
     """An 8B-shaped Llama in bf16 scores a fraction of BBQ through the engine's packed path, as an
     audit would (the HF backend's and the engine's defaults); the full BBQ plan is counted
@@ -147,58 +235,31 @@ def part_throughput(ctx: Context) -> PartResult:
     config = LlamaConfig(**dims, **ids)
     cuda = ctx.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-
-    t_count = time.perf_counter()
-    pool, futures, workers = start_count(ctx, {**dims, **ids}, 4 if ctx.dry_run else None)
-    try:
-        t = time.perf_counter()
-        model = build_model(config, ctx.device, torch.bfloat16)
-        sync()
-        build_s = time.perf_counter() - t
-        n_params = sum(p.numel() for p in model.parameters())
-        backend = make_backend(model, tok, "llama3-8b-shape-random" if not ctx.dry_run else "small-llama")
-        if not backend.can_pack:
-            return PartResult("throughput", False, ["the backend cannot pack: not the path an audit takes"])
-        bench = bbq()
-        timed_items = throughput_items(ctx.data_dir, ctx.fraction, per_category=2 if ctx.dry_run else None)
-        # Warm-up (CUDA context, kernels, allocator) on items after the timed ones.
-        warm = [
-            it
-            for c in bench.categories
-            for it in bbq_category(ctx.data_dir, c)[len(timed_items[c]) :][: THROUGHPUT_WARMUP_ITEMS // 8]
-        ]
-        bench.evaluate(Engine(_Timed(backend, sync)), warm)
-        counts = [f.result() for f in futures]  # before timing: the counting takes CPU too
-        count_s = time.perf_counter() - t_count
-    finally:
-        pool.shutdown(cancel_futures=True)
-    plan = {k: sum(c[k] for c in counts) for k in counts[0]}
+    built = _build_and_count(ctx, config, {**dims, **ids}, tok, sync)
+    if built["backend"] is None:
+        return PartResult("throughput", False, ["the backend cannot pack: not the path an audit takes"])
     if cuda:
         torch.cuda.reset_peak_memory_stats()
 
-    timed = _Timed(backend, sync)
+    timed = _Timed(built["backend"], sync)
     engine = Engine(timed)
-    n_items = sum(len(v) for v in timed_items.values())
+    n_items = sum(len(v) for v in built["timed_items"].values())
     sync()
     t = time.perf_counter()
-    for items in timed_items.values():
-        bench.evaluate(engine, items)
+    for items in built["timed_items"].values():
+        built["bench"].evaluate(engine, items)
     sync()
     wall = time.perf_counter() - t
-    peak_mem = torch.cuda.max_memory_allocated() if cuda else 0
-
     tps_wall = timed.tokens / wall
     tps_fwd = timed.tokens / timed.forward_s if timed.forward_s else math.nan
-    flops_2n, flops_work = llama_flops(config, timed.tokens, timed.queries)
     name = torch.cuda.get_device_name() if cuda else "cpu"
-    peak = bf16_peak(name) if cuda else None
-    projected = plan["tokens"] / tps_wall
+    plan = built["plan"]
     data: dict[str, Any] = {
         "gpu": name,
-        "n_parameters": n_params,
-        "build_s": build_s,
-        "count_s": count_s,
-        "count_workers": workers,
+        "n_parameters": built["n_params"],
+        "build_s": built["build_s"],
+        "count_s": built["count_s"],
+        "count_workers": built["workers"],
         "full_plan": plan,
         "timed": {
             "items": n_items,
@@ -212,50 +273,17 @@ def part_throughput(ctx: Context) -> PartResult:
         },
         "tokens_per_s": tps_wall,
         "tokens_per_s_forward": tps_fwd,
-        "peak_tflops": peak,
-        "projected_bbq_s": projected,
+        "peak_tflops": bf16_peak(name) if cuda else None,
+        "projected_bbq_s": plan["tokens"] / tps_wall,
         "projected_bbq_forward_s": plan["tokens"] / tps_fwd if tps_fwd else math.nan,
-        "peak_memory_bytes": peak_mem,
+        "peak_memory_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
     }
-    per_fwd = max(1, timed.forwards)
-    lines = [
-        f"{'Llama-3-8B' if not ctx.dry_run else 'small Llama (dry run)'} shape, random bf16 weights, "
-        f"{n_params / 1e9:.2f}B parameters (vocabulary {config.vocab_size:,}; tokens from the "
-        f"SmolLM2 tokenizer), built on {name} in {build_s:.1f} s",
-        f"timed: {n_items:,} BBQ items ("
-        + (f"the first {ctx.fraction:.0%} of each category" if not ctx.dry_run else "2 per category")
-        + f"), {timed.tokens:,} tokens in {timed.forwards:,} forwards ({timed.tokens / per_fwd:,.0f} "
-        f"tokens and {timed.queries / per_fwd:,.0f} scored positions a forward, padding "
-        f"{1 - timed.tokens / max(1, timed.padded):.1%})"
-        + (f", peak GPU memory {peak_mem / 2**30:.1f} GiB" if cuda else ""),
-        f"{tps_wall:,.0f} tokens/s over the wall time ({wall:.1f} s), {tps_fwd:,.0f} tokens/s "
-        f"within forwards ({timed.forward_s:.1f} s; the rest is tokenizing, the prefix tree and "
-        "packing on the CPU)",
-    ]
-    if peak:
-        util_2n = flops_2n / wall / (peak * 1e12)
-        util_fwd = flops_2n / timed.forward_s / (peak * 1e12)
-        work_fwd = flops_work / timed.forward_s / (peak * 1e12)
-        data.update(peak_fraction=util_2n, peak_fraction_forward=util_fwd, work_fraction_forward=work_fwd)
-        lines.append(
-            f"{name}, bf16 dense peak {peak:.0f} TFLOP/s: 2*N*tokens/s is {util_2n:.1%} of it over "
-            f"the wall time, {util_fwd:.1%} within forwards (the work actually asked, the output "
-            f"head at scored positions only: {work_fwd:.1%})"
-        )
-    elif cuda:
-        lines.append(f"{name}: not in the bf16 peak table, no fraction of peak")
-    lines.append(
-        f"full BBQ plan ({plan['items']:,} items, counted through the engine by {workers} worker(s) "
-        f"in {count_s:.0f} s): {plan['tokens']:,} tokens in {plan['forwards']:,} forwards -> "
-        f"projected {projected / 60:.1f} min at the wall rate, "
-        f"{data['projected_bbq_forward_s'] / 60:.1f} min were the CPU side hidden"
-        + (" (dry run: CPU, tiny model, 4 items a category; not a projection)" if ctx.dry_run else "")
-    )
+    lines = _summary_lines(ctx, config, built, data, timed)
     ok = math.isfinite(tps_wall) and tps_wall > 0 and timed.tokens > 0
-    if peak and data["peak_fraction_forward"] < PEAK_FRACTION_FLOOR:
+    if data["peak_tflops"] and data["peak_fraction_forward"] < PEAK_FRACTION_FLOOR:
         ok = False
         lines.append(f"below the {PEAK_FRACTION_FLOOR:.0%} floor of peak within forwards")
-    del model, backend
+    del built, timed, engine
     if cuda:
         torch.cuda.empty_cache()
     return PartResult("throughput", ok, lines, data)
