@@ -239,6 +239,9 @@ def test_oracle_verdicts(tmp_path, data_dir, kind, code, args):
     if kind == "perfect":
         assert results["gate_summary"].get("fail", 0) == 0
         assert len(judged) == 9
+        # the must-pass gate over every category: what lets a perfect model exit 0
+        pooled = [g for g in results["gates"] if g["category"] == "pooled"]
+        assert pooled and {g["status"] for g in pooled} == {"pass"}, shown
     else:
         assert failing == judged == {"gender", "religion", "sexual_orientation"}, sorted(judged - failing)
     # The categories without data here are skipped and say which file is missing; so is the one
@@ -246,4 +249,4 @@ def test_oracle_verdicts(tmp_path, data_dir, kind, code, args):
     skipped = {g["category"]: g["message"] for g in results["gates"] if g["status"] == "skipped"}
     assert "race/ambiguous/ambiguous.json" in skipped["race"]
     assert "no CBBQ physical_appearance row is scorable" in skipped["physical_appearance"]
-    assert set(skipped) == with_bias - judged
+    assert set(skipped) == with_bias - judged - {"pooled"}
