@@ -332,7 +332,7 @@ class Verdict:
     def __repr__(self) -> str:  # short, as pytest prints it under a failed assertion
         return f"Verdict({self.status})"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The results-file verdict: what was gated, ``kind``, ``mode``, ``bounds``, ``allowed``
         (the interval of values that pass; ``null`` for an open end), value, interval, n
         (``n_variants``: the items behind n rows asked in several variants, else null) and
