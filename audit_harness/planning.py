@@ -197,10 +197,11 @@ class PlanMeter:
         self.engine.take_counts()
         self.embedder.take_texts()
 
-    def row(self, items: int, stats: Mapping[str, int], new_items: int) -> PlanRow:
-        """The category's row of the plan (``plan_row``) from the engine's counters."""
-        return plan_row(
-            items, stats, self.engine.take_counts(), self.embedder.take_texts(), new_items=new_items
+    def row(self, items: int, stats: Mapping[str, int], new_items: int) -> dict[str, object]:
+        """The category's row of the plan (``plan_row``) from the engine's counters, as the
+        category's document keeps it."""
+        return dict(
+            plan_row(items, stats, self.engine.take_counts(), self.embedder.take_texts(), new_items=new_items)
         )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Mapping
 
 from bias_metrics.result import MetricResult
 
@@ -299,10 +299,10 @@ class Verdict:
     not_like_for_like: tuple[str, ...] = ()
     #: generate mode: the same gate under the other answer-parsing profile (``answer_parsing``,
     #: ``status``, ``value``, ``ci``, ``verdict_differs``); None where nothing is parsed.
-    other_parse: dict[str, Any] | None = None
+    other_parse: Mapping[str, object] | None = None
     #: a sequential gate (``audit_harness.sequential.GateTrack.to_dict``): the decision, the n it
     #: was decided at, the confidence sequence there, the items saved; None for a fixed-n gate.
-    sequential: dict[str, Any] | None = None
+    sequential: Mapping[str, object] | None = None
 
     @classmethod
     def error(cls, gate: Gate, message: str) -> "Verdict":
