@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence, TypedDict
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, TypedDict
 
 from .engine.executor import Engine
 from .models.base import GenerationRequest
+
+if TYPE_CHECKING:
+    from .models.counting import PlanCausalLM, PlanEmbedder, PlanMaskedLM
+    from .models.zoo import FirstUse
 
 #: The first line of every plan, and its last: nothing a plan prints is a score.
 NOTHING_SCORED = "PLAN: nothing was scored"
@@ -141,7 +145,9 @@ class PlanEngine(Engine):
         backend: a ``models.counting`` backend.
     """
 
-    def __init__(self, backend, min_shared: int = 4):
+    backend: PlanCausalLM | PlanMaskedLM
+
+    def __init__(self, backend: PlanCausalLM | PlanMaskedLM, min_shared: int = 4):
         super().__init__(backend, cache=None, min_shared=min_shared, memo=True, forward_seconds=0)
         self.whole = WholeCounts()
 
@@ -188,7 +194,7 @@ class PlanMeter:
     """One category's counts in a plan: what the planning engine and the embedding stand-in
     (``models.counting.PlanEmbedder``) counted between ``start`` and ``row``."""
 
-    def __init__(self, engine: PlanEngine, embedder):
+    def __init__(self, engine: PlanEngine, embedder: PlanEmbedder):
         self.engine = engine
         self.embedder = embedder
 
@@ -411,13 +417,23 @@ def load_factor(load: float, cores: int) -> float:
     return (others + cores) / cores
 
 
+class FirstRun(TypedDict):
+    """What the first real run of a plan would take here (``first_run``)."""
+
+    parts: list[tuple[str, float | None]]
+    load: float
+    cores: int
+    factor: float
+    seconds: float
+
+
 def first_run(
     plan: Mapping[str, Any],
     model: str | None,
-    first_use: Mapping[str, Any],
+    first_use: FirstUse,
     load: float,
     cores: int,
-) -> dict[str, Any]:
+) -> FirstRun:
     """What the first real run of the plan's selection would take here, first-use costs
     included: ``parts`` (name, seconds; each named even where it cannot be estimated, with
     ``None``), the machine's ``load`` and ``cores``, the ``factor`` CPU-bound parts are scaled
