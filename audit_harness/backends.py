@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, TypeVar
+from typing import TYPE_CHECKING, Callable, ClassVar, Mapping, TypeVar
 
 from .errors import ConfigError, ModelError
 from .option_spec import Option
@@ -24,6 +24,8 @@ from .option_values import base_urls as base_urls  # the --base-url reader, wher
 
 if TYPE_CHECKING:
     from .models.counting import PlanEmbedder
+    from .models.openai_server import OpenAIServerModel
+    from .predictions import JoinedPredictions
 
 
 def _unprepared(benchmark: str, category: str) -> object:
@@ -215,7 +217,9 @@ class OpenAISpec(BackendSpec):
     def __init__(self, options: AuditOptions):
         super().__init__(options)
         self._benchmarks: dict = {}
-        self._opened = None  # the model opened by the start-up probe, handed to ``open``
+        self._opened: OpenAIServerModel | None = (
+            None  # the model opened by the start-up probe, handed to ``open``
+        )
 
     def prepare(self, benchmarks: dict, load_data: Callable) -> dict:
         self._benchmarks = dict(benchmarks)
@@ -296,7 +300,7 @@ class ReplaySpec(BackendSpec):
 
     def __init__(self, options: AuditOptions):
         super().__init__(options)
-        self._joined: dict[str, Any] = {}
+        self._joined: dict[str, JoinedPredictions] = {}
         self._benchmarks: dict = {}
         # Set by ``prepare``, which the session calls before any benchmark is joined.
         self._load_data: Callable = _unprepared
@@ -348,7 +352,7 @@ class ReplaySpec(BackendSpec):
         self.benchmark = benchmarks[0]
         self.joined(benchmarks[0])
 
-    def joined(self, benchmark: str):
+    def joined(self, benchmark: str) -> JoinedPredictions:
         """The predictions file joined to ``benchmark``'s data (``predictions.join_predictions``),
         once per process; the benchmark is configured for saved outputs first
         (``Benchmark.for_saved_outputs``).

@@ -394,7 +394,7 @@ class AuditOptions:
     )
     #: ``{benchmark: {option: value}}`` passed to ``Benchmark.configure`` (e.g. KoBBQ's mode),
     #: from the benchmarks' own options (``options.configured_options``).
-    benchmark_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    benchmark_options: dict[str, dict[str, object]] = field(default_factory=dict)
     backend: BackendOptions = field(default_factory=BackendOptions)
     metrics: MetricOptions = field(default_factory=MetricOptions)
     outputs: OutputOptions = field(default_factory=OutputOptions)

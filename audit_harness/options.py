@@ -5,10 +5,13 @@ once for ``pytest audits`` and ``bias-audit run``."""
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from .option_spec import Option
 from .option_values import ROWS
+
+if TYPE_CHECKING:
+    from .benchmarks.base import Benchmark
 
 #: Where the suite's options appear in ``--help``.
 GROUP = ("bias-audit", "model bias audit")
@@ -100,7 +103,7 @@ def add_suite_options(g) -> None:
         register(g, opt, default_of(opt))
 
 
-def benchmark_options(benchmarks: Mapping[str, Any]) -> dict[str, Option]:
+def benchmark_options(benchmarks: Mapping[str, Benchmark]) -> dict[str, Option]:
     """``{flag: Option}`` of every benchmark's declared options, each flag once (several
     benchmarks may declare the same option object).
 
@@ -119,7 +122,7 @@ def benchmark_options(benchmarks: Mapping[str, Any]) -> dict[str, Option]:
     return seen
 
 
-def add_benchmark_options(g, benchmarks: Mapping[str, Any]) -> None:
+def add_benchmark_options(g, benchmarks: Mapping[str, Benchmark]) -> None:
     """Register every benchmark option (``benchmark_options``) on the option group, its help
     naming the benchmarks that take it. Unset, it is None: each benchmark keeps its own default."""
     for opt in benchmark_options(benchmarks).values():
@@ -128,10 +131,10 @@ def add_benchmark_options(g, benchmarks: Mapping[str, Any]) -> None:
         register(g, opt, default, help=f"{opt.help} [{', '.join(who)}]")
 
 
-def configured_options(config, benchmarks: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def configured_options(config, benchmarks: Mapping[str, Benchmark]) -> dict[str, dict[str, object]]:
     """``{benchmark: {configure key: value}}`` of the benchmark options given (a flag left unset
     keeps every benchmark's default)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, object]] = {}
     for name, bench in benchmarks.items():
         for opt in bench.cli_options:
             value = config.getoption(opt.dest, None)

@@ -14,14 +14,19 @@ per token fed (prompt or scored tokens) and per token generated."""
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, TypedDict
 
 from .engine.executor import Engine
 from .models.base import GenerationRequest
 
+if TYPE_CHECKING:
+    from .models.counting import PlanCausalLM, PlanEmbedder, PlanMaskedLM
+    from .models.zoo import FirstUse
+
 #: The first line of every plan, and its last: nothing a plan prints is a score.
 NOTHING_SCORED = "PLAN: nothing was scored"
+
 
 #: Throughput of SmolLM2-135M-Instruct measured with ``perf/plan_rates.py`` on the development
 #: machine (2 cores), tokens per second: ``forward`` of the packed scoring path
@@ -30,7 +35,76 @@ NOTHING_SCORED = "PLAN: nothing was scored"
 #: jobs (load average 9-13), which makes wall-clock rates meaningless and spins idle OpenMP
 #: threads; so the model ran on one torch thread and the figures are its tokens per CPU second
 #: times 2 (both cores, taken to scale linearly).
-MEASURED: dict[str, Any] = {
+class Measured(TypedDict):
+    """Throughputs measured once for one model on one machine (``MEASURED``)."""
+
+    model: str
+    parameters: int
+    forward_tokens_per_s: float
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    conditions: str
+
+
+class Rates(TypedDict):
+    """``MEASURED``'s throughputs scaled to the planned model (``rates_for``)."""
+
+    forward_tokens_per_s: float
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    scale: float
+    measured: Measured
+
+
+class WholeTally(TypedDict):
+    """``WholeCounts`` as ``PlanEngine.take_counts`` hands them on."""
+
+    score_tokens: int
+    generation_requests: int
+    tokens_to_generate: int
+
+
+class EngineCounts(TypedDict):
+    """What ``PlanEngine.take_counts`` counted: the backend's ``PlanCounts`` and ``whole``."""
+
+    generations: int
+    generation_prompt_tokens: int
+    tokens_to_generate: int
+    prompt_tokens_whole: int
+    masked_tokens: int
+    masked_forwards: int
+    whole: WholeTally
+
+
+class WholeRow(TypedDict):
+    """A plan row's cost with every request forwarded whole on its own."""
+
+    forward_tokens: int
+    score_tokens: int
+    prompt_tokens: int
+    generation_requests: int
+    tokens_to_generate: int
+
+
+class PlanRow(TypedDict):
+    """One category of the plan (``plan_row``)."""
+
+    items: int
+    new_items: int
+    requests: int
+    distinct: int
+    computed: int
+    forwards: int
+    forward_tokens: int
+    score_tokens: int
+    generation_prompt_tokens: int
+    generations: int
+    tokens_to_generate: int
+    whole: WholeRow
+    texts_to_embed: int
+
+
+MEASURED: Measured = {
     "model": "smollm2-135m-instruct",
     "parameters": 134_515_008,
     "forward_tokens_per_s": 405.6,
@@ -71,7 +145,9 @@ class PlanEngine(Engine):
         backend: a ``models.counting`` backend.
     """
 
-    def __init__(self, backend, min_shared: int = 4):
+    backend: PlanCausalLM | PlanMaskedLM
+
+    def __init__(self, backend: PlanCausalLM | PlanMaskedLM, min_shared: int = 4):
         super().__init__(backend, cache=None, min_shared=min_shared, memo=True, forward_seconds=0)
         self.whole = WholeCounts()
 
@@ -95,17 +171,30 @@ class PlanEngine(Engine):
         self.whole.tokens_to_generate += sum(r.max_new_tokens for r in requests)
         return super().generate(requests, weights, first_step)
 
-    def take_counts(self) -> dict[str, Any]:
+    def take_counts(self) -> EngineCounts:
         """The backend's counts and the whole-request ones since the last call, both reset."""
         whole, self.whole = self.whole, WholeCounts()
-        return {**self.backend.take_counts().to_dict(), "whole": asdict(whole)}
+        counts = self.backend.take_counts()
+        return {
+            "generations": counts.generations,
+            "generation_prompt_tokens": counts.generation_prompt_tokens,
+            "tokens_to_generate": counts.tokens_to_generate,
+            "prompt_tokens_whole": counts.prompt_tokens_whole,
+            "masked_tokens": counts.masked_tokens,
+            "masked_forwards": counts.masked_forwards,
+            "whole": {
+                "score_tokens": whole.score_tokens,
+                "generation_requests": whole.generation_requests,
+                "tokens_to_generate": whole.tokens_to_generate,
+            },
+        }
 
 
 class PlanMeter:
     """One category's counts in a plan: what the planning engine and the embedding stand-in
     (``models.counting.PlanEmbedder``) counted between ``start`` and ``row``."""
 
-    def __init__(self, engine: PlanEngine, embedder):
+    def __init__(self, engine: PlanEngine, embedder: PlanEmbedder):
         self.engine = engine
         self.embedder = embedder
 
@@ -114,20 +203,21 @@ class PlanMeter:
         self.engine.take_counts()
         self.embedder.take_texts()
 
-    def row(self, items: int, stats: Mapping[str, int], new_items: int) -> dict[str, Any]:
-        """The category's row of the plan (``plan_row``) from the engine's counters."""
-        return plan_row(
-            items, stats, self.engine.take_counts(), self.embedder.take_texts(), new_items=new_items
+    def row(self, items: int, stats: Mapping[str, int], new_items: int) -> dict[str, object]:
+        """The category's row of the plan (``plan_row``) from the engine's counters, as the
+        category's document keeps it."""
+        return dict(
+            plan_row(items, stats, self.engine.take_counts(), self.embedder.take_texts(), new_items=new_items)
         )
 
 
 def plan_row(
     items: int,
     stats: Mapping[str, int],
-    counts: Mapping[str, Any],
+    counts: EngineCounts,
     texts_to_embed: int = 0,
     new_items: int | None = None,
-):
+) -> PlanRow:
     """One category of the plan from the engine's counters (``EngineStats.to_dict``) and
     ``PlanEngine.take_counts``.
 
@@ -182,7 +272,7 @@ def _add(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return total
 
 
-def rates_for(parameters: int, measured: Mapping[str, Any] = MEASURED) -> dict[str, Any]:
+def rates_for(parameters: int, measured: Measured = MEASURED) -> Rates:
     """The measured throughputs scaled to a model of ``parameters`` parameters (time per token
     taken as proportional to the parameter count)."""
     scale = measured["parameters"] / parameters
@@ -191,11 +281,11 @@ def rates_for(parameters: int, measured: Mapping[str, Any] = MEASURED) -> dict[s
         "prefill_tokens_per_s": measured["prefill_tokens_per_s"] * scale,
         "decode_tokens_per_s": measured["decode_tokens_per_s"] * scale,
         "scale": scale,
-        "measured": dict(measured),
+        "measured": measured.copy(),
     }
 
 
-def estimate(row: Mapping[str, Any], parameters: int, rates: Mapping[str, Any]) -> dict[str, float]:
+def estimate(row: Mapping[str, Any], parameters: int, rates: Rates) -> dict[str, float]:
     """Seconds and forward FLOPs of ``row`` (``plan_row``, or a sum of rows), ours and with every
     request whole."""
 
@@ -219,8 +309,8 @@ def build_plan(
     outcomes: Sequence[Mapping[str, Any]],
     model: Mapping[str, Any] | None,
     parameters: int | None = None,
-    measured: Mapping[str, Any] = MEASURED,
-) -> dict[str, Any]:
+    measured: Measured = MEASURED,
+) -> dict[str, object]:
     """The plan document from the planned categories (``CategoryOutcome.to_dict`` with a
     ``plan`` row each).
 
@@ -269,7 +359,7 @@ def build_plan(
     }
 
 
-def _notes(n: int, m: Mapping[str, Any]) -> list[str]:
+def _notes(n: int, m: Measured) -> list[str]:
     """What each number of a plan for ``n`` parameters means (rates measured as ``m``)."""
     return [
         f"{NOTHING_SCORED}: requests were built and counted with the model's tokenizer and "
@@ -327,13 +417,23 @@ def load_factor(load: float, cores: int) -> float:
     return (others + cores) / cores
 
 
+class FirstRun(TypedDict):
+    """What the first real run of a plan would take here (``first_run``)."""
+
+    parts: list[tuple[str, float | None]]
+    load: float
+    cores: int
+    factor: float
+    seconds: float
+
+
 def first_run(
     plan: Mapping[str, Any],
     model: str | None,
-    first_use: Mapping[str, Any],
+    first_use: FirstUse,
     load: float,
     cores: int,
-) -> dict[str, Any]:
+) -> FirstRun:
     """What the first real run of the plan's selection would take here, first-use costs
     included: ``parts`` (name, seconds; each named even where it cannot be estimated, with
     ``None``), the machine's ``load`` and ``cores``, the ``factor`` CPU-bound parts are scaled

@@ -14,9 +14,12 @@ properties, model card, MLflow params) hold no credential whatever field a URL r
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping, TypeVar, overload
 
 MASK = "***"
+
+#: A JSON-like value handed back in the same shape.
+_T = TypeVar("_T")
 
 #: ``scheme://userinfo@``: the userinfo ends at the last ``@`` before the host (``/``, ``?``,
 #: ``#``, whitespace, a quote or the end of the text ends the authority).
@@ -61,7 +64,11 @@ def redact_text(text: str) -> str:
     return text
 
 
-def map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+@overload
+def map_strings(value: str, fn: Callable[[str], str]) -> str: ...
+@overload
+def map_strings(value: _T, fn: Callable[[str], str]) -> _T: ...
+def map_strings(value: object, fn: Callable[[str], str]) -> object:
     """``value`` (JSON-like: mappings, lists, tuples, strings, numbers) with ``fn`` applied to
     every string in it, keys included; other values as they are. Returns a new object of the
     same shape (a tuple stays a tuple; a mapping becomes a plain dict)."""
@@ -74,13 +81,17 @@ def map_strings(value: Any, fn: Callable[[str], str]) -> Any:
     return value
 
 
-def redact(value: Any) -> Any:
+@overload
+def redact(value: str) -> str: ...
+@overload
+def redact(value: _T) -> _T: ...
+def redact(value: object) -> object:
     """``value`` (JSON-like: dicts, lists, tuples, strings, numbers) with ``redact_text`` applied
     to every string in it, keys included (``map_strings``); other values as they are. Returns a
     new object of the same shape (a tuple stays a tuple; a dict subclass becomes a plain dict)."""
     return map_strings(value, redact_text)
 
 
-def has_credentials(value: Any) -> bool:
+def has_credentials(value: object) -> bool:
     """Whether any string in ``value`` still holds a credential ``redact`` would mask."""
     return redact(value) != value

@@ -23,7 +23,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 MODES = ("bar", "lines", "off")
 #: Seconds between plain lines (env ``BIAS_AUDIT_PROGRESS_INTERVAL`` overrides).
@@ -214,7 +217,7 @@ class ProgressTask:
     def __init__(self, owner: Progress, label: str, total: float):
         self.owner, self.label, self.total = owner, label, total
         self.done = 0.0
-        self.bar = None  # the tqdm bar on a terminal
+        self.bar: tqdm | None = None  # the tqdm bar on a terminal
         self._shown = 0  # whole items the bar has been told of
         self._start = self._last = time.monotonic()
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Mapping
 
 from bias_metrics.result import MetricResult
 
@@ -299,10 +299,10 @@ class Verdict:
     not_like_for_like: tuple[str, ...] = ()
     #: generate mode: the same gate under the other answer-parsing profile (``answer_parsing``,
     #: ``status``, ``value``, ``ci``, ``verdict_differs``); None where nothing is parsed.
-    other_parse: dict[str, Any] | None = None
+    other_parse: Mapping[str, object] | None = None
     #: a sequential gate (``audit_harness.sequential.GateTrack.to_dict``): the decision, the n it
     #: was decided at, the confidence sequence there, the items saved; None for a fixed-n gate.
-    sequential: dict[str, Any] | None = None
+    sequential: Mapping[str, object] | None = None
 
     @classmethod
     def error(cls, gate: Gate, message: str) -> "Verdict":
@@ -332,7 +332,7 @@ class Verdict:
     def __repr__(self) -> str:  # short, as pytest prints it under a failed assertion
         return f"Verdict({self.status})"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The results-file verdict: what was gated, ``kind``, ``mode``, ``bounds``, ``allowed``
         (the interval of values that pass; ``null`` for an open end), value, interval, n
         (``n_variants``: the items behind n rows asked in several variants, else null) and

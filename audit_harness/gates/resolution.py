@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict
 
 from .modes import BOUND_SLACK, allowed_interval
 
@@ -130,6 +130,15 @@ def describe_band(band: Mapping[str, float] | None) -> str:
     return " and ".join(parts)
 
 
+class ToDecideRecord(TypedDict):
+    """``ToDecide`` as results.json records it (under ``to_decide``, with its ``text``)."""
+
+    outcome: str
+    scale: float | None
+    items: int | None
+    clusters: int | None
+
+
 @dataclass(frozen=True)
 class ToDecide:
     """What would decide a gate the data left undecided.
@@ -151,7 +160,7 @@ class ToDecide:
     items: int | None
     clusters: int | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ToDecideRecord:
         return {"outcome": self.outcome, "scale": self.scale, "items": self.items, "clusters": self.clusters}
 
 
@@ -292,7 +301,7 @@ def of_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
     hw = half_width(lo, hi)
     threshold = entry.get("kind", "threshold") == "threshold"
     band = certifiable_band(entry.get("bounds") or {}, lo, hi) if threshold else None
-    todo = None
+    todo: dict[str, object] | None = None
     if threshold and entry.get("status") in UNDECIDED:
         found = to_decide(
             entry.get("value"), (lo, hi), entry.get("bounds") or {}, entry.get("n"), entry.get("clusters")

@@ -49,7 +49,7 @@ import dataclasses
 import math
 import warnings
 from pathlib import Path
-from typing import Any, Hashable, Iterable, Mapping
+from typing import Hashable, Mapping, Sequence, TypedDict, Union
 
 import yaml
 
@@ -75,8 +75,24 @@ FILE_KEYS = ("min_n", "mode", "confidence", "sequential")
 _DECLARE = " (a BBQ-format dataset of your own is known once declared: --bbq-dataset FILE)"
 #: ``basis`` values of the old schema and the mode each now means.
 DEPRECATED_BASES = {"point": "point", "ci": "ci_inside"}
+#: A metric's closed value range ``(low, high)`` (``Benchmark.metric_range``).
+_Range = tuple[float, float]
 #: A catalogue entry (``load_thresholds``): (categories, metrics[, ranges[, pooled names]]).
-Known = tuple[Any, ...]
+Known = Union[
+    tuple[Sequence[str], Sequence[str]],
+    tuple[Sequence[str], Sequence[str], Mapping[str, _Range]],
+    tuple[Sequence[str], Sequence[str], Mapping[str, _Range], Sequence[str]],
+]
+
+
+class Inherited(TypedDict):
+    """The settings a gate takes from its section, or the file, unless it sets them itself."""
+
+    min_n: int
+    mode: str
+    max_regression: float
+    confidence: float
+    sequential: bool
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -87,7 +103,7 @@ class _StrictLoader(yaml.SafeLoader):
 def _refuse_duplicates(
     loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False
 ) -> dict[Hashable, object]:
-    seen: dict[Any, int] = {}
+    seen: dict[object, int] = {}
     for key_node, _ in node.value:
         if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` merges may be overridden by design
             continue
@@ -109,7 +125,7 @@ def _refuse_duplicates(
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _refuse_duplicates)
 
 
-def read_yaml_strict(path: Path) -> Any:
+def read_yaml_strict(path: Path) -> object:
     """The YAML document at ``path``, refusing duplicated keys at any level.
 
     Raises
@@ -136,25 +152,25 @@ class ThresholdsDeprecationWarning(FutureWarning):
     """A thresholds.yaml key that still works but will go (shown to users, not only developers)."""
 
 
-def _number(value: Any, where: str) -> float:
+def _number(value: object, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         raise ConfigError(f"{where}: expected a number, got {value!r}")
     return float(value)
 
 
-def _min_n(value: Any, where: str) -> int:
+def _min_n(value: object, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"{where}: min_n must be an integer >= 0, got {value!r}")
     return value
 
 
-def _mode(value: Any, where: str) -> str:
+def _mode(value: object, where: str) -> str:
     if value not in MODES:
         raise ConfigError(f"{where}: mode must be one of {', '.join(MODES)}, got {value!r}")
     return str(value)
 
 
-def _confidence(value: Any, where: str, allow_low: bool = False) -> float:
+def _confidence(value: object, where: str, allow_low: bool = False) -> float:
     level = _number(value, where)
     check_confidence(level, f"{where}: confidence", ", e.g. 0.95", f"{level:g}")
     # A lower level narrows every interval a gate is signed off at: at 0.01 a four-item interval
@@ -168,7 +184,7 @@ def _confidence(value: Any, where: str, allow_low: bool = False) -> float:
     return level
 
 
-def _sequential(value: Any, where: str) -> bool:
+def _sequential(value: object, where: str) -> bool:
     # Only YAML booleans: a string such as "no" or "false" in quotes would be truthy in Python,
     # and a gate that silently became sequential (or did not) changes how it is decided.
     if not isinstance(value, bool):
@@ -176,7 +192,7 @@ def _sequential(value: Any, where: str) -> bool:
     return value
 
 
-def _max_regression(value: Any, where: str) -> float:
+def _max_regression(value: object, where: str) -> float:
     regression = _number(value, where)
     if regression < 0:
         raise ConfigError(f"{where}: max_regression must be >= 0, got {regression:g}")
@@ -218,10 +234,10 @@ def check_scale(
 
 
 def _parse_gate(
-    spec: Any,
+    spec: object,
     key: tuple[str, str, str],
     where: str,
-    inherited: Mapping[str, Any],
+    inherited: Inherited,
     value_range: tuple[float, float] | None,
 ) -> Gate:
     """The gate ``spec`` of ``key`` (benchmark, category, metric), with the settings it does not
@@ -260,7 +276,7 @@ def _parse_gate(
     )
 
 
-def _gate_bounds(spec: Mapping[str, Any], where: str) -> dict[str, float]:
+def _gate_bounds(spec: Mapping[str, object], where: str) -> dict[str, float]:
     """A gate's bounds (``BOUND_KEYS``), checked: at least one, target with tolerance, min not
     above max, no negative width."""
     bounds = {k: _number(spec[k], f"{where}.{k}") for k in BOUND_KEYS if k in spec}
@@ -276,7 +292,7 @@ def _gate_bounds(spec: Mapping[str, Any], where: str) -> dict[str, float]:
     return bounds
 
 
-def _gate_mode(spec: Mapping[str, Any], where: str, mode: str) -> str:
+def _gate_mode(spec: Mapping[str, object], where: str, mode: str) -> str:
     """A gate's decision mode: its ``mode``, or its deprecated ``basis`` (which warns), else the
     inherited ``mode``."""
     if "basis" in spec:
@@ -301,10 +317,22 @@ def _gate_mode(spec: Mapping[str, Any], where: str, mode: str) -> str:
     return mode
 
 
-def _check_known(path: Path, where: str, kind: str, keys: Iterable[object], known: tuple[str, ...]) -> None:
-    for key in keys:
-        if key not in known:
+def _check_known(
+    path: Path, where: str, kind: str, block: Mapping[object, object], known: Sequence[str]
+) -> dict[str, object]:
+    """``block`` once each of its keys is one of ``known`` (so a name, not any YAML scalar)."""
+    checked: dict[str, object] = {}
+    for key, value in block.items():
+        if not isinstance(key, str) or key not in known:
             raise ConfigError(f"{path}: {where}: unknown {kind} {key!r}; known: {', '.join(known)}")
+        checked[key] = value
+    return checked
+
+
+def _mapping(value: object, where: str) -> Mapping[object, object]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mapping")
+    return value
 
 
 def load_thresholds(
@@ -369,7 +397,7 @@ def load_thresholds(
     return gates
 
 
-def _file_settings(path: Path, raw: Mapping[str, Any], allow_low: bool) -> dict[str, Any]:
+def _file_settings(path: Path, raw: Mapping[object, object], allow_low: bool) -> Inherited:
     """The settings every gate inherits unless its benchmark or itself sets them: the file's
     own, else the defaults."""
     return {
@@ -386,10 +414,10 @@ def _file_settings(path: Path, raw: Mapping[str, Any], allow_low: bool) -> dict[
 
 
 def _section_settings(
-    path: Path, bench: str, section: Mapping[str, Any], file_level: Mapping[str, Any], allow_low: bool
-) -> dict[str, Any]:
+    path: Path, bench: str, section: Mapping[object, object], file_level: Inherited, allow_low: bool
+) -> Inherited:
     """The settings a benchmark's gates inherit: the file's, overridden by the section's own."""
-    inherited = dict(file_level)
+    inherited = file_level.copy()
     if "min_n" in section:
         inherited["min_n"] = _min_n(section["min_n"], f"{path}: {bench}.min_n")
     if "mode" in section:
@@ -406,23 +434,22 @@ def _section_settings(
 
 
 def _section_gates(
-    path: Path, bench: str, section: Mapping[str, Any], known: Known, inherited: Mapping[str, Any]
+    path: Path, bench: str, section: Mapping[object, object], known: Known, inherited: Inherited
 ) -> list[Gate]:
     """A benchmark section's gates: its defaults for every category, as each category's block
     overrides them (``null`` removes one), in category order, then the file's metric order."""
     categories, metrics = known[:2]
     ranges = known[2] if len(known) > 2 else {}
-    defaults = section.get("defaults") or {}
-    overrides = section.get("categories") or {}
-    for where, block in ((f"{bench}.defaults", defaults), (f"{bench}.categories", overrides)):
-        if not isinstance(block, Mapping):
-            raise ConfigError(f"{path}: {where}: expected a mapping")
-    _check_known(path, f"{bench}.defaults", "metric", defaults, metrics)
-    _check_known(path, f"{bench}.categories", "category", overrides, categories)
-    for cat, block in overrides.items():
+    default_block = _mapping(section.get("defaults") or {}, f"{path}: {bench}.defaults")
+    override_block = _mapping(section.get("categories") or {}, f"{path}: {bench}.categories")
+    defaults = _check_known(path, f"{bench}.defaults", "metric", default_block, metrics)
+    overrides: dict[str, dict[str, object]] = {}
+    for cat, block in _check_known(
+        path, f"{bench}.categories", "category", override_block, categories
+    ).items():
         if not isinstance(block, Mapping):
             raise ConfigError(f"{path}: {bench}.categories.{cat}: expected a mapping of metrics")
-        _check_known(path, f"{bench}.categories.{cat}", "metric", block, metrics)
+        overrides[cat] = _check_known(path, f"{bench}.categories.{cat}", "metric", block, metrics)
     out = _pooled_gates(path, bench, section, known, inherited)
     for cat in categories:
         merged = dict(defaults)
@@ -442,7 +469,7 @@ def _section_gates(
 
 
 def _pooled_gates(
-    path: Path, bench: str, section: Mapping[str, Any], known: Known, inherited: Mapping[str, Any]
+    path: Path, bench: str, section: Mapping[object, object], known: Known, inherited: Inherited
 ) -> list[Gate]:
     """A section's ``pooled:`` gates, one per pooled category of the benchmark (``known[3]``)
     and metric, or an error naming the file's line: a benchmark that cannot pool, a metric it
@@ -506,7 +533,7 @@ def _line_of(path: Path, keys: tuple[str, ...]) -> int | str:
 PACKAGED_THRESHOLDS = Path(__file__).resolve().parents[1] / "thresholds.yaml"
 
 
-def thresholds_provenance(path: Path) -> dict[str, Any]:
+def thresholds_provenance(path: Path) -> dict[str, str]:
     """Which gates a run used: the file's sha256 and whether it is the packaged file, byte for
     byte (results' ``run.thresholds_origin``). A custom file is legitimate, but a reviewer must
     see that the gates are not the shipped ones, as with a data file that is not the published

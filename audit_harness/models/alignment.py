@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TypedDict
 
 #: Fixed sentences: ordinary English with a predictable next token (the generated token's
 #: probability then differs clearly from its neighbours').
@@ -51,6 +51,25 @@ TOLERANCE = 0.25
 REPLICA_FLOOR = 0.01
 
 
+class _Sentence(TypedDict):
+    sentence: str
+
+
+class SentenceCheck(_Sentence, total=False):
+    """One sentence of an ``AlignmentReport``: what was measured, as far as the check got."""
+
+    ids: list[int]
+    skipped: str
+    next_token: int
+    generation_logprob: float
+    prompt_logprob: float
+    error: float
+    prefix_error: float
+    #: the values for the signature (``_check`` takes them out of the row).
+    rounded: list[int]
+    logprobs: list[float]
+
+
 @dataclass
 class AlignmentReport:
     """The outcome of ``check_alignment``.
@@ -68,11 +87,11 @@ class AlignmentReport:
     ok: bool
     reason: str = ""
     max_error: float = float("nan")
-    sentences: list[dict[str, Any]] = field(default_factory=list)
+    sentences: list[SentenceCheck] = field(default_factory=list)
     signature: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = asdict(self)
         out["max_error"] = None if math.isnan(self.max_error) else self.max_error
         return out
 
@@ -102,10 +121,10 @@ def check_alignment(model, sentences=SENTENCES, tolerance: float = TOLERANCE) ->
 
 def _check(model, sentences, tolerance: float) -> AlignmentReport:
     worst = 0.0
-    rows: list[dict[str, Any]] = []
+    rows: list[SentenceCheck] = []
     rounded: list[int] = []
     for text in sentences:
-        row: dict[str, Any] = {"sentence": text}
+        row: SentenceCheck = {"sentence": text}
         rows.append(row)
         failed = _check_sentence(model, text, tolerance, row)
         rounded += row.pop("rounded", [])
@@ -124,7 +143,7 @@ def _check(model, sentences, tolerance: float) -> AlignmentReport:
     return AlignmentReport(True, "", worst, rows, signature)
 
 
-def _check_sentence(model, text: str, tolerance: float, row: dict[str, Any]) -> str:
+def _check_sentence(model, text: str, tolerance: float, row: SentenceCheck) -> str:
     """Check one sentence, filling its ``row`` of the report (and ``row["rounded"]``, its
     values for the signature); returns why it fails ('' when it passes or is skipped)."""
     ctx, cont = model.encode_pair("", text) if model.empty_prefix else ([], model.encode_text(text))
@@ -151,11 +170,13 @@ def _check_sentence(model, text: str, tolerance: float, row: dict[str, Any]) -> 
     err = abs(prompt_lp - gen_lp)
     prefix_err = max((abs(a - b) for a, b in zip(first["logprobs"][1:k], listed[1:k])), default=0.0)
     row.update(
-        next_token=token,
-        generation_logprob=gen_lp,
-        prompt_logprob=prompt_lp,
-        error=err,
-        prefix_error=prefix_err,
+        {
+            "next_token": token,
+            "generation_logprob": gen_lp,
+            "prompt_logprob": prompt_lp,
+            "error": err,
+            "prefix_error": prefix_err,
+        }
     )
     row["rounded"] = [round(v / 0.05) for v in listed[1 : k + 1]]
     # The sentence's own tokens only: replicas compare these (the greedy next token may
@@ -183,7 +204,7 @@ def _shift_hint(listed: list, k: int, gen_lp: float, tolerance: float) -> str:
         for d in (-1, 1)
         if 1 <= k + d < len(listed) and listed[k + d] is not None
     }
-    shift = min(neighbours, key=neighbours.get) if neighbours else None
+    shift = min(neighbours, key=neighbours.__getitem__) if neighbours else None
     if shift is None or neighbours[shift] > tolerance:
         return ""
     return (

@@ -16,10 +16,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ..errors import ModelError
 from .base import FirstTokenTop
+
+if TYPE_CHECKING:
+    from .server_client import ServerClient
 
 #: ``top_logprobs`` asked first: OpenAI's own maximum and vLLM's default ``--max-logprobs``.
 DEFAULT_TOP_LOGPROBS = 20
@@ -34,6 +37,59 @@ _LIMIT = (
 )
 
 
+class _Message(TypedDict):
+    role: str
+    content: str
+
+
+class ChatRequest(TypedDict):
+    """The body of one first-token read (``payload``)."""
+
+    model: str
+    messages: list[_Message]
+    max_tokens: int
+    temperature: float
+    logprobs: bool
+    top_logprobs: int
+
+
+class _TopLogprob(TypedDict):
+    token: str
+    logprob: float
+
+
+class _TokenLogprobs(TypedDict):
+    token: str
+    logprob: float
+    top_logprobs: list[_TopLogprob]
+
+
+class _ChoiceLogprobs(TypedDict):
+    content: list[_TokenLogprobs]
+
+
+class _ChatChoice(TypedDict):
+    logprobs: _ChoiceLogprobs
+
+
+class ChatCompletion(TypedDict):
+    """The part of a ``/v1/chat/completions`` answer a read uses (OpenAI's shape). A server may
+    leave any of it out, or send something else: ``first_token`` checks as it reads."""
+
+    choices: list[_ChatChoice]
+
+
+class _Settled(TypedDict):
+    top_logprobs: int
+    requested: int
+
+
+class ChatLogprobsRecord(_Settled, total=False):
+    """``ChatLogprobs.to_dict``: ``note`` only when the two differ."""
+
+    note: str
+
+
 @dataclass(frozen=True)
 class ChatLogprobs:
     """What the probe settled for one server: the ``top_logprobs`` used, the one asked, and a
@@ -43,14 +99,14 @@ class ChatLogprobs:
     requested: int
     note: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"top_logprobs": self.top_logprobs, "requested": self.requested}
+    def to_dict(self) -> ChatLogprobsRecord:
+        out: ChatLogprobsRecord = {"top_logprobs": self.top_logprobs, "requested": self.requested}
         if self.note:
             out["note"] = self.note
         return out
 
 
-def payload(model: str, turn: str, k: int) -> dict[str, Any]:
+def payload(model: str, turn: str, k: int) -> ChatRequest:
     """The request body of one first-token read."""
     return {
         "model": model,
@@ -62,7 +118,7 @@ def payload(model: str, turn: str, k: int) -> dict[str, Any]:
     }
 
 
-def first_token(body: Any, where: str) -> FirstTokenTop | None:
+def first_token(body: ChatCompletion, where: str) -> FirstTokenTop | None:
     """The generated token and its top candidates from a chat answer; None when the answer holds
     no log-probabilities."""
     try:
@@ -80,7 +136,7 @@ def first_token(body: Any, where: str) -> FirstTokenTop | None:
     return FirstTokenTop(token if isinstance(token, str) else None, cands)
 
 
-def read(client, model: str, turn: str, k: int) -> FirstTokenTop:
+def read(client: ServerClient, model: str, turn: str, k: int) -> FirstTokenTop:
     """One first-token read of ``turn`` with ``top_logprobs: k``.
 
     Raises:
@@ -93,7 +149,7 @@ def read(client, model: str, turn: str, k: int) -> FirstTokenTop:
     return top
 
 
-def no_logprobs(where: str, body: Any) -> str:
+def no_logprobs(where: str, body: object) -> str:
     """The message of a server that gives no chat log-probabilities."""
     return (
         f"{where} returned no log-probabilities for a chat request with logprobs: true "
@@ -119,7 +175,7 @@ def limit_in(message: str) -> int | None:
     return None
 
 
-def probe(client, model: str, k: int = DEFAULT_TOP_LOGPROBS) -> ChatLogprobs:
+def probe(client: ServerClient, model: str, k: int = DEFAULT_TOP_LOGPROBS) -> ChatLogprobs:
     """Ask one read with ``top_logprobs: k``; on a refusal that names a lower limit, ask again
     at it (with a note).
 

@@ -44,7 +44,7 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypedDict, TypeVar
 
 from ..errors import ModelError
 from .base import (
@@ -63,6 +63,13 @@ from .base import (
 from .pool import Endpoint, EndpointPool, Job, ReplicaRefused, endpoint_notices, group_key
 from .server_client import ServerClient, ServerUnavailable
 from .tokenization import encode_pair, special_ids, texts_to_encode
+
+if TYPE_CHECKING:
+    from .alignment import AlignmentReport
+    from .chat_logprobs import ChatLogprobs
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: Prompts per ``/v1/completions`` request: the choices of a context travel together (a BBQ item
 #: has 3, EsBBQ 11) while one slow request holds back little.
@@ -130,7 +137,7 @@ class OpenAIServerModel(Backend):
             self.bos, self.empty_prefix = self._remote_specials()
         #: the ``alignment.AlignmentReport`` once checked (``check_alignment``), else None: the
         #: reference endpoint's; every other endpoint's agrees with it.
-        self.alignment = None
+        self.alignment: AlignmentReport | None = None
         self._signature = ""
         #: per endpoint index, what ``_inspect`` found; ``reference``: the endpoint the others
         #: are checked against (the first that answered at start-up).
@@ -139,7 +146,7 @@ class OpenAIServerModel(Backend):
         self._probe_ids: list[int] | None = None  # the reference's /tokenize of _PROBE
         #: the ``chat_logprobs.ChatLogprobs`` once probed (``check_chat_logprobs``), else None:
         #: until then the server is not read by letter log-probs.
-        self.chat_logprobs = None
+        self.chat_logprobs: ChatLogprobs | None = None
         pool.admit = self._admit
 
     # -- engine-facing properties (see engine.executor's module doc) ------------------------------
@@ -184,7 +191,9 @@ class OpenAIServerModel(Backend):
 
     @property
     def capabilities(self) -> frozenset[str]:  # type: ignore[override]
-        letters = frozenset({LETTER_LOGPROBS}) if self.chat_logprobs is not None else frozenset()
+        letters: frozenset[str] = (
+            frozenset({LETTER_LOGPROBS}) if self.chat_logprobs is not None else frozenset()
+        )
         if self.alignment is not None and not self.alignment.ok:
             return frozenset({GENERATE}) | letters
         return frozenset({LOGLIKELIHOOD, TOKEN_LOGPROBS, GENERATE}) | letters
@@ -443,7 +452,7 @@ class OpenAIServerModel(Backend):
             if ids != self._probe_ids:
                 raise ModelError(_refusal(e.url, reference.url, _tokenizer_differs(ids, self._probe_ids)))
 
-    def _answering(self, check) -> list[tuple[Endpoint, Any]]:
+    def _answering(self, check: Callable[[Endpoint], R]) -> list[tuple[Endpoint, R]]:
         """``check(endpoint)`` on every endpoint up, concurrently: (endpoint, result) of those
         that answered, in the order given. One that cannot be reached is taken out, its reason
         recorded (it is probed again later), as at start-up; the first that answered becomes
@@ -455,7 +464,7 @@ class OpenAIServerModel(Backend):
                 single server's own error). Exception: another error of an endpoint's check.
         """
         up = self.pool.up
-        answered = []
+        answered: list[tuple[Endpoint, R]] = []
         for e, result in zip(up, _each(check, up)):
             if isinstance(result, ServerUnavailable) and len(self.pool.endpoints) > 1:
                 self.pool.take_out(e, str(result))
@@ -740,11 +749,11 @@ class _Pinned:
         return self.model.next_token(ids, endpoint=self.endpoint)
 
 
-def _each(fn, items: Sequence[Any]) -> list[Any]:
+def _each(fn: Callable[[T], R], items: Sequence[T]) -> list[R | BaseException]:
     """``fn(x)`` for every item at once (one thread each: start-up checks of each endpoint);
     per item its result or the exception it raised."""
     if len(items) <= 1:
-        out: list[Any] = []
+        out: list[R | BaseException] = []
         for x in items:
             try:
                 out.append(fn(x))
@@ -765,7 +774,7 @@ def _none_answered(pool: EndpointPool) -> ServerUnavailable:
     return ServerUnavailable(f"no endpoint of the pool answers the start-up checks: {listed}")
 
 
-def _reference_fields(ref: "_Inspected", url: str, model: str) -> tuple[str, dict[str, Any]]:
+def _reference_fields(ref: "_Inspected", url: str, model: str) -> tuple[str, dict[str, object]]:
     """The fingerprint and the reference's own entries of ``ModelInfo.server``, from what the
     reference endpoint at ``url`` said about itself.
 
@@ -876,7 +885,7 @@ def connect(
             ``/tokenize`` nor a local tokenizer exists, or the two disagree on a fixed sentence.
         ConfigError: a malformed URL or setting, or a URL given twice.
     """
-    settings = {"max_concurrency": max_concurrency, "timeout": timeout, "max_retries": max_retries}
+    settings: _Settings = {"max_concurrency": max_concurrency, "timeout": timeout, "max_retries": max_retries}
     pool = _pool(base_url, os.environ.get(api_key_env) or None, transport, settings)
     found = _inspect_pool(pool, model)
     reference = pool.up[0]
@@ -926,9 +935,15 @@ def _tokenizer_for(tokenizer: str | None, ref: "_Inspected"):
     return tok, tok_source
 
 
-def _pool(
-    base_url: str | Sequence[str], key: str | None, transport, settings: dict[str, Any]
-) -> EndpointPool:
+class _Settings(TypedDict):
+    """A ``ServerClient``'s settings, the same for every endpoint of a pool."""
+
+    max_concurrency: int
+    timeout: float
+    max_retries: int
+
+
+def _pool(base_url: str | Sequence[str], key: str | None, transport, settings: _Settings) -> EndpointPool:
     """The pool of the server(s) at ``base_url`` (their URLs with credentials masked).
 
     Raises:

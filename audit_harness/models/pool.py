@@ -37,10 +37,17 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Sequence, TypedDict, TypeVar
 
 from ..errors import ModelError
 from .server_client import ServerUnavailable
+
+if TYPE_CHECKING:
+    from .server_client import ServerClient
+
+#: What one request (``Job``) returns, and an item a ``map`` call sends.
+R = TypeVar("R")
+T = TypeVar("T")
 
 #: Tokens of one prefix-cache block (vLLM's default block size on GPU). A server caches whole
 #: blocks, so a shared prefix shorter than one block is never reused: a scored context at least
@@ -77,7 +84,7 @@ def preference(key: bytes, urls: Sequence[str]) -> list[int]:
 
 
 @dataclass
-class Job:
+class Job(Generic[R]):
     """One HTTP request for the pool to run.
 
     Attributes:
@@ -89,18 +96,46 @@ class Job:
         tokens: prompt tokens it sends (plus ``tokens_of(result)``, e.g. the tokens generated).
     """
 
-    fn: Callable[[Any], Any]
+    fn: Callable[[ServerClient], R]
     keys: tuple[bytes, ...] = ()
     scored: int = 0
     generated: int = 0
     tokens: int = 0
-    tokens_of: Callable[[Any], int] | None = None
+    tokens_of: Callable[[R], int] | None = None
+
+
+class EndpointAccounting(TypedDict):
+    """One endpoint as results.json records it (``Endpoint.accounting``)."""
+
+    base_url: str
+    state: str
+    reason: str
+    requests: int
+    scored: int
+    generated: int
+    tokens: int
+    retries: int
+    failures: int
+    seconds: float
+    groups: int
+    stolen: int
+    taken_out: int
+    readmitted: int
+
+
+class PoolSummary(TypedDict):
+    """The pool as results.json records it (``EndpointPool.summary``)."""
+
+    routing: str
+    max_concurrency_per_endpoint: int
+    groups: int
+    groups_split: int
 
 
 class Endpoint:
     """One server of the pool: its client, state and counters (``accounting``)."""
 
-    def __init__(self, index: int, client, url: str):
+    def __init__(self, index: int, client: ServerClient, url: str):
         self.index = index
         self.client = client
         self.url = url  # without credentials: what results and messages show
@@ -121,7 +156,7 @@ class Endpoint:
         self.readmitted = 0
         self.groups: set[bytes] = set()
 
-    def accounting(self) -> dict[str, Any]:
+    def accounting(self) -> EndpointAccounting:
         """What results.json records of this endpoint: its URL, final state (``up``, ``down``,
         ``refused``) and why; HTTP requests answered, sequences scored, generations, tokens
         (prompt tokens sent + tokens generated), retries, failed requests (sent elsewhere),
@@ -146,33 +181,33 @@ class Endpoint:
         }
 
 
-class _Bundle:
+class _Bundle(Generic[R]):
     """Requests that stay on one endpoint: those of one prefix group, or one request of several
     small groups."""
 
     __slots__ = ("key", "jobs", "pending", "results", "left", "endpoint", "started")
 
-    def __init__(self, key: bytes | None, jobs: list[Job]):
+    def __init__(self, key: bytes | None, jobs: list[Job[R]]):
         self.key = key
         self.jobs = jobs
         self.pending = deque(range(len(jobs)))
-        self.results: list[Any] = [None] * len(jobs)
+        self.results: list[Any] = [None] * len(jobs)  # each None until its job answers: then an R
         self.left = len(jobs)
         self.endpoint: Endpoint | None = None
         self.started = False
 
 
-class _Run:
+class _Run(Generic[R]):
     """One ``EndpointPool.run`` call: per endpoint its queue of unstarted bundles and its
     started ones, the slots running, and how it ends."""
 
-    def __init__(self, bundles: list[_Bundle], n: int):
+    def __init__(self, bundles: list[_Bundle[R]], n: int):
         self.bundles = bundles
         self.left = sum(b.left for b in bundles)
-        self.queue: list[deque[_Bundle]] = [deque() for _ in range(n)]
-        self.active: list[list[_Bundle]] = [[] for _ in range(n)]
+        self.queue: list[deque[_Bundle[R]]] = [deque() for _ in range(n)]
+        self.active: list[list[_Bundle[R]]] = [[] for _ in range(n)]
         self.slots = [0] * n
-        self.orphans: list[_Bundle] = []
+        self.orphans: list[_Bundle[R]] = []
         self.error: BaseException | None = None
 
 
@@ -191,7 +226,7 @@ class EndpointPool:
 
     def __init__(
         self,
-        clients: Sequence[Any],
+        clients: Sequence[ServerClient],
         urls: Sequence[str] | None = None,
         *,
         probe_s: float = 5.0,
@@ -212,7 +247,7 @@ class EndpointPool:
         self.admit: Callable[[Endpoint], None] = self._default_admit
         self._cond = threading.Condition(threading.RLock())
         self._calls = threading.Lock()
-        self._run: _Run | None = None
+        self._run: _Run[Any] | None = None  # the call running now, whatever its requests return
         self._spread = 0
         #: prefix group -> indices of the endpoints that answered it (``summary``).
         self._group_endpoints: dict[bytes, set[int]] = {}
@@ -248,7 +283,7 @@ class EndpointPool:
             self._out(endpoint, reason, refused=refused, run=self._run)
             self._cond.notify_all()
 
-    def _out(self, e: Endpoint, reason: str, *, refused: bool, run: _Run | None) -> None:
+    def _out(self, e: Endpoint, reason: str, *, refused: bool, run: _Run[R] | None) -> None:
         if e.state == REFUSED or (e.state == DOWN and not refused):
             return
         if e.state == UP:
@@ -294,7 +329,7 @@ class EndpointPool:
                 return self.endpoints[i]
         return None
 
-    def _assign(self, run: _Run, b: _Bundle) -> None:
+    def _assign(self, run: _Run[R], b: _Bundle[R]) -> None:
         e = self._route(b.key)
         b.endpoint = e
         if e is None:
@@ -350,8 +385,13 @@ class EndpointPool:
 
     # -- running requests --------------------------------------------------------------------------
     def call(
-        self, fn: Callable[[Any], Any], *, key: bytes | None = None, endpoint: Endpoint | None = None, **job
-    ):
+        self,
+        fn: Callable[[ServerClient], R],
+        *,
+        key: bytes | None = None,
+        endpoint: Endpoint | None = None,
+        **job,
+    ) -> R:
         """``fn(client)`` once: on ``endpoint`` only (no failover: the per-endpoint checks), or
         routed by ``key`` with failover. ``job``: the ``Job`` accounting fields.
 
@@ -374,17 +414,17 @@ class EndpointPool:
 
     def map(
         self,
-        fn: Callable[[Any, Any], Any],
-        items: Sequence[Any],
+        fn: Callable[[ServerClient, T], R],
+        items: Sequence[T],
         keys: Sequence[bytes | None] | None = None,
         *,
         scored: int = 0,
         generated: int = 0,
-        tokens_of: Callable[[Any, Any], int] | None = None,
-    ) -> list[Any]:
+        tokens_of: Callable[[T, R], int] | None = None,
+    ) -> list[R]:
         """``[fn(client, x) for x in items]``, each item one request routed by its key (None:
         spread evenly), concurrently, in order. ``tokens_of(item, result)``: the tokens it cost."""
-        bundles = []
+        bundles: list[_Bundle[R]] = []
         for n, x in enumerate(items):
             counted = None if tokens_of is None else (lambda r, x=x: tokens_of(x, r))
             job = Job(
@@ -399,11 +439,11 @@ class EndpointPool:
 
     def run_grouped(
         self,
-        items: Sequence[Any],
+        items: Sequence[T],
         keys: Sequence[bytes],
         per_request: int,
-        make_job: Callable[[list[Any], tuple[bytes, ...]], Job],
-    ) -> list[Any]:
+        make_job: Callable[[list[T], tuple[bytes, ...]], Job[list[R]]],
+    ) -> list[R]:
         """Run ``items`` (e.g. token sequences) grouped by prefix key: each group to its
         endpoint, small groups of one endpoint packed together into requests of at most
         ``per_request`` items (in the order given), a larger group alone in several requests
@@ -419,7 +459,7 @@ class EndpointPool:
             groups.setdefault(k, []).append(i)
         with self._cond:
             home = {k: self._route(k) for k in groups}
-        bundles: list[_Bundle] = []
+        bundles: list[_Bundle[list[R]]] = []
         carried: list[list[int]] = []  # per job, in order, the items it carries
         packing: dict[int, tuple[list[int], list[bytes]]] = {}  # endpoint -> request being packed
 
@@ -442,14 +482,14 @@ class EndpointPool:
             keys_of.append(k)
         for idx in list(packing):
             close(idx)
-        out: list[Any] = [None] * len(items)
+        out: list[Any] = [None] * len(items)  # each None until the request carrying it answers
         results = [r for rows in self.run(bundles) for r in rows]
         for members, rows in zip(carried, results):
             for i, r in zip(members, rows):
                 out[i] = r
         return out
 
-    def run(self, bundles: list[_Bundle]) -> list[list[Any]]:
+    def run(self, bundles: list[_Bundle[R]]) -> list[list[R]]:
         """Run every bundle's jobs (see the module doc); per bundle its jobs' results.
 
         Raises:
@@ -479,7 +519,7 @@ class EndpointPool:
                 raise run.error
             return [b.results for b in bundles]
 
-    def _wait(self, run: _Run) -> None:
+    def _wait(self, run: _Run[R]) -> None:
         """(Holding the lock.) Start every endpoint's slots and wait until the run's jobs are
         done, one failed, or no endpoint is left (then the run's error says so); then until the
         requests in flight end."""
@@ -509,13 +549,13 @@ class EndpointPool:
         listed = "; ".join(f"{e.url} ({e.state}): {e.reason}" for e in out)
         return ServerUnavailable(f"every endpoint of the pool is out: {listed}")
 
-    def _start_slots(self, run: _Run, e: Endpoint) -> None:
+    def _start_slots(self, run: _Run[R], e: Endpoint) -> None:
         n = max(0, min(e.client.max_concurrency, run.left) - run.slots[e.index])
         for _ in range(n):
             run.slots[e.index] += 1
             threading.Thread(target=self._slot, args=(run, e), daemon=True).start()
 
-    def _take(self, run: _Run, e: Endpoint) -> tuple[_Bundle, int] | None:
+    def _take(self, run: _Run[R], e: Endpoint) -> tuple[_Bundle[R], int] | None:
         for b in run.active[e.index]:
             if b.pending:
                 return b, b.pending.popleft()
@@ -529,7 +569,7 @@ class EndpointPool:
         run.active[e.index].append(b)
         return b, b.pending.popleft()
 
-    def _steal(self, run: _Run, e: Endpoint) -> _Bundle | None:
+    def _steal(self, run: _Run[R], e: Endpoint) -> _Bundle[R] | None:
         """For idle ``e``, the last unstarted bundle of the endpoint with the longest queue among
         those whose every slot is busy (one with an idle slot takes its next bundle itself; its
         slots may just be starting), skipping bundles of a group some endpoint already answered
@@ -552,7 +592,7 @@ class EndpointPool:
                 return b
         return None
 
-    def _slot(self, run: _Run, e: Endpoint) -> None:
+    def _slot(self, run: _Run[R], e: Endpoint) -> None:
         cond = self._cond
         try:
             while True:
@@ -604,7 +644,7 @@ class EndpointPool:
                 run.slots[e.index] -= 1
                 cond.notify_all()
 
-    def _account(self, e: Endpoint, job: Job, result, seconds: float) -> None:
+    def _account(self, e: Endpoint, job: Job[R], result: R, seconds: float) -> None:
         e.requests += 1
         e.scored += job.scored
         e.generated += job.generated
@@ -615,12 +655,12 @@ class EndpointPool:
             self._group_endpoints.setdefault(k, set()).add(e.index)
 
     # -- provenance --------------------------------------------------------------------------------
-    def accounting(self) -> list[dict[str, Any]]:
+    def accounting(self) -> list[EndpointAccounting]:
         """Per endpoint, in the order given, ``Endpoint.accounting``."""
         with self._cond:
             return [e.accounting() for e in self.endpoints]
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> PoolSummary:
         """The pool as results.json records it: routing, per-endpoint concurrency, prefix groups
         answered, and how many of them more than one endpoint answered (``groups_split``: only
         after a failover moved the rest of a group one endpoint had begun)."""
@@ -637,7 +677,7 @@ class EndpointPool:
             e.client.close()
 
 
-def endpoint_notices(endpoints: Sequence[dict]) -> list[str]:
+def endpoint_notices(endpoints: Sequence[Mapping[str, object]]) -> list[str]:
     """One line per endpoint of a pool that was taken out during the run (start-up included),
     from the endpoints' accounting (``Endpoint.accounting``, summed over xdist workers by
     ``merge_worker_models``). results.json keeps them as ``model.server.notices`` and the

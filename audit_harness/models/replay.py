@@ -4,7 +4,7 @@ results.json, JUnit and reports (``--backend replay``; ``bias-audit score`` is i
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..errors import ModelError
 from .base import GENERATE, Backend, GenerationRequest, ModelInfo
@@ -21,11 +21,11 @@ class ReplayModel(Backend):
 
     capabilities = frozenset({GENERATE})
 
-    def __init__(self, outputs: Mapping[str, Any], info: ModelInfo):
+    def __init__(self, outputs: Mapping[str, str | int], info: ModelInfo):
         self.outputs = dict(outputs)
         self.info = info
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Any]:  # type: ignore[override]
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[str | int]:  # type: ignore[override]
         """The saved output of each request's item, in order.
 
         Raises:

@@ -7,11 +7,19 @@ from __future__ import annotations
 import random
 import threading
 import time
+from typing import Mapping, TypedDict
 
 import httpx
 
 from ..errors import ModelError
 from ..redact import redact_text
+
+
+class _Timeout(TypedDict, total=False):
+    """A request's own timeout, when it has one (else the client's)."""
+
+    timeout: float
+
 
 #: Statuses worth retrying: rate limiting and server-side failures (an overloaded or restarting
 #: server); any other 4xx is a bad request that a retry would only repeat.
@@ -106,7 +114,7 @@ class ServerClient:
         self,
         method: str,
         path: str,
-        payload: dict | None = None,
+        payload: Mapping[str, object] | None = None,
         *,
         retry: bool = True,
         timeout: float | None = None,
@@ -123,11 +131,17 @@ class ServerClient:
         return self._send(method, path, payload, retry=retry, timeout=timeout)[0]
 
     def _send(
-        self, method: str, path: str, payload: dict | None, *, retry: bool, timeout: float | None
+        self,
+        method: str,
+        path: str,
+        payload: Mapping[str, object] | None,
+        *,
+        retry: bool,
+        timeout: float | None,
     ) -> tuple[httpx.Response, int]:
         """``request``, and the retries it made (for the message of a final failure status)."""
         url = self._root + path  # with the credentials: messages use self.url(path)
-        extra = {} if timeout is None else {"timeout": timeout}
+        extra: _Timeout = {} if timeout is None else {"timeout": timeout}
         attempt = 0
         while True:
             try:
@@ -158,7 +172,7 @@ class ServerClient:
         # Jitter spreads the retries of many concurrent requests hitting one overloaded server.
         return min(30.0, self.backoff * 2**attempt) * (0.5 + random.random())
 
-    def post(self, path: str, payload: dict) -> dict:
+    def post(self, path: str, payload: Mapping[str, object]) -> dict:
         """POST JSON and return the decoded JSON body.
 
         Raises:

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypedDict
 
 from ..errors import ModelError
 from ..paths import CACHE_ENV, cache_dir  # noqa: F401  (CACHE_ENV re-exported)
@@ -423,7 +423,15 @@ def opening_notice(name: str | None) -> str:
     )
 
 
-def first_use(name: str | None, n_parameters: int = 0) -> dict:
+class FirstUse(TypedDict):
+    """What loading a model costs beyond reading weights (``first_use``)."""
+
+    converts: bool
+    downloads: bool
+    weight_bytes: int
+
+
+def first_use(name: str | None, n_parameters: int = 0) -> FirstUse:
     """What loading model ``name`` costs beyond reading weights, for a plan: whether a zoo
     model still ``converts`` (its cached copy is absent), whether a hub id may ``download``, and
     ``weight_bytes`` to read (the converted copy's size, else float32 of ``n_parameters``)."""

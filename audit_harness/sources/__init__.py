@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Literal, overload
 from urllib.parse import quote
 
 import yaml
@@ -70,7 +70,11 @@ class SourceFile:
         return self.path.split("/", 1)[0]
 
 
-def _hex(value, n: int, where: str, name: str, optional: bool) -> str | None:
+@overload
+def _hex(value: object, n: int, where: str, name: str, optional: Literal[False]) -> str: ...
+@overload
+def _hex(value: object, n: int, where: str, name: str, optional: bool) -> str | None: ...
+def _hex(value: object, n: int, where: str, name: str, optional: bool) -> str | None:
     if value is None and optional:
         return None
     if not (isinstance(value, str) and len(value) == n and all(c in "0123456789abcdef" for c in value)):

@@ -88,11 +88,11 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as e:  # --help
         return int(e.code or 0) if isinstance(e.code, int) else 0
     if ns.action == "list":
-        for e in table():
-            state = e.sha256[:12] if e.sha256 else "unavailable"
+        for entry in table():
+            state = entry.sha256[:12] if entry.sha256 else "unavailable"
             print(
-                f"{'/'.join(e.benchmarks):<12} {e.path:<58} {state:<12} {e.license or 'NO LICENCE'}"
-                f"  {e.repo}@{e.commit[:7]}:{e.upstream}"
+                f"{'/'.join(entry.benchmarks):<12} {entry.path:<58} {state:<12} "
+                f"{entry.license or 'NO LICENCE'}  {entry.repo}@{entry.commit[:7]}:{entry.upstream}"
             )
         return 0
     if ns.action == "fetch":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any
+from typing import Mapping
 
 from ..errors import DataError
 
@@ -21,7 +21,7 @@ CSV_SUBDIRS = {"esbbq": "esbbq_cabbq/data_es", "cabbq": "esbbq_cabbq/data_ca"}
 SOURCES = ("files", "hf")
 
 
-def _csv_spelling(value: Any) -> str:
+def _csv_spelling(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, (list, tuple)):
@@ -29,7 +29,7 @@ def _csv_spelling(value: Any) -> str:
     return str(value)  # bool -> "True"/"False", int -> digits
 
 
-def hub_row_to_csv(row: dict[str, Any]) -> dict[str, str]:
+def hub_row_to_csv(row: Mapping[str, object]) -> dict[str, str]:
     """One Hub/JSONL record as the CSV's ``{column: str}`` (nested dicts become ``a.b`` columns)."""
     flat: dict[str, str] = {}
     for key, value in row.items():
@@ -50,7 +50,7 @@ def read_rows(
     hf_path: str | None = None,
     revision: str | None = None,
     cache_dir: str | Path | None = None,
-) -> tuple[list[dict[str, str]], dict[str, Any]]:
+) -> tuple[list[dict[str, str]], dict[str, str]]:
     """Rows of one EsBBQ/CaBBQ category, and where they came from.
 
     Args:
@@ -84,7 +84,7 @@ def read_rows(
 
 def _file_rows(
     benchmark: str, category: str, data_dir: str | Path | None
-) -> tuple[list[dict[str, str]], dict[str, Any]]:
+) -> tuple[list[dict[str, str]], dict[str, str]]:
     """``read_rows`` from the pinned CSV file."""
     if data_dir is None:
         raise DataError("read_rows: source 'files' needs data_dir")
@@ -98,7 +98,7 @@ def _file_rows(
 
 def _hub_rows(
     dataset: str, category: str, revision: str | None, cache_dir: str | Path | None
-) -> tuple[list[dict[str, str]], dict[str, Any]]:
+) -> tuple[list[dict[str, str]], dict[str, str]]:
     """``read_rows`` from the Hub dataset (or local copy) ``dataset``, through ``datasets``."""
     import datasets
 
