@@ -7,7 +7,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from .errors import DataError
 
@@ -116,7 +116,7 @@ def csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, int, dic
             yield start, len(header), row
 
 
-def lone_surrogate(value: Any) -> str | None:
+def lone_surrogate(value: Mapping[str, object]) -> str | None:
     """Where in a decoded JSON row a string holds a lone surrogate (U+D800..U+DFFF, which
     ``json.loads`` accepts from a ``\\ud800`` escape but UTF-8 cannot encode), or None.
 
@@ -130,14 +130,16 @@ def lone_surrogate(value: Any) -> str | None:
     "field 'meta' at ['notes'][1]"
     """
 
-    def walk(v: Any, at: str) -> str | None:
+    def walk(v: object, at: str) -> str | None:
         if isinstance(v, str):
             try:
                 v.encode("utf-8")
             except UnicodeEncodeError:
                 return at
             return None
-        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        items: Iterable[tuple[object, object]] = (
+            v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        )
         for k, inner in items:
             if isinstance(k, str) and walk(k, "") is not None:
                 return f"{at}[{k!r}] (its name)"
@@ -169,7 +171,7 @@ def decoded_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
                 yield line_no, raw.decode("utf-8", "surrogateescape"), False
 
 
-def not_text(row: Any, where: str, utf8: bool = True) -> DataError | None:
+def not_text(row: Mapping[str, object], where: str, utf8: bool = True) -> DataError | None:
     """The error for a decoded row holding something that is not text, or None: bytes that were
     not UTF-8 (``decoded_lines``), or a JSON ``\\ud800``-style escape with no partner (which
     ``json.loads`` accepts but no UTF-8 file can hold: a run would die writing its records)."""

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from .errors import ConfigError
 
 
-def confidence_problem(value: Any) -> str | None:
+def confidence_problem(value: object) -> str | None:
     """What is wrong with ``value`` as an interval's confidence level (it must be a number in the
     open interval (0, 1)), or None when nothing is."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
@@ -23,7 +23,7 @@ def confidence_problem(value: Any) -> str | None:
     return None
 
 
-def check_confidence(value: Any, name: str, example: str = "", shown: str | None = None) -> None:
+def check_confidence(value: object, name: str, example: str = "", shown: str | None = None) -> None:
     """Raise ConfigError unless ``value`` is a confidence level in (0, 1).
 
     Args:
@@ -120,7 +120,7 @@ class Option:
             name = self.flag.lstrip("-").replace("-", "_") if self.flag else self.key
             object.__setattr__(self, "dest", "audit_" + name)
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         """What is wrong with ``value`` (``check``, else ``choices``), or None."""
         if self.check is not None:
             return self.check(value)

@@ -33,11 +33,11 @@ import json
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from .benchmarks.base import Benchmark, OracleView
+from .benchmarks.base import Benchmark, OracleView, SavedOutput
 from .errors import ConfigError, MissingDataError
 
 KINDS = (
@@ -90,7 +90,7 @@ def _pair(view: OracleView, winner: int | None) -> dict[str, float]:
 
 def answer(
     view: OracleView, kind: str, seed: int, item_id: str, peers: Sequence[OracleView] = (), index: int = 0
-) -> Any:
+) -> SavedOutput:
     """The saved output of oracle ``kind`` for one item.
 
     Args:
@@ -152,7 +152,7 @@ _PICKS: dict[str, Callable[[OracleView], int]] = {
 
 def oracle_rows(
     benchmark: Benchmark, data_dir: Path, kind: str, seed: int = 0
-) -> tuple[list[dict[str, Any]], dict[str, int], dict[str, str]]:
+) -> tuple[list[dict[str, SavedOutput]], dict[str, int], dict[str, str]]:
     """Every row of oracle ``kind`` over every category of ``benchmark``'s data in ``data_dir``.
 
     Returns:
@@ -165,7 +165,7 @@ def oracle_rows(
     """
     if kind not in KINDS:
         raise ConfigError(f"unknown oracle kind {kind!r}; known: {', '.join(KINDS)}")
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, SavedOutput]] = []
     counts: dict[str, int] = {}
     skipped: dict[str, str] = {}
     seen: set[str] = set()
@@ -176,8 +176,8 @@ def oracle_rows(
             skipped[category] = f"data missing: {e}"
             continue
         items = [it for it in data.items if it.item_id not in seen]
-        views = [benchmark.oracle_view(it) for it in items]
-        if any(v is None for v in views):
+        views = [v for v in (benchmark.oracle_view(it) for it in items) if v is not None]
+        if len(views) != len(items):
             raise ConfigError(f"{benchmark.name} has no oracle models (it takes no saved outputs)")
         why = None
         for i, (it, view) in enumerate(zip(items, views)):

@@ -16,15 +16,18 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from .data import decoded_lines, not_text
 from .errors import DataError
 
+if TYPE_CHECKING:
+    from .benchmarks.base import Benchmark, CategoryData
+
 _NUMBER = re.compile(r"\s*[+-]?\d+\s*")
 
 
-def read_predictions(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+def read_predictions(path: str | Path) -> list[tuple[int, dict[str, object]]]:
     """``[(line number, row)]`` of a JSONL file; blank lines are skipped.
 
     Raises:
@@ -32,7 +35,7 @@ def read_predictions(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
             messages are ``"<file>:<line>: <reason>"``.
     """
     path = Path(path)
-    rows: list[tuple[int, dict[str, Any]]] = []
+    rows: list[tuple[int, dict[str, object]]] = []
     try:
         for line_no, line, utf8 in decoded_lines(path):
             if not line.strip():
@@ -60,7 +63,7 @@ def read_predictions(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-def saved_answer(value: Any, index_base: int | None, where: str) -> Any:
+def saved_answer(value: object, index_base: int | None, where: str) -> str | int | None:
     """A saved answer as the benchmark's parser reads it: text as is, ``None`` (no output) as
     is, and a number (an int, an integral float, or digits as text) as a 0-based option index
     counted from ``index_base`` (``-1`` stays "no answer").
@@ -109,7 +112,7 @@ class JoinedPredictions:
     path: Path
     field: str
     sha256: str
-    outputs: dict[str, Any]
+    outputs: dict[str, object]
     lines: dict[str, int]
     by_category: dict[str, list[str]]
     available: dict[str, int]
@@ -120,7 +123,9 @@ class JoinedPredictions:
         return len(self.by_category.get(category, ())), self.available.get(category, 0)
 
 
-def _place_rows(benchmark, path: Path, prediction_field: str):
+def _place_rows(
+    benchmark: Benchmark, path: Path, prediction_field: str
+) -> tuple[dict[str, int], list[tuple[str, dict[str, object], str, str]]]:
     """``({item id: line}, [(where, row, item id, category)])`` of the file's rows, in file order.
 
     Raises:
@@ -134,7 +139,7 @@ def _place_rows(benchmark, path: Path, prediction_field: str):
             "from model scores, there is no answer to save)"
         )
     lines: dict[str, int] = {}
-    placed: list[tuple[str, dict[str, Any], str, str]] = []
+    placed: list[tuple[str, dict[str, object], str, str]] = []
     for line_no, row in read_predictions(path):
         where = f"{path}:{line_no}"
         item_id, category = benchmark.prediction_item(row, where)
@@ -152,7 +157,9 @@ def _place_rows(benchmark, path: Path, prediction_field: str):
     return lines, placed
 
 
-def _saved_output(benchmark, item: Any, value: Any, index_base: int | None, where: str) -> Any:
+def _saved_output(
+    benchmark: Benchmark, item: object, value: object, index_base: int | None, where: str
+) -> object:
     """A row's saved output for ``item``: an option's number made a 0-based index where the
     benchmark saves answers (``saved_answer``), then checked by the benchmark."""
     if getattr(benchmark, "saved_answers", "text") == "answer":
@@ -161,7 +168,7 @@ def _saved_output(benchmark, item: Any, value: Any, index_base: int | None, wher
     return value
 
 
-def _left_out(benchmark, data: dict[str, Any]) -> Callable[[str], tuple[str, str] | None]:
+def _left_out(benchmark: Benchmark, data: dict[str, CategoryData]) -> Callable[[str], tuple[str, str] | None]:
     """``item id -> (category, reason)`` where the loader leaves the item's row out, else None.
     A complete output set answers those rows too: BBQ's 16 without target_loc, MBBQ's whose
     targeted option cannot be resolved, each in its 5 templates (``Benchmark.excluded_row``)."""
@@ -170,10 +177,10 @@ def _left_out(benchmark, data: dict[str, Any]) -> Callable[[str], tuple[str, str
 
 
 def join_predictions(
-    benchmark,
+    benchmark: Benchmark,
     path: str | Path,
     prediction_field: str,
-    load_category: Callable[[str], Any],
+    load_category: Callable[[str], CategoryData],
     index_base: int | None = None,
 ) -> JoinedPredictions:
     """Join a predictions file to ``benchmark``'s data, category by category.
@@ -196,7 +203,7 @@ def join_predictions(
     data = {c: load_category(c) for c in categories}
     items = {it.item_id: it for d in data.values() for it in d.items}
     left_out = _left_out(benchmark, data)
-    outputs: dict[str, Any] = {}
+    outputs: dict[str, object] = {}
     by_category: dict[str, list[str]] = {c: [] for c in categories}
     held_out: dict[str, dict[str, list[str]]] = {}
     for where, row, item_id, category in placed:

@@ -27,15 +27,16 @@ from typing import (
     Any,
     Callable,
     ClassVar,
+    Generic,
     Mapping,
     Protocol,
     Sequence,
     Sized,
     TypedDict,
-    TypeVar,
 )
 
 import numpy as np
+from typing_extensions import NotRequired, TypeVar
 
 from bias_metrics.bbq_family import FLAVOURS
 from bias_metrics.result import MetricResult
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from ..engine.executor import Engine
+    from ..models.embedding import SentenceEmbedder
 
 
 class Item(Protocol):
@@ -61,6 +63,10 @@ class Item(Protocol):
 
 #: Any benchmark's item type, kept through a sample.
 T = TypeVar("T")
+#: A benchmark's item and record types (``Benchmark[MCItem, MCRecord]``). A bare ``Benchmark``
+#: (the session's, a registry's: a benchmark of whichever item type) leaves both open.
+ItemT = TypeVar("ItemT", default=Any)
+RecordT = TypeVar("RecordT", bound="Record", default=Any)
 
 
 class Sensitivity(TypedDict):
@@ -69,6 +75,28 @@ class Sensitivity(TypedDict):
 
     answer_parsing: str
     metrics: dict[str, MetricResult]
+
+
+#: A saved output as an oracle writes it: an answer's letter, label or text, a letter read
+#: (``{letter: log-probability}``) or a sentence pair's scores (``{"sent_more": ll, ...}``).
+SavedOutput = str | dict[str, float]
+
+
+class BenchmarkInfo(TypedDict):
+    """``Benchmark.report_info``: what the report says of a configured benchmark besides its
+    numbers (results' ``benchmark_info``)."""
+
+    title: str
+    limitations: list[str]
+    chart_metrics: list[str]
+    rate_metrics: list[str]
+    bias_metrics: list[str]
+    pooled_category: str | None
+    metric_ranges: dict[str, list[float]]
+    table_legend: list[str]
+    judged_unit: str | None
+    #: a declared dataset's BBQ family (``DeclaredBBQ``).
+    family: NotRequired[str]
 
 
 class CellKey(Protocol):
@@ -80,11 +108,11 @@ class CellKey(Protocol):
     def __lt__(self, other: Any, /) -> bool: ...
 
 
-def one_of(choices: Sequence[Any]) -> Callable[[Any], str | None]:
+def one_of(choices: Sequence[object]) -> Callable[[object], str | None]:
     """An ``Option.check``: the value must be one of ``choices`` (shown in the message as listed,
     e.g. ``None`` for "the benchmark's own")."""
 
-    def check(value: Any) -> str | None:
+    def check(value: object) -> str | None:
         if value in choices:
             return None
         return f"must be one of {', '.join(str(c) for c in choices)}, got {value!r}"
@@ -92,7 +120,7 @@ def one_of(choices: Sequence[Any]) -> Callable[[Any], str | None]:
     return check
 
 
-def positive_int(value: Any) -> str | None:
+def positive_int(value: object) -> str | None:
     """An ``Option.check``: the value must be an integer >= 1 (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return f"must be an integer >= 1, got {value!r}"
@@ -121,7 +149,7 @@ SAVED = Option(None, key="saved", default=False)
 
 
 @dataclass
-class CategoryData:
+class CategoryData(Generic[ItemT]):
     """What a loader returns for one category.
 
     Attributes:
@@ -135,7 +163,7 @@ class CategoryData:
     """
 
     category: str
-    items: list[Any]
+    items: list[ItemT]
     files: list[DataFile]
     excluded: dict[str, list[str]] = field(default_factory=dict)
     notes: dict[str, int] = field(default_factory=dict)
@@ -162,14 +190,14 @@ class Record:
     item_id: str
     category: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (``item_id`` as ``"id"``; ``extra`` flattened after the core keys).
 
         Raises:
             ValueError: an ``extra`` key collides with a core key.
         """
-        out: dict[str, Any] = {}
-        extra: Mapping[str, Any] = {}
+        out: dict[str, object] = {}
+        extra: Mapping[str, object] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name == "extra":
@@ -185,15 +213,17 @@ class Record:
         return out
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+    def from_dict(cls, d: Mapping[str, object]) -> Self:
         """Inverse of ``to_dict``: core keys back to fields, the rest into ``extra``.
 
         Raises:
             KeyError: a required core key is missing (named in the message).
         """
         names = {f.name for f in dataclasses.fields(cls)}
+        # The stored values go to the record's own fields unchecked (a records file this
+        # suite wrote), so the constructor call is as dynamic as the file.
         kwargs: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
+        extra: dict[str, object] = {}
         for key, value in d.items():
             name = "item_id" if key == "id" else key
             if name in names and name != "extra":
@@ -282,7 +312,7 @@ def stratified_sample(
 
 
 @dataclass(frozen=True)
-class SequentialForm:
+class SequentialForm(Generic[RecordT, ItemT]):
     """How one gate metric's confidence sequence is made from the records scored so far, for
     sequential gates (``audit_harness.sequential``; ``Benchmark.sequential_form``).
 
@@ -301,8 +331,8 @@ class SequentialForm:
     """
 
     label: str
-    cs: Callable[[Sequence[Any], Sequence[Any] | None, float], tuple[float, float]]
-    values: Callable[[Sequence[Any]], np.ndarray] | None = None
+    cs: Callable[[Sequence[RecordT], Sequence[ItemT] | None, float], tuple[float, float]]
+    values: Callable[[Sequence[RecordT]], np.ndarray] | None = None
     scale: float = 1.0
 
 
@@ -326,18 +356,18 @@ class OracleView:
         fill: a ``"text"`` item's output for a given gold ``value`` of another item.
     """
 
-    row: Mapping[str, Any]
+    row: Mapping[str, str]
     shape: str
-    answers: tuple[Any, ...]
+    answers: tuple[SavedOutput, ...]
     gold: int | None = None
     biased: int | None = None
     unknown: int | None = None
-    value: Any = None
-    fill: Callable[[Any], Any] | None = None
+    value: object = None
+    fill: Callable[[Any], str] | None = None
 
 
-class Benchmark(ABC):
-    """The protocol of one benchmark.
+class Benchmark(ABC, Generic[ItemT, RecordT]):
+    """The protocol of one benchmark, of items ``ItemT`` scored into records ``RecordT``.
 
     Class attributes (set by each subclass):
         name: the thresholds.yaml section and the audit test's name (``test_<name>``).
@@ -380,7 +410,7 @@ class Benchmark(ABC):
     data_folder: str
     requires: frozenset[str] = frozenset()
     id_fields: tuple[str, ...] = ()
-    record_type: type[Record] = Record
+    record_type: type[RecordT]
     shared_items: bool = False
     #: every option ``configure`` takes, each declared once (``option_spec.Option``: its key,
     #: default, check and, for a command-line option, its flag and help). An option not
@@ -416,7 +446,7 @@ class Benchmark(ABC):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
-    def options(self) -> dict[str, Any]:
+    def options(self) -> dict[str, object]:
         """``{key: default}`` of every option ``configure`` takes (``settings``)."""
         return {opt.key: opt.default for opt in self.settings}
 
@@ -425,7 +455,7 @@ class Benchmark(ABC):
         """The command-line options among ``settings`` (those with a flag)."""
         return tuple(opt for opt in self.settings if opt.flag)
 
-    def configure(self, **options: Any) -> "Benchmark":
+    def configure(self, **options: object) -> Self:
         """A copy with ``options`` set (keys of ``settings``, e.g. a prompt variant or answer
         mode), each parsed and checked by its declaration; the instance itself is never changed.
 
@@ -485,7 +515,7 @@ class Benchmark(ABC):
         present = set(self.categories_in(data_dir))
         return self.pooled_groups([c for c in self.categories if c in present])
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> dict[str, object]:
         """What produced the numbers besides model and data: ``protocol`` (its name), prompt
         template, delimiter, choices, answer mode... JSON-ready, stored in results under
         ``protocols`` (with ``protocol_version`` and the chat template the session adds) and
@@ -503,7 +533,7 @@ class Benchmark(ABC):
         """``{metric: (low, high)}`` of every metric of ``metric_names`` that has a range."""
         return {n: r for n in self.metric_names if (r := self.metric_range(n)) is not None}
 
-    def report_info(self) -> dict[str, Any]:
+    def report_info(self) -> BenchmarkInfo:
         """What the report needs to know about this configured benchmark beyond its numbers,
         JSON-ready (results' ``benchmark_info``): ``title``, ``limitations``, ``chart_metrics``,
         ``rate_metrics``, ``bias_metrics``, ``pooled_category`` and ``metric_ranges``
@@ -520,7 +550,7 @@ class Benchmark(ABC):
             "judged_unit": self.judged_unit,
         }
 
-    def report_examples(self, records: Sequence["Record"], limit: int = 5) -> list[dict[str, Any]]:
+    def report_examples(self, records: Sequence[RecordT], limit: int = 5) -> list[dict[str, object]]:
         """Up to ``limit`` model outputs of one category worth a reviewer's eye (invalid or
         out-of-choice answers), each ``{"id", "output", "reason", "options"}``; model text, so
         the report escapes it. Default none."""
@@ -528,26 +558,26 @@ class Benchmark(ABC):
 
     # -- data --------------------------------------------------------------------------------------
     @abstractmethod
-    def load_category(self, data_dir: Path, category: str) -> CategoryData:
+    def load_category(self, data_dir: Path, category: str) -> CategoryData[ItemT]:
         """Read one category's rows from ``data_dir``.
 
         Raises:
             DataError: missing file, malformed row or field, naming the file, line and field.
         """
 
-    def select(self, items: Sequence[Any], limit: int | None, seed: int, salt: str) -> list[Any]:
+    def select(self, items: Sequence[ItemT], limit: int | None, seed: int, salt: str) -> list[ItemT]:
         """The ``--limit`` subset of one category (default ``seeded_sample``); deterministic for
         (items, limit, seed, salt). The session passes ``salt = "<benchmark>/<category>"``."""
         return seeded_sample(items, limit, seed, salt)
 
-    def balance_key(self, item: Any) -> CellKey:
+    def balance_key(self, item: ItemT) -> CellKey:
         """The cell of ``item`` that sequential rounds keep balanced (``audit_harness.sequential``):
         every round takes from each cell in proportion to the cell's share of the selected items,
         so a round is a small copy of the category. Cell keys must be sortable. Default: one cell
         (no stratification)."""
         return 0
 
-    def sequential_form(self, metric: str) -> SequentialForm | None:
+    def sequential_form(self, metric: str) -> SequentialForm[RecordT, ItemT] | None:
         """The confidence sequence of the configured benchmark's gate metric ``metric``, composed
         from ``bias_metrics.sequential``, or None (default): a gate on it is decided on the whole
         category, so its category is scored in full."""
@@ -555,7 +585,7 @@ class Benchmark(ABC):
 
     # -- scoring -----------------------------------------------------------------------------------
     @abstractmethod
-    def evaluate(self, engine: Engine, items: Sequence[Any]) -> Sequence[Record]:
+    def evaluate(self, engine: Engine, items: Sequence[ItemT]) -> Sequence[RecordT]:
         """Score ``items`` through ``engine`` (``engine.executor.Engine``, the one way a benchmark
         asks for scores and generations): one record per item, in item order.
 
@@ -563,40 +593,40 @@ class Benchmark(ABC):
             ModelError: the model lacks a capability in ``requires``.
         """
 
-    def parse_sensitivity(self, records: Sequence[Record], settings: MetricSettings) -> Sensitivity | None:
+    def parse_sensitivity(self, records: Sequence[RecordT], settings: MetricSettings) -> Sensitivity | None:
         """Every metric as the other answer-parsing profile would read the outputs
         (``{"answer_parsing": profile, "metrics": {name: MetricResult}}``), for benchmarks that
         parse generated text; None (default) when nothing is parsed."""
         return None
 
-    def exclusions(self, records: Sequence[Record]) -> dict[str, list[str]]:
+    def exclusions(self, records: Sequence[RecordT]) -> dict[str, list[str]]:
         """``{reason: [item ids]}`` of records that ``metrics`` leaves out for a reason found
         while scoring (e.g. a pair whose sentences share no token); default none."""
         return {}
 
     @abstractmethod
-    def metrics(self, records: Sequence[Record], settings: MetricSettings) -> dict[str, MetricResult]:
+    def metrics(self, records: Sequence[RecordT], settings: MetricSettings) -> dict[str, MetricResult]:
         """Every metric in ``metric_names`` over ``records`` (one category), undefined ones NaN
         with a reason."""
 
     def overall(
-        self, records_by_category: Mapping[str, Sequence[Record]], settings: MetricSettings
+        self, records_by_category: Mapping[str, Sequence[RecordT]], settings: MetricSettings
     ) -> dict[str, dict[str, MetricResult]]:
         """Aggregates over the evaluated categories, ``{label: {metric: MetricResult}}`` (e.g.
         ``pooled``, ``size_weighted``); default: every record pooled."""
         records = [r for cat in sorted(records_by_category) for r in records_by_category[cat]]
         return {"pooled": self.metrics(records, settings)} if records else {}
 
-    def report_group(self, record: Record) -> str:
+    def report_group(self, record: RecordT) -> str:
         """The group ``bias-audit score`` reports a record under (default: its category)."""
         return record.category
 
-    def read_records(self, rows: Sequence[Mapping[str, Any]]) -> list[Record]:
+    def read_records(self, rows: Sequence[Mapping[str, object]]) -> list[RecordT]:
         """Records back from their stored dicts (records files)."""
         return [self.record_type.from_dict(r) for r in rows]
 
     # -- saved predictions -------------------------------------------------------------------------
-    def prediction_item(self, row: Mapping[str, Any], where: str) -> tuple[str, str]:
+    def prediction_item(self, row: Mapping[str, object], where: str) -> tuple[str, str]:
         """(item id, category) of one saved-prediction row: its ``"id"`` (``"<category>-<row
         id>"``) or the benchmark's ``id_fields`` (category field + row id field).
 
@@ -641,7 +671,7 @@ class Benchmark(ABC):
                 )
             return item_id, max(matches, key=len)
         if derived is not None:
-            return derived, row[cat_field]
+            return derived, str(row[cat_field])  # one of ``cats``, checked above
         raise DataError(
             f"{where}: no item id: the row needs 'id' or {cat_field!r} + {id_field!r} "
             f"to join it to the {self.name} data; a file of another benchmark?"
@@ -652,7 +682,7 @@ class Benchmark(ABC):
     #: parsed as a live one is).
     saved_answers: str = "text"
 
-    def with_embedder(self, embedder: Any) -> "Benchmark":
+    def with_embedder(self, embedder: SentenceEmbedder) -> Self:
         """This benchmark scoring with ``embedder`` as its sentence-embedding model (a plan's
         stand-in, which counts texts); default: a benchmark that embeds nothing, unchanged."""
         return self
@@ -671,12 +701,12 @@ class Benchmark(ABC):
             )
         return self
 
-    def check_saved_answer(self, value: Any, item: Any, where: str) -> None:
+    def check_saved_answer(self, value: object, item: ItemT, where: str) -> None:
         """Raise DataError when a saved output cannot answer ``item`` at all (an option number
         outside its options); checked while joining, so a broken file stops the run at start-up.
         Default: no check."""
 
-    def check_prediction_row(self, row: Mapping[str, Any], item: Any, where: str) -> None:
+    def check_prediction_row(self, row: Mapping[str, object], item: ItemT, where: str) -> None:
         """Raise DataError when fields a prediction row carries contradict the joined item (a file
         of another benchmark or data version); default no check."""
 
@@ -686,14 +716,14 @@ class Benchmark(ABC):
         so that a saved output for an item of an excluded row is held out, not an unknown id."""
         return item_id
 
-    def saved_categories(self, category: str, item: Any) -> tuple[str, ...]:
+    def saved_categories(self, category: str, item: ItemT) -> tuple[str, ...]:
         """The categories a saved output for ``item`` (a row naming ``category``) answers;
         default the one. A benchmark whose categories share items answers several (a pair
         benchmark's row answers its subgroup and ``overall``)."""
         return (category,)
 
     # -- oracle models -----------------------------------------------------------------------------
-    def oracle_view(self, item: Any) -> OracleView | None:
+    def oracle_view(self, item: ItemT) -> OracleView | None:
         """What the oracle models need of ``item`` (``OracleView``), or None (default) when the
         benchmark takes no saved outputs to build them from."""
         return None

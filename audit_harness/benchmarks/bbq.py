@@ -15,7 +15,9 @@ import json
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping, TypedDict
+
+from typing_extensions import TypeGuard
 
 from ..data import DataFile, require_file
 from ..errors import DataError
@@ -101,8 +103,41 @@ def read_metadata(path: Path) -> tuple[dict[tuple[str, int], tuple[str | None, s
         return _read_metadata(path)
 
 
-def checked_row(row: Any, where: str, category: str | None) -> int:
-    """The unknown option of a BBQ row, once its fields are checked.
+class BBQMetadata(TypedDict, total=False):
+    """A BBQ row's ``additional_metadata`` (data/bbq/SOURCE.md)."""
+
+    stereotyped_groups: list[str]
+    subcategory: str
+    version: str
+    source: str
+
+
+class BBQRow(TypedDict):
+    """One line of ``bbq/data/<Category>.jsonl`` (data/bbq/SOURCE.md, "Schema"): 13 keys, of
+    which ``checked_row`` checks ``REQUIRED_FIELDS``."""
+
+    example_id: int
+    question_index: str
+    question_polarity: str
+    context_condition: str
+    category: str
+    answer_info: dict[str, list[str]]
+    additional_metadata: BBQMetadata
+    context: str
+    question: str
+    ans0: str
+    ans1: str
+    ans2: str
+    label: int
+
+
+def _json_object(row: object) -> TypeGuard[BBQRow]:
+    # A JSON object, read as a BBQ row: ``checked_row`` checks the fields it reads one by one.
+    return isinstance(row, dict)
+
+
+def checked_row(row: object, where: str, category: str | None) -> tuple[BBQRow, int]:
+    """The BBQ row, once its fields are checked, and its unknown option.
 
     Args:
         row, where: the row and ``<file>:<line>``. category: the file's category, or None where
@@ -113,7 +148,7 @@ def checked_row(row: Any, where: str, category: str | None) -> int:
             condition or polarity, ``answer_info`` without exactly one UNKNOWN option, or a label
             outside 0-2.
     """
-    if not isinstance(row, dict):
+    if not _json_object(row):
         raise DataError(f"{where}: expected a JSON object")
     for key in REQUIRED_FIELDS:
         if key not in row:
@@ -132,10 +167,15 @@ def checked_row(row: Any, where: str, category: str | None) -> int:
         raise DataError(f"{where}: expected exactly one UNKNOWN option in answer_info, found {len(unknowns)}")
     if row["label"] not in (0, 1, 2):
         raise DataError(f"{where}: label {row['label']!r} is not 0, 1 or 2")
-    return unknowns[0]
+    return row, unknowns[0]
 
 
-def metadata_target(meta, key: tuple[str, int], item_id: str, excluded) -> tuple[int, str] | None:
+def metadata_target(
+    meta: Mapping[tuple[str, int], tuple[str | None, str]],
+    key: tuple[str, int],
+    item_id: str,
+    excluded: dict[str, list[str]],
+) -> tuple[int, str] | None:
     """``(target_loc, label_type)`` of the row ``key`` = (category, example_id) in BBQ's
     metadata (``_read_metadata``), or None after listing ``item_id`` under ``excluded``'s reason:
     no metadata row, or no ``target_loc`` (the 16 Gender_identity rows), as the authors' R
@@ -151,9 +191,7 @@ def metadata_target(meta, key: tuple[str, int], item_id: str, excluded) -> tuple
     return int(target_loc), label_type
 
 
-def native_item(
-    row: Mapping[str, Any], where: str, category: str, unknown: int, target: tuple[int, str]
-) -> MCItem:
+def native_item(row: BBQRow, where: str, category: str, unknown: int, target: tuple[int, str]) -> MCItem:
     """The item of a checked BBQ row (``checked_row``) of ``category``; ``target`` is its
     bias-aligned option (BBQ's ``target_loc``) and label type (``label`` or ``name``).
 
@@ -271,8 +309,15 @@ class BBQ(BBQFamilyBenchmark):
         notes = {"rows": n_rows, "metadata_duplicates_dropped": duplicates.get(category, 0)}
         return CategoryData(category, items, files, excluded, notes)
 
-    def _item(self, row, where: str, category: str, meta, excluded) -> MCItem | None:
-        unknown = checked_row(row, where, category)
+    def _item(
+        self,
+        raw: object,
+        where: str,
+        category: str,
+        meta: Mapping[tuple[str, int], tuple[str | None, str]],
+        excluded: dict[str, list[str]],
+    ) -> MCItem | None:
+        row, unknown = checked_row(raw, where, category)
         item_id = f"{category}-{row['example_id']}"
         target = metadata_target(meta, (category, int(row["example_id"])), item_id, excluded)
         if target is None:
@@ -313,7 +358,7 @@ class BBQ(BBQFamilyBenchmark):
             return item.unknown_option
         return [k for k in range(3) if k != item.unknown_option][choice]
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> dict[str, object]:
         if self.protocol == "lmeval":
             protocol = (
                 "lm-eval 0.4.13 bbq (multiple_choice): cloze over the 2 group answers + "

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
+from typing_extensions import TypeVar
 
 from bias_metrics.bbq_family import (
     bbq_paper_category,
@@ -37,14 +38,15 @@ from bias_metrics.result import MetricResult
 from ..errors import DataError, PredictionError
 from ..models.base import GENERATE, LETTER_LOGPROBS, LOGLIKELIHOOD, GenerationRequest
 from ..option_spec import Option
-from ..parsing import Choices, other_profile, parse_answer, parse_fields
-from ..parsing.letters import LetterRead, from_saved
+from ..parsing import Choices, OtherParse, Parsed, other_profile, parse_answer, parse_fields
+from ..parsing.letters import LetterRead, LetterReadRecord, from_saved
 from .base import (
     ANSWER_PARSING,
     METRIC_FLAVOUR,
     OMIT_NONE,
     SAVED,
     Benchmark,
+    CellKey,
     MetricSettings,
     OracleView,
     Record,
@@ -54,6 +56,11 @@ from .base import (
     stratified_sample,
 )
 from .bbq_family_sequential import bbq_family_form
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ..engine.executor import Engine
 
 ANSWER_MODES = ("loglikelihood", "generate", "letter")
 #: How each answer mode reads the model (results' ``reads``, the reports).
@@ -124,7 +131,7 @@ class MCItem:
     unknown_option: int
     template_id: str = ""
     label_type: str = "label"
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, object] = field(default_factory=dict)
 
     def answer_class(self, option: int) -> AnswerClass:
         """Class of option index ``option`` (-1 = invalid) for this item."""
@@ -196,20 +203,20 @@ class MCRecord(Record):
     correct: bool = False
     choices: list[str] | None = field(default=None, metadata=OMIT_NONE)
     loglikelihoods: list[float] | None = field(default=None, metadata=OMIT_NONE)
-    raw_prediction: Any = field(default=None, metadata=OMIT_NONE)
+    raw_prediction: object = field(default=None, metadata=OMIT_NONE)
     match: str | None = field(default=None, metadata=OMIT_NONE)
     parse_rule: str | None = field(default=None, metadata=OMIT_NONE)
     invalid_reason: str | None = field(default=None, metadata=OMIT_NONE)
     answer_parsing: str | None = field(default=None, metadata=OMIT_NONE)
-    other_parse: dict[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    other_parse: OtherParse | None = field(default=None, metadata=OMIT_NONE)
     prompt_sha256: str | None = field(default=None, metadata=OMIT_NONE)
     prompt_format: str = "plain"
     chat_template_sha256: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    letter_read: dict[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    extra: dict[str, object] = field(default_factory=dict)
+    letter_read: LetterReadRecord | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
-    def answering(cls, item: Any, option: int, **fields: Any):
+    def answering(cls, item: Any, option: int, **fields: Any) -> Self:
         """The record of ``item`` (an ``MCItem``, or a benchmark's item of the same fields)
         answered with option ``option`` (-1: none): the item's fields, the gold and predicted
         options with their classes, and ``fields`` (``label_type``, ``extra`` and what the
@@ -224,7 +231,9 @@ class MCRecord(Record):
         )
 
 
-def agree(row: Mapping[str, Any], expected: Mapping[str, Any], where: str, item: str, hint: str) -> None:
+def agree(
+    row: Mapping[str, object], expected: Mapping[str, object], where: str, item: str, hint: str
+) -> None:
     """Raise DataError naming the first field of ``expected`` that ``row`` holds with another
     text (whitespace stripped) than ``item`` has; ``hint`` says what the file may be instead."""
     for name, value in expected.items():
@@ -255,7 +264,11 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def balanced_sample(items: Sequence[MCItem], limit: int | None, seed: int, salt: str = "") -> list[MCItem]:
+#: A BBQ-family benchmark's item type (KoBBQ's and MBBQ's add fields).
+MCItemT = TypeVar("MCItemT", bound=MCItem, default=MCItem)
+
+
+def balanced_sample(items: Sequence[MCItemT], limit: int | None, seed: int, salt: str = "") -> list[MCItemT]:
     """Deterministic subset of at most ``limit`` items, balanced over the four
     (context condition x polarity) cells, in file order.
 
@@ -269,7 +282,7 @@ def balanced_sample(items: Sequence[MCItem], limit: int | None, seed: int, salt:
     return stratified_sample(items, limit, seed, salt, key=lambda it: (it.context_condition, it.polarity))
 
 
-class BBQFamilyBenchmark(Benchmark):
+class BBQFamilyBenchmark(Benchmark[MCItemT, MCRecord]):
     """Base of BBQ, EsBBQ and CaBBQ.
 
     Subclasses set ``name``, ``flavour`` (the ``bias_metrics.bbq_family`` flavour whose metrics
@@ -380,14 +393,14 @@ class BBQFamilyBenchmark(Benchmark):
     def rate_metrics(self) -> tuple[str, ...]:  # type: ignore[override]
         return ("invalid_rate" + self.suffix,)
 
-    def report_examples(self, records: Sequence[Record], limit: int = 5) -> list[dict[str, Any]]:
+    def report_examples(self, records: Sequence[MCRecord], limit: int = 5) -> list[dict[str, object]]:
         """The first ``limit`` invalid answers (generate mode: outputs no option matched; letter
         mode: reads whose candidates held no option letter), with the options they were matched
         against."""
-        out = []
+        out: list[dict[str, object]] = []
         for r in records:
             if r.predicted == -1 and len(out) < limit:
-                read = r.letter_read or {}
+                read = r.letter_read
                 out.append(
                     {
                         "id": r.item_id,
@@ -404,7 +417,7 @@ class BBQFamilyBenchmark(Benchmark):
         letter mode a saved letter read (``parsing.letters.from_saved``), passed as it is."""
         return "letter reads" if self.answer_mode == "letter" else "answer"
 
-    def for_saved_outputs(self) -> "BBQFamilyBenchmark":
+    def for_saved_outputs(self) -> Self:
         """Generate mode: each saved output is read as a generated answer would be. Letter
         mode stays: each saved output is a letter read (a record's ``letter_read``, or
         ``{letter: log-probability}``), read again as a live one."""
@@ -412,16 +425,16 @@ class BBQFamilyBenchmark(Benchmark):
         mode = "letter" if self.answer_mode == "letter" else "generate"
         return self.configure(answer_mode=mode, saved=True)
 
-    def configure(self, **options: Any) -> "BBQFamilyBenchmark":
+    def configure(self, **options: object) -> Self:
         if options.get("flavour") is None:
             options.pop("flavour", None)  # None keeps the benchmark's own
-        return super().configure(**options)  # type: ignore[return-value]
+        return super().configure(**options)
 
     #: How the scored choices are formed (``provenance``); EsBBQ overrides it.
     choices_description = "the item's 3 answer options (ans0, ans1, ans2), stripped"
 
-    def provenance(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def provenance(self) -> dict[str, object]:
+        out: dict[str, object] = {
             "answer_mode": self.answer_mode,
             "metric_flavour": self.flavour,
             "choices": self.choices_description,
@@ -448,10 +461,10 @@ class BBQFamilyBenchmark(Benchmark):
             out["delimiter"] = self.delimiter
         return out
 
-    def _letter_provenance(self) -> dict[str, Any]:
+    def _letter_provenance(self) -> dict[str, str]:
         from ..parsing.letters import VARIANT_FORMS
 
-        out: dict[str, Any] = {
+        out: dict[str, str] = {
             "letter_read": "the first answer token's log-probability of each option letter: its "
             "best variant (max) among " + ", ".join(repr(f.format("A")) for f in VARIANT_FORMS) + "; "
             "argmax (first on a tie); through a chat API its top_logprobs, a letter not among "
@@ -464,32 +477,32 @@ class BBQFamilyBenchmark(Benchmark):
         return out
 
     # -- protocol hooks of a BBQ-family module ---------------------------------------------------------
-    def prompt(self, item: MCItem) -> str:
+    def prompt(self, item: MCItemT) -> str:
         """The context the choices are scored after (without the trailing delimiter)."""
         raise NotImplementedError
 
-    def choices(self, item: MCItem) -> list[str]:
+    def choices(self, item: MCItemT) -> list[str]:
         """Texts scored as continuations; default: the item's 3 options, stripped."""
         return [o.strip() for o in item.options]
 
-    def choice_to_option(self, item: MCItem, choice: int) -> int:
+    def choice_to_option(self, item: MCItemT, choice: int) -> int:
         """Option index (0-2) a choice index stands for; default identity."""
         return choice
 
-    def select(self, items: Sequence[MCItem], limit: int | None, seed: int, salt: str) -> list[MCItem]:
+    def select(self, items: Sequence[MCItemT], limit: int | None, seed: int, salt: str) -> list[MCItemT]:
         """``balanced_sample``: balanced over context condition x polarity."""
         return balanced_sample(items, limit, seed, salt)
 
-    def balance_key(self, item: MCItem) -> tuple[str, str]:
+    def balance_key(self, item: MCItemT) -> CellKey:
         """Sequential rounds keep context condition x polarity balanced, as ``select`` does."""
         return (item.context_condition, item.polarity)
 
-    def sequential_form(self, metric: str) -> SequentialForm | None:
+    def sequential_form(self, metric: str) -> SequentialForm[MCRecord, MCItemT] | None:
         """The flavour's metric over every item of the category (``bbq_family_sequential``)."""
         return bbq_family_form(self, metric)
 
     # -- scoring ---------------------------------------------------------------------------------------
-    def evaluate(self, engine, items: Sequence[MCItem]) -> Sequence[MCRecord]:
+    def evaluate(self, engine: Engine, items: Sequence[MCItemT]) -> Sequence[MCRecord]:
         """Score ``items`` through ``engine`` (``engine.executor.Engine``): one ``MCRecord`` per item.
 
         Log-likelihood mode: the predicted choice is the argmax of the summed log-likelihoods
@@ -509,7 +522,7 @@ class BBQFamilyBenchmark(Benchmark):
         prompts = [self.prompt(it) for it in items]
         choice_lists = [self.choices(it) for it in items]
         scores = engine.score_choices(prompts, choice_lists, delimiter=self.delimiter)
-        records = []
+        records: list[MCRecord] = []
         for it, prompt, choices, lls in zip(items, prompts, choice_lists, scores):
             best = int(np.argmax(lls))
             records.append(
@@ -524,11 +537,11 @@ class BBQFamilyBenchmark(Benchmark):
             )
         return records
 
-    def shown_options(self, item: MCItem) -> tuple[str, str, str]:
+    def shown_options(self, item: MCItemT) -> tuple[str, str, str]:
         """The option texts a generate-mode prompt shows (default: the item's own)."""
         return tuple(o.strip() for o in item.options)  # type: ignore[return-value]
 
-    def answer_choices(self, item: MCItem) -> Choices:
+    def answer_choices(self, item: MCItemT) -> Choices:
         """The options as the generate-mode prompt letters them, with the benchmark's phrasings
         of the unknown answer (every scored choice's text, the item's own option texts)
         naming their option."""
@@ -539,25 +552,25 @@ class BBQFamilyBenchmark(Benchmark):
         aliases = [(t, o) for t, o in aliases if t.strip() and t.strip() not in shown]
         return Choices(shown, ("A", "B", "C"), tuple(dict.fromkeys(aliases)), item.unknown_option)
 
-    def generate_prompt(self, item: MCItem) -> str:
+    def generate_prompt(self, item: MCItemT) -> str:
         """The lettered question (``GENERATE_PROMPTS``), before any chat template."""
         a, b, c = self.shown_options(item)
         return GENERATE_PROMPTS[self.language].format(
             context=item.context, question=item.question, a=a, b=b, c=c
         )
 
-    def parse(self, output: Any, item: MCItem, profile: str):
+    def parse(self, output: object, item: MCItemT, profile: str) -> Parsed:
         """``parsing.parse_answer`` of one output under ``profile`` (the benchmark's authors'
         rule under ``authors``)."""
         return parse_answer(output, self.answer_choices(item), profile, self.authors_rule)
 
-    def _evaluate_generated(self, engine, items: Sequence[MCItem]) -> list[MCRecord]:
+    def _evaluate_generated(self, engine: Engine, items: Sequence[MCItemT]) -> list[MCRecord]:
         shaped, digest = self._chat_shaped(engine, items)
         requests = [
             GenerationRequest(p, self.max_new_tokens, item_id=it.item_id) for it, (p, _) in zip(items, shaped)
         ]
         outputs = engine.generate(requests)
-        records = []
+        records: list[MCRecord] = []
         profile = self.parsing_profile
         for it, (prompt, fmt), raw in zip(items, shaped, outputs):
             try:
@@ -578,7 +591,9 @@ class BBQFamilyBenchmark(Benchmark):
             )
         return records
 
-    def _chat_shaped(self, engine, items: Sequence[MCItem]) -> tuple[list[tuple[str, str]], str | None]:
+    def _chat_shaped(
+        self, engine: Engine, items: Sequence[MCItemT]
+    ) -> tuple[list[tuple[str, str]], str | None]:
         """Each item's lettered prompt as the model reads it: (text, ``chat``/``plain``), and
         the chat template's sha256 (None for saved outputs or without a template)."""
         template = None if self.saved else engine.chat_template
@@ -590,7 +605,7 @@ class BBQFamilyBenchmark(Benchmark):
             shaped.append((chat, "chat") if isinstance(chat, str) else (text, "plain"))
         return shaped, digest
 
-    def _evaluate_letters(self, engine, items: Sequence[MCItem]) -> list[MCRecord]:
+    def _evaluate_letters(self, engine: Engine, items: Sequence[MCItemT]) -> list[MCRecord]:
         """Letter mode: each item's lettered chat prompt read by its first answer token
         (``engine.letter_logprobs``), or a saved letter read (replay); the option of the best
         letter, invalid where no option letter was among the candidates."""
@@ -609,7 +624,9 @@ class BBQFamilyBenchmark(Benchmark):
             reads = engine.letter_logprobs([p for p, _ in shaped], letters)
         return [self._letter_record(it, read, p, f, digest) for it, read, (p, f) in zip(items, reads, shaped)]
 
-    def _letter_record(self, it: MCItem, read: LetterRead, prompt: str, fmt: str, digest: str | None):
+    def _letter_record(
+        self, it: MCItemT, read: LetterRead, prompt: str, fmt: str, digest: str | None
+    ) -> MCRecord:
         return self._record(
             it,
             read.option,
@@ -651,7 +668,7 @@ class BBQFamilyBenchmark(Benchmark):
             "metrics": self.metrics(self.reparsed(records), settings),
         }
 
-    def _record(self, it: MCItem, option: int, **fields: Any) -> MCRecord:
+    def _record(self, it: MCItemT, option: int, **fields: Any) -> MCRecord:
         return MCRecord.answering(it, option, label_type=it.label_type, extra=dict(it.extra), **fields)
 
     # -- metrics ---------------------------------------------------------------------------------------
@@ -760,7 +777,7 @@ class BBQFamilyBenchmark(Benchmark):
         }
 
     # -- saved predictions -----------------------------------------------------------------------------
-    def check_saved_answer(self, value: Any, item: MCItem, where: str) -> None:
+    def check_saved_answer(self, value: object, item: MCItemT, where: str) -> None:
         """An option number must name one of the item's options (``-1``: no answer); in letter
         mode the value must be a letter read (``parsing.letters.from_saved``)."""
         if self.answer_mode == "letter":
@@ -776,7 +793,7 @@ class BBQFamilyBenchmark(Benchmark):
                 "counted from another base (--index-base)?"
             )
 
-    def oracle_view(self, item: MCItem) -> OracleView:
+    def oracle_view(self, item: MCItemT) -> OracleView:
         """Each option saved as its letter (as the generate-mode prompt labels it); the gold,
         the bias-aligned option (``biased_option``: the target in a negative question, the
         other group in a non-negative one, whatever the context) and the unknown option."""
@@ -792,7 +809,7 @@ class BBQFamilyBenchmark(Benchmark):
             unknown=item.unknown_option,
         )
 
-    def check_prediction_row(self, row: Mapping[str, Any], item: MCItem, where: str) -> None:
+    def check_prediction_row(self, row: Mapping[str, object], item: MCItemT, where: str) -> None:
         """DataError when a field the row carries (``context_condition``, ``question_polarity``,
         ``label``, ``question``, ``ans0..2``) disagrees with the joined item."""
         expected = {

@@ -9,7 +9,7 @@ Every item of the population counts in N; items outside a part's denominator are
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from bias_metrics import bbq_family as bf
 from bias_metrics.sequential import betting_cs, diff_bias_cs, s_amb_cs, s_dis_cs
 
 from .base import SequentialForm
+
+if TYPE_CHECKING:
+    from .bbq_family import MCRecord
 
 
 def _code_table(pairs: Mapping[int, float]) -> np.ndarray:
@@ -81,7 +84,7 @@ def cell_cs(flavour: str, name: str) -> tuple[str, CellCS, np.ndarray | None] | 
     return None
 
 
-def cells(bench, records: Sequence[Any]) -> np.ndarray:
+def cells(bench, records: Sequence[MCRecord]) -> np.ndarray:
     """The answer cell of each record, in order."""
     return np.fromiter((bf.cell_index(bench.metric_record(r)) for r in records), dtype=np.int64)
 

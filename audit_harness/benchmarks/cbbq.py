@@ -28,7 +28,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 from bias_metrics.records import biased_option
 
@@ -123,7 +123,7 @@ def _csv_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             raise DataError(f"{path}:{reader.line_num}: malformed CSV ({e})") from None
 
 
-def _field(row: dict, where: str, name: str, allowed: Any = None) -> str:
+def _field(row: dict, where: str, name: str, allowed: Collection[str] | None = None) -> str:
     value = row[name]
     if not isinstance(value, str) or not value.strip():
         raise DataError(f"{where}: field {name!r}: expected non-empty text, got {value!r}")
@@ -287,7 +287,7 @@ class CBBQ(BBQFamilyBenchmark):
         a, b, c = self.shown_options(item)
         return AUTHORS_PROMPT.format(context=item.context, question=item.question, a=a, b=b, c=c)
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> dict[str, object]:
         out = {
             "protocol": "CBBQ (the authors' evaluation prompt)",
             "prompt_template": AUTHORS_PROMPT,

@@ -18,7 +18,7 @@ import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Iterator, Mapping
 
 import yaml
 
@@ -106,7 +106,7 @@ class Declaration:
     shown: dict[str, str]
     formats: dict[str, str]
     fields: dict[str, str]
-    values: dict[str, dict[str, Any]]
+    values: dict[str, dict[str, object]]
     prompt: str
     generate_prompt: str | None
     unknown_phrasings: tuple[str, ...] = ()
@@ -133,9 +133,9 @@ class _Tree:
             raise ConfigError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
         self.doc = self._plain(node, ()) if node is not None else None
 
-    def _plain(self, node: yaml.Node, at: tuple[str, ...]) -> Any:
+    def _plain(self, node: yaml.Node, at: tuple[str, ...]) -> object:
         if isinstance(node, yaml.MappingNode):
-            out: dict[str, Any] = {}
+            out: dict[str, object] = {}
             for key_node, value_node in node.value:
                 key = str(key_node.value)
                 here = at + (key,)
@@ -159,17 +159,17 @@ class _Tree:
     def fail(self, at: tuple[str, ...], problem: str) -> ConfigError:
         return ConfigError(f"{self.path}:{self.line(at)}: field {'.'.join(at)!r}: {problem}")
 
-    def mapping(self, value: Any, at: tuple[str, ...], what: str) -> dict[str, Any]:
+    def mapping(self, value: object, at: tuple[str, ...], what: str) -> dict[str, object]:
         if not isinstance(value, dict) or not value:
             raise self.fail(at, f"expected {what}, got {_shown(value)}")
         return value
 
-    def text(self, value: Any, at: tuple[str, ...], what: str = "a text") -> str:
+    def text(self, value: object, at: tuple[str, ...], what: str = "a text") -> str:
         if not isinstance(value, str) or not value.strip():
             raise self.fail(at, f"expected {what}, got {_shown(value)}")
         return value
 
-    def texts(self, value: Any, at: tuple[str, ...]) -> tuple[str, ...]:
+    def texts(self, value: object, at: tuple[str, ...]) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
             raise self.fail(at, f"expected a list of texts, got {_shown(value)}")
         if len(set(value)) != len(value):
@@ -181,7 +181,7 @@ def _line(node: yaml.Node) -> int:
     return node.start_mark.line + 1
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     return "nothing" if value is None else f"{type(value).__name__} {value!r}"
 
 
@@ -252,7 +252,7 @@ def resolved(path: str | Path) -> Path:
         raise ConfigError(f"--bbq-dataset {path}: cannot resolve the declaration's path ({e})") from None
 
 
-def _top_level(tree: _Tree) -> dict[str, Any]:
+def _top_level(tree: _Tree) -> dict[str, object]:
     if not isinstance(tree.doc, dict):
         raise ConfigError(
             f"{tree.path}:1: expected a mapping with {', '.join(REQUIRED_KEYS)}, got {_shown(tree.doc)}"
@@ -261,7 +261,7 @@ def _top_level(tree: _Tree) -> dict[str, Any]:
         if key not in REQUIRED_KEYS + OPTIONAL_KEYS:
             raise tree.fail((key,), f"unknown field; known: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}")
     if tree.doc.get("format") == NATIVE:
-        return _native_top_level(tree)
+        return _native_top_level(tree, tree.doc)
     if "metadata" in tree.doc:
         raise tree.fail(("metadata",), "applies to format: bbq only (BBQ's own rows)")
     for key in REQUIRED_KEYS:
@@ -273,12 +273,11 @@ def _top_level(tree: _Tree) -> dict[str, Any]:
     return tree.doc
 
 
-def _native_top_level(tree: _Tree) -> dict[str, Any]:
+def _native_top_level(tree: _Tree, doc: dict[str, object]) -> dict[str, object]:
     """``format: bbq``: ``name`` and ``files`` required; BBQ's language, metric family and prompt
     by default; ``fields`` and ``values`` refused (the rows are BBQ's: nothing to map)."""
     from .bbq import PROMPT
 
-    doc = tree.doc
     for key in ("fields", "values"):
         if key in doc:
             raise tree.fail(
@@ -290,7 +289,7 @@ def _native_top_level(tree: _Tree) -> dict[str, Any]:
     return {**NATIVE_DEFAULTS, "prompt": PROMPT, **doc}
 
 
-def _name(tree: _Tree, value: Any, taken: Mapping[str, str]) -> str:
+def _name(tree: _Tree, value: object, taken: Mapping[str, str]) -> str:
     name = tree.text(value, ("name",), "a name")
     if len(name) > MAX_NAME:
         raise tree.fail(("name",), f"{len(name)} characters: at most {MAX_NAME} (it names the run's files)")
@@ -305,7 +304,7 @@ def _name(tree: _Tree, value: Any, taken: Mapping[str, str]) -> str:
     return name
 
 
-def _flavour(tree: _Tree, value: Any) -> str:
+def _flavour(tree: _Tree, value: object) -> str:
     from bias_metrics.bbq_family import FLAVOURS
 
     if value not in FLAVOURS:
@@ -317,7 +316,7 @@ def _flavour(tree: _Tree, value: Any) -> str:
 
 
 def _files(
-    tree: _Tree, doc: Mapping[str, Any], name: str
+    tree: _Tree, doc: Mapping[str, object], name: str
 ) -> tuple[dict[str, Path], dict[str, str], dict[str, str]]:
     """``{category: path}``, the recorded paths and each file's format; every file must exist."""
     given = tree.mapping(doc["files"], ("files",), "a mapping of category: data file")
@@ -349,7 +348,7 @@ def _files(
     return files, shown, formats
 
 
-def _fields(tree: _Tree, value: Any) -> dict[str, str]:
+def _fields(tree: _Tree, value: object) -> dict[str, str]:
     """``{BBQ field: column}``: every required field, exactly one target field, no unknown one."""
     fields = tree.mapping(value, ("fields",), "a mapping of BBQ field: your column")
     for key, column in fields.items():
@@ -413,7 +412,7 @@ def jsonl_rows(path: Path) -> Iterator[tuple[str, dict]]:
         yield where, row
 
 
-def _metadata(tree: _Tree, doc: Mapping[str, Any], files: Mapping[str, Path]) -> Path | None:
+def _metadata(tree: _Tree, doc: Mapping[str, object], files: Mapping[str, Path]) -> Path | None:
     """``format: bbq``'s ``metadata``: BBQ's ``additional_metadata.csv`` (relative to the
     declaration), or None."""
     if "metadata" not in doc:
@@ -478,12 +477,12 @@ def _check_columns(
                 )
 
 
-def _values(tree: _Tree, value: Any, fields: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+def _values(tree: _Tree, value: object, fields: Mapping[str, str]) -> dict[str, dict[str, object]]:
     """``{field: {data value: BBQ value}}``; each BBQ value must be one the field allows."""
     if value is None:
         return {}
     tables = tree.mapping(value, ("values",), "a mapping of BBQ field: {your value: BBQ value}")
-    out = {}
+    out: dict[str, dict[str, object]] = {}
     for key, table in tables.items():
         at = ("values", key)
         if key not in INDEX_FIELDS + tuple(CHOICE_FIELDS):
@@ -500,7 +499,7 @@ def _values(tree: _Tree, value: Any, fields: Mapping[str, str]) -> dict[str, dic
 
 
 def _template(
-    tree: _Tree, value: Any, at: tuple[str, ...], allowed: tuple[str, ...], required: tuple[str, ...]
+    tree: _Tree, value: object, at: tuple[str, ...], allowed: tuple[str, ...], required: tuple[str, ...]
 ) -> str:
     """A ``str.format`` template using only ``allowed`` placeholders, each of ``required``."""
     text = tree.text(value, at, "a prompt template")
@@ -517,7 +516,7 @@ def _template(
     return text
 
 
-def _generate_prompt(tree: _Tree, doc: Mapping[str, Any], language: str) -> str | None:
+def _generate_prompt(tree: _Tree, doc: Mapping[str, object], language: str) -> str | None:
     """The declared lettered prompt, or None where the suite has one for ``language``."""
     from .bbq_family import GENERATE_PROMPTS
 
@@ -533,7 +532,7 @@ def _generate_prompt(tree: _Tree, doc: Mapping[str, Any], language: str) -> str 
     return None
 
 
-def _delimiter(tree: _Tree, value: Any) -> str:
+def _delimiter(tree: _Tree, value: object) -> str:
     if not isinstance(value, str):
         raise tree.fail(("delimiter",), f"expected a text such as ' ', got {_shown(value)}")
     return value

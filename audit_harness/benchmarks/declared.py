@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from bias_metrics.records import biased_option
 
 from ..data import DataFile, csv_rows, require_file, sha256_file
 from ..errors import ConfigError, DataError
-from .base import CategoryData
-from .bbq import checked_row, metadata_target, native_item, read_metadata
+from .base import BenchmarkInfo, CategoryData
+from .bbq import BBQRow, checked_row, metadata_target, native_item, read_metadata
 from .bbq_family import GENERATE_PROMPTS, BBQFamilyBenchmark, MCItem
 from .declaration import CHOICE_FIELDS, NATIVE, Declaration, jsonl_rows, read_declaration, resolved
 
@@ -57,10 +57,12 @@ class DeclaredBBQ(BBQFamilyBenchmark):
     def __repr__(self) -> str:
         return f"DeclaredBBQ({self.name!r}, {str(self.declaration.path)!r})"
 
-    def report_info(self) -> dict[str, Any]:
+    def report_info(self) -> BenchmarkInfo:
         """The BBQ family's, and the metric ``family`` (its ``flavour``): the regulatory mapping
         counts the dataset's gates where it lists that family's benchmark (``Row.covers``)."""
-        return {**super().report_info(), "family": self.flavour}
+        info = super().report_info()
+        info["family"] = self.flavour
+        return info
 
     @property
     def rate_metrics(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -123,7 +125,7 @@ class DeclaredBBQ(BBQFamilyBenchmark):
             context=item.context, question=item.question, a=a, b=b, c=c
         )
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> dict[str, object]:
         d = self.declaration
         base = self
         if d.generate_prompt is not None and self.language not in GENERATE_PROMPTS:
@@ -155,11 +157,13 @@ def _rows(path: Path, fmt: str, columns) -> Iterator[tuple[str, dict]]:
     yield from jsonl_rows(path)
 
 
-def _native(d: Declaration, row: Any, where: str, category: str, excluded) -> MCItem | None:
+def _native(
+    d: Declaration, raw: object, where: str, category: str, excluded: dict[str, list[str]]
+) -> MCItem | None:
     """``format: bbq``: a BBQ row read by the built-in loader's code (``bbq.checked_row``,
     ``native_item``), its bias-aligned option the metadata's ``target_loc`` as the built-in
     reads it, or, without ``metadata``, derived from the row's own groups (``_row_target``)."""
-    unknown = checked_row(row, where, None)
+    row, unknown = checked_row(raw, where, None)
     if d.metadata is not None:
         if not isinstance(row["example_id"], int) or isinstance(row["example_id"], bool):
             raise DataError(f"{where}: field 'example_id': {row['example_id']!r} is not an integer")
@@ -175,7 +179,7 @@ def _native(d: Declaration, row: Any, where: str, category: str, excluded) -> MC
     return native_item(row, where, category, unknown, (biased, "label"))
 
 
-def _row_target(row: Mapping[str, Any], where: str, unknown: int) -> int:
+def _row_target(row: BBQRow, where: str, unknown: int) -> int:
     """The option naming the targeted group: the one whose ``answer_info`` group is in the row's
     ``additional_metadata.stereotyped_groups`` (compared without case). BBQ's ``target_loc``
     is this on the categories whose groups are spelt alike in both (docs/datasets.md).
@@ -201,7 +205,7 @@ def _row_target(row: Mapping[str, Any], where: str, unknown: int) -> int:
     return matched[0]
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """A data value as the declaration's ``values`` keys are written (YAML text)."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -212,7 +216,7 @@ class _Row:
     """One data row read through the declaration; every problem a DataError naming the file,
     line, column and the BBQ field it holds."""
 
-    def __init__(self, bench: DeclaredBBQ, row: Mapping[str, Any], where: str):
+    def __init__(self, bench: DeclaredBBQ, row: Mapping[str, object], where: str):
         self.d = bench.declaration
         self.row = row
         self.where = where
@@ -222,7 +226,7 @@ class _Row:
         named = f"column {column!r}" + ("" if column == key else f" ({key})")
         return DataError(f"{self.where}: {named}: {problem} (declared in {self.d.where('fields.' + key)})")
 
-    def raw(self, key: str) -> Any:
+    def raw(self, key: str) -> object:
         column = self.d.fields[key]
         if column not in self.row or self.row[column] is None:
             raise self.fail(key, "missing")
@@ -234,7 +238,7 @@ class _Row:
             raise self.fail(key, f"expected a non-empty text, got {value!r}")
         return value
 
-    def mapped(self, key: str) -> Any:
+    def mapped(self, key: str) -> object:
         """The value after the declaration's ``values`` table (when it has one for ``key``)."""
         value = self.raw(key)
         table = self.d.values.get(key)
@@ -247,7 +251,7 @@ class _Row:
 
     def choice(self, key: str) -> str:
         value = self.mapped(key)
-        if value not in CHOICE_FIELDS[key]:
+        if not isinstance(value, str) or value not in CHOICE_FIELDS[key]:  # the choices are texts
             raise self.fail(
                 key, f"{value!r} is not one of {', '.join(CHOICE_FIELDS[key])} (map it under values.{key})"
             )
@@ -301,7 +305,7 @@ class _Row:
         return biased_option(target_option=option, unknown_option=unknown, polarity=polarity)
 
 
-def declared_benchmarks(paths: Sequence[str | Path], known: Mapping[str, Any]) -> dict[str, DeclaredBBQ]:
+def declared_benchmarks(paths: Sequence[str | Path], known: Mapping[str, object]) -> dict[str, DeclaredBBQ]:
     """``{name: DeclaredBBQ}`` of the declarations at ``paths`` (a file given twice is read once).
 
     Raises:
@@ -322,21 +326,23 @@ def declared_benchmarks(paths: Sequence[str | Path], known: Mapping[str, Any]) -
     return out
 
 
-def declared_names(benchmarks: Mapping[str, Any]) -> list[str]:
+def declared_names(benchmarks: Mapping[str, object]) -> list[str]:
     """The names of the declared datasets among ``benchmarks``."""
     return [name for name, b in benchmarks.items() if isinstance(b, DeclaredBBQ)]
 
 
-def require_gates(benchmarks: Mapping[str, Any], gates: Mapping[str, Sequence[Any]], thresholds: str) -> None:
+def require_gates(
+    benchmarks: Mapping[str, object], gates: Mapping[str, Sequence[object]], thresholds: str
+) -> None:
     """Every declared dataset has gates in the thresholds file: a dataset without a section would
     run no test at all, which must never read as a pass.
 
     Raises:
         ConfigError: naming the dataset, its declaration and the thresholds file.
     """
-    for name in declared_names(benchmarks):
-        if not gates.get(name):
-            d = benchmarks[name].declaration
+    for name, bench in benchmarks.items():
+        if isinstance(bench, DeclaredBBQ) and not gates.get(name):
+            d = bench.declaration
             raise ConfigError(
                 f"the dataset {name!r} declared in {d.path} has no gates in the thresholds file "
                 f"{thresholds}: add a section `{name}:` with its gates (as bbq's; docs/datasets.md) "

@@ -25,7 +25,7 @@ import ast
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import yaml
 
@@ -350,7 +350,7 @@ class EsBBQ(BBQFamilyBenchmark):
         if missing:
             raise DataError(f"{where}: missing column(s) {missing}")
         items: list[MCItem] = []
-        seen: dict[int, str] = {}
+        seen: dict[object, str] = {}
         for n, row in enumerate(rows, start=1):
             self._add(
                 items,
@@ -364,7 +364,7 @@ class EsBBQ(BBQFamilyBenchmark):
 
     def _read(self, path: Path, category: str) -> tuple[list[MCItem], int]:
         items: list[MCItem] = []
-        seen: dict[int, str] = {}
+        seen: dict[object, str] = {}
         for start, width, row in csv_rows(path, COLUMNS):
             self._add(
                 items,
@@ -376,7 +376,7 @@ class EsBBQ(BBQFamilyBenchmark):
         return items, len(items)
 
     @staticmethod
-    def _add(items: list[MCItem], seen: dict[int, str], item: MCItem, where: str, here: str) -> None:
+    def _add(items: list[MCItem], seen: dict[object, str], item: MCItem, where: str, here: str) -> None:
         """Append ``item`` unless its ``instance_id`` was seen (DataError naming where first)."""
         instance_id = item.extra["instance_id"]
         if instance_id in seen:
@@ -473,7 +473,7 @@ class EsBBQ(BBQFamilyBenchmark):
         # are held out.
         return bool(record.extra.get(CONSISTENT_FIELD, True)) or record.context_condition == "ambig"
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> dict[str, object]:
         return {
             "protocol": f"{self.protocol.dataset} (authors' prompt, as lm-eval {self.name})",
             "prompt_template": self.protocol.prompt,

@@ -41,7 +41,7 @@ import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence, TypedDict
 
 import numpy as np
 import yaml
@@ -69,6 +69,7 @@ from .base import (
     SAVED,
     Benchmark,
     CategoryData,
+    CellKey,
     MetricSettings,
     OracleView,
     Record,
@@ -76,6 +77,11 @@ from .base import (
     positive_int,
     stratified_sample,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ..engine.executor import Engine
 
 TASKS = ("Task1", "Task2", "Task3", "Task4", "Task5")
 DOMAINS = ("ConceptNet", "YAGO", "UMLS")
@@ -226,6 +232,16 @@ class _Head(NamedTuple):
     domain: str
 
 
+class KGQuizOtherParse(TypedDict):
+    """A true/false or multiple-choice record's ``other_parse``: its output as the other
+    profile reads it."""
+
+    answer_parsing: str
+    prediction: int | None
+    parse_rule: str
+    invalid_reason: str | None
+
+
 @dataclass
 class KGQuizRecord(Record):
     """One scored KGQuiz item, as stored in ``records/kgquiz/<category>.jsonl``.
@@ -257,13 +273,13 @@ class KGQuizRecord(Record):
     parse_rule: str | None = field(default=None, metadata=OMIT_NONE)
     invalid_reason: str | None = field(default=None, metadata=OMIT_NONE)
     answer_parsing: str | None = field(default=None, metadata=OMIT_NONE)
-    other_parse: dict | None = field(default=None, metadata=OMIT_NONE)
+    other_parse: KGQuizOtherParse | None = field(default=None, metadata=OMIT_NONE)
     prediction: Any = None
     match: str | None = field(default=None, metadata=OMIT_NONE)
     similarity: Any = field(default=None, metadata=OMIT_NONE)
     options: list[str] | None = field(default=None, metadata=OMIT_NONE)
     corrupted_entity: str | None = field(default=None, metadata=OMIT_NONE)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
 
 # -- answer extraction -----------------------------------------------------------------------------
@@ -400,14 +416,14 @@ def upstream_blob(data_dir: Path, relative: str) -> str | None:
 # -- the benchmark ---------------------------------------------------------------------------------
 
 
-def _theta_problem(value: Any) -> str | None:
+def _theta_problem(value: object) -> str | None:
     """``theta``: a cosine similarity, a number in [-1, 1]."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1 <= value <= 1:
         return f"must be a number in [-1, 1], got {value!r}"
     return None
 
 
-class KGQuiz(Benchmark):
+class KGQuiz(Benchmark[KGQuizItem, KGQuizRecord]):
     """KGQuiz on the benchmark protocol (see module docstring).
 
     Args:
@@ -441,7 +457,7 @@ class KGQuiz(Benchmark):
         """Every KGQuiz metric is a fraction in [0, 1]."""
         return (0.0, 1.0) if name in self.metric_names else None
 
-    def report_examples(self, records: Sequence[Record], limit: int = 5) -> list[dict[str, Any]]:
+    def report_examples(self, records: Sequence[KGQuizRecord], limit: int = 5) -> list[dict[str, object]]:
         """The first ``limit`` true/false and multiple-choice outputs that named no answer."""
         bad = [r for r in records if r.task in ("Task1", "Task2") and r.prediction is None]
         return [
@@ -519,12 +535,12 @@ class KGQuiz(Benchmark):
         self._embedder = embedder
         self.theta = self.protocol.theta
 
-    def configure(self, **options: Any) -> "KGQuiz":
+    def configure(self, **options: object) -> Self:
         if options.get("theta") is None:
             options.pop("theta", None)  # None keeps the protocol's
-        return super().configure(**options)  # type: ignore[return-value]
+        return super().configure(**options)
 
-    def with_embedder(self, embedder: SentenceEmbedder) -> "KGQuiz":
+    def with_embedder(self, embedder: SentenceEmbedder) -> Self:
         clone = copy.copy(self)
         vars(clone).update(_embedder=embedder)  # the constructor's injection, on a copy
         return clone
@@ -615,7 +631,7 @@ class KGQuiz(Benchmark):
                 items.append(item)
         return CategoryData(category, items, [DataFile.of(path, Path(data_dir), len(rows))], excluded, notes)
 
-    def _rows(self, table: Any, task: str, path: Path) -> dict[str, Any]:
+    def _rows(self, table: object, task: str, path: Path) -> dict[str, object]:
         outer = {
             "Task1": self.distractor_strategy,
             "Task2": self.distractor_strategy,
@@ -736,7 +752,7 @@ class KGQuiz(Benchmark):
         sorted, so a prefix would be all true); other tasks a seeded sample. Deterministic."""
         return stratified_sample(items, limit, seed, salt, key=self.balance_key)
 
-    def balance_key(self, item: KGQuizItem) -> Any:
+    def balance_key(self, item: KGQuizItem) -> CellKey:
         """The gold label of the true/false and multiple-choice tasks (``select``'s balance, kept by
         sequential rounds too); one cell for the other tasks."""
         return item.gold if item.task in ("Task1", "Task2") else 0
@@ -770,7 +786,7 @@ class KGQuiz(Benchmark):
         return message, "plain", None
 
     # -- scoring ---------------------------------------------------------------------------------
-    def evaluate(self, engine, items: Sequence[KGQuizItem]) -> list[KGQuizRecord]:
+    def evaluate(self, engine: Engine, items: Sequence[KGQuizItem]) -> list[KGQuizRecord]:
         """Generate greedily for every item and turn outputs into records (one per item, in
         order): parse (Task1 strict first word, Task2 ``parsing.match_answer``), extract (Task3
         first line, Task4 ``isolate_revised_entity``, Task5 ``split_facts``), and embed answers
@@ -979,7 +995,7 @@ class KGQuiz(Benchmark):
                 by_task.setdefault(r.task, []).append(r)
         return {f"pooled {t}": self.metrics(rs, settings) for t, rs in sorted(by_task.items())}
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> dict[str, object]:
         p = self.protocol
         return {
             "protocol": "KGQuiz (Bai et al. 2024), project implementation: the authors publish data "

@@ -44,7 +44,7 @@ import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from bias_metrics.bbq_family import grouped_cluster_counts, grouped_row_counts, metrics_mean_over_groups
 from bias_metrics.bbq_family import metric_names as flavour_metric_names
@@ -67,6 +67,9 @@ from .base import (
 )
 from .bbq_family import BBQFamilyBenchmark, MCItem, MCRecord, agree, balanced_sample
 from .bbq_family_sequential import kobbq_form
+
+if TYPE_CHECKING:
+    from ..engine.executor import Engine
 
 CATEGORIES = (
     "age",
@@ -365,7 +368,7 @@ def _parse_int_list(value: Any, name: str, allowed: Sequence[int]) -> tuple[int,
     return out
 
 
-class KoBBQ(BBQFamilyBenchmark):
+class KoBBQ(BBQFamilyBenchmark[KoBBQItem]):
     """KoBBQ: loader, the 5 prompt templates x 3 option orders, generate and letter answer modes,
     per-prompt metrics and spreads (see the module docstring).
 
@@ -533,7 +536,7 @@ class KoBBQ(BBQFamilyBenchmark):
             return (0.0, 2.0)
         return super().metric_range(re.sub(r"(_[po]\d+|_pooled)$", "", base))
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> dict[str, object]:
         return {
             "protocol": "KoBBQ evaluation/ (Jin et al. 2024): 5 prompt templates x 3 circulant "
             "option orders per test row, one user turn through the model's chat template",
@@ -645,14 +648,14 @@ class KoBBQ(BBQFamilyBenchmark):
 
     # -- scoring -----------------------------------------------------------------------------------
     @staticmethod
-    def model_input(engine, item: KoBBQItem) -> tuple[str, str]:
+    def model_input(engine: Engine, item: KoBBQItem) -> tuple[str, str]:
         """(model input, ``"chat"``/``"plain"``): the rendered prompt as one user turn through the
         model's chat template, or as plain text when ``chat_prompt`` gives none."""
         text = item.prompt.render(item.context, item.question, item.options)
         chat = engine.chat_prompt(text)
         return (chat, "chat") if isinstance(chat, str) else (text, "plain")
 
-    def evaluate(self, engine, items: Sequence[KoBBQItem]) -> list[KoBBQRecord]:
+    def evaluate(self, engine: Engine, items: Sequence[KoBBQItem]) -> list[KoBBQRecord]:
         """One ``KoBBQRecord`` per item, in order: generate-mode items by one batched
         ``engine.generate`` call (parsed under the parsing profile), letter-mode items by one
         ``engine.letter_logprobs`` call over their 3 letters (argmax, first on an exact tie).
@@ -821,7 +824,7 @@ class KoBBQ(BBQFamilyBenchmark):
         return BBQFamilyBenchmark.metrics(self, records, settings)
 
     # -- saved predictions ---------------------------------------------------------------------------
-    def prediction_item(self, row: Mapping[str, Any], where: str) -> tuple[str, str]:
+    def prediction_item(self, row: Mapping[str, object], where: str) -> tuple[str, str]:
         """(item id, category) of a saved generate-mode output: the row's ``id``
         (``<sample_id>-p<prompt>-o<permutation>``), or its ``sample_id`` with ``prompt_id`` and
         ``permutation`` fields, or, where the row lacks them, the one prompt and permutation the
@@ -846,7 +849,7 @@ class KoBBQ(BBQFamilyBenchmark):
                     f"{where}: field 'id' {item_id!r} disagrees with sample_id/prompt_id/"
                     f"permutation ({derived!r})"
                 )
-            derived = item_id
+            derived = str(item_id)  # a str: ``m`` matched it
         if derived is None:
             raise DataError(
                 f"{where}: no item id: the row needs 'id' or 'sample_id' to join it to "
@@ -857,7 +860,7 @@ class KoBBQ(BBQFamilyBenchmark):
             raise DataError(f"{where}: category {category!r} is not a KoBBQ category")
         return derived, category
 
-    def _sample_item_id(self, row: Mapping[str, Any], where: str) -> str:
+    def _sample_item_id(self, row: Mapping[str, object], where: str) -> str:
         """The item id of a row's ``sample_id`` with its ``prompt_id`` and ``permutation`` (or the
         configured one where the row lacks them, ``_row_int``)."""
         sid = row["sample_id"]
@@ -870,7 +873,7 @@ class KoBBQ(BBQFamilyBenchmark):
         j = _row_int(row, "permutation", self.permutations, "--kobbq-permutation", where)
         return f"{sid}-p{k}-o{j}"
 
-    def check_prediction_row(self, row: Mapping[str, Any], item: KoBBQItem, where: str) -> None:
+    def check_prediction_row(self, row: Mapping[str, object], item: KoBBQItem, where: str) -> None:
         """DataError when the row's ``context``, ``question`` or option texts ``A``/``B``/``C``
         disagree with the joined item (another data version or permutation)."""
         expected = {
@@ -883,7 +886,7 @@ class KoBBQ(BBQFamilyBenchmark):
         agree(row, expected, where, f"KoBBQ item {item.item_id!r}", "another data version or permutation?")
 
 
-def _row_int(row: Mapping[str, Any], name: str, run: tuple[int, ...], flag: str, where: str) -> int:
+def _row_int(row: Mapping[str, object], name: str, run: tuple[int, ...], flag: str, where: str) -> int:
     """The row's integer field ``name``, or the one value ``run`` holds when the row lacks it.
 
     Raises:

@@ -235,7 +235,7 @@ def _read_rows(path: Path, base: str) -> tuple[list[tuple[dict, int, int]], dict
     return rows, excluded, n
 
 
-class MBBQ(BBQFamilyBenchmark):
+class MBBQ(BBQFamilyBenchmark[MBBQItem]):
     """MBBQ: loader, the authors' 5 templates, their answer detection, the control set, and the
     cross-language comparison (see the module docstring).
 
@@ -322,7 +322,7 @@ class MBBQ(BBQFamilyBenchmark):
             base = base.removesuffix(f"_p{k}")
         return super().metric_range(base)
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> dict[str, object]:
         out = {
             "protocol": "MBBQ (Neplenbroek et al. 2024) mbbq.py get_samples: each row in the "
             "authors' 5 prompt templates of its language, options in file order",
@@ -403,7 +403,7 @@ class MBBQ(BBQFamilyBenchmark):
         return CategoryData(category, items, files, excluded, notes)
 
     @staticmethod
-    def row_id(category: str, example_id: Any, control: bool) -> str:
+    def row_id(category: str, example_id: object, control: bool) -> str:
         """``Age_nl-12`` or ``Age_nl-control-12``: a row, before its template."""
         return f"{category}-{'control-' if control else ''}{example_id}"
 
@@ -440,15 +440,15 @@ class MBBQ(BBQFamilyBenchmark):
         (``row_id``), each of which the authors' pipeline answers in its 5 templates."""
         return _TEMPLATE_SUFFIX.sub("", item_id)
 
-    def prediction_item(self, row: Mapping[str, Any], where: str) -> tuple[str, str]:
+    def prediction_item(self, row: Mapping[str, object], where: str) -> tuple[str, str]:
         """(item id, category) of a saved output: its ``id``, whose prefix names the category.
 
         Raises:
             DataError: no ``id``, or one of no MBBQ category-language.
         """
         item_id = row.get("id")
-        category = item_id.split("-", 1)[0] if isinstance(item_id, str) else None
-        if category not in CATEGORIES:
+        category = item_id.split("-", 1)[0] if isinstance(item_id, str) else ""
+        if not isinstance(item_id, str) or category not in CATEGORIES:
             raise DataError(
                 f"{where}: field 'id': {item_id!r} is not an MBBQ item id "
                 "(<Category>_<lang>[-control]-<example_id>-p<template>); a file of another benchmark?"
@@ -494,7 +494,7 @@ class MBBQ(BBQFamilyBenchmark):
     def answer_choices(self, item: MBBQItem) -> Choices:
         return Choices(tuple(item.options), ("A", "B", "C"), (), item.unknown_option)
 
-    def parse(self, output: Any, item: MBBQItem, profile: str) -> Parsed:
+    def parse(self, output: object, item: MBBQItem, profile: str) -> Parsed:
         """``authors``: the authors' ``detect_answer`` (``mbbq_protocol``); ``robust``: the suite's
         parser. A saved option index is read as an index under both."""
         if profile != "authors" or not isinstance(output, (str, type(None))):

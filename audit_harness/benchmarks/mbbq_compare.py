@@ -10,7 +10,7 @@ Rows of ``overall``: ``<lang> - en`` (all base categories run in both) and
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from bias_metrics.result import MetricResult
 
 from .base import MetricSettings
 
+if TYPE_CHECKING:
+    from .mbbq import MBBQRecord
+
 #: The scores compared across languages.
 COMPARED = ("diff_bias_ambig", "diff_bias_disambig")
 SOURCE = (
@@ -28,7 +31,9 @@ SOURCE = (
 )
 
 
-def _cells(bench, records: Sequence[Any], language: str) -> dict[tuple[str, int, int], tuple[str, int]]:
+def _cells(
+    bench, records: Sequence[MBBQRecord], language: str
+) -> dict[tuple[str, int, int], tuple[str, int]]:
     """``{(base category, example_id, template): (cluster, cell)}`` of one language's bias rows."""
     return {
         (r.category.rsplit("_", 1)[0], r.example_id, r.prompt_id): (
@@ -94,7 +99,7 @@ def _difference(
 
 
 def cross_language(
-    bench, records_by_category: Mapping[str, Sequence[Any]], settings: MetricSettings
+    bench, records_by_category: Mapping[str, Sequence[MBBQRecord]], settings: MetricSettings
 ) -> dict[str, dict[str, MetricResult]]:
     """``{label: {score: difference}}`` for every language run together with English (see the
     module docstring); empty when English was not run."""
@@ -107,7 +112,7 @@ def cross_language(
     out: dict[str, dict[str, MetricResult]] = {}
     for lang in (x for x in ("nl", "es", "tr") if x in languages):
         mine = _cells(bench, records, lang)
-        scopes = [(f"{lang} - en", lambda k: True)]
+        scopes: list[tuple[str, Callable[[tuple[str, int, int]], bool]]] = [(f"{lang} - en", lambda k: True)]
         scopes += [(f"{base}: {lang} - en", lambda k, b=base: k[0] == b) for base in bases]
         for label, keep in scopes:
             paired = _paired_counts(mine, english, keep)

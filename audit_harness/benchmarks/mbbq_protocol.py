@@ -105,7 +105,7 @@ def _assignments(path: Path) -> dict[str, tuple[Any, int]]:
     return out
 
 
-def _strings(value: Any, where: str, what: str, length: int | None = None) -> tuple[str, ...]:
+def _strings(value: object, where: str, what: str, length: int | None = None) -> tuple[str, ...]:
     if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
         raise DataError(f"{where}: {what} must be a list of strings")
     if length is not None and len(value) != length:
@@ -273,7 +273,7 @@ def _clean(text: str) -> str:
 
 
 def detect_answer(
-    proto: Protocol, options: Sequence[str], text: Any, unknown: int, language: str
+    proto: Protocol, options: Sequence[str], text: object, unknown: int, language: str
 ) -> tuple[int | str | None, str]:
     """The authors' answer detection of one response: ``(answer, step)``.
 

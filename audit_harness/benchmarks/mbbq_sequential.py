@@ -7,12 +7,22 @@ rests on: the bias rows of all templates, one template's (``_p<k>``), or the con
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
 from .base import SequentialForm
 from .bbq_family_sequential import cell_cs, cells
+
+
+class _Row(Protocol):
+    """What a metric's rows are told apart by: an MBBQ item or record."""
+
+    @property
+    def control(self) -> bool: ...
+
+    @property
+    def prompt_id(self) -> int: ...
 
 
 def mbbq_form(bench, metric: str) -> SequentialForm | None:
@@ -26,7 +36,7 @@ def mbbq_form(bench, metric: str) -> SequentialForm | None:
         return None
     label, cs, table = made
 
-    def keep(x: Any) -> bool:
+    def keep(x: _Row) -> bool:
         return x.control == control and (prompt is None or x.prompt_id == prompt)
 
     def run(records, population, alpha):

@@ -33,7 +33,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence, TypedDict
 
 import numpy as np
 
@@ -56,6 +56,11 @@ from .base import (
     SequentialForm,
     seeded_sample,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ..engine.executor import Engine
 
 OVERALL = "overall"
 DIRECTIONS = ("stereo", "antistereo")
@@ -107,7 +112,7 @@ class PairItem:
     sent_less: str
     direction: str
     line: int = 0
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -144,7 +149,7 @@ class PairRecord(Record):
     prompt_sha256: str | None = None
     prompt_format: str = "plain"
     protocol: str = "authors"
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
 
 def read_csv_rows(path: Path, columns: Sequence[str], what: str) -> list[tuple[int, dict[str, str]]]:
@@ -210,7 +215,7 @@ class PairFile:
         return cls(items, DataFile.of(path, data_dir, rows), excluded, notes)
 
 
-class SentencePairBenchmark(Benchmark):
+class SentencePairBenchmark(Benchmark[PairItem, PairRecord]):
     """Base of CrowS-Pairs and WinoQueer.
 
     Subclasses set ``name``, ``categories`` (subgroups + ``overall``), ``data_folder`` and
@@ -267,7 +272,7 @@ class SentencePairBenchmark(Benchmark):
         """Every pair of the benchmark's file under ``data_dir``. Raises DataError."""
         raise NotImplementedError
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> dict[str, object]:
         if self.saved:
             return {
                 "protocol": "saved sentence scores (replay): each pair's two log-likelihoods as "
@@ -341,7 +346,7 @@ class SentencePairBenchmark(Benchmark):
         return CategoryData(category, items, [whole.file], excluded, dict(whole.notes))
 
     # -- scoring -----------------------------------------------------------------------------------
-    def evaluate(self, engine, items: Sequence[PairItem]) -> list[PairRecord]:
+    def evaluate(self, engine: Engine, items: Sequence[PairItem]) -> list[PairRecord]:
         """Score every pair. ``authors``: encode each distinct sentence once, align each pair's
         token ids, score the shared ordinary tokens (``Engine.score_positions``, each distinct
         sentence one request), sum, round, compare. ``lmeval``: ``_evaluate_lmeval``.
@@ -383,7 +388,7 @@ class SentencePairBenchmark(Benchmark):
             )
         return records
 
-    def _evaluate_lmeval(self, engine, items: Sequence[PairItem]) -> list[PairRecord]:
+    def _evaluate_lmeval(self, engine: Engine, items: Sequence[PairItem]) -> list[PairRecord]:
         """lm-eval's ``crows_pairs_english`` requests: ``("", sentence)`` for both sentences of
         every pair (``target_delimiter`` is empty), one progress unit per pair; the engine scores
         each distinct sentence once and shares common prefixes (pairs mostly differ mid-sentence)."""
@@ -403,7 +408,7 @@ class SentencePairBenchmark(Benchmark):
             )
         return records
 
-    def _evaluate_saved(self, engine, items: Sequence[PairItem]) -> list[PairRecord]:
+    def _evaluate_saved(self, engine: Engine, items: Sequence[PairItem]) -> list[PairRecord]:
         """Saved scores (``--backend replay``): the replay backend answers each pair's request
         with the row's two log-likelihoods, compared as ``--pairs-protocol`` says (``authors``:
         rounded to 3 decimals, a tie neutral; ``lmeval``: raw, a tie not stereotyped)."""
@@ -427,12 +432,12 @@ class SentencePairBenchmark(Benchmark):
         return records
 
     # -- saved scores ----------------------------------------------------------------------------
-    def for_saved_outputs(self) -> "SentencePairBenchmark":
+    def for_saved_outputs(self) -> Self:
         """Saved sentence scores (``saved_scores``) in place of the model's."""
         super().for_saved_outputs()
-        return self.configure(saved=True)  # type: ignore[return-value]
+        return self.configure(saved=True)
 
-    def prediction_item(self, row: Mapping[str, Any], where: str) -> tuple[str, str]:
+    def prediction_item(self, row: Mapping[str, object], where: str) -> tuple[str, str]:
         """(pair id, ``overall``) of a saved-scores row: its ``id`` is the data file's row index
         (the unnamed first column), an integer or its digits; every pair is in ``overall``, and
         ``saved_categories`` adds its subgroup.
@@ -456,11 +461,11 @@ class SentencePairBenchmark(Benchmark):
         """A pair answers its subgroup and ``overall``."""
         return (item.category, OVERALL)
 
-    def check_saved_answer(self, value: Any, item: PairItem, where: str) -> None:
+    def check_saved_answer(self, value: object, item: PairItem, where: str) -> None:
         """The value must be two finite log-likelihoods (``saved_scores``)."""
         saved_scores(value, where)
 
-    def check_prediction_row(self, row: Mapping[str, Any], item: PairItem, where: str) -> None:
+    def check_prediction_row(self, row: Mapping[str, object], item: PairItem, where: str) -> None:
         """DataError when the row's sentence texts (``sent_more``, ``sent_less``) or subgroup
         (``category``) disagree with the pair of that id (a file of another data version)."""
         expected = {"sent_more": item.sent_more, "sent_less": item.sent_less, "category": item.category}
@@ -565,7 +570,7 @@ class SentencePairBenchmark(Benchmark):
         return {}
 
 
-def saved_scores(value: Any, where: str) -> tuple[float, float]:
+def saved_scores(value: object, where: str) -> tuple[float, float]:
     """(score of ``sent_more``, score of ``sent_less``) of a saved pair: an object
     ``{"sent_more": ll, "sent_less": ll}`` or a list ``[ll_more, ll_less]`` of finite numbers
     (natural-log likelihoods, summed over whatever tokens the producer scored).
@@ -594,9 +599,23 @@ def decimals_of(protocol: str) -> int | None:
     return None if protocol == "lmeval" else SentencePairBenchmark.authors_decimals
 
 
-def _record_fields(it: PairItem, protocol: str) -> dict[str, Any]:
+class _ItemFields(TypedDict):
+    """The keywords of a ``PairRecord`` that come from its item (``_record_fields``)."""
+
+    item_id: str
+    category: str
+    sent_more: str
+    sent_less: str
+    direction: str
+    line: int
+    prompt_sha256: str
+    protocol: str
+    extra: dict[str, object]
+
+
+def _record_fields(it: PairItem, protocol: str) -> _ItemFields:
     """The record fields that come from the item (and the protocol), whatever the scores."""
-    return dict(
+    return _ItemFields(
         item_id=it.item_id,
         category=it.category,
         sent_more=it.sent_more,

@@ -15,7 +15,7 @@ overrides it, and the run also reports every metric under the other profile.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping, TypedDict
 
 from .authors import (
     MATCH_KINDS,
@@ -36,6 +36,9 @@ from .negation import read_epistemic, read_negation, settle
 from .robust import parse_robust
 from .text import normalize_text, visible
 
+if TYPE_CHECKING:
+    from bias_metrics.records import AnswerClass
+
 #: The parsing profiles.
 PROFILES = ("authors", "robust")
 #: The authors' rules a benchmark may name (``parse_answer(authors=...)``).
@@ -50,6 +53,8 @@ __all__ = [
     "REASONS",
     "AnswerMatch",
     "Choices",
+    "OtherParse",
+    "ParseFields",
     "Parsed",
     "ParsedAnswer",
     "bbq_reference_clean",
@@ -73,7 +78,29 @@ def other_profile(profile: str) -> str:
     return "robust" if profile == "authors" else "authors"
 
 
-def parse_fields(got: Any, alt: Any, profile: str, answer_class: Any) -> dict[str, Any]:
+class OtherParse(TypedDict):
+    """A record's ``other_parse``: its output as the other profile reads it."""
+
+    answer_parsing: str
+    predicted: int
+    predicted_class: str
+    parse_rule: str
+    invalid_reason: str | None
+
+
+class ParseFields(TypedDict):
+    """The record fields of one parsed output (``parse_fields``)."""
+
+    match: str
+    parse_rule: str
+    invalid_reason: str | None
+    answer_parsing: str
+    other_parse: OtherParse
+
+
+def parse_fields(
+    got: Parsed, alt: Parsed, profile: str, answer_class: Callable[[int], AnswerClass]
+) -> ParseFields:
     """The record fields of one parsed output: how ``got`` was read under the run's ``profile``,
     and ``alt``, the other profile's reading of the same text (the parse sensitivity).
     ``answer_class`` maps an option to its class (biased / counter-biased / unknown)."""
@@ -92,7 +119,7 @@ def parse_fields(got: Any, alt: Any, profile: str, answer_class: Any) -> dict[st
     }
 
 
-def invalid_reason(output: Any, choices: Choices) -> str:
+def invalid_reason(output: object, choices: Choices) -> str:
     """Why ``output`` names no option, as both profiles report it: ``empty``, ``refusal``,
     ``several_options`` (two option texts or two letters) or ``no_match``."""
     import re
@@ -112,7 +139,7 @@ def invalid_reason(output: Any, choices: Choices) -> str:
 
 
 def parse_answer(
-    output: Any,
+    output: object,
     choices: Choices,
     profile: str = "robust",
     authors: str = "exact",

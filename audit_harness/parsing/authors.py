@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from .cues import refusal_reason
 from .text import fold as _fold
@@ -71,7 +71,7 @@ class AnswerMatch(NamedTuple):
 
 
 def match_answer(
-    prediction: Any,
+    prediction: object,
     options: Sequence[str],
     *,
     match: str = "exact",
@@ -132,7 +132,7 @@ def _reference_fallback(prediction: str, options: Sequence[str]) -> AnswerMatch:
     return AnswerMatch(-1, "invalid")
 
 
-def _index_match(prediction: Any, n: int) -> AnswerMatch:
+def _index_match(prediction: object, n: int) -> AnswerMatch:
     """``match_answer`` of a prediction that is not text: None (no output), or an option index
     (an int, or a float holding one) in [-1, n), -1 being no answer.
 
@@ -160,7 +160,7 @@ def _index_match(prediction: Any, n: int) -> AnswerMatch:
 
 
 def match_prediction(
-    prediction: Any,
+    prediction: object,
     options: Sequence[str],
     *,
     match: str = "exact",
@@ -171,7 +171,7 @@ def match_prediction(
     return match_answer(prediction, options, match=match, extra_choices=extra_choices).option
 
 
-def match_leading_label(text: Any, labels: Mapping[str, int]) -> int | None:
+def match_leading_label(text: object, labels: Mapping[str, int]) -> int | None:
     """Strict label parse: the label of the output's FIRST word, if that word is one of
     ``labels`` (case-insensitive), else ``None`` (invalid).
 
@@ -291,7 +291,9 @@ def _ooc_reason(text: str, options: Sequence[str], letters: Sequence[str]) -> st
     return "no_match"
 
 
-def parse_choice(text: Any, options: Sequence[str], letters: Sequence[str] = ("A", "B", "C")) -> ParsedAnswer:
+def parse_choice(
+    text: object, options: Sequence[str], letters: Sequence[str] = ("A", "B", "C")
+) -> ParsedAnswer:
     """Map a generated answer to a lettered option, or out-of-choice (OOC) with a reason.
 
     The rules of KoBBQ ``raw2prediction`` (kobbq/SOURCE.md "Post-processing"; docs/metrics.md §1.3):
@@ -343,7 +345,7 @@ def parse_choice(text: Any, options: Sequence[str], letters: Sequence[str] = ("A
 _CBBQ_LETTER = re.compile(r"(?<![A-Za-z0-9])([abc])(?![A-Za-z0-9])")
 
 
-def parse_cbbq(text: Any) -> tuple[int, str | None]:
+def parse_cbbq(text: object) -> tuple[int, str | None]:
     """CBBQ's published rule (``evaluate_{amb,disamb}.py``: the response, lower-cased, holds the
     letter a, counted for ans0, or b, for ans1) as a parser: ``(option, reason)``.
 

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence, TypedDict
+
+from typing_extensions import NotRequired
 
 #: The invalid reason of an item where no option letter is among the candidates.
 NO_LETTER = "no option letter among the top candidates"
@@ -56,6 +58,20 @@ def letter_of(token: str, letters: Sequence[str]) -> str | None:
         if token in variants(letter):
             return letter
     return None
+
+
+class LetterReadRecord(TypedDict):
+    """A record's ``letter_read`` (``LetterRead.to_record``): each letter's log-probability
+    (None: invalid), the ``[token text, log-probability]`` candidates read, whether the read was
+    exact, and where they apply the bounded letters, the server's answer token and the invalid
+    reason."""
+
+    logprobs: dict[str, float] | None
+    candidates: list[list[str | float]]
+    exact: bool
+    bounded: NotRequired[list[str]]
+    answer_token: NotRequired[str]
+    invalid_reason: NotRequired[str]
 
 
 @dataclass(frozen=True)
@@ -94,9 +110,9 @@ class LetterRead:
         )
         return ranked[0]
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> LetterReadRecord:
         """The record's ``letter_read`` field (``from_saved`` reads it back)."""
-        out: dict[str, Any] = {
+        out: LetterReadRecord = {
             "logprobs": None if self.logprobs is None else dict(zip(self.letters, self.logprobs)),
             "candidates": [list(c) for c in self.candidates],
             "exact": self.exact,
@@ -155,7 +171,7 @@ def exact_read(variant_logprobs: Mapping[str, Mapping[str, float]], letters: Seq
     return LetterRead(letters, values, (), cands, None, True)
 
 
-def from_saved(value: Any, letters: Sequence[str], where: str) -> LetterRead:
+def from_saved(value: object, letters: Sequence[str], where: str) -> LetterRead:
     """A saved letter read: a record's ``letter_read`` (``{"logprobs": {...}, "candidates":
     [...]}``: its candidates are read again, or its logprobs where it lists none) or a plain
     ``{letter: log-probability}`` mapping (read as top candidates).
@@ -166,7 +182,7 @@ def from_saved(value: Any, letters: Sequence[str], where: str) -> LetterRead:
     if not isinstance(value, Mapping):
         raise ValueError(f"{where}: {value!r} is not a letter log-prob mapping ({{'A': -0.1, ...}})")
     answer = value.get("answer_token") if isinstance(value.get("answer_token"), str) else None
-    listed = value.get("candidates")
+    listed = value.get("candidates") or []  # falsy: the logprobs or the mapping below
     if "logprobs" in value and not listed:
         listed = list((value.get("logprobs") or {}).items())
     elif "logprobs" not in value:

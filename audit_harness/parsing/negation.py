@@ -202,7 +202,7 @@ def read_negation(text: str, choices: Choices) -> Negation:
     return Negation(negated, affirmed, " ".join(rest))
 
 
-def settle(output: str, choices: Choices, got: Parsed, profile: str = "robust") -> Parsed:
+def settle(output: str | None, choices: Choices, got: Parsed, profile: str = "robust") -> Parsed:
     """``got`` (a profile's reading of ``output``), unless it is a negated option or invalid
     while ``output`` negates an option: then the one option named affirmatively (rule
     ``negation``), ``several_options`` when more are, under ``robust`` the unknown option when the
