@@ -17,10 +17,10 @@ Example::
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping, TypedDict
 
 import yaml
 
@@ -61,6 +61,20 @@ TextDateLoader.yaml_implicit_resolvers = {
 }
 
 
+class AuditMetaRecord(TypedDict):
+    """The metadata as recorded in results.json's ``audit_meta`` (``AuditMeta.to_dict``)."""
+
+    system_name: str
+    system_version: str
+    intended_use: str
+    responsible_person: str
+    organisation: str
+    training_data_cutoff: str | None
+    notes: str | None
+    file: str
+    sha256: str
+
+
 @dataclass(frozen=True)
 class AuditMeta:
     """A validated ``--audit-meta`` file.
@@ -83,25 +97,44 @@ class AuditMeta:
     file: str = ""
     sha256: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> AuditMetaRecord:
         """JSON-ready (results.json ``audit_meta``): the cutoff as ``YYYY-MM-DD``."""
-        out = asdict(self)
-        out["training_data_cutoff"] = self.training_data_cutoff and self.training_data_cutoff.isoformat()
-        return out
+        return {
+            "system_name": self.system_name,
+            "system_version": self.system_version,
+            "intended_use": self.intended_use,
+            "responsible_person": self.responsible_person,
+            "organisation": self.organisation,
+            "training_data_cutoff": self.training_data_cutoff.isoformat()
+            if self.training_data_cutoff
+            else None,
+            "notes": self.notes,
+            "file": self.file,
+            "sha256": self.sha256,
+        }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AuditMeta:
+    def from_dict(cls, data: Mapping[str, str | None]) -> AuditMeta:
         """Back from ``to_dict`` (a results file's ``audit_meta``)."""
+
+        def text(name: str) -> str:
+            return data.get(name) or ""
+
         cutoff = data.get("training_data_cutoff")
         return cls(
-            **{k: data.get(k) for k in FIELDS if k != "training_data_cutoff"},
+            system_name=text("system_name"),
+            system_version=text("system_version"),
+            intended_use=text("intended_use"),
+            responsible_person=text("responsible_person"),
+            organisation=text("organisation"),
             training_data_cutoff=date.fromisoformat(cutoff) if cutoff else None,
-            file=data.get("file", ""),
-            sha256=data.get("sha256", ""),
+            notes=data.get("notes"),
+            file=text("file"),
+            sha256=text("sha256"),
         )
 
 
-def read_yaml_file(path: Path, where: str) -> tuple[Any, bytes]:
+def read_yaml_file(path: str | Path, where: str) -> tuple[object, bytes]:
     """A compliance YAML file (dates kept as text, ``TextDateLoader``) and its raw bytes (for its
     sha256).
 
@@ -142,7 +175,7 @@ def load_audit_meta(path: str | Path, option: str = "--audit-meta") -> AuditMeta
     unknown = [str(k) for k in doc if k not in FIELDS]
     if unknown:
         raise ConfigError(f"{where}: unknown field {unknown[0]!r} (the fields: {', '.join(FIELDS)})")
-    values: dict[str, Any] = {}
+    values: dict[str, str] = {}
     for name, (required, what) in FIELDS.items():
         value = doc.get(name)
         if value is None:
@@ -158,13 +191,14 @@ def load_audit_meta(path: str | Path, option: str = "--audit-meta") -> AuditMeta
                 raise ConfigError(f"{where}: field {name!r} is empty ({what})")
             continue
         values[name] = value.strip()
-    cutoff = values.pop("training_data_cutoff", None)
-    if cutoff is not None:
+    given = values.pop("training_data_cutoff", None)
+    cutoff = None
+    if given is not None:
         try:
-            cutoff = date.fromisoformat(cutoff)
+            cutoff = date.fromisoformat(given)
         except ValueError:
             raise ConfigError(
-                f"{where}: field 'training_data_cutoff' is not a date YYYY-MM-DD: {cutoff!r}"
+                f"{where}: field 'training_data_cutoff' is not a date YYYY-MM-DD: {given!r}"
             ) from None
     return AuditMeta(
         **values,
