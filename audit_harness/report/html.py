@@ -15,6 +15,7 @@ from ..gates.resolution import status_word
 from . import views
 from .charts import chart_data_uri
 from .regulatory import clause_summary, limitations_view, mapping_view, meta_rows, signature
+from .schema import Results, as_results
 from .verdict import overall_verdict
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -133,7 +134,7 @@ def _gate_cell(g: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _metric_cells(results: Mapping[str, Any], bench: str) -> list[dict[str, Any]]:
+def _metric_cells(results: Results, bench: str) -> list[dict[str, Any]]:
     """The benchmark's table for the template: one row per (category or aggregate, metric
     shown) with its threshold gates, an error row per failed category, then the gates on a
     metric the table does not list (KoBBQ's per-template metrics), which still show."""
@@ -183,7 +184,7 @@ def _metric_cells(results: Mapping[str, Any], bench: str) -> list[dict[str, Any]
     return rows
 
 
-def _benchmark_view(results: Mapping[str, Any], bench: str, mapping) -> dict[str, Any]:
+def _benchmark_view(results: Results, bench: str, mapping) -> dict[str, Any]:
     """Everything the template shows for one benchmark, computed from the results document."""
     info = (results.get("benchmark_info") or {}).get(bench) or {}
     ok = views.ok_categories(results, bench)
@@ -213,7 +214,7 @@ def _benchmark_view(results: Mapping[str, Any], bench: str, mapping) -> dict[str
     }
 
 
-def render_html(results: Mapping[str, Any], printing: bool = False) -> str:
+def render_html(results: Mapping[str, object], printing: bool = False) -> str:
     """The report as one HTML document. A function of ``results``
     (``report.results.build_results``; keys it lacks, as in an older results file, render empty)
     and of the run folder's ``signer.json`` (the signature block). ``printing``: the copy
@@ -221,6 +222,7 @@ def render_html(results: Mapping[str, Any], printing: bool = False) -> str:
     from .. import exit_codes
     from ..gates import MODE_RULES
 
+    results = as_results(results)
     verdict = overall_verdict(results)
     modes = sorted({v.get("mode", "point") for v in results["gates"]})
     mapping = mapping_view(results)
@@ -260,7 +262,7 @@ def render_html(results: Mapping[str, Any], printing: bool = False) -> str:
     return _environment().get_template("report.html.j2").render(**context)
 
 
-def write_html(path: Path, results: Mapping[str, Any], printing: bool = False) -> Path:
+def write_html(path: Path, results: Mapping[str, object], printing: bool = False) -> Path:
     """Write ``render_html(results, printing)`` to ``path``; returns the path."""
     path.write_text(render_html(results, printing), encoding="utf-8")
     return path

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import DataError
+from .schema import Results, as_results
 from .verdict import overall_verdict
 from .views import overall_labels
 
@@ -53,7 +54,7 @@ def mlflow_key(*parts: str) -> str:
     return "/".join(_UNSAFE.sub("_", str(p)) for p in parts)
 
 
-def metrics_of(results: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
+def metrics_of(results: Results) -> tuple[dict[str, float], dict[str, str]]:
     """(every metric to log, the undefined ones with their reasons), keyed as the module says.
 
     Raises:
@@ -85,7 +86,7 @@ def metrics_of(results: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, 
     return logged, undefined
 
 
-def gate_tags(results: Mapping[str, Any]) -> dict[str, str]:
+def gate_tags(results: Results) -> dict[str, str]:
     """Each gate's verdict as a tag, and the run's verdict (``verdict``, ``exit_code``)."""
     tags = {}
     for g in results.get("gates") or []:
@@ -108,7 +109,7 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
     out[mlflow_key(prefix)] = text
 
 
-def params_of(results: Mapping[str, Any]) -> dict[str, str]:
+def params_of(results: Results) -> dict[str, str]:
     """The model's description (``model.*``) and the run's options (``option.*``), as strings."""
     out: dict[str, str] = {}
     for key, value in (results.get("model") or {}).items():
@@ -130,13 +131,14 @@ def _client(tracking_uri: str):
     return MlflowClient(tracking_uri=tracking_uri)
 
 
-def export_run(results: Mapping[str, Any], run_dir: Path, tracking_uri: str, experiment: str) -> str:
+def export_run(results: Mapping[str, object], run_dir: Path, tracking_uri: str, experiment: str) -> str:
     """Log the run to MLflow at ``tracking_uri`` under ``experiment`` (created if missing);
     returns the MLflow run id.
 
     Raises:
         MlflowMissing: mlflow is not installed.
     """
+    results = as_results(results)
     client = _client(tracking_uri)
     from mlflow.entities import Metric, Param, RunTag
 

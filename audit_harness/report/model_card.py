@@ -23,6 +23,7 @@ from ..gates.resolution import status_word
 from .markdown import inert_results
 from .regulatory import limitations_view, recorded_mapping
 from .results import read_text
+from .schema import Results, as_results
 from .scope import scope
 from .verdict import overall_verdict
 from .views import overall_labels
@@ -35,7 +36,7 @@ DEFAULT_TASK = ("text-generation", "Text Generation")
 AGGREGATE_PREFIX = "aggregate: "
 
 
-def _groups(results: Mapping[str, Any], bench: str) -> list[tuple[str, Mapping[str, Any]]]:
+def _groups(results: Results, bench: str) -> list[tuple[str, Mapping[str, Any]]]:
     """(dataset config, {metric: result}) of each scored category of ``bench``, then of each of
     its aggregates; errored categories have no metrics and are left out."""
     out = [
@@ -56,7 +57,7 @@ def _bounds(gate: Mapping[str, Any]) -> str:
     return f"{bounds} ({gate.get('mode', '?')})"
 
 
-def eval_results(results: Mapping[str, Any]) -> list[EvalResult]:
+def eval_results(results: Results) -> list[EvalResult]:
     """Every defined metric of the run (categories and aggregates) as ``EvalResult``s. Undefined
     metrics (value null) are left out: the model-index wants a number, and the Markdown section
     says why each is undefined."""
@@ -83,7 +84,7 @@ def eval_results(results: Mapping[str, Any]) -> list[EvalResult]:
     return out
 
 
-def gate_entries(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+def gate_entries(results: Results) -> list[dict[str, Any]]:
     """Each gate of the run: benchmark, category, metric, kind, rule and verdict."""
     return [
         {
@@ -98,7 +99,7 @@ def gate_entries(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def contamination_notes(results: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+def contamination_notes(results: Results) -> dict[str, dict[str, str]]:
     """``{benchmark: {"status", "note"}}``: whether each benchmark's data was published before
     the model's training-data cutoff (``regulatory.limitations_view``, as both reports say)."""
     mapping, _ = recorded_mapping(results)
@@ -109,7 +110,7 @@ def contamination_notes(results: Mapping[str, Any]) -> dict[str, dict[str, str]]
     return out
 
 
-def audit_meta_entry(results: Mapping[str, Any]) -> dict[str, Any] | None:
+def audit_meta_entry(results: Results) -> dict[str, Any] | None:
     """The ``--audit-meta`` fields for the card's metadata (every field, null when not given),
     the file and its sha256, and the contamination note of each benchmark; None without
     ``--audit-meta``."""
@@ -122,7 +123,7 @@ def audit_meta_entry(results: Mapping[str, Any]) -> dict[str, Any] | None:
     return entry
 
 
-def card_data(results: Mapping[str, Any]) -> ModelCardData:
+def card_data(results: Results) -> ModelCardData:
     """The card's metadata: the model-index of ``eval_results``, the gates, the run's verdict and
     the audited system (``audit_meta_entry``)."""
     verdict = overall_verdict(results)
@@ -162,7 +163,7 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def bias_section(results: Mapping[str, Any]) -> str:
+def bias_section(results: Results) -> str:
     """The card's "Bias evaluation" section (Markdown), rendered from ``inert_results``: what an
     operator or a model wrote (``--audit-meta`` values, names, messages) reaches it as text, never
     as HTML, a link, an image or a table cell of its own (report.md does the same)."""
@@ -202,7 +203,7 @@ def bias_section(results: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _benchmark_lines(results: Mapping[str, Any], bench: str) -> list[str]:
+def _benchmark_lines(results: Results, bench: str) -> list[str]:
     """A benchmark's part of the card: its table (failed categories, then every category's and
     aggregate's metrics with their gates) and what it does not show."""
     gates = {(g["benchmark"], g["category"], g["metric"]): g for g in results.get("gates") or []}
@@ -236,7 +237,7 @@ def _benchmark_lines(results: Mapping[str, Any], bench: str) -> list[str]:
     )
 
 
-def _system_lines(results: Mapping[str, Any]) -> list[str]:
+def _system_lines(results: Results) -> list[str]:
     """The "Audited system" section (``--audit-meta``): each field, then each benchmark's
     contamination note; nothing without metadata."""
     meta = audit_meta_entry(results)
@@ -275,12 +276,13 @@ def _scope_lines(sc: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def render_model_card(results: Mapping[str, Any]) -> ModelCard:
+def render_model_card(results: Mapping[str, object]) -> ModelCard:
     """The model card: front matter (``card_data``) and the bias section."""
+    results = as_results(results)
     return ModelCard(f"---\n{card_data(results).to_yaml()}\n---\n\n{bias_section(results)}")
 
 
-def write_model_card(path: Path, results: Mapping[str, Any]) -> Path:
+def write_model_card(path: Path, results: Mapping[str, object]) -> Path:
     """Write the model card to ``path``; returns the path."""
     path = Path(path)
     render_model_card(results).save(path)

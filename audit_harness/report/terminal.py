@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from .. import exit_codes
 from ..gates.resolution import describe_band, status_word
+from .schema import Results
 from .views import (
     column_groups,
     coverage_lines,
@@ -36,7 +37,7 @@ def write_no_selection(tr, keyword: str, known: list[str]) -> None:
     tr.write_line(decide([]).line(), red=True)
 
 
-def _option(results: Mapping[str, Any], key: str):
+def _option(results: Results, key: str):
     return (results.get("options") or {}).get(key)
 
 
@@ -86,7 +87,7 @@ def write_summary(tr, files, junit_path: str | None) -> None:
         tr.write_line(f"junit:   {junit_path}")
 
 
-def requests_line(results: Mapping[str, Any]) -> str | None:
+def requests_line(results: Results) -> str | None:
     """What the model was asked, one line: requests after dedupe, answered by the result cache,
     computed; None when no category counted any. A replay of saved outputs computes nothing:
     its backend answers each request from the file, so the line counts the saved outputs it
@@ -115,7 +116,7 @@ def requests_line(results: Mapping[str, Any]) -> str | None:
     )
 
 
-def sequential_line(results: Mapping[str, Any]) -> str | None:
+def sequential_line(results: Results) -> str | None:
     """What sequential mode saved, one line: the items scored over the categories with sequential
     gates, and how many gate verdicts the confidence sequences decided; None without sequential
     gates.
@@ -131,7 +132,7 @@ def sequential_line(results: Mapping[str, Any]) -> str | None:
     return None if totals is None else f"sequential: {totals}"
 
 
-def notices(results: Mapping[str, Any], outcome, moved: bool = False) -> list[tuple[str, str | None]]:
+def notices(results: Results, outcome, moved: bool = False) -> list[tuple[str, str | None]]:
     """``(line, colour)`` of everything that qualifies the verdict, printed before the numbers:
     an interruption, moved files, lenient intervals, modified data, thresholds warnings, partial
     coverage, parse sensitivity and a baseline that is not like for like."""
@@ -369,7 +370,7 @@ def _interval(ci) -> str:
     return f"[{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
 
 
-def gate_lines(results: Mapping[str, Any]) -> list[str]:
+def gate_lines(results: Results) -> list[str]:
     """One terminal line per gate verdict: status, test id, value [interval], the interval's
     half-width, n, bound, the band this run could have certified, and mode (a regression gate:
     the baseline value and max_regression); a gate the data left undecided (INCONCLUSIVE, NOT
@@ -436,7 +437,7 @@ def _sequential_tag(s: Mapping[str, Any] | None) -> str:
     return f"  sequential: undecided, fixed-n verdict on {scored} of {s['population']} items"
 
 
-def metric_table(results: Mapping[str, Any]) -> list[str]:
+def metric_table(results: Results) -> list[str]:
     """Plain-text table of every metric per category (value and CI), for the terminal; ``-`` where
     a metric is undefined or not computed for that category."""
     lines: list[str] = []
