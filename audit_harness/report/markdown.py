@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from ..compliance.mapping import RegulatoryMapping
 from ..gates.resolution import status_word
 from ..redact import map_strings
 from .regulatory import (
+    MappingView,
     clause_summary,
     limitations_view,
     mapping_view,
@@ -19,7 +20,7 @@ from .regulatory import (
     verdict_line,
 )
 from .results import ResultsDocument, read_text
-from .schema import Results, as_results
+from .schema import BaselineSummary, GateEntry, MetricEntry, Results, as_results
 from .verdict import overall_verdict
 from .views import (
     INVALID_FLAG,
@@ -45,7 +46,7 @@ from .views import (
 )
 
 
-def _fmt(metric: Mapping[str, Any] | None) -> str:
+def _fmt(metric: MetricEntry | None) -> str:
     if metric is None:
         return "-"  # not computed for this category (categories may differ in metrics)
     if metric["value"] is None:
@@ -56,7 +57,7 @@ def _fmt(metric: Mapping[str, Any] | None) -> str:
     return f"{metric['value']:.3f}{ci}{clusters}"
 
 
-def _num(x: Any) -> str:
+def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
@@ -97,7 +98,7 @@ def inert_results(results: Mapping[str, object]) -> Results:
     return as_results(doc)
 
 
-def _cell(text: Any) -> str:
+def _cell(text: object) -> str:
     """A value safe inside a Markdown table cell (pipes escaped, newlines shown as \\n)."""
     return str(text).replace("|", "\\|").replace("\n", "\\n")
 
@@ -135,7 +136,7 @@ def sequential_section(results: Results) -> list[str]:
     return out
 
 
-def regulatory_section(view: Mapping[str, Any]) -> list[str]:
+def regulatory_section(view: MappingView) -> list[str]:
     """The "Regulatory mapping" section: per clause its rows, each with the gates it covers and
     their verdicts (``regulatory.mapping_view``)."""
     out = [
@@ -316,7 +317,7 @@ def gates_section(results: Results) -> list[str]:
         out += ["", *notes]
     from ..gates import MODE_RULES
 
-    modes = sorted({v.get("mode") for v in results["gates"] if v.get("mode")})
+    modes = sorted({mode for v in results["gates"] if (mode := v.get("mode"))})
     if modes:
         out += ["", "Modes: " + "; ".join(f"`{m}`: {MODE_RULES.get(m, '?')}" for m in modes) + "."]
     out += [
@@ -337,7 +338,7 @@ def gates_section(results: Results) -> list[str]:
     return out
 
 
-def _gate_row(v: Mapping[str, Any]) -> str:
+def _gate_row(v: GateEntry) -> str:
     """A verdict's row of the gates table."""
     value = (
         "not evaluated"
@@ -369,7 +370,7 @@ def _gate_row(v: Mapping[str, Any]) -> str:
     )
 
 
-def _baseline_lines(baseline: Mapping[str, Any] | None) -> list[str]:
+def _baseline_lines(baseline: BaselineSummary | None) -> list[str]:
     """What regression gates compare with, and why the baseline is not like for like."""
     if not baseline:
         return []

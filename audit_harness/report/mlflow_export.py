@@ -24,12 +24,12 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from ..errors import DataError
-from .schema import Results, as_results
+from .schema import MetricEntry, Results, as_results
 from .verdict import overall_verdict
-from .views import overall_labels
+from .views import aggregates
 
 #: What the user installs when mlflow is missing.
 INSTALL_HINT = "pip install 'bias-audit[mlflow]'"
@@ -64,9 +64,10 @@ def metrics_of(results: Results) -> tuple[dict[str, float], dict[str, str]]:
     logged: dict[str, float] = {}
     undefined: dict[str, str] = {}
     for bench, cats in results["benchmarks"].items():
-        groups = [(cat, e.get("metrics") or {}) for cat, e in cats.items() if e.get("status", "ok") == "ok"]
-        overall = (results.get("overall") or {}).get(bench) or {}
-        groups += [(label, overall[label]) for label in overall_labels(results, bench)]
+        groups: list[tuple[str, Mapping[str, MetricEntry]]] = [
+            (cat, e.get("metrics") or {}) for cat, e in cats.items() if e.get("status", "ok") == "ok"
+        ]
+        groups += list(aggregates(results, bench).items())
         for group, metrics in groups:
             for name, m in metrics.items():
                 key = mlflow_key(bench, group, name)
@@ -74,10 +75,11 @@ def metrics_of(results: Results) -> tuple[dict[str, float], dict[str, str]]:
                     raise DataError(
                         f"results.json: {bench}/{group}/{name}: its MLflow key {key!r} is taken by another metric"
                     )
-                if m.get("value") is None:
+                value = m.get("value")
+                if value is None:
                     undefined[key] = m.get("reason") or "undefined"
                     continue
-                logged[key] = float(m["value"])
+                logged[key] = float(value)
                 lo, hi = m.get("ci") or (None, None)
                 if lo is not None and hi is not None:
                     logged[f"{key}_ci_low"], logged[f"{key}_ci_high"] = float(lo), float(hi)
@@ -98,7 +100,7 @@ def gate_tags(results: Results) -> dict[str, str]:
     return tags
 
 
-def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+def _flatten(prefix: str, value: object, out: dict[str, str]) -> None:
     if isinstance(value, Mapping):
         for k, v in value.items():
             _flatten(f"{prefix}.{k}", v, out)

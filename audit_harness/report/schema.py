@@ -178,6 +178,8 @@ class GateEntry(TypedDict, total=False):
     half_width: float | None
     certifiable_band: Band | None
     to_decide: ToDecide | None
+    #: ``mode``'s name in results files written before it was renamed.
+    basis: str
 
 
 class Endpoint(TypedDict, total=False):
@@ -210,6 +212,7 @@ class ServerInfo(TypedDict, total=False):
 
     endpoints: list[Endpoint]
     letter_read: LetterRead | str
+    notices: list[str]
 
 
 class ModelInfo(TypedDict, total=False):

@@ -8,8 +8,9 @@ from typing import Any, Mapping
 
 from .. import exit_codes
 from ..gates.resolution import describe_band, status_word
-from .schema import Results
+from .schema import Interval, MetricEntry, Results, SequentialEntry
 from .views import (
+    aggregates,
     column_groups,
     coverage_lines,
     gate_summary_text,
@@ -70,9 +71,9 @@ def write_summary(tr, files, junit_path: str | None) -> None:
             f"a gate failure: exit code {exit_codes.RUN_ERROR}",
             red=True,
         )
-    line = requests_line(results)
-    if line:
-        tr.write_line(line)
+    asked = requests_line(results)
+    if asked:
+        tr.write_line(asked)
     seq = sequential_line(results)
     if seq:
         tr.write_line(seq)
@@ -365,7 +366,7 @@ def plan_totals(plan: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _interval(ci) -> str:
+def _interval(ci: Interval | None) -> str:
     lo, hi = ci or (None, None)
     return f"[{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
 
@@ -413,7 +414,7 @@ def gate_lines(results: Results) -> list[str]:
     return lines
 
 
-def _sequential_tag(s: Mapping[str, Any] | None) -> str:
+def _sequential_tag(s: SequentialEntry | None) -> str:
     """Where a sequential gate's verdict comes from, for its terminal line: a run stopped early
     must not read like a fixed-n one (its value and n are those of the items scored).
 
@@ -454,14 +455,15 @@ def metric_table(results: Results) -> list[str]:
         lines += [
             f"  {c:<{width}} ERROR  {d['error']}" for c, d in all_cats.items() if d.get("status") == "error"
         ]
-        rows = [(c, d["n_scored"], d["metrics"]) for c, d in cats.items()]
-        pooled = results["overall"].get(bench, {}).get("pooled")
+        rows: list[tuple[str, int, Mapping[str, MetricEntry]]] = [
+            (c, d["n_scored"], d["metrics"]) for c, d in cats.items()
+        ]
+        pooled = aggregates(results, bench).get("pooled")
         if pooled:
             rows.append(("pooled", sum(d["n_scored"] for d in cats.values()), pooled))
         # The other aggregates, as report.md lists them (MBBQ's languages and their differences
         # from English; BBQ's name groups): n is the largest of their metrics' n.
-        for label in overall_labels(results, bench):
-            group = results["overall"][bench][label]
+        for label, group in aggregates(results, bench).items():
             if label != "pooled":
                 rows.append((label, max((m.get("n") or 0 for m in group.values()), default=0), group))
         for names in column_groups(table_metrics(results, bench)):
