@@ -20,7 +20,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Mapping, TypedDict
+from typing import TypedDict
 
 import yaml
 
@@ -114,23 +114,19 @@ class AuditMeta:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, str | None]) -> AuditMeta:
+    def from_dict(cls, data: AuditMetaRecord) -> AuditMeta:
         """Back from ``to_dict`` (a results file's ``audit_meta``)."""
-
-        def text(name: str) -> str:
-            return data.get(name) or ""
-
         cutoff = data.get("training_data_cutoff")
         return cls(
-            system_name=text("system_name"),
-            system_version=text("system_version"),
-            intended_use=text("intended_use"),
-            responsible_person=text("responsible_person"),
-            organisation=text("organisation"),
+            system_name=data.get("system_name") or "",
+            system_version=data.get("system_version") or "",
+            intended_use=data.get("intended_use") or "",
+            responsible_person=data.get("responsible_person") or "",
+            organisation=data.get("organisation") or "",
             training_data_cutoff=date.fromisoformat(cutoff) if cutoff else None,
             notes=data.get("notes"),
-            file=text("file"),
-            sha256=text("sha256"),
+            file=data.get("file") or "",
+            sha256=data.get("sha256") or "",
         )
 
 

@@ -359,10 +359,11 @@ class BaselineSummary(TypedDict, total=False):
 
 
 class ReadEntry(TypedDict, total=False):
-    """``reads.<bench>``: how the model was read (``results.reads_entry``)."""
+    """``reads.<bench>``: how the model was read (``results.reads_entry``); ``letter_read`` a
+    word, or a copy of what the server recorded (``model.server.letter_read``, shown as given)."""
 
     answer_mode: str
-    letter_read: LetterRead | str
+    letter_read: dict[str, object] | str
 
 
 #: ``overall.<bench>``: ``categories`` (the categories pooled) and one metrics object per
