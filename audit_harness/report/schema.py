@@ -395,6 +395,97 @@ class Results(TypedDict, total=False):
     reads: dict[str, ReadEntry]
 
 
+class PlanWhole(TypedDict, total=False):
+    """A plan row's counts with every request computed on its own (no cache, no prefix sharing)."""
+
+    forward_tokens: int
+    score_tokens: int
+    prompt_tokens: int
+    generation_requests: int
+    tokens_to_generate: int
+
+
+class PlanEstimate(TypedDict, total=False):
+    """A plan row's time and FLOPs, as planned and with every request whole."""
+
+    seconds: float
+    flops: float
+    whole_seconds: float
+    whole_flops: float
+
+
+class PlanRow(TypedDict, total=False):
+    """A category's, benchmark's or run's counts in a plan (``planning.build_plan``)."""
+
+    items: int
+    new_items: int
+    requests: int
+    distinct: int
+    computed: int
+    forwards: int
+    forward_tokens: int
+    score_tokens: int
+    generation_prompt_tokens: int
+    generations: int
+    tokens_to_generate: int
+    whole: PlanWhole
+    texts_to_embed: int
+    seconds_planning: float
+    estimate: PlanEstimate
+
+
+class PlanSection(TypedDict, total=False):
+    """A benchmark in a plan: its categories' rows and their total."""
+
+    categories: dict[str, PlanRow]
+    total: PlanRow
+
+
+class FirstRun(TypedDict, total=False):
+    """A plan's estimate of a first real run (``planning.first_run``): each first-use cost
+    (``[what, seconds or None]``), the load, cores and slow-down factor, and the sum."""
+
+    parts: list[tuple[str, float | None]]
+    load: float
+    cores: int
+    factor: float
+    seconds: float
+
+
+class Skipped(TypedDict, total=False):
+    """A category a plan left out, and why."""
+
+    benchmark: str
+    category: str
+    reason: str
+
+
+class Plan(TypedDict, total=False):
+    """A plan document (plan.json, ``planning.build_plan``), as the terminal reads it."""
+
+    plan: str
+    run_id: str
+    exit_status: int
+    duration_s: float
+    model: ModelInfo
+    model_error: str | None
+    errors: list[ErrorEntry]
+    skipped: list[Skipped]
+    parameters: int
+    parameters_source: str
+    benchmarks: dict[str, PlanSection]
+    total: PlanRow
+    seconds_planning: float
+    notes: list[str]
+    first_run: FirstRun | None
+
+
+def as_plan(document: Mapping[str, object]) -> Plan:
+    """``document`` (the plan ``planning.build_plan`` made) typed by its schema, as
+    ``as_results`` types a results document."""
+    return cast(Plan, document)
+
+
 def as_results(document: Mapping[str, object]) -> Results:
     """``document`` typed by its schema: the one place a results document's JSON is taken to
     have the shape ``Results`` declares. The reports' entry points take what their callers hold

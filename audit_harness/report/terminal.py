@@ -4,11 +4,11 @@ line and where the files are). It reads the finished run's files only; nothing h
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 from .. import exit_codes
 from ..gates.resolution import describe_band, status_word
-from .schema import Interval, MetricEntry, Results, SequentialEntry
+from .schema import FirstRun, Interval, MetricEntry, Plan, PlanRow, Results, SequentialEntry, as_plan
 from .views import (
     aggregates,
     column_groups,
@@ -203,7 +203,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s"
 
 
-def plan_table(plan: Mapping[str, Any]) -> list[str]:
+def plan_table(plan: Plan) -> list[str]:
     """The plan's rows: per benchmark each category and the benchmark's total, then the total of
     the run (``planning.build_plan``)."""
     head = (
@@ -221,7 +221,7 @@ def plan_table(plan: Mapping[str, Any]) -> list[str]:
     width = max(12, *(len(n) + 2 for n in names))
     cols = (8, 10, 10, 13, 13, 11, 13, 15, 10)
 
-    def line(label: str, row: Mapping[str, Any]) -> str:
+    def line(label: str, row: PlanRow) -> str:
         est = row["estimate"]
         ours, whole = row["forward_tokens"], row["whole"]["forward_tokens"]
         cells = (
@@ -249,8 +249,9 @@ def plan_table(plan: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def write_plan(tr, plan: Mapping[str, Any], path) -> None:
+def write_plan(tr, plan: Mapping[str, object], path) -> None:
     """The section of a ``--plan`` run: what a run would compute, and no verdict."""
+    plan = as_plan(plan)
     tr.section("bias audit plan")
     tr.write_line(
         f"{plan['plan']} (a dry run: requests built and counted with the model's tokenizer, "
@@ -283,7 +284,7 @@ def write_plan(tr, plan: Mapping[str, Any], path) -> None:
     _plan_outcome(tr, plan)
 
 
-def _plan_notes(tr, plan: Mapping[str, Any]) -> None:
+def _plan_notes(tr, plan: Plan) -> None:
     """What the plan's numbers mean, its own time, and a first real run's estimate."""
     for note in plan["notes"][1:]:
         tr.write_line(note)
@@ -291,11 +292,12 @@ def _plan_notes(tr, plan: Mapping[str, Any]) -> None:
         f"this plan took {_duration(plan['seconds_planning'])} of tokenizing and prefix trees "
         f"({_duration(plan['duration_s'])} in all); a run spends about as long on them"
     )
-    if plan.get("first_run"):
-        tr.write_line(first_run_line(plan["first_run"]), bold=True)
+    first = plan.get("first_run")
+    if first:
+        tr.write_line(first_run_line(first), bold=True)
 
 
-def first_run_line(first: Mapping[str, Any]) -> str:
+def first_run_line(first: FirstRun) -> str:
     """The plan's estimate of a first real run here, first-use costs named one by one
     (``planning.first_run``)."""
     parts = "; ".join(f"{name} {'?' if s is None else _duration(s)}" for name, s in first["parts"])
@@ -316,7 +318,7 @@ def _skip_kind(reason: str) -> str:
     return "see above"
 
 
-def _plan_outcome(tr, plan: Mapping[str, Any]) -> None:
+def _plan_outcome(tr, plan: Plan) -> None:
     """The plan's last line: what it is and its exit code, with the categories it left out."""
     code = plan["exit_status"]
     # Last, so that a plan which left categories out (their data files are absent) does not end
@@ -341,7 +343,7 @@ def _plan_outcome(tr, plan: Mapping[str, Any]) -> None:
     )
 
 
-def plan_totals(plan: Mapping[str, Any]) -> list[str]:
+def plan_totals(plan: Plan) -> list[str]:
     """The plan's table and its totals: generations, tokens fed, time and FLOPs, texts to
     embed."""
     out = plan_table(plan)
