@@ -14,7 +14,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, Collection, Iterable, Mapping
+from typing import Collection, Iterable, Mapping, NoReturn, TypedDict
 
 from ..errors import ConfigError
 from .meta import read_yaml_file
@@ -29,6 +29,55 @@ _RELEASE_KEYS = ("files", "published", "source")
 #: A row's ``metrics: bias``: each benchmark's own bias metrics (results' ``benchmark_info``
 #: ``bias_metrics``), so a fairness clause never counts an accuracy or invalid-rate gate.
 BIAS = "bias"
+
+
+class RowRecord(TypedDict):
+    """A row as recorded (``Row.to_dict``): ``all`` or the names, ``bias`` for ``metrics``."""
+
+    kind: str
+    benchmarks: str | list[str]
+    metrics: str | list[str]
+    evidence: str
+    not_covered: str
+
+
+class ClauseRecord(TypedDict):
+    """A clause as recorded (``Clause.to_dict``)."""
+
+    id: str
+    framework: str
+    reference: str
+    title: str
+    rows: list[RowRecord]
+
+
+class ReleaseRecord(TypedDict):
+    """A release as recorded (``Release.to_dict``), its date as ``YYYY-MM-DD``."""
+
+    files: str
+    published: str
+    source: str
+
+
+class _BenchmarkRecordBase(TypedDict):
+    releases: list[ReleaseRecord]
+
+
+class BenchmarkRecord(_BenchmarkRecordBase, total=False):
+    """A benchmark's data as recorded (``BenchmarkData.to_dict``)."""
+
+    licence_note: str
+
+
+class MappingRecord(TypedDict):
+    """A mapping as recorded in results.json's ``regulatory_mapping`` (``RegulatoryMapping.to_dict``):
+    the file's own shape, with the file and its sha256."""
+
+    file: str
+    sha256: str
+    version: int
+    clauses: list[ClauseRecord]
+    benchmarks: dict[str, BenchmarkRecord]
 
 
 @dataclass(frozen=True)
@@ -48,7 +97,7 @@ class Row:
     evidence: str
     not_covered: str
 
-    def covers(self, gate: Mapping[str, Any], info: Mapping[str, Any] | None = None) -> bool:
+    def covers(self, gate: Mapping[str, object], info: Mapping[str, object] | None = None) -> bool:
         """Whether ``gate`` (a results.json gate verdict) is one of this row's: its benchmark is
         listed (a declared dataset counts as its metric ``family``), and its metric is, or is a
         listed one in another answer mode (``<metric>-letter``). ``info``: the benchmark's
@@ -60,11 +109,14 @@ class Row:
             return False
         if self.metrics is None:
             return True
-        names = tuple(info.get("bias_metrics") or ()) if self.metrics == BIAS else self.metrics
+        bias = info.get("bias_metrics")
+        names = (
+            (tuple(bias) if isinstance(bias, (list, tuple)) else ()) if self.metrics == BIAS else self.metrics
+        )
         metric = str(gate.get("metric", ""))
         return any(metric == m or metric.startswith(f"{m}-") for m in names)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> RowRecord:
         return {
             "kind": self.kind,
             "benchmarks": "all" if self.benchmarks is None else list(self.benchmarks),
@@ -89,7 +141,7 @@ class Clause:
     title: str
     rows: tuple[Row, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ClauseRecord:
         return {
             "id": self.id,
             "framework": self.framework,
@@ -108,7 +160,7 @@ class Release:
     published: date
     source: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ReleaseRecord:
         return {"files": self.files, "published": self.published.isoformat(), "source": self.source}
 
 
@@ -125,8 +177,8 @@ class BenchmarkData:
         paths = list(paths)
         return next((r for r in self.releases if any(p.startswith(r.files) for p in paths)), None)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"releases": [r.to_dict() for r in self.releases]}
+    def to_dict(self) -> BenchmarkRecord:
+        out: BenchmarkRecord = {"releases": [r.to_dict() for r in self.releases]}
         if self.licence_note:
             out["licence_note"] = self.licence_note
         return out
@@ -142,7 +194,7 @@ class RegulatoryMapping:
     file: str
     sha256: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> MappingRecord:
         """JSON-ready, in the file's own shape (results.json ``regulatory_mapping``), so
         ``from_dict`` validates it again as a file is."""
         return {
@@ -154,14 +206,14 @@ class RegulatoryMapping:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "regulatory_mapping") -> RegulatoryMapping:
+    def from_dict(cls, data: Mapping[str, object], where: str = "regulatory_mapping") -> RegulatoryMapping:
         """A recorded mapping (``to_dict``) back, validated.
 
         Raises:
             ConfigError: as ``load_mapping``, naming ``where``.
         """
         doc = {k: v for k, v in data.items() if k not in ("file", "sha256")}
-        return _parse(doc, where, data.get("file", ""), data.get("sha256", ""), None)
+        return _parse(doc, where, str(data.get("file", "")), str(data.get("sha256", "")), None)
 
 
 @dataclass(frozen=True)
@@ -239,18 +291,23 @@ def load_mapping(
     return _parse(doc, where, name, hashlib.sha256(raw).hexdigest(), known)
 
 
-def _parse(doc: Any, where: str, file: str, sha256: str, known) -> RegulatoryMapping:
+def _parse(
+    raw: object, where: str, file: str, sha256: str, known: Mapping[str, Collection[str]] | None
+) -> RegulatoryMapping:
+    """``raw`` (a parsed YAML document or a recorded mapping, unchecked) validated."""
     read = _Reader(where, known)
-    read.mapping_of(doc, "top level", ("version", "clauses", "benchmarks"))
+    doc = read.mapping_of(raw, "top level", ("version", "clauses", "benchmarks"))
     if doc["version"] != 1:
         read.fail("version", f"must be 1, got {doc['version']!r}")
-    if not isinstance(doc["clauses"], list) or not doc["clauses"]:
+    listed = doc["clauses"]
+    if not isinstance(listed, list) or not listed:
         read.fail("clauses", "must be a non-empty list")
     ids: set[str] = set()
-    clauses = [read.clause(raw, f"clauses[{i}]", ids) for i, raw in enumerate(doc["clauses"])]
-    if not isinstance(doc["benchmarks"], dict):
+    clauses = [read.clause(item, f"clauses[{i}]", ids) for i, item in enumerate(listed)]
+    named = doc["benchmarks"]
+    if not isinstance(named, dict):
         read.fail("benchmarks", "must be a mapping of benchmark names")
-    benchmarks = {bench: read.benchmark(raw, bench) for bench, raw in doc["benchmarks"].items()}
+    benchmarks = {bench: read.benchmark(item, bench) for bench, item in named.items()}
     return RegulatoryMapping(tuple(clauses), benchmarks, file, sha256)
 
 
@@ -263,12 +320,12 @@ class _Reader:
         self.where = where
         self.known = known
 
-    def fail(self, field: str, problem: str):
+    def fail(self, field: str, problem: str) -> NoReturn:
         raise ConfigError(f"{self.where}: {field}: {problem}")
 
     def mapping_of(
-        self, value: Any, field: str, keys: tuple[str, ...], optional: tuple[str, ...] = ()
-    ) -> dict:
+        self, value: object, field: str, keys: tuple[str, ...], optional: tuple[str, ...] = ()
+    ) -> dict[str, object]:
         if not isinstance(value, dict):
             self.fail(field, f"expected a mapping with {', '.join(keys)}")
         for k in value:
@@ -279,12 +336,12 @@ class _Reader:
                 self.fail(f"{field}.{k}", "missing")
         return value
 
-    def text(self, value: Any, field: str) -> str:
+    def text(self, value: object, field: str) -> str:
         if not isinstance(value, str) or not value.strip():
             self.fail(field, f"must be non-empty text, got {value!r}")
         return " ".join(value.split())
 
-    def names(self, value: Any, field: str, allowed: Collection[str] | None) -> tuple[str, ...] | None:
+    def names(self, value: object, field: str, allowed: Collection[str] | None) -> tuple[str, ...] | None:
         if value == "all":
             return None
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
@@ -296,16 +353,17 @@ class _Reader:
                     self.fail(field, f"unknown name {v!r} (known: {', '.join(sorted(allowed))})")
         return tuple(value)
 
-    def clause(self, raw: Any, at: str, ids: set[str]) -> Clause:
+    def clause(self, value: object, at: str, ids: set[str]) -> Clause:
         """A clause, its id not among ``ids`` (the clauses before it), which it joins."""
-        self.mapping_of(raw, at, _CLAUSE_KEYS)
+        raw = self.mapping_of(value, at, _CLAUSE_KEYS)
         cid = self.text(raw["id"], f"{at}.id")
         if cid in ids:
             self.fail(f"{at}.id", f"{cid!r} is listed twice")
         ids.add(cid)
-        if not isinstance(raw["rows"], list) or not raw["rows"]:
+        listed = raw["rows"]
+        if not isinstance(listed, list) or not listed:
             self.fail(f"{at}.rows", "must be a non-empty list")
-        rows = tuple(self.row(r, f"{at}.rows[{j}]") for j, r in enumerate(raw["rows"]))
+        rows = tuple(self.row(r, f"{at}.rows[{j}]") for j, r in enumerate(listed))
         return Clause(
             id=cid,
             framework=self.text(raw["framework"], f"{at}.framework"),
@@ -314,15 +372,16 @@ class _Reader:
             rows=rows,
         )
 
-    def row(self, r: Any, at: str) -> Row:
-        self.mapping_of(r, at, _ROW_KEYS)
-        if r["kind"] not in KINDS:
-            self.fail(f"{at}.kind", f"must be {' or '.join(KINDS)}, got {r['kind']!r}")
+    def row(self, value: object, at: str) -> Row:
+        r = self.mapping_of(value, at, _ROW_KEYS)
+        kind = r["kind"]
+        if not isinstance(kind, str) or kind not in KINDS:
+            self.fail(f"{at}.kind", f"must be {' or '.join(KINDS)}, got {kind!r}")
         known = self.known
         benches = self.names(r["benchmarks"], f"{at}.benchmarks", known)
         metrics_known = None if known is None else {m for b in (benches or known) for m in known[b]}
         return Row(
-            kind=r["kind"],
+            kind=kind,
             benchmarks=benches,
             metrics=BIAS
             if r["metrics"] == BIAS
@@ -331,19 +390,20 @@ class _Reader:
             not_covered=self.text(r["not_covered"], f"{at}.not_covered"),
         )
 
-    def benchmark(self, raw: Any, bench: str) -> BenchmarkData:
+    def benchmark(self, value: object, bench: str) -> BenchmarkData:
         at = f"benchmarks.{bench}"
         if self.known is not None and bench not in self.known:
             self.fail(at, f"unknown benchmark (known: {', '.join(sorted(self.known))})")
-        self.mapping_of(raw, at, ("licence_note", "releases"), optional=("licence_note",))
-        if not isinstance(raw["releases"], list):
+        raw = self.mapping_of(value, at, ("licence_note", "releases"), optional=("licence_note",))
+        listed = raw["releases"]
+        if not isinstance(listed, list):
             self.fail(f"{at}.releases", "must be a list")
-        releases = tuple(self.release(rel, f"{at}.releases[{j}]") for j, rel in enumerate(raw["releases"]))
+        releases = tuple(self.release(rel, f"{at}.releases[{j}]") for j, rel in enumerate(listed))
         note = raw.get("licence_note")
         return BenchmarkData(self.text(note, f"{at}.licence_note") if note is not None else None, releases)
 
-    def release(self, rel: Any, at: str) -> Release:
-        self.mapping_of(rel, at, _RELEASE_KEYS)
+    def release(self, value: object, at: str) -> Release:
+        rel = self.mapping_of(value, at, _RELEASE_KEYS)
         published = self.text(rel["published"], f"{at}.published")
         try:
             day = date.fromisoformat(published)

@@ -17,10 +17,10 @@ Example::
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TypedDict
 
 import yaml
 
@@ -61,6 +61,20 @@ TextDateLoader.yaml_implicit_resolvers = {
 }
 
 
+class AuditMetaRecord(TypedDict):
+    """The metadata as recorded in results.json's ``audit_meta`` (``AuditMeta.to_dict``)."""
+
+    system_name: str
+    system_version: str
+    intended_use: str
+    responsible_person: str
+    organisation: str
+    training_data_cutoff: str | None
+    notes: str | None
+    file: str
+    sha256: str
+
+
 @dataclass(frozen=True)
 class AuditMeta:
     """A validated ``--audit-meta`` file.
@@ -83,25 +97,40 @@ class AuditMeta:
     file: str = ""
     sha256: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> AuditMetaRecord:
         """JSON-ready (results.json ``audit_meta``): the cutoff as ``YYYY-MM-DD``."""
-        out = asdict(self)
-        out["training_data_cutoff"] = self.training_data_cutoff and self.training_data_cutoff.isoformat()
-        return out
+        return {
+            "system_name": self.system_name,
+            "system_version": self.system_version,
+            "intended_use": self.intended_use,
+            "responsible_person": self.responsible_person,
+            "organisation": self.organisation,
+            "training_data_cutoff": self.training_data_cutoff.isoformat()
+            if self.training_data_cutoff
+            else None,
+            "notes": self.notes,
+            "file": self.file,
+            "sha256": self.sha256,
+        }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AuditMeta:
+    def from_dict(cls, data: AuditMetaRecord) -> AuditMeta:
         """Back from ``to_dict`` (a results file's ``audit_meta``)."""
         cutoff = data.get("training_data_cutoff")
         return cls(
-            **{k: data.get(k) for k in FIELDS if k != "training_data_cutoff"},
+            system_name=data.get("system_name") or "",
+            system_version=data.get("system_version") or "",
+            intended_use=data.get("intended_use") or "",
+            responsible_person=data.get("responsible_person") or "",
+            organisation=data.get("organisation") or "",
             training_data_cutoff=date.fromisoformat(cutoff) if cutoff else None,
-            file=data.get("file", ""),
-            sha256=data.get("sha256", ""),
+            notes=data.get("notes"),
+            file=data.get("file") or "",
+            sha256=data.get("sha256") or "",
         )
 
 
-def read_yaml_file(path: Path, where: str) -> tuple[Any, bytes]:
+def read_yaml_file(path: str | Path, where: str) -> tuple[object, bytes]:
     """A compliance YAML file (dates kept as text, ``TextDateLoader``) and its raw bytes (for its
     sha256).
 
@@ -142,7 +171,7 @@ def load_audit_meta(path: str | Path, option: str = "--audit-meta") -> AuditMeta
     unknown = [str(k) for k in doc if k not in FIELDS]
     if unknown:
         raise ConfigError(f"{where}: unknown field {unknown[0]!r} (the fields: {', '.join(FIELDS)})")
-    values: dict[str, Any] = {}
+    values: dict[str, str] = {}
     for name, (required, what) in FIELDS.items():
         value = doc.get(name)
         if value is None:
@@ -158,13 +187,14 @@ def load_audit_meta(path: str | Path, option: str = "--audit-meta") -> AuditMeta
                 raise ConfigError(f"{where}: field {name!r} is empty ({what})")
             continue
         values[name] = value.strip()
-    cutoff = values.pop("training_data_cutoff", None)
-    if cutoff is not None:
+    given = values.pop("training_data_cutoff", None)
+    cutoff = None
+    if given is not None:
         try:
-            cutoff = date.fromisoformat(cutoff)
+            cutoff = date.fromisoformat(given)
         except ValueError:
             raise ConfigError(
-                f"{where}: field 'training_data_cutoff' is not a date YYYY-MM-DD: {cutoff!r}"
+                f"{where}: field 'training_data_cutoff' is not a date YYYY-MM-DD: {given!r}"
             ) from None
     return AuditMeta(
         **values,

@@ -20,7 +20,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -186,7 +186,19 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def build_manifest(run_dir: Path, signer: Signer) -> dict[str, Any]:
+class Manifest(TypedDict):
+    """manifest.json: who signed, when, with which key, and every file's sha256."""
+
+    format: str
+    signer: str
+    date: str
+    key_fingerprint: str
+    suite_version: str
+    algorithm: str
+    files: dict[str, str]
+
+
+def build_manifest(run_dir: Path, signer: Signer) -> Manifest:
     """The manifest of ``run_dir`` as signed by ``signer``: the sha256 of every file
     (``run_files``), who signed, when, with which key, and the suite's version."""
     root = Path(run_dir)

@@ -11,13 +11,26 @@ import base64
 import io
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence, TypedDict
+
+from .schema import Interval, MetricEntry, Results
+from .views import aggregates
 
 _COLOURS = ("#1f77b4", "#d62728", "#9467bd", "#ff7f0e", "#2ca02c", "#8c564b")
 _BAND = "#2ca02c"
 
 
-def chart_points(results: Mapping[str, Any], bench: str) -> tuple[list[str], list[dict[str, Any]]]:
+class ChartPoint(TypedDict):
+    """One (category, charted metric) of a chart (``chart_points``)."""
+
+    category: str
+    metric: str
+    value: float | None
+    ci: Interval
+    band: Interval | None
+
+
+def chart_points(results: Results, bench: str) -> tuple[list[str], list[ChartPoint]]:
     """The categories and the points of ``bench``'s chart, from a results document.
 
     Returns
@@ -33,8 +46,8 @@ def chart_points(results: Mapping[str, Any], bench: str) -> tuple[list[str], lis
     cats = {
         c: e for c, e in (results["benchmarks"].get(bench) or {}).items() if e.get("status", "ok") == "ok"
     }
-    rows = {c: e["metrics"] for c, e in cats.items()}
-    pooled = (results.get("overall") or {}).get(bench, {}).get("pooled")
+    rows: dict[str, Mapping[str, MetricEntry]] = {c: e["metrics"] for c, e in cats.items()}
+    pooled = aggregates(results, bench).get("pooled")
     if pooled:
         rows["pooled"] = pooled
     present = {m for metrics in rows.values() for m in metrics}
@@ -44,7 +57,7 @@ def chart_points(results: Mapping[str, Any], bench: str) -> tuple[list[str], lis
         for v in results.get("gates", ())
         if v["benchmark"] == bench and v.get("kind", "threshold") == "threshold"
     }
-    points = []
+    points: list[ChartPoint] = []
     for cat, values in rows.items():
         for metric in metrics:
             m = values.get(metric)
@@ -62,7 +75,7 @@ def chart_points(results: Mapping[str, Any], bench: str) -> tuple[list[str], lis
     return list(rows), points
 
 
-def _limits(points: Sequence[Mapping[str, Any]], value_range: Sequence[float] | None) -> tuple[float, float]:
+def _limits(points: Sequence[ChartPoint], value_range: Sequence[float] | None) -> tuple[float, float]:
     """y limits covering every value, interval and finite band end, clipped to the metric's range
     and then widened by 3% of the span, so a marker at the range's end (a bias score of exactly 1)
     is drawn inside the frame rather than on it."""
@@ -79,7 +92,7 @@ def _limits(points: Sequence[Mapping[str, Any]], value_range: Sequence[float] | 
     return lo - margin, hi + margin
 
 
-def render_chart(results: Mapping[str, Any], bench: str) -> bytes | None:
+def render_chart(results: Results, bench: str) -> bytes | None:
     """PNG bytes of ``bench``'s chart, or None when it has no charted metric with a value.
 
     Each metric is one marker per category with its interval as an error bar; undefined values are
@@ -135,7 +148,7 @@ class _Frame:
     y_hi: float
 
 
-def _plot_metric(ax, frame: _Frame, j: int, metric: str, points: Sequence[Mapping[str, Any]]) -> bool:
+def _plot_metric(ax, frame: _Frame, j: int, metric: str, points: Sequence[ChartPoint]) -> bool:
     """The ``j``-th metric's markers, intervals, gate bands and "undefined" notes; whether it
     drew a band."""
     colour = _COLOURS[j % len(_COLOURS)]
@@ -164,11 +177,11 @@ def _plot_metric(ax, frame: _Frame, j: int, metric: str, points: Sequence[Mappin
                 va="bottom",
             )
             continue
-        lo, hi = p["ci"]
+        ci_lo, ci_hi = p["ci"]
         xs.append(x)
         ys.append(p["value"])
-        err_lo.append(0.0 if lo is None else max(p["value"] - lo, 0.0))
-        err_hi.append(0.0 if hi is None else max(hi - p["value"], 0.0))
+        err_lo.append(0.0 if ci_lo is None else max(p["value"] - ci_lo, 0.0))
+        err_hi.append(0.0 if ci_hi is None else max(ci_hi - p["value"], 0.0))
     ax.errorbar(xs, ys, yerr=[err_lo, err_hi], fmt="o", ms=4, capsize=2, lw=1, color=colour, label=metric)
     return banded
 
@@ -179,7 +192,7 @@ def _rectangle(x: float, y: float, w: float, h: float, label: str | None = None)
     return Rectangle((x, y), w, h, facecolor=_BAND, alpha=0.18, edgecolor="none", zorder=0, label=label)
 
 
-def _confidence(results: Mapping[str, Any], bench: str) -> float | None:
+def _confidence(results: Results, bench: str) -> float | None:
     for entry in (results["benchmarks"].get(bench) or {}).values():
         for m in (entry.get("metrics") or {}).values():
             c = m.get("confidence")
@@ -188,7 +201,7 @@ def _confidence(results: Mapping[str, Any], bench: str) -> float | None:
     return None
 
 
-def chart_data_uri(results: Mapping[str, Any], bench: str) -> str | None:
+def chart_data_uri(results: Results, bench: str) -> str | None:
     """``data:image/png;base64,...`` of ``render_chart``, or None when there is no chart."""
     png = render_chart(results, bench)
     return None if png is None else "data:image/png;base64," + base64.b64encode(png).decode("ascii")

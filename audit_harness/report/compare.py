@@ -12,38 +12,103 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping, TypedDict
 
 from ..gates.comparability import comparability_notes, model_notes
 from ..gates.resolution import status_word
+from .schema import GateEntry, Interval, MetricEntry, Results, as_results
 from .verdict import overall_verdict
-from .views import overall_labels
+from .views import aggregates, overall_labels
 
 
-def _metrics(results: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[str, Any]]:
-    out = {}
+class RunSide(TypedDict):
+    """A run compared: its id, model name and fingerprint, and when it was made."""
+
+    run_id: str | None
+    model: str | None
+    fingerprint: str | None
+    created: str | None
+
+
+class MetricSide(TypedDict):
+    """A metric's value, interval and n in one run."""
+
+    value: float | None
+    ci: Interval | None
+    n: int | None
+
+
+class MetricChange(TypedDict):
+    """One (benchmark, category, metric) of either run (``compare_results``)."""
+
+    benchmark: str
+    category: str
+    metric: str
+    old: MetricSide | None
+    new: MetricSide | None
+    change: float | None
+    intervals_disjoint: bool | None
+    not_comparable: str | None
+
+
+class GateChange(TypedDict):
+    """One gate test of either run with both statuses (``compare_results``)."""
+
+    benchmark: str
+    test_id: str
+    old: str | None
+    new: str | None
+    mode: str | None
+    changed: bool
+
+
+class Summary(TypedDict):
+    """The comparison's counts."""
+
+    metrics: int
+    intervals_disjoint: int
+    not_comparable: int
+    gates: int
+    gates_changed: int
+    gates_in_one_run: int
+
+
+class Comparison(TypedDict):
+    """``bias-audit compare``'s document (``compare_results`` says what each part holds)."""
+
+    old: RunSide
+    new: RunSide
+    notes: list[str]
+    models: list[str]
+    metrics: list[MetricChange]
+    gates: list[GateChange]
+    summary: Summary
+
+
+def _metrics(results: Results) -> dict[tuple[str, str, str], MetricEntry]:
+    out: dict[tuple[str, str, str], MetricEntry] = {}
     for bench, cats in results["benchmarks"].items():
         for cat, entry in cats.items():
             for name, m in (entry.get("metrics") or {}).items():
                 out[(bench, cat, name)] = m
-        for label in overall_labels(results, bench):
-            for name, m in (results["overall"][bench][label] or {}).items():
+        for label, metrics in aggregates(results, bench).items():
+            for name, m in (metrics or {}).items():
                 out[(bench, label, name)] = m
     return out
 
 
-def pooled_categories(results: Mapping[str, Any], bench: str) -> list[str]:
+def pooled_categories(results: Results, bench: str) -> list[str]:
     """The categories ``bench``'s aggregates (``pooled``, ``size_weighted``, reporting groups) pool
     in ``results``: ``overall.<bench>.categories``, or for a file without that list the
     categories that were scored."""
     listed = ((results.get("overall") or {}).get(bench) or {}).get("categories")
-    if listed is not None:
+    if isinstance(listed, list):  # the aggregates are objects; ``categories`` is their list
         return sorted(listed)
     cats = (results.get("benchmarks") or {}).get(bench) or {}
     return sorted(c for c, e in cats.items() if e.get("status", "ok") == "ok")
 
 
-def pool_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, str]:
+def pool_differences(old: Results, new: Results) -> dict[str, str]:
     """Per benchmark both runs aggregated, why their aggregate rows are not like for like: the
     categories one run pooled and the other did not (a pooled number over 11 categories and one
     over Age alone estimate different things, whatever their intervals say). Empty when every
@@ -67,19 +132,22 @@ def pool_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str
     return out
 
 
-def _gate_key(v: Mapping[str, Any]) -> tuple[str, str]:
+def _gate_key(v: GateEntry) -> tuple[str, str]:
     return v["benchmark"], v.get("test_id") or f"{v['category']}-{v['metric']}"
 
 
-def _disjoint(a, b) -> bool | None:
+def _disjoint(a: Interval | None, b: Interval | None) -> bool | None:
     """True when intervals ``a`` and ``b`` ([low, high]) do not overlap; None when either is
     missing."""
-    if a is None or b is None or None in (*a, *b):
+    if a is None or b is None:
         return None
-    return a[1] < b[0] or b[1] < a[0]
+    (a_low, a_high), (b_low, b_high) = a, b
+    if a_low is None or a_high is None or b_low is None or b_high is None:
+        return None
+    return a_high < b_low or b_high < a_low
 
 
-def incomplete_notes(runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def incomplete_notes(runs: Mapping[str, Mapping[str, object]]) -> list[str]:
     """One sentence per run (``{"old": results, ...}``) whose overall verdict says it is not
     complete (RUN ERROR, INTERRUPTED, NOTHING CHECKED): its missing gates would otherwise read as
     absent and its numbers as final."""
@@ -91,7 +159,7 @@ def incomplete_notes(runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return notes
 
 
-def bias_scope_notes(runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def bias_scope_notes(runs: Mapping[str, Mapping[str, object]]) -> list[str]:
     """One sentence per run whose verdict is no bias verdict in some category (its gates file
     gates none of the benchmark's bias metrics there): beside a run that does gate them, its
     missing gates would read as "in one run only" and its PASS as comparable."""
@@ -103,7 +171,7 @@ def bias_scope_notes(runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return notes
 
 
-def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+def compare_results(old: Mapping[str, object], new: Mapping[str, object]) -> Comparison:
     """The comparison of two runs.
 
     Returns
@@ -120,7 +188,7 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
         categories (``pool_differences``); ``gates``: one row per gate test of either
         run with both statuses and ``changed`` (both runs have it and the statuses differ).
     """
-
+    old, new = as_results(old), as_results(new)
     runs = {"old": old, "new": new}
     notes = incomplete_notes(runs) + bias_scope_notes(runs) + comparability_notes(old, new)
     pools_differ = pool_differences(old, new)
@@ -148,7 +216,7 @@ def compare_results(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
     }
 
 
-def _who(r: Mapping[str, Any]) -> dict[str, Any]:
+def _who(r: Results) -> RunSide:
     m = r.get("model") or {}
     return {
         "run_id": r.get("run_id"),
@@ -158,13 +226,11 @@ def _who(r: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _metric_rows(
-    old: Mapping[str, Any], new: Mapping[str, Any], pools_differ: Mapping[str, str]
-) -> list[dict[str, Any]]:
+def _metric_rows(old: Results, new: Results, pools_differ: Mapping[str, str]) -> list[MetricChange]:
     """One row per (benchmark, category, metric) of either run, each benchmark's aggregates
     after its categories (``compare_results`` says what a row holds)."""
     m_old, m_new = _metrics(old), _metrics(new)
-    rows = []
+    rows: list[MetricChange] = []
     pools = {
         (b, label) for r in (old, new) for b in (r.get("overall") or {}) for label in overall_labels(r, b)
     }
@@ -189,14 +255,15 @@ def _metric_rows(
     return rows
 
 
-def _gate_rows(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _gate_rows(old: Results, new: Results) -> list[GateChange]:
     """One row per gate test of either run, with both statuses."""
     g_old = {_gate_key(v): v for v in old.get("gates") or ()}
     g_new = {_gate_key(v): v for v in new.get("gates") or ()}
-    gates = []
+    gates: list[GateChange] = []
     for key in sorted(set(g_old) | set(g_new)):
         a, b = g_old.get(key), g_new.get(key)
         sa, sb = (a or {}).get("status"), (b or {}).get("status")
+        either = b or a or {}  # one of the two has the gate
         # A gate only one run has (another thresholds file, a -k, --baseline) did not change
         # verdict: it is listed as absent on the other side.
         gates.append(
@@ -205,14 +272,14 @@ def _gate_rows(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str,
                 "test_id": key[1],
                 "old": sa,
                 "new": sb,
-                "mode": (b or a).get("mode"),
+                "mode": either.get("mode"),
                 "changed": None not in (sa, sb) and sa != sb,
             }
         )
     return gates
 
 
-def _value(side: Mapping[str, Any] | None) -> str:
+def _value(side: MetricSide | None) -> str:
     if side is None:
         return "absent"
     if side["value"] is None:
@@ -226,7 +293,7 @@ def _status(s: str | None) -> str:
     return "absent" if s is None else status_word(s)
 
 
-def render_comparison(c: Mapping[str, Any]) -> str:
+def render_comparison(c: Comparison) -> str:
     """The comparison as Markdown: runs, caveats, gates that changed verdict, changes whose
     intervals do not overlap, then every metric (``**`` marks a disjoint pair of intervals)."""
     out = _comparison_head(c)
@@ -252,7 +319,7 @@ def render_comparison(c: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _comparison_head(c: Mapping[str, Any]) -> list[str]:
+def _comparison_head(c: Comparison) -> list[str]:
     """The runs compared, the counts, the models and why the numbers may not be like for like."""
     o, n, s = c["old"], c["new"], c["summary"]
     out = [
@@ -282,7 +349,7 @@ def _comparison_head(c: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _metric_line(r: Mapping[str, Any]) -> str:
+def _metric_line(r: MetricChange) -> str:
     """A metric's row of the comparison's tables."""
     change = "-" if r["change"] is None else f"{r['change']:+.3f}"
     flag = {True: "**do not overlap**", False: "overlap", None: "-"}[r["intervals_disjoint"]]
@@ -328,7 +395,7 @@ def output_folder(new_folder: Path | None, explicit: Path | None) -> Path:
     return Path(folder)
 
 
-def write_comparison(c: Mapping[str, Any], folder: Path) -> tuple[Path, Path]:
+def write_comparison(c: Comparison, folder: Path) -> tuple[Path, Path]:
     """Write ``compare-<old run id>-vs-<new run id>.md`` and ``.json`` into ``folder``; returns
     both paths."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -336,7 +403,7 @@ def write_comparison(c: Mapping[str, Any], folder: Path) -> tuple[Path, Path]:
     md, js = folder / f"{stem}.md", folder / f"{stem}.json"
     md.write_text(render_comparison(c), encoding="utf-8")
 
-    def clean(x):
+    def clean(x: object) -> object:
         return None if isinstance(x, float) and math.isnan(x) else x
 
     js.write_text(json.dumps(c, indent=2, ensure_ascii=False, default=clean) + "\n", encoding="utf-8")

@@ -9,13 +9,18 @@ autoescaping: model text cannot inject markup.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping, TypedDict
 
+from ..compliance.mapping import RegulatoryMapping
 from ..gates.resolution import status_word
 from . import views
 from .charts import chart_data_uri
-from .regulatory import clause_summary, limitations_view, mapping_view, meta_rows, signature
+from .regulatory import LimitationsView, clause_summary, limitations_view, mapping_view, meta_rows, signature
+from .schema import Example, GateEntry, Interval, ProtocolEntry, Results, as_results
 from .verdict import overall_verdict
+
+if TYPE_CHECKING:
+    from markupsafe import Markup
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -46,7 +51,7 @@ def _environment():
 _SEPARATORS = frozenset("[-/,:")
 
 
-def breakable(text: Any):
+def breakable(text: object) -> Markup:
     """Escaped ``text`` with a ``<wbr>`` after each separator (``[ - / , :``): a long test
     id or path wraps at its separators, not between any two characters (the report's CSS lets
     ``code`` break anywhere only where a token has no separator that fits).
@@ -61,7 +66,7 @@ def breakable(text: Any):
     return Markup("".join(f"{escape(c)}<wbr>" if c in _SEPARATORS else str(escape(c)) for c in str(text)))
 
 
-def visible(value: Any) -> Any:
+def visible(value: object) -> object:
     r"""A protocol value as a reader can see it: a string whose whitespace matters (a delimiter
     that is a space, a template ending in a newline, an empty string) quoted as Python writes
     it, as report.md does; other values unchanged.
@@ -76,7 +81,7 @@ def visible(value: Any) -> Any:
     return value
 
 
-def command_words(text: Any):
+def command_words(text: object) -> Markup:
     """Escaped command line ``text`` with each option (a word starting with ``-``) kept whole:
     a browser may wrap after any hyphen, which printed ``--audit-meta`` as ``--`` and
     ``audit-meta`` on two lines; the line still wraps between words, and a long path inside a
@@ -97,7 +102,7 @@ def command_words(text: Any):
     )
 
 
-def _ticks(text: str):
+def _ticks(text: str) -> Markup:
     """Escaped ``text`` with its Markdown code spans (between backticks) as ``<code>``: the
     sentences both reports share are written once, in Markdown."""
     from markupsafe import Markup, escape
@@ -108,23 +113,82 @@ def _ticks(text: str):
     )
 
 
-def _num(x: Any, digits: int = 3) -> str:
+def _num(x: float | None, digits: int = 3) -> str:
     return "undefined" if x is None else f"{x:.{digits}f}"
 
 
-def _interval(ci: Any, digits: int = 3) -> str:
+def _interval(ci: Interval | None, digits: int = 3) -> str:
     lo, hi = (ci or (None, None))[:2]
     return "" if lo is None or hi is None else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
-def _bound_text(v: Mapping[str, Any]) -> str:
+def _bound_text(v: GateEntry) -> str:
     if v.get("kind") == "regression":
         base = (v.get("baseline") or {}).get("value")
         return f"no worse than baseline {_num(base)} by more than {v.get('max_regression', 0):g}"
     return ", ".join(f"{k} {b:g}" for k, b in (v.get("bounds") or {}).items())
 
 
-def _gate_cell(g: Mapping[str, Any]) -> dict[str, Any]:
+class GateCell(TypedDict):
+    """A threshold gate beside its metric in a benchmark's table."""
+
+    bound: str
+    mode: str
+    status: str
+    resolution: str
+
+
+class MetricCell(TypedDict, total=False):
+    """A row of a benchmark's table (``_metric_cells``): a metric of a category or aggregate with
+    its gates, or a failed category's ``error``."""
+
+    category: str
+    error: str
+    metric: str
+    value: float | None
+    ci: Interval
+    n: int | None
+    reason: str | None
+    pool: bool
+    gates: list[GateCell]
+
+
+class RateRow(TypedDict):
+    """An invalid or out-of-choice rate of a category."""
+
+    category: str
+    metric: str
+    value: float | None
+    ci: Interval
+    n: int
+
+
+class ExampleRow(Example, total=False):
+    """An example output with its category."""
+
+    category: str
+
+
+class BenchmarkView(TypedDict):
+    """Everything the template shows for one benchmark (``_benchmark_view``)."""
+
+    name: str
+    title: str
+    rows: list[MetricCell]
+    rates: list[RateRow]
+    rate_metrics: list[str]
+    excluded: list[views.ExcludedRow]
+    examples: list[ExampleRow]
+    limits: LimitationsView
+    chart: str | None
+    chart_metrics: list[str]
+    regressions: list[GateEntry]
+    protocol: ProtocolEntry
+    n_scored: int
+    sensitivity: list[views.SensitivityRow]
+
+
+def _gate_cell(g: GateEntry) -> GateCell:
     return {
         "bound": _bound_text(g),
         "mode": g.get("mode", "point"),
@@ -133,16 +197,16 @@ def _gate_cell(g: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _metric_cells(results: Mapping[str, Any], bench: str) -> list[dict[str, Any]]:
+def _metric_cells(results: Results, bench: str) -> list[MetricCell]:
     """The benchmark's table for the template: one row per (category or aggregate, metric
     shown) with its threshold gates, an error row per failed category, then the gates on a
     metric the table does not list (KoBBQ's per-template metrics), which still show."""
     names = views.table_metrics(results, bench)
-    gates: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    gates: dict[tuple[str, str], list[GateEntry]] = {}
     for v in results["gates"]:
         if v["benchmark"] == bench and v.get("kind", "threshold") == "threshold":
             gates.setdefault((v["category"], v["metric"]), []).append(v)
-    rows: list[dict[str, Any]] = []
+    rows: list[MetricCell] = []
     for row in views.metric_rows(results, bench):
         if row.error is not None:
             rows.append({"category": row.label, "error": row.error})
@@ -183,17 +247,20 @@ def _metric_cells(results: Mapping[str, Any], bench: str) -> list[dict[str, Any]
     return rows
 
 
-def _benchmark_view(results: Mapping[str, Any], bench: str, mapping) -> dict[str, Any]:
+def _benchmark_view(results: Results, bench: str, mapping: RegulatoryMapping) -> BenchmarkView:
     """Everything the template shows for one benchmark, computed from the results document."""
     info = (results.get("benchmark_info") or {}).get(bench) or {}
     ok = views.ok_categories(results, bench)
-    rates = [
-        {"category": c, "metric": r, **{k: e["metrics"][r][k] for k in ("value", "ci", "n")}}
+    rates: list[RateRow] = [
+        {"category": c, "metric": r, "value": m["value"], "ci": m["ci"], "n": m["n"]}
         for r in info.get("rate_metrics", ())
         for c, e in ok.items()
         if r in e["metrics"]
+        for m in (e["metrics"][r],)
     ]
-    examples = [{"category": c, **x} for c, e in ok.items() for x in e.get("examples") or ()]
+    examples: list[ExampleRow] = [
+        {"category": c, **x} for c, e in ok.items() for x in e.get("examples") or ()
+    ]
     regressions = [v for v in results["gates"] if v["benchmark"] == bench and v.get("kind") == "regression"]
     return {
         "name": bench,
@@ -213,7 +280,7 @@ def _benchmark_view(results: Mapping[str, Any], bench: str, mapping) -> dict[str
     }
 
 
-def render_html(results: Mapping[str, Any], printing: bool = False) -> str:
+def render_html(results: Mapping[str, object], printing: bool = False) -> str:
     """The report as one HTML document. A function of ``results``
     (``report.results.build_results``; keys it lacks, as in an older results file, render empty)
     and of the run folder's ``signer.json`` (the signature block). ``printing``: the copy
@@ -221,6 +288,7 @@ def render_html(results: Mapping[str, Any], printing: bool = False) -> str:
     from .. import exit_codes
     from ..gates import MODE_RULES
 
+    results = as_results(results)
     verdict = overall_verdict(results)
     modes = sorted({v.get("mode", "point") for v in results["gates"]})
     mapping = mapping_view(results)
@@ -260,7 +328,7 @@ def render_html(results: Mapping[str, Any], printing: bool = False) -> str:
     return _environment().get_template("report.html.j2").render(**context)
 
 
-def write_html(path: Path, results: Mapping[str, Any], printing: bool = False) -> Path:
+def write_html(path: Path, results: Mapping[str, object], printing: bool = False) -> Path:
     """Write ``render_html(results, printing)`` to ``path``; returns the path."""
     path.write_text(render_html(results, printing), encoding="utf-8")
     return path

@@ -8,7 +8,7 @@ Both go through LogXML's own hooks before its ``pytest_sessionfinish`` writes th
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Literal, Mapping
 
 from ..redact import redact_text
 from ..run_outcome import Outcome
@@ -20,7 +20,7 @@ def _logxml(config):
     return config.stash.get(xml_key, None)
 
 
-def add_unreported_gates(config, cases: Iterable[tuple[str, Mapping[str, Any], str]]) -> int:
+def add_unreported_gates(config, cases: Iterable[tuple[str, Mapping[str, object], str]]) -> int:
     """Add one ``<error>`` testcase per ``(node id, properties, reason)``: a gate selected for
     the run that produced no test report. Returns how many were added (0 without JUnit)."""
     xml = _logxml(config)
@@ -31,14 +31,23 @@ def add_unreported_gates(config, cases: Iterable[tuple[str, Mapping[str, Any], s
     added = 0
     for nodeid, props, reason in cases:
         path, _, name = nodeid.rpartition("::")
-        common = dict(
-            nodeid=nodeid,
-            location=(path, None, name),
-            keywords={},
-            user_properties=[(k, redact_text(str(v))) for k, v in props.items()],
+        properties = [(k, redact_text(str(v))) for k, v in props.items()]
+        steps: tuple[tuple[Literal["failed", "passed"], str | None, Literal["setup", "teardown"]], ...] = (
+            ("failed", reason, "setup"),
+            ("passed", None, "teardown"),
         )
-        xml.pytest_runtest_logreport(TestReport(outcome="failed", longrepr=reason, when="setup", **common))
-        xml.pytest_runtest_logreport(TestReport(outcome="passed", longrepr=None, when="teardown", **common))
+        for outcome, longrepr, when in steps:
+            xml.pytest_runtest_logreport(
+                TestReport(
+                    nodeid=nodeid,
+                    location=(path, None, name),
+                    keywords={},
+                    outcome=outcome,
+                    longrepr=longrepr,
+                    when=when,
+                    user_properties=properties,
+                )
+            )
         added += 1
     return added
 
@@ -56,7 +65,7 @@ def mark_not_decided(config, report) -> None:
             node.set("type", "not_decided")
 
 
-def add_outcome_properties(config, outcome: Outcome, extra: Mapping[str, Any] | None = None) -> None:
+def add_outcome_properties(config, outcome: Outcome, extra: Mapping[str, object] | None = None) -> None:
     """The run's outcome (label, exit code, status, reason) as testsuite properties
     ``bias_audit_verdict``, ``bias_audit_exit_code``, ``bias_audit_status``,
     ``bias_audit_reason``, plus ``extra`` (``bias_audit_<key>``)."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from ..compliance.mapping import RegulatoryMapping
 from ..gates.resolution import status_word
 from ..redact import map_strings
 from .regulatory import (
+    MappingView,
     clause_summary,
     limitations_view,
     mapping_view,
@@ -19,6 +20,7 @@ from .regulatory import (
     verdict_line,
 )
 from .results import ResultsDocument, read_text
+from .schema import BaselineSummary, GateEntry, MetricEntry, Results, as_results
 from .verdict import overall_verdict
 from .views import (
     INVALID_FLAG,
@@ -44,7 +46,7 @@ from .views import (
 )
 
 
-def _fmt(metric: Mapping[str, Any] | None) -> str:
+def _fmt(metric: MetricEntry | None) -> str:
     if metric is None:
         return "-"  # not computed for this category (categories may differ in metrics)
     if metric["value"] is None:
@@ -55,7 +57,7 @@ def _fmt(metric: Mapping[str, Any] | None) -> str:
     return f"{metric['value']:.3f}{ci}{clusters}"
 
 
-def _num(x: Any) -> str:
+def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
@@ -84,7 +86,7 @@ def md_text(text: str) -> str:
     return _ACTIVE.sub(_inert, text)
 
 
-def inert_results(results: Mapping[str, Any]) -> Mapping[str, Any]:
+def inert_results(results: Mapping[str, object]) -> Results:
     """``results`` with every string in it ``md_text``-escaped, rendered from in one place so no
     field of the document (new ones included) reaches report.md active; a ``ResultsDocument``
     keeps its folder (the signature is read from it)."""
@@ -92,16 +94,16 @@ def inert_results(results: Mapping[str, Any]) -> Mapping[str, Any]:
     if isinstance(results, ResultsDocument):
         inert = ResultsDocument(doc, results.path)
         inert.being_signed = results.being_signed
-        return inert
-    return doc
+        return as_results(inert)
+    return as_results(doc)
 
 
-def _cell(text: Any) -> str:
+def _cell(text: object) -> str:
     """A value safe inside a Markdown table cell (pipes escaped, newlines shown as \\n)."""
     return str(text).replace("|", "\\|").replace("\n", "\\n")
 
 
-def audited_system(results: Mapping[str, Any]) -> list[str]:
+def audited_system(results: Results) -> list[str]:
     """The ``--audit-meta`` table (or a line saying none was given), before the verdict."""
     rows = meta_rows(results)
     if not rows:
@@ -109,7 +111,7 @@ def audited_system(results: Mapping[str, Any]) -> list[str]:
     return ["## Audited system", "", "| | |", "|---|---|", *[f"| {k} | {_cell(v)} |" for k, v in rows], ""]
 
 
-def sequential_section(results: Mapping[str, Any]) -> list[str]:
+def sequential_section(results: Results) -> list[str]:
     """The "Sequential gates" section (empty when no gate was sequential)."""
     rows = sequential_rows(results)
     if not rows:
@@ -134,7 +136,7 @@ def sequential_section(results: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def regulatory_section(view: Mapping[str, Any]) -> list[str]:
+def regulatory_section(view: MappingView) -> list[str]:
     """The "Regulatory mapping" section: per clause its rows, each with the gates it covers and
     their verdicts (``regulatory.mapping_view``)."""
     out = [
@@ -155,7 +157,7 @@ def regulatory_section(view: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def limitations_section(results: Mapping[str, Any], bench: str, mapping: RegulatoryMapping) -> list[str]:
+def limitations_section(results: Results, bench: str, mapping: RegulatoryMapping) -> list[str]:
     """A benchmark's "Limitations": what it does not show, its data licence, its contamination
     status (``regulatory.limitations_view``)."""
     lim = limitations_view(results, bench, mapping)
@@ -179,7 +181,7 @@ def _origin(origin: str | None) -> str:
     return ", the packaged gates" if origin == "packaged" else ""
 
 
-def render_markdown(results: Mapping[str, Any]) -> str:
+def render_markdown(results: Mapping[str, object]) -> str:
     """The report as Markdown text: provenance, gate verdicts, metrics per category with
     intervals, exclusions. Pure function of ``results`` (see ``report.results.build_results``);
     every string of it is made inert first (``md_text``), so nothing the user or the model wrote
@@ -211,7 +213,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def verdict_section(results: Mapping[str, Any]) -> list[str]:
+def verdict_section(results: Results) -> list[str]:
     """The verdict line and what keeps the run from a plain verdict: an interruption, data that
     is not the published release, thresholds-file warnings, saved predictions, failed
     categories."""
@@ -262,7 +264,7 @@ def verdict_section(results: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def run_section(results: Mapping[str, Any]) -> list[str]:
+def run_section(results: Results) -> list[str]:
     """The run's provenance, one bullet each: run, suite, model (and server endpoints), items
     scored, gates file and the command line."""
     model = results.get("model") or {}
@@ -292,7 +294,7 @@ def run_section(results: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def gates_section(results: Mapping[str, Any]) -> list[str]:
+def gates_section(results: Results) -> list[str]:
     """The "Gates" section: one row per verdict, the messages of those with no verdict, the
     modes' rules, the baseline of regression gates and the skipped gates."""
     out = [
@@ -315,7 +317,7 @@ def gates_section(results: Mapping[str, Any]) -> list[str]:
         out += ["", *notes]
     from ..gates import MODE_RULES
 
-    modes = sorted({v.get("mode") for v in results["gates"] if v.get("mode")})
+    modes = sorted({mode for v in results["gates"] if (mode := v.get("mode"))})
     if modes:
         out += ["", "Modes: " + "; ".join(f"`{m}`: {MODE_RULES.get(m, '?')}" for m in modes) + "."]
     out += [
@@ -336,7 +338,7 @@ def gates_section(results: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _gate_row(v: Mapping[str, Any]) -> str:
+def _gate_row(v: GateEntry) -> str:
     """A verdict's row of the gates table."""
     value = (
         "not evaluated"
@@ -368,7 +370,7 @@ def _gate_row(v: Mapping[str, Any]) -> str:
     )
 
 
-def _baseline_lines(baseline: Mapping[str, Any] | None) -> list[str]:
+def _baseline_lines(baseline: BaselineSummary | None) -> list[str]:
     """What regression gates compare with, and why the baseline is not like for like."""
     if not baseline:
         return []
@@ -390,7 +392,7 @@ def _baseline_lines(baseline: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
-def metrics_section(results: Mapping[str, Any], bench: str) -> list[str]:
+def metrics_section(results: Results, bench: str) -> list[str]:
     """A benchmark's "metrics per category": its tables (at most ``TABLE_COLUMNS`` metrics
     each, every category and aggregate a row) and the rows left out."""
     names = table_metrics(results, bench)
@@ -433,7 +435,7 @@ def metrics_section(results: Mapping[str, Any], bench: str) -> list[str]:
     return out
 
 
-def sensitivity_section(results: Mapping[str, Any]) -> list[str]:
+def sensitivity_section(results: Results) -> list[str]:
     """The "Parse sensitivity" section (empty where nothing was parsed from text)."""
     sens = sensitivity_rows(results)
     if not sens:
@@ -460,7 +462,7 @@ def sensitivity_section(results: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def protocol_section(results: Mapping[str, Any]) -> list[str]:
+def protocol_section(results: Results) -> list[str]:
     """Each benchmark's protocol, one bullet per key (whitespace that matters shown quoted)."""
     out = []
     for bench, protocol in results.get("protocols", {}).items():
@@ -474,7 +476,7 @@ def protocol_section(results: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def data_section(results: Mapping[str, Any]) -> list[str]:
+def data_section(results: Results) -> list[str]:
     """The data files (rows, sha256, release status) and the library versions."""
     out = ["", "## Data files", "", "| file | rows | sha256 | release |", "|---|---|---|---|"]
     out += [
@@ -486,7 +488,7 @@ def data_section(results: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def write_markdown(path: Path, results: Mapping[str, Any]) -> Path:
+def write_markdown(path: Path, results: Mapping[str, object]) -> Path:
     """Write ``render_markdown(results)`` to ``path``; returns the path."""
     path.write_text(render_markdown(results), encoding="utf-8")
     return path

@@ -24,11 +24,12 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from ..errors import DataError
+from .schema import MetricEntry, Results, as_results
 from .verdict import overall_verdict
-from .views import overall_labels
+from .views import aggregates
 
 #: What the user installs when mlflow is missing.
 INSTALL_HINT = "pip install 'bias-audit[mlflow]'"
@@ -53,7 +54,7 @@ def mlflow_key(*parts: str) -> str:
     return "/".join(_UNSAFE.sub("_", str(p)) for p in parts)
 
 
-def metrics_of(results: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
+def metrics_of(results: Results) -> tuple[dict[str, float], dict[str, str]]:
     """(every metric to log, the undefined ones with their reasons), keyed as the module says.
 
     Raises:
@@ -63,9 +64,10 @@ def metrics_of(results: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, 
     logged: dict[str, float] = {}
     undefined: dict[str, str] = {}
     for bench, cats in results["benchmarks"].items():
-        groups = [(cat, e.get("metrics") or {}) for cat, e in cats.items() if e.get("status", "ok") == "ok"]
-        overall = (results.get("overall") or {}).get(bench) or {}
-        groups += [(label, overall[label]) for label in overall_labels(results, bench)]
+        groups: list[tuple[str, Mapping[str, MetricEntry]]] = [
+            (cat, e.get("metrics") or {}) for cat, e in cats.items() if e.get("status", "ok") == "ok"
+        ]
+        groups += list(aggregates(results, bench).items())
         for group, metrics in groups:
             for name, m in metrics.items():
                 key = mlflow_key(bench, group, name)
@@ -73,10 +75,11 @@ def metrics_of(results: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, 
                     raise DataError(
                         f"results.json: {bench}/{group}/{name}: its MLflow key {key!r} is taken by another metric"
                     )
-                if m.get("value") is None:
+                value = m.get("value")
+                if value is None:
                     undefined[key] = m.get("reason") or "undefined"
                     continue
-                logged[key] = float(m["value"])
+                logged[key] = float(value)
                 lo, hi = m.get("ci") or (None, None)
                 if lo is not None and hi is not None:
                     logged[f"{key}_ci_low"], logged[f"{key}_ci_high"] = float(lo), float(hi)
@@ -85,7 +88,7 @@ def metrics_of(results: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, 
     return logged, undefined
 
 
-def gate_tags(results: Mapping[str, Any]) -> dict[str, str]:
+def gate_tags(results: Results) -> dict[str, str]:
     """Each gate's verdict as a tag, and the run's verdict (``verdict``, ``exit_code``)."""
     tags = {}
     for g in results.get("gates") or []:
@@ -97,7 +100,7 @@ def gate_tags(results: Mapping[str, Any]) -> dict[str, str]:
     return tags
 
 
-def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+def _flatten(prefix: str, value: object, out: dict[str, str]) -> None:
     if isinstance(value, Mapping):
         for k, v in value.items():
             _flatten(f"{prefix}.{k}", v, out)
@@ -108,7 +111,7 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
     out[mlflow_key(prefix)] = text
 
 
-def params_of(results: Mapping[str, Any]) -> dict[str, str]:
+def params_of(results: Results) -> dict[str, str]:
     """The model's description (``model.*``) and the run's options (``option.*``), as strings."""
     out: dict[str, str] = {}
     for key, value in (results.get("model") or {}).items():
@@ -130,13 +133,14 @@ def _client(tracking_uri: str):
     return MlflowClient(tracking_uri=tracking_uri)
 
 
-def export_run(results: Mapping[str, Any], run_dir: Path, tracking_uri: str, experiment: str) -> str:
+def export_run(results: Mapping[str, object], run_dir: Path, tracking_uri: str, experiment: str) -> str:
     """Log the run to MLflow at ``tracking_uri`` under ``experiment`` (created if missing);
     returns the MLflow run id.
 
     Raises:
         MlflowMissing: mlflow is not installed.
     """
+    results = as_results(results)
     client = _client(tracking_uri)
     from mlflow.entities import Metric, Param, RunTag
 

@@ -14,7 +14,7 @@ its interval, n, gate and verdict; what the benchmark does not show; the data fi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping, TypedDict
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
@@ -23,9 +23,10 @@ from ..gates.resolution import status_word
 from .markdown import inert_results
 from .regulatory import limitations_view, recorded_mapping
 from .results import read_text
-from .scope import scope
+from .schema import GateEntry, MetricEntry, Results, as_results
+from .scope import Scope, scope
 from .verdict import overall_verdict
-from .views import overall_labels
+from .views import aggregates
 
 #: The model-index task of a model kind (results.json ``model.kind``); a causal LM, a served
 #: model and saved predictions are all text generation.
@@ -35,20 +36,54 @@ DEFAULT_TASK = ("text-generation", "Text Generation")
 AGGREGATE_PREFIX = "aggregate: "
 
 
-def _groups(results: Mapping[str, Any], bench: str) -> list[tuple[str, Mapping[str, Any]]]:
+class CardGate(TypedDict):
+    """A gate in the card's ``bias_audit`` entry (``gate_entries``)."""
+
+    benchmark: str
+    category: str
+    metric: str
+    kind: str
+    rule: str
+    verdict: str
+
+
+class Contamination(TypedDict):
+    """A benchmark's contamination status and its sentence."""
+
+    status: str
+    note: str
+
+
+class CardMeta(TypedDict):
+    """The audited system in the card's ``bias_audit`` entry (``audit_meta_entry``): every
+    ``--audit-meta`` field (``compliance.meta.FIELDS``), the file, its sha256, and each
+    benchmark's contamination status."""
+
+    system_name: str | None
+    system_version: str | None
+    intended_use: str | None
+    responsible_person: str | None
+    organisation: str | None
+    training_data_cutoff: str | None
+    notes: str | None
+    file: str | None
+    sha256: str | None
+    contamination: dict[str, Contamination]
+
+
+def _groups(results: Results, bench: str) -> list[tuple[str, Mapping[str, MetricEntry]]]:
     """(dataset config, {metric: result}) of each scored category of ``bench``, then of each of
     its aggregates; errored categories have no metrics and are left out."""
-    out = [
+    out: list[tuple[str, Mapping[str, MetricEntry]]] = [
         (cat, entry.get("metrics") or {})
         for cat, entry in results["benchmarks"][bench].items()
         if entry.get("status", "ok") == "ok"
     ]
-    overall = (results.get("overall") or {}).get(bench) or {}
-    out += [(AGGREGATE_PREFIX + label, overall[label]) for label in overall_labels(results, bench)]
+    out += [(AGGREGATE_PREFIX + label, metrics) for label, metrics in aggregates(results, bench).items()]
     return out
 
 
-def _bounds(gate: Mapping[str, Any]) -> str:
+def _bounds(gate: GateEntry) -> str:
     """A gate's rule in a few words: ``max 0.1 (point)``; a regression gate names its baseline."""
     bounds = ", ".join(f"{k} {b:g}" for k, b in (gate.get("bounds") or {}).items()) or "no bound"
     if gate.get("kind") == "regression":
@@ -56,11 +91,11 @@ def _bounds(gate: Mapping[str, Any]) -> str:
     return f"{bounds} ({gate.get('mode', '?')})"
 
 
-def eval_results(results: Mapping[str, Any]) -> list[EvalResult]:
+def eval_results(results: Results) -> list[EvalResult]:
     """Every defined metric of the run (categories and aggregates) as ``EvalResult``s. Undefined
     metrics (value null) are left out: the model-index wants a number, and the Markdown section
     says why each is undefined."""
-    task = TASK_TYPES.get((results.get("model") or {}).get("kind"), DEFAULT_TASK)
+    task = TASK_TYPES.get((results.get("model") or {}).get("kind") or "", DEFAULT_TASK)
     info = results.get("benchmark_info") or {}
     out = []
     for bench in results["benchmarks"]:
@@ -83,7 +118,7 @@ def eval_results(results: Mapping[str, Any]) -> list[EvalResult]:
     return out
 
 
-def gate_entries(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+def gate_entries(results: Results) -> list[CardGate]:
     """Each gate of the run: benchmark, category, metric, kind, rule and verdict."""
     return [
         {
@@ -98,31 +133,39 @@ def gate_entries(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def contamination_notes(results: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+def contamination_notes(results: Results) -> dict[str, Contamination]:
     """``{benchmark: {"status", "note"}}``: whether each benchmark's data was published before
     the model's training-data cutoff (``regulatory.limitations_view``, as both reports say)."""
     mapping, _ = recorded_mapping(results)
-    out = {}
+    out: dict[str, Contamination] = {}
     for bench in results["benchmarks"]:
         lim = limitations_view(results, bench, mapping)
         out[bench] = {"status": lim["contamination"], "note": lim["contamination_text"]}
     return out
 
 
-def audit_meta_entry(results: Mapping[str, Any]) -> dict[str, Any] | None:
+def audit_meta_entry(results: Results) -> CardMeta | None:
     """The ``--audit-meta`` fields for the card's metadata (every field, null when not given),
     the file and its sha256, and the contamination note of each benchmark; None without
     ``--audit-meta``."""
     data = results.get("audit_meta")
     if not data:
         return None
-    entry: dict[str, Any] = {k: data.get(k) for k in FIELDS}
-    entry["file"], entry["sha256"] = data.get("file"), data.get("sha256")
-    entry["contamination"] = contamination_notes(results)
-    return entry
+    return {
+        "system_name": data.get("system_name"),
+        "system_version": data.get("system_version"),
+        "intended_use": data.get("intended_use"),
+        "responsible_person": data.get("responsible_person"),
+        "organisation": data.get("organisation"),
+        "training_data_cutoff": data.get("training_data_cutoff"),
+        "notes": data.get("notes"),
+        "file": data.get("file"),
+        "sha256": data.get("sha256"),
+        "contamination": contamination_notes(results),
+    }
 
 
-def card_data(results: Mapping[str, Any]) -> ModelCardData:
+def card_data(results: Results) -> ModelCardData:
     """The card's metadata: the model-index of ``eval_results``, the gates, the run's verdict and
     the audited system (``audit_meta_entry``)."""
     verdict = overall_verdict(results)
@@ -146,7 +189,7 @@ def card_data(results: Mapping[str, Any]) -> ModelCardData:
     )
 
 
-def _value(m: Mapping[str, Any] | None) -> tuple[str, str, str]:
+def _value(m: MetricEntry | None) -> tuple[str, str, str]:
     """(value, interval, n) of one metric result as table cells."""
     if m is None:
         return "-", "-", "-"
@@ -158,11 +201,11 @@ def _value(m: Mapping[str, Any] | None) -> tuple[str, str, str]:
     return f"{m['value']:.3f}", interval, n
 
 
-def _cell(text: Any) -> str:
+def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def bias_section(results: Mapping[str, Any]) -> str:
+def bias_section(results: Results) -> str:
     """The card's "Bias evaluation" section (Markdown), rendered from ``inert_results``: what an
     operator or a model wrote (``--audit-meta`` values, names, messages) reaches it as text, never
     as HTML, a link, an image or a table cell of its own (report.md does the same)."""
@@ -202,7 +245,7 @@ def bias_section(results: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _benchmark_lines(results: Mapping[str, Any], bench: str) -> list[str]:
+def _benchmark_lines(results: Results, bench: str) -> list[str]:
     """A benchmark's part of the card: its table (failed categories, then every category's and
     aggregate's metrics with their gates) and what it does not show."""
     gates = {(g["benchmark"], g["category"], g["metric"]): g for g in results.get("gates") or []}
@@ -236,16 +279,17 @@ def _benchmark_lines(results: Mapping[str, Any], bench: str) -> list[str]:
     )
 
 
-def _system_lines(results: Mapping[str, Any]) -> list[str]:
+def _system_lines(results: Results) -> list[str]:
     """The "Audited system" section (``--audit-meta``): each field, then each benchmark's
     contamination note; nothing without metadata."""
     meta = audit_meta_entry(results)
     if meta is None:
         return []
     out = ["", "### Audited system", "", "| field | value |", "|---|---|"]
+    fields: Mapping[str, object] = meta  # FIELDS names its keys
     for k in FIELDS:
-        value = meta[k] if meta[k] else "not given"
-        if k == "training_data_cutoff" and not meta[k]:
+        value = fields[k] if fields[k] else "not given"
+        if k == "training_data_cutoff" and not fields[k]:
             value = "not given (contamination status unknown)"
         out.append(f"| {LABELS[k]} | {_cell(value)} |")
     out.append(f"| Metadata file | {_cell(meta['file'])} (sha256 `{meta['sha256']}`) |")
@@ -257,7 +301,7 @@ def _system_lines(results: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _scope_lines(sc: Mapping[str, Any]) -> list[str]:
+def _scope_lines(sc: Scope) -> list[str]:
     """The verdict's scope under it, with a warning first when the run was partial."""
     out = []
     if sc["partial"]:
@@ -275,12 +319,13 @@ def _scope_lines(sc: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def render_model_card(results: Mapping[str, Any]) -> ModelCard:
+def render_model_card(results: Mapping[str, object]) -> ModelCard:
     """The model card: front matter (``card_data``) and the bias section."""
+    results = as_results(results)
     return ModelCard(f"---\n{card_data(results).to_yaml()}\n---\n\n{bias_section(results)}")
 
 
-def write_model_card(path: Path, results: Mapping[str, Any]) -> Path:
+def write_model_card(path: Path, results: Mapping[str, object]) -> Path:
     """Write the model card to ``path``; returns the path."""
     path = Path(path)
     render_model_card(results).save(path)

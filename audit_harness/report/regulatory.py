@@ -8,8 +8,9 @@ Markdown and HTML only lay these out, so the two cannot disagree.
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping, TypedDict
 
 from ..compliance.mapping import RegulatoryMapping, contamination, load_mapping
 from ..compliance.meta import FIELDS, LABELS, AuditMeta
@@ -17,6 +18,7 @@ from ..compliance.signer import read_signer
 from ..compliance.signing import SIGNATURE_FILE
 from ..errors import ConfigError
 from ..gates.resolution import status_word
+from .schema import GateEntry, Results
 
 #: How ``bias-audit verify`` is called, as the signature block shows it.
 VERIFY_HINT = "check with `bias-audit verify RUN_DIR --public-key PUB`"
@@ -34,7 +36,7 @@ _STATUS_ORDER = (
 )
 
 
-def signature(results: Mapping[str, Any]) -> tuple[bool, str]:
+def signature(results: Results) -> tuple[bool, str]:
     """The signature block: (signed, its sentence). A report cannot prove its own signature (it is
     one of the files signed), so the sentence names who signed, when and with which key, and says
     that only ``bias-audit verify`` shows the folder is as signed. A folder with ``signer.json``
@@ -44,14 +46,14 @@ def signature(results: Mapping[str, Any]) -> tuple[bool, str]:
     Raises:
         ConfigError: the folder's ``signer.json`` is not a signer record (names file and field).
     """
-    folder = getattr(results, "folder", None)
+    folder: Path | None = getattr(results, "folder", None)  # a ResultsDocument's run folder
     try:
         signer = read_signer(Path(folder)) if folder is not None else None
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if signer is None:
         return False, "Unsigned (no signer.json in the run folder; `bias-audit sign` signs a run)"
-    if not getattr(results, "being_signed", False) and not (Path(folder) / SIGNATURE_FILE).is_file():
+    if not getattr(results, "being_signed", False) and not (Path(str(folder)) / SIGNATURE_FILE).is_file():
         return False, (
             f"NOT SIGNED: signer.json names {signer.name} ({signer.date}), but the run folder has no "
             f"{SIGNATURE_FILE}: no signature covers these files"
@@ -62,25 +64,26 @@ def signature(results: Mapping[str, Any]) -> tuple[bool, str]:
     )
 
 
-def meta_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
+def meta_rows(results: Results) -> list[tuple[str, str]]:
     """``(label, value)`` of every ``--audit-meta`` field given, then the file and its sha256;
     empty when the run had no metadata."""
     data = results.get("audit_meta")
     if not data:
         return []
-    rows = [(LABELS[k], str(data[k])) for k in FIELDS if data.get(k)]
+    given: Mapping[str, object] = data  # FIELDS names its keys
+    rows = [(LABELS[k], str(given[k])) for k in FIELDS if given.get(k)]
     if not data.get("training_data_cutoff"):
         rows.append((LABELS["training_data_cutoff"], "not given (contamination status unknown)"))
     rows.append(("Metadata file", f"{data.get('file', '?')} (sha256 {data.get('sha256', '?')})"))
     return rows
 
 
-def _cutoff(results: Mapping[str, Any]):
+def _cutoff(results: Results) -> date | None:
     data = results.get("audit_meta")
     return AuditMeta.from_dict(data).training_data_cutoff if data else None
 
 
-def recorded_mapping(results: Mapping[str, Any]) -> tuple[RegulatoryMapping, str]:
+def recorded_mapping(results: Results) -> tuple[RegulatoryMapping, str]:
     """The mapping the run recorded (validated again) and a sentence saying which it is; the
     packaged one, saying so, for a results file written before runs recorded one."""
     data = results.get("regulatory_mapping")
@@ -123,10 +126,67 @@ def _tests_label(status: str, tests: list[str]) -> str:
     return ", ".join(tests)
 
 
-def _gate_groups(gates: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+class VerdictTests(TypedDict):
+    """The gates of a benchmark with one verdict: their test ids and how they are shown."""
+
+    status: str
+    tests: list[str]
+    label: str
+
+
+class GateGroup(TypedDict):
+    """A benchmark's gates under a clause row, by verdict (``_gate_groups``)."""
+
+    benchmark: str
+    count: int
+    verdicts: list[VerdictTests]
+
+
+class RowView(TypedDict):
+    """A clause row as the reports show it: what it covers and the run's gates it covers."""
+
+    kind: str
+    scope: str
+    evidence: str
+    not_covered: str
+    n_gates: int
+    groups: list[GateGroup]
+
+
+class ClauseView(TypedDict):
+    """A clause as the reports show it (``mapping_view``)."""
+
+    id: str
+    heading: str
+    title: str
+    rows: list[RowView]
+    evidence_gates: int
+    context_gates: int
+
+
+class MappingView(TypedDict):
+    """The regulatory mapping section (``mapping_view``)."""
+
+    note: str
+    clauses: list[ClauseView]
+    mapping: RegulatoryMapping
+
+
+class LimitationsView(TypedDict):
+    """A benchmark's Limitations (``limitations_view``)."""
+
+    does_not_show: list[str]
+    licences: list[str]
+    licence_note: str | None
+    contamination: str
+    contamination_text: str
+    published_source: str | None
+
+
+def _gate_groups(gates: list[GateEntry]) -> list[GateGroup]:
     """Per benchmark: its gates' verdicts, each verdict with the test ids that have it and the
     label they are shown with (passes beyond ``NAMED_PASSES`` counted, everything else named)."""
-    out = []
+    out: list[GateGroup] = []
     for bench in dict.fromkeys(g["benchmark"] for g in gates):
         mine = [g for g in gates if g["benchmark"] == bench]
         statuses = sorted(
@@ -153,18 +213,18 @@ def _gate_groups(gates: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def mapping_view(results: Mapping[str, Any]) -> dict[str, Any]:
+def mapping_view(results: Results) -> MappingView:
     """Every clause of the recorded mapping with, per row, the run's gates it covers grouped by
     benchmark and verdict; ``evidence_gates`` counts a clause's gates on evidence rows (0: no
     gate of this run gives evidence for it); ``mapping`` the mapping itself."""
     mapping, note = recorded_mapping(results)
     gates = list(results.get("gates") or [])
     info = results.get("benchmark_info") or {}
-    clauses = []
+    clauses: list[ClauseView] = []
     for clause in mapping.clauses:
-        rows = []
+        rows: list[RowView] = []
         for row in clause.rows:
-            covered = [g for g in gates if row.covers(g, info.get(g.get("benchmark")))]
+            covered = [g for g in gates if row.covers(g, info.get(g.get("benchmark", "")))]
             rows.append(
                 {
                     "kind": row.kind,
@@ -188,7 +248,7 @@ def mapping_view(results: Mapping[str, Any]) -> dict[str, Any]:
     return {"note": note, "clauses": clauses, "mapping": mapping}
 
 
-def clause_summary(clause: Mapping[str, Any]) -> str:
+def clause_summary(clause: ClauseView) -> str:
     """One sentence: how many of the run's gates give evidence for the clause, or that none does."""
     if clause["evidence_gates"]:
         return f"{clause['evidence_gates']} gate(s) of this run give evidence for this clause."
@@ -200,13 +260,13 @@ def clause_summary(clause: Mapping[str, Any]) -> str:
     return "No gate of this run gives evidence for this clause."
 
 
-def verdict_line(group: Mapping[str, Any]) -> str:
+def verdict_line(group: GateGroup) -> str:
     """``bbq (6 gates): FAIL Age-acc_disambig, Religion-acc_disambig; UNDEFINED ...``, plain."""
     parts = [f"{status_word(v['status'])} {v['label']}" for v in group["verdicts"]]
     return f"{group['benchmark']} ({group['count']} gates): " + "; ".join(parts)
 
 
-def _licence_lines(results: Mapping[str, Any], bench: str) -> tuple[list[str], list[str]]:
+def _licence_lines(results: Results, bench: str) -> tuple[list[str], list[str]]:
     """(one line per licence of the files ``bench`` read, those files' paths)."""
     files = {
         p: d for p, d in (results.get("data_files") or {}).items() if bench in (d.get("benchmarks") or ())
@@ -228,7 +288,7 @@ def _licence_lines(results: Mapping[str, Any], bench: str) -> tuple[list[str], l
     return lines, list(files)
 
 
-def limitations_view(results: Mapping[str, Any], bench: str, mapping: RegulatoryMapping) -> dict[str, Any]:
+def limitations_view(results: Results, bench: str, mapping: RegulatoryMapping) -> LimitationsView:
     """A benchmark's Limitations: what it does not show (from its paper), its data licence per the
     pinned source table (and the mapping's licence note), and its contamination status."""
     info = (results.get("benchmark_info") or {}).get(bench) or {}

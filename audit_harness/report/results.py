@@ -9,11 +9,25 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypedDict
 
 from .. import __version__
 from ..gates.resolution import of_entry
 from ..redact import redact
+from .schema import (
+    CategoryEntry,
+    DataFile,
+    GateEntry,
+    ModelInfo,
+    Options,
+    ReadEntry,
+    Results,
+    SuiteInfo,
+    as_results,
+)
+
+if TYPE_CHECKING:
+    from ..run_outcome import Outcome
 
 _LIBRARIES = (
     "torch",
@@ -41,14 +55,14 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
-def suite_provenance() -> dict[str, Any]:
+def suite_provenance() -> SuiteInfo:
     """The suite's own version and, when it runs from a git checkout, the commit (and whether
     the work tree has uncommitted changes); ``"not a git checkout"`` otherwise (an installed
     wheel)."""
     import subprocess
 
     root = Path(__file__).resolve().parents[2]
-    out: dict[str, Any] = {"version": __version__, "git_commit": "not a git checkout"}
+    out: SuiteInfo = {"version": __version__, "git_commit": "not a git checkout"}
     try:
         top = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "--show-toplevel", "HEAD"],
@@ -80,7 +94,14 @@ def data_status(path: str, sha256: str) -> str:
     return {"published": "published release", "unknown": "not in the pinned source table"}.get(status, status)
 
 
-def data_origin(path: str) -> dict[str, Any]:
+class DataOrigin(TypedDict, total=False):
+    """What the pinned source table says of a data file (``data_origin``)."""
+
+    license: str | None
+    source: str
+
+
+def data_origin(path: str) -> DataOrigin:
     """What the pinned source table says of a data file: its ``license`` (an SPDX id, or None
     where the authors grant none) and ``source`` (``repo@commit:path``); ``{}`` for a file the
     table does not list."""
@@ -144,7 +165,7 @@ _ENTRY_KEYS = (
 )
 
 
-def build_results(parts: ResultsInput) -> dict[str, Any]:
+def build_results(parts: ResultsInput) -> Results:
     """The results document of ``parts`` (``ResultsInput`` says what each holds). Each data file
     records the benchmarks that read it and, from the pinned source table, its licence and
     origin."""
@@ -191,7 +212,9 @@ def build_results(parts: ResultsInput) -> dict[str, Any]:
     return redact(doc)
 
 
-def reads_entry(read_modes: Mapping[str, Any], model: Mapping[str, Any] | None) -> dict[str, Any]:
+def reads_entry(
+    read_modes: Mapping[str, Sequence[str]], model: Mapping[str, Any] | None
+) -> dict[str, ReadEntry]:
     """results.json's ``reads``: per benchmark how the model was read (``answer_mode``: option
     log-likelihood, letter log-probs, generated text; several joined by " and "), and for letter
     log-probs how: ``exact (in process)``, replayed from saved reads, or through a chat API (the endpoint's model name, the
@@ -209,16 +232,16 @@ def reads_entry(read_modes: Mapping[str, Any], model: Mapping[str, Any] | None) 
             if (model or {}).get("kind") == "replay"
             else "exact (in process)"
         )
-    out: dict[str, Any] = {}
+    out: dict[str, ReadEntry] = {}
     for bench, modes in sorted(read_modes.items()):
-        entry: dict[str, Any] = {"answer_mode": " and ".join(modes)}
+        entry: ReadEntry = {"answer_mode": " and ".join(modes)}
         if "letter log-probs" in modes:
             entry["letter_read"] = dict(via) if isinstance(via, Mapping) else via
         out[bench] = entry
     return out
 
 
-def read_text(entry: Mapping[str, Any]) -> str:
+def read_text(entry: ReadEntry) -> str:
     """One benchmark's ``reads`` entry in words (the report, JUnit, the model card).
 
     Examples
@@ -236,10 +259,10 @@ def read_text(entry: Mapping[str, Any]) -> str:
     return f"{entry['answer_mode']} ({how})" if how else str(entry["answer_mode"])
 
 
-def _data_files(outcomes: list[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def _data_files(outcomes: list[Mapping[str, Any]]) -> dict[str, DataFile]:
     """Every data file the outcomes read: sha256, rows, status, licence and origin, and the
     benchmarks that read it."""
-    data_files: dict[str, dict[str, Any]] = {}
+    data_files: dict[str, DataFile] = {}
     for o in outcomes:
         for f in o["files"]:
             entry = data_files.setdefault(
@@ -259,7 +282,7 @@ def _data_files(outcomes: list[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def _benchmark_entries(
     bench: str, outcomes: list[Mapping[str, Any]], errors: list[Mapping[str, Any]]
-) -> dict[str, Any]:
+) -> dict[str, CategoryEntry]:
     """A benchmark's category entries: each scored category's outcome (``status: ok``) and each
     failed one's error (``status: error``), a pool category last."""
     entries = {
@@ -277,7 +300,7 @@ def _benchmark_entries(
     return dict(sorted(entries.items(), key=lambda kv: (kv[0] == "overall", kv[0])))
 
 
-def write_results(path: Path, results: Mapping[str, Any]) -> Path:
+def write_results(path: Path, results: Mapping[str, object]) -> Path:
     """Write ``results`` as indented JSON (NaN already mapped to null); returns the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
@@ -299,8 +322,8 @@ class ResultsDocument(dict):
     ('r1', 'NOTHING CHECKED')
     """
 
-    def __init__(self, data: Mapping[str, Any] = (), path: Path | None = None):
-        super().__init__(data)
+    def __init__(self, data: Mapping[str, object] | None = None, path: Path | None = None):
+        super().__init__(data or {})
         #: the results.json this document was read from or last written to.
         self.path = path
         #: True only while ``bias-audit sign`` renders the reports it is about to sign (its
@@ -360,19 +383,19 @@ class ResultsDocument(dict):
         return self["run_id"]
 
     @property
-    def model(self) -> dict[str, Any]:
-        return self.get("model") or {}
+    def model(self) -> ModelInfo:
+        return as_results(self).get("model") or {}
 
     @property
-    def gates(self) -> list[dict[str, Any]]:
-        return self.get("gates") or []
+    def gates(self) -> list[GateEntry]:
+        return as_results(self).get("gates") or []
 
     @property
-    def options(self) -> dict[str, Any]:
-        return self.get("options") or {}
+    def options(self) -> Options:
+        return as_results(self).get("options") or {}
 
     @property
-    def outcome(self):
+    def outcome(self) -> Outcome:
         """The run's ``Outcome`` (``report.verdict.overall_verdict``)."""
         from .verdict import overall_verdict
 

@@ -5,11 +5,12 @@ and the model card say it wherever they say PASS: a smoke run must never read as
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping, TypedDict
 
 from ..gates import CONFIDENCE_FLOOR
 from ..gates.comparability import judged_items
 from ..run_outcome import SAMPLED
+from .schema import Results, as_results
 from .views import items_scored_text
 
 
@@ -19,7 +20,7 @@ def _names(metric: str, base: str) -> bool:
     return metric == base or metric.startswith(base + "-")
 
 
-def ungated_bias(results: Mapping[str, Any]) -> list[tuple[str, str]]:
+def ungated_bias(results: Results) -> list[tuple[str, str | None]]:
     """The (benchmark, category) pairs of a bias benchmark that this run scored or gated but
     whose gates check none of the benchmark's bias metrics (results' ``benchmark_info``
     ``bias_metrics``): a gates file of accuracy or invalid-rate gates alone must not read as a
@@ -45,11 +46,15 @@ def ungated_bias(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     """
     info = results.get("benchmark_info") or {}
     gates = results.get("gates") or []
-    touched = {(g.get("benchmark"), g.get("category")) for g in gates if g.get("status") != "skipped"}
-    for bench, cats in (results.get("benchmarks") or {}).items():
-        touched |= {(bench, c) for c, e in cats.items() if "n_scored" in e}
-    out = []
+    touched: set[tuple[str | None, str | None]] = {
+        (g.get("benchmark"), g.get("category")) for g in gates if g.get("status") != "skipped"
+    }
+    for name, cats in (results.get("benchmarks") or {}).items():
+        touched |= {(name, c) for c, e in cats.items() if "n_scored" in e}
+    out: list[tuple[str, str | None]] = []
     for bench, cat in sorted(touched, key=lambda k: (str(k[0]), str(k[1]))):
+        if bench is None:  # a gate naming no benchmark (a hand-made document): no bias metrics
+            continue
         bias = (info.get(bench) or {}).get("bias_metrics") or []
         if not bias:
             continue
@@ -66,7 +71,12 @@ def ungated_bias(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def _rows_once(results: Mapping[str, Any], short: list[tuple]) -> list[tuple]:
+#: A category judged on fewer rows than it holds: (benchmark, category, rows judged, rows it
+#: holds or None, items scored).
+_Short = tuple[str, str, int, int | None, int]
+
+
+def _rows_once(results: Results, short: list[_Short]) -> list[_Short]:
     """``short`` (``(bench, category, judged, available, scored)`` rows) with each row of data
     counted once: a benchmark whose pooled category (results' ``benchmark_info``
     ``pooled_category``: a pair benchmark's ``overall``, every subgroup's pairs) is among them
@@ -88,7 +98,7 @@ def _rows_once(results: Mapping[str, Any], short: list[tuple]) -> list[tuple]:
     return [s for s in short if s[0] not in pooled or s[1] == pooled[s[0]]]
 
 
-def partial_reasons(results: Mapping[str, Any]) -> list[str]:
+def partial_reasons(results: Mapping[str, object]) -> list[str]:
     """Why a results document is not the verdict of a full audit of its benchmarks; empty when
     it is. A gate skipped for missing data, a ``--limit`` that left rows out, a ``--min-n`` that
     overrides the gates' own, or gates of the touched benchmarks left unselected (``-k``) each
@@ -120,6 +130,7 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
     >>> partial_reasons(doc)
     []
     """
+    results = as_results(results)
     run = results.get("run") or {}
     opts = results.get("options") or {}
     gates = results.get("gates") or []
@@ -148,7 +159,7 @@ def partial_reasons(results: Mapping[str, Any]) -> list[str]:
     return reasons
 
 
-def _ungated_reason(results: Mapping[str, Any]) -> str | None:
+def _ungated_reason(results: Results) -> str | None:
     """The categories of bias benchmarks whose gates check no bias metric (``ungated_bias``), or
     None."""
     ungated = ungated_bias(results)
@@ -174,11 +185,11 @@ def _scored(judged: int, n_scored: int) -> str:
     return f" ({n_scored:,} scored, sequential)" if n_scored < judged else ""
 
 
-def _rows_reason(results: Mapping[str, Any]) -> str | None:
+def _rows_reason(results: Results) -> str | None:
     """The categories judged on fewer rows than they hold (a ``--limit``, or a predictions file
     that answers part of one), with the totals; None when every category was judged whole."""
     judged = judged_items(results)
-    short = [
+    short: list[_Short] = [
         (bench, cat, judged[(bench, cat)], e.get("n_available"), e["n_scored"])
         for bench, cats in (results.get("benchmarks") or {}).items()
         for cat, e in cats.items()
@@ -205,7 +216,8 @@ def _rows_reason(results: Mapping[str, Any]) -> str | None:
     # The totals first: "80 of 3,680 ... and 10 more categories" read as 80 in all.
     counted = _rows_once(results, short)
     total = sum(s[2] for s in counted)
-    whole = None if any(s[3] is None for s in counted) else sum(s[3] for s in counted)
+    held = [s[3] for s in counted]
+    whole = None if None in held else sum(n or 0 for n in held)
     all_scored = sum(s[4] for s in counted)
     # The pooled categories that kept their subgroups out of the sum, named so that the totals
     # are not taken for a miscount of the categories listed.
@@ -219,7 +231,21 @@ def _rows_reason(results: Mapping[str, Any]) -> str | None:
     )
 
 
-def scope(results: Mapping[str, Any]) -> dict[str, Any]:
+class Scope(TypedDict):
+    """What a verdict covers (``scope``)."""
+
+    benchmarks: list[str]
+    items_scored: str
+    gates_evaluated: int
+    gates_configured: int | None
+    limit: int | None
+    min_n: int | None
+    partial: bool
+    partial_reasons: list[str]
+    command_line: str | None
+
+
+def scope(results: Results) -> Scope:
     """What the verdict covers: benchmarks, items scored, gates evaluated of those configured,
     the options that narrow a run (``--limit``, ``--min-n``), and ``partial`` with its reasons
     (``partial_reasons``). A verdict read without its scope could pass a smoke run off as an

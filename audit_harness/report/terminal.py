@@ -4,11 +4,13 @@ line and where the files are). It reads the finished run's files only; nothing h
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 from .. import exit_codes
 from ..gates.resolution import describe_band, status_word
+from .schema import FirstRun, Interval, MetricEntry, Plan, PlanRow, Results, SequentialEntry, as_plan
 from .views import (
+    aggregates,
     column_groups,
     coverage_lines,
     gate_summary_text,
@@ -36,7 +38,7 @@ def write_no_selection(tr, keyword: str, known: list[str]) -> None:
     tr.write_line(decide([]).line(), red=True)
 
 
-def _option(results: Mapping[str, Any], key: str):
+def _option(results: Results, key: str):
     return (results.get("options") or {}).get(key)
 
 
@@ -69,9 +71,9 @@ def write_summary(tr, files, junit_path: str | None) -> None:
             f"a gate failure: exit code {exit_codes.RUN_ERROR}",
             red=True,
         )
-    line = requests_line(results)
-    if line:
-        tr.write_line(line)
+    asked = requests_line(results)
+    if asked:
+        tr.write_line(asked)
     seq = sequential_line(results)
     if seq:
         tr.write_line(seq)
@@ -86,7 +88,7 @@ def write_summary(tr, files, junit_path: str | None) -> None:
         tr.write_line(f"junit:   {junit_path}")
 
 
-def requests_line(results: Mapping[str, Any]) -> str | None:
+def requests_line(results: Results) -> str | None:
     """What the model was asked, one line: requests after dedupe, answered by the result cache,
     computed; None when no category counted any. A replay of saved outputs computes nothing:
     its backend answers each request from the file, so the line counts the saved outputs it
@@ -115,7 +117,7 @@ def requests_line(results: Mapping[str, Any]) -> str | None:
     )
 
 
-def sequential_line(results: Mapping[str, Any]) -> str | None:
+def sequential_line(results: Results) -> str | None:
     """What sequential mode saved, one line: the items scored over the categories with sequential
     gates, and how many gate verdicts the confidence sequences decided; None without sequential
     gates.
@@ -131,7 +133,7 @@ def sequential_line(results: Mapping[str, Any]) -> str | None:
     return None if totals is None else f"sequential: {totals}"
 
 
-def notices(results: Mapping[str, Any], outcome, moved: bool = False) -> list[tuple[str, str | None]]:
+def notices(results: Results, outcome, moved: bool = False) -> list[tuple[str, str | None]]:
     """``(line, colour)`` of everything that qualifies the verdict, printed before the numbers:
     an interruption, moved files, lenient intervals, modified data, thresholds warnings, partial
     coverage, parse sensitivity and a baseline that is not like for like."""
@@ -201,7 +203,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s"
 
 
-def plan_table(plan: Mapping[str, Any]) -> list[str]:
+def plan_table(plan: Plan) -> list[str]:
     """The plan's rows: per benchmark each category and the benchmark's total, then the total of
     the run (``planning.build_plan``)."""
     head = (
@@ -219,7 +221,7 @@ def plan_table(plan: Mapping[str, Any]) -> list[str]:
     width = max(12, *(len(n) + 2 for n in names))
     cols = (8, 10, 10, 13, 13, 11, 13, 15, 10)
 
-    def line(label: str, row: Mapping[str, Any]) -> str:
+    def line(label: str, row: PlanRow) -> str:
         est = row["estimate"]
         ours, whole = row["forward_tokens"], row["whole"]["forward_tokens"]
         cells = (
@@ -247,8 +249,9 @@ def plan_table(plan: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def write_plan(tr, plan: Mapping[str, Any], path) -> None:
+def write_plan(tr, plan: Mapping[str, object], path) -> None:
     """The section of a ``--plan`` run: what a run would compute, and no verdict."""
+    plan = as_plan(plan)
     tr.section("bias audit plan")
     tr.write_line(
         f"{plan['plan']} (a dry run: requests built and counted with the model's tokenizer, "
@@ -281,7 +284,7 @@ def write_plan(tr, plan: Mapping[str, Any], path) -> None:
     _plan_outcome(tr, plan)
 
 
-def _plan_notes(tr, plan: Mapping[str, Any]) -> None:
+def _plan_notes(tr, plan: Plan) -> None:
     """What the plan's numbers mean, its own time, and a first real run's estimate."""
     for note in plan["notes"][1:]:
         tr.write_line(note)
@@ -289,11 +292,12 @@ def _plan_notes(tr, plan: Mapping[str, Any]) -> None:
         f"this plan took {_duration(plan['seconds_planning'])} of tokenizing and prefix trees "
         f"({_duration(plan['duration_s'])} in all); a run spends about as long on them"
     )
-    if plan.get("first_run"):
-        tr.write_line(first_run_line(plan["first_run"]), bold=True)
+    first = plan.get("first_run")
+    if first:
+        tr.write_line(first_run_line(first), bold=True)
 
 
-def first_run_line(first: Mapping[str, Any]) -> str:
+def first_run_line(first: FirstRun) -> str:
     """The plan's estimate of a first real run here, first-use costs named one by one
     (``planning.first_run``)."""
     parts = "; ".join(f"{name} {'?' if s is None else _duration(s)}" for name, s in first["parts"])
@@ -314,7 +318,7 @@ def _skip_kind(reason: str) -> str:
     return "see above"
 
 
-def _plan_outcome(tr, plan: Mapping[str, Any]) -> None:
+def _plan_outcome(tr, plan: Plan) -> None:
     """The plan's last line: what it is and its exit code, with the categories it left out."""
     code = plan["exit_status"]
     # Last, so that a plan which left categories out (their data files are absent) does not end
@@ -339,7 +343,7 @@ def _plan_outcome(tr, plan: Mapping[str, Any]) -> None:
     )
 
 
-def plan_totals(plan: Mapping[str, Any]) -> list[str]:
+def plan_totals(plan: Plan) -> list[str]:
     """The plan's table and its totals: generations, tokens fed, time and FLOPs, texts to
     embed."""
     out = plan_table(plan)
@@ -364,12 +368,12 @@ def plan_totals(plan: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _interval(ci) -> str:
+def _interval(ci: Interval | None) -> str:
     lo, hi = ci or (None, None)
     return f"[{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
 
 
-def gate_lines(results: Mapping[str, Any]) -> list[str]:
+def gate_lines(results: Results) -> list[str]:
     """One terminal line per gate verdict: status, test id, value [interval], the interval's
     half-width, n, bound, the band this run could have certified, and mode (a regression gate:
     the baseline value and max_regression); a gate the data left undecided (INCONCLUSIVE, NOT
@@ -412,7 +416,7 @@ def gate_lines(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _sequential_tag(s: Mapping[str, Any] | None) -> str:
+def _sequential_tag(s: SequentialEntry | None) -> str:
     """Where a sequential gate's verdict comes from, for its terminal line: a run stopped early
     must not read like a fixed-n one (its value and n are those of the items scored).
 
@@ -436,7 +440,7 @@ def _sequential_tag(s: Mapping[str, Any] | None) -> str:
     return f"  sequential: undecided, fixed-n verdict on {scored} of {s['population']} items"
 
 
-def metric_table(results: Mapping[str, Any]) -> list[str]:
+def metric_table(results: Results) -> list[str]:
     """Plain-text table of every metric per category (value and CI), for the terminal; ``-`` where
     a metric is undefined or not computed for that category."""
     lines: list[str] = []
@@ -453,14 +457,15 @@ def metric_table(results: Mapping[str, Any]) -> list[str]:
         lines += [
             f"  {c:<{width}} ERROR  {d['error']}" for c, d in all_cats.items() if d.get("status") == "error"
         ]
-        rows = [(c, d["n_scored"], d["metrics"]) for c, d in cats.items()]
-        pooled = results["overall"].get(bench, {}).get("pooled")
+        rows: list[tuple[str, int, Mapping[str, MetricEntry]]] = [
+            (c, d["n_scored"], d["metrics"]) for c, d in cats.items()
+        ]
+        pooled = aggregates(results, bench).get("pooled")
         if pooled:
             rows.append(("pooled", sum(d["n_scored"] for d in cats.values()), pooled))
         # The other aggregates, as report.md lists them (MBBQ's languages and their differences
         # from English; BBQ's name groups): n is the largest of their metrics' n.
-        for label in overall_labels(results, bench):
-            group = results["overall"][bench][label]
+        for label, group in aggregates(results, bench).items():
             if label != "pooled":
                 rows.append((label, max((m.get("n") or 0 for m in group.values()), default=0), group))
         for names in column_groups(table_metrics(results, bench)):

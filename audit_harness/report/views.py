@@ -6,12 +6,13 @@ flagged."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping, TypedDict
 
 from ..gates.resolution import describe_band, of_entry, status_word
+from .schema import Band, CategoryEntry, GateEntry, MetricEntry, ModelInfo, Results, SequentialEntry, ToDecide
 
 
-def items_scored_text(results: Mapping[str, Any]) -> str:
+def items_scored_text(results: Results) -> str:
     """How many items the run actually scored per category, for the reports: the count, not the
     ``--limit`` asked for (``--limit 100000`` on an 864-row category scored 864, every row).
 
@@ -44,16 +45,33 @@ def items_scored_text(results: Mapping[str, Any]) -> str:
     return f"{span(scored)} per category (--limit {limit}; the categories hold {span(available)} rows)"
 
 
-def resolution_of(verdict: Mapping[str, Any]) -> dict[str, Any]:
+class Resolution(TypedDict):
+    """What a gate can resolve (``gates.resolution.of_entry``)."""
+
+    half_width: float | None
+    certifiable_band: Band | None
+    to_decide: ToDecide | None
+
+
+def resolution_of(verdict: GateEntry) -> Resolution:
     """A results verdict entry's ``half_width``, ``certifiable_band`` and ``to_decide``: as
     recorded, or computed from its numbers for a results file written before they were
     (``gates.resolution.of_entry``)."""
     if "half_width" in verdict:
-        return {k: verdict.get(k) for k in ("half_width", "certifiable_band", "to_decide")}
-    return of_entry(verdict)
+        return {
+            "half_width": verdict.get("half_width"),
+            "certifiable_band": verdict.get("certifiable_band"),
+            "to_decide": verdict.get("to_decide"),
+        }
+    resolved = of_entry(verdict)
+    return {
+        "half_width": resolved["half_width"],
+        "certifiable_band": resolved["certifiable_band"],
+        "to_decide": resolved["to_decide"],
+    }
 
 
-def resolution_text(verdict: Mapping[str, Any]) -> str:
+def resolution_text(verdict: GateEntry) -> str:
     """A verdict's half-width and certifiable band, for a report's gate cell; ``-`` without an
     interval.
 
@@ -74,7 +92,7 @@ def resolution_text(verdict: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "-"
 
 
-def gate_summary_text(results: Mapping[str, Any]) -> str:
+def gate_summary_text(results: Results) -> str:
     """The count of each verdict status, as the terminal and report.md print it.
 
     Examples
@@ -86,12 +104,23 @@ def gate_summary_text(results: Mapping[str, Any]) -> str:
     return ", ".join(f"{n} {status_word(s).lower()}" for s, n in counts)
 
 
-def overall_labels(results: Mapping[str, Any], bench: str) -> list[str]:
+def overall_labels(results: Results, bench: str) -> list[str]:
     """The aggregate labels of ``bench`` in results' ``overall`` (``pooled``, ``size_weighted``,
     and any reporting groups such as BBQ's ``"<category> (names)"``), pooled first."""
     overall = (results.get("overall") or {}).get(bench) or {}
     labels = [k for k in overall if k != "categories" and isinstance(overall[k], Mapping)]
     return sorted(labels, key=lambda k: (k != "pooled", k == "size_weighted", k))
+
+
+def aggregates(results: Results, bench: str) -> dict[str, dict[str, MetricEntry]]:
+    """``bench``'s aggregates in results' ``overall``, each label's metrics, in
+    ``overall_labels``' order."""
+    overall = (results.get("overall") or {}).get(bench) or {}
+    return {
+        label: metrics
+        for label in overall_labels(results, bench)
+        if isinstance(metrics := overall[label], dict)  # overall_labels keeps these only
+    }
 
 
 #: An invalid (or out-of-choice) rate above this in either parsing profile flags the category in
@@ -104,12 +133,25 @@ def _is_rate(name: str) -> bool:
     return base in ("invalid_rate", "out_of_choice_rate")
 
 
-def sensitivity_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+class SensitivityRow(TypedDict):
+    """A category of ``sensitivity_rows``: its gates whose verdict differs under the other
+    parsing profile (``(test_id, status, other status)``) and its invalid rates under both."""
+
+    benchmark: str
+    category: str
+    answer_parsing: str
+    other: str
+    differs: list[tuple[str, str, str]]
+    rates: dict[str, tuple[float | None, float | None]]
+    flagged: bool
+
+
+def sensitivity_rows(results: Results) -> list[SensitivityRow]:
     """Per category parsed from text (generate mode, saved outputs): the run's parsing profile,
     the other one, the gates whose verdict differs under the other (``test_id``: both statuses),
     the invalid rates under both, and ``flagged`` when a verdict differs or a rate exceeds
     ``INVALID_FLAG``."""
-    rows = []
+    rows: list[SensitivityRow] = []
     for bench, cats in (results.get("benchmarks") or {}).items():
         active = ((results.get("protocols") or {}).get(bench) or {}).get("answer_parsing", "?")
         for cat, entry in cats.items():
@@ -149,7 +191,7 @@ def sensitivity_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def sensitivity_lines(results: Mapping[str, Any]) -> list[str]:
+def sensitivity_lines(results: Results) -> list[str]:
     """One sentence per flagged category of ``sensitivity_rows``."""
     out = []
     for r in sensitivity_rows(results):
@@ -170,7 +212,7 @@ def sensitivity_lines(results: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def coverage_lines(results: Mapping[str, Any]) -> list[str]:
+def coverage_lines(results: Results) -> list[str]:
     """One sentence per category scored from saved predictions (``--backend replay``): how many
     of its rows the file answers, and what that means for its gates."""
     allow = (results.get("options") or {}).get("allow_partial")
@@ -193,7 +235,7 @@ def coverage_lines(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def truncation_lines(results: Mapping[str, Any]) -> list[str]:
+def truncation_lines(results: Results) -> list[str]:
     """One sentence per category in which prompts longer than the model's window were read with
     the left of their context cut off (``requests.truncated``, counted by the engine).
 
@@ -215,7 +257,7 @@ def truncation_lines(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def metric_names_of(categories: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def metric_names_of(categories: Mapping[str, CategoryEntry]) -> list[str]:
     """Metric names of a benchmark's categories (``results["benchmarks"][bench]``): the union, in
     order of first appearance, since categories may compute different metrics (KGQuiz: accuracy
     for true/false, LCS ratios for blank filling)."""
@@ -225,7 +267,7 @@ def metric_names_of(categories: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return list(names)
 
 
-def table_metrics(results: Mapping[str, Any], bench: str) -> list[str]:
+def table_metrics(results: Results, bench: str) -> list[str]:
     """The metric names the terminal and Markdown tables show for ``bench``: its protocol's
     ``table_metrics`` when it names them (KoBBQ keeps its per-prompt breakdowns to results.json),
     else every metric of its categories (``metric_names_of``)."""
@@ -256,14 +298,14 @@ def column_groups(names: list[str], size: int = TABLE_COLUMNS) -> list[list[str]
     return [group[i : i + size] for group in by_mode.values() for i in range(0, len(group), size)] or [[]]
 
 
-def modified_files(results: Mapping[str, Any]) -> list[str]:
+def modified_files(results: Results) -> list[str]:
     """Data files of ``results`` whose sha256 is not the pinned published one."""
     return sorted(
         p for p, d in results.get("data_files", {}).items() if str(d.get("status", "")).startswith("MODIFIED")
     )
 
 
-def endpoint_lines(model: Mapping[str, Any]) -> list[str]:
+def endpoint_lines(model: ModelInfo) -> list[str]:
     """One line per inference-server endpoint the run used (``model.server.endpoints``): its URL,
     state and what it computed; none for an in-process model."""
     server = model.get("server") or {}
@@ -283,25 +325,41 @@ def endpoint_lines(model: Mapping[str, Any]) -> list[str]:
 _OVERALL = "overall"
 
 
-def _sequential_categories(results: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
-    seen: dict[tuple[str, str], dict[str, Any]] = {}
+def _sequential_categories(results: Results) -> dict[tuple[str, str], SequentialEntry]:
+    seen: dict[tuple[str, str], SequentialEntry] = {}
     for v in results["gates"]:
         if v.get("sequential"):
             seen[(v["benchmark"], v["category"])] = v["sequential"]
     return seen
 
 
-def _scored_by_overall(seen: Mapping[tuple[str, str], Mapping[str, Any]]) -> set[str]:
+def _scored_by_overall(seen: Mapping[tuple[str, str], SequentialEntry]) -> set[str]:
     """Benchmarks whose ``overall`` category (every pair of the subgroups) was scored in full:
     a subgroup that stopped early there saved no computation, its pairs were scored anyway."""
     return {b for (b, c), s in seen.items() if c == _OVERALL and s["items_scored"] >= s["population"]}
 
 
-def sequential_rows(results: Mapping[str, Any]) -> list[dict[str, str]]:
+class SequentialRow(TypedDict):
+    """A sequential gate as both reports show it (``sequential_rows``)."""
+
+    benchmark: str
+    category: str
+    metric: str
+    decision: str | None
+    n: str
+    cs: str
+    band: str
+    saved: str
+    verdict_from: str
+    status: str
+    note: str
+
+
+def sequential_rows(results: Results) -> list[SequentialRow]:
     """One row per sequential gate (a verdict with ``sequential``), as both reports show it: the
     decision, the n it was decided at of the category's selected items, the confidence sequence
     there, the band, the items the category saved, and where the verdict comes from."""
-    rows = []
+    rows: list[SequentialRow] = []
     full = _scored_by_overall(_sequential_categories(results))
     for v in results["gates"]:
         s = v.get("sequential")
@@ -336,7 +394,7 @@ def sequential_rows(results: Mapping[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def sequential_totals(results: Mapping[str, Any]) -> str | None:
+def sequential_totals(results: Results) -> str | None:
     """Items scored of those selected over the categories with sequential gates, and the gate
     verdicts their confidence sequences decided, one sentence; None when no gate was sequential. A sentence-pair benchmark's ``overall`` category holds its
     subgroups' pairs: it counts them once (summing the subgroups too counted every pair twice and
@@ -386,7 +444,7 @@ def sequential_totals(results: Mapping[str, Any]) -> str | None:
     )
 
 
-def ok_categories(results: Mapping[str, Any], bench: str) -> dict[str, Mapping[str, Any]]:
+def ok_categories(results: Results, bench: str) -> dict[str, CategoryEntry]:
     """``bench``'s categories that were scored (not those whose evaluation failed)."""
     entries = (results.get("benchmarks") or {}).get(bench) or {}
     return {c: e for c, e in entries.items() if e.get("status", "ok") == "ok"}
@@ -399,13 +457,13 @@ class MetricRow:
     size-weighted, a reporting group)."""
 
     label: str
-    metrics: Mapping[str, Any]
+    metrics: Mapping[str, MetricEntry]
     n_scored: int | None = None
     error: str | None = None
     pool: bool = False
 
 
-def metric_rows(results: Mapping[str, Any], bench: str) -> list[MetricRow]:
+def metric_rows(results: Results, bench: str) -> list[MetricRow]:
     """``bench``'s metrics table, every category in the document's order, then its aggregates
     (``overall_labels``)."""
     rows = [
@@ -414,11 +472,21 @@ def metric_rows(results: Mapping[str, Any], bench: str) -> list[MetricRow]:
         else MetricRow(cat, e["metrics"], n_scored=e["n_scored"])
         for cat, e in ((results.get("benchmarks") or {}).get(bench) or {}).items()
     ]
-    overall = (results.get("overall") or {}).get(bench, {})
-    return rows + [MetricRow(label, overall[label], pool=True) for label in overall_labels(results, bench)]
+    return rows + [
+        MetricRow(label, pooled, pool=True) for label, pooled in aggregates(results, bench).items()
+    ]
 
 
-def excluded_rows(results: Mapping[str, Any], bench: str) -> list[dict[str, Any]]:
+class ExcludedRow(TypedDict):
+    """Rows a category left out for one reason: how many, and the first ten ids."""
+
+    category: str
+    reason: str
+    count: int
+    ids: list[str]
+
+
+def excluded_rows(results: Results, bench: str) -> list[ExcludedRow]:
     """The rows ``bench``'s scored categories left out, one per (category, reason): how many, and
     the first ten ids (results.json holds them all)."""
     return [

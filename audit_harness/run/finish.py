@@ -20,6 +20,7 @@ from ..run_outcome import Outcome, decide, nothing_checked
 
 if TYPE_CHECKING:
     from ..interrupts import Presses
+    from ..report.schema import Results
     from .audit_run import AuditRun
 
 
@@ -152,7 +153,7 @@ def unchecked(run: AuditRun) -> str | None:
     )
 
 
-def compare_baseline(run: AuditRun, results: dict[str, Any], facts: Facts) -> None:
+def compare_baseline(run: AuditRun, results: Results, facts: Facts) -> None:
     """Regression gates are only meaningful like for like: say in ``results`` what differs from
     the baseline run (and, with ``--strict-baseline``, make it an input error)."""
     from ..gates.comparability import comparability_notes, model_notes
@@ -161,13 +162,15 @@ def compare_baseline(run: AuditRun, results: dict[str, Any], facts: Facts) -> No
     unlike = incomplete_notes({"baseline": run.baseline.document}) + comparability_notes(
         run.baseline.document, results
     )
-    results["baseline"]["not_like_for_like"] = unlike
-    results["baseline"]["models"] = model_notes(run.baseline.document, results)
+    baseline = results["baseline"]
+    if baseline is not None:  # build_results records run.baseline's summary
+        baseline["not_like_for_like"] = unlike
+        baseline["models"] = model_notes(run.baseline.document, results)
     if unlike and run.session.options.strict_baseline and not facts.input_error:
         facts.input_error = f"--strict-baseline: the baseline run is not like for like ({'; '.join(unlike)})"
 
 
-def build(run: AuditRun, done: Evaluated) -> tuple[dict[str, Any], str | None]:
+def build(run: AuditRun, done: Evaluated) -> tuple[Results, str | None]:
     """The results document (``report.results.build_results``) and the run error, if the overall
     aggregates could not be computed."""
     from ..evaluation import overall_from_records
