@@ -3,12 +3,21 @@ seeded selection, or the items saved predictions answer) scored through the engi
 in sequential rounds (``pipeline.evaluate_category``), giving a typed ``CategoryEvaluation``;
 ``outcome`` makes it the results file's ``CategoryOutcome`` and writes its records."""
 
+from ..gates.judge import Coverage
 from .category_outcome import CategoryOutcome, overall_from_records, pooled_outcome, write_records
-from .item_sources import Coverage, FixedSelection, ItemSource, ReplayedItems, Selection
-from .pipeline import CategoryEvaluation, ParseSensitivity, Scoring, check_capabilities, evaluate_category
+from .item_sources import FixedSelection, ItemSource, ReplayedItems, Selection
+from .pipeline import (
+    CategoryEvaluation,
+    CategoryMeasures,
+    ParseSensitivity,
+    Scoring,
+    check_capabilities,
+    evaluate_category,
+)
 
 __all__ = [
     "CategoryEvaluation",
+    "CategoryMeasures",
     "CategoryOutcome",
     "Coverage",
     "FixedSelection",
