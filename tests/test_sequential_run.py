@@ -17,8 +17,8 @@ import pytest
 from test_release_gate import audit, run_dir_of
 
 from audit_harness.errors import ConfigError
-from audit_harness.gates import load_thresholds
 from audit_harness.evaluation.sequential_rounds import build_rounds
+from audit_harness.gates import load_thresholds
 from bias_metrics.sequential import betting_cs_path, decide
 
 KEYWORD = "Religion"

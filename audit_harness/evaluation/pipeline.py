@@ -96,14 +96,14 @@ class CategoryMeasures:
     plan: dict[str, Any] | None = None
 
     def measures(self) -> dict[str, object]:
-        """Its ``CategoryMeasures`` fields by name (what an outcome takes over from an
-        evaluation)."""
+        """Its ``CategoryMeasures`` fields by name, whatever subclass it is (what
+        ``CategoryOutcome.to_dict`` writes of them)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(CategoryMeasures)}
 
 
 @dataclass(kw_only=True)
 class CategoryEvaluation(CategoryMeasures):
-    """What one category's evaluation produced: its measures (``CategoryMeasures``) and
+    """What one category's evaluation produced: what it measured (``CategoryMeasures``), and
 
     Attributes:
         data: the category's loaded data.

@@ -99,11 +99,13 @@ def judge(
 
 
 def regression_notes(
-    gate: Gate, baseline: Mapping[str, Any] | None, mine: Callable[[], Mapping[str, Any]]
+    gate: Gate, baseline: Mapping[str, Any] | None, mine: Callable[[], Mapping[str, object]]
 ) -> tuple[str, ...]:
     """Why a regression gate's baseline run is not like for like with this run's category
     (``comparability_notes`` scoped to it); empty for a threshold gate or without a baseline
-    document. ``mine`` gives this run's document of the category, built only when needed."""
+    document. ``mine`` gives this run's document of the category (``AuditSession.category_document``:
+    the run's ``gates.identity.RunIdentity`` with the category's model, protocol, items and files),
+    built only when needed."""
     if gate.baseline is None or baseline is None:
         return ()
     return tuple(comparability_notes(baseline, mine(), scope=(gate.benchmark, gate.category)))
