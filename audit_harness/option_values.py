@@ -248,7 +248,7 @@ class MetricOptions:
         "verdict then says the run is on a partial scope and why",
         switch=True,
     )
-    #: every gate is sequential (``audit_harness.sequential``), as thresholds.yaml's
+    #: every gate is sequential (``gates.sequential``), as thresholds.yaml's
     #: ``sequential: true`` makes the gates it names.
     sequential: bool = option(
         "--sequential",

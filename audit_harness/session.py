@@ -19,6 +19,7 @@ from .errors import AuditError, MissingDataError
 from .evaluation import CategoryOutcome, Scoring, check_capabilities, evaluate_category, write_records
 from .evaluation.category_outcome import pooled_outcome
 from .gates import Gate, Verdict
+from .gates.identity import RunIdentity
 
 if TYPE_CHECKING:
     from .engine.cache import ResultCache
@@ -65,6 +66,7 @@ class AuditSession:
         self._cache: ResultCache | None = None
         self._progress: Progress | None = None
         self._data_dir: Path | None = None
+        self._identity: RunIdentity | None = None
         self.outcomes: dict[tuple[str, str], CategoryOutcome] = {}
         #: pooled categories' outcomes (``_pooled``): read by their gates, not exported.
         self.pooled: dict[tuple[str, str], CategoryOutcome] = {}
@@ -96,6 +98,16 @@ class AuditSession:
         if self._data_dir is None:
             self._data_dir = resolve_data_dir(self.options.data_dir)
         return self._data_dir
+
+    @property
+    def identity(self) -> RunIdentity:
+        """The run's ``gates.identity.RunIdentity``, built on first use (the controller's at
+        start-up): one object for the baseline check, the regression gates and the results."""
+        if self._identity is None:
+            from .engine.cache import ENGINE_VERSION
+
+            self._identity = RunIdentity.of(self.options, lambda: self.data_dir, ENGINE_VERSION)
+        return self._identity
 
     @property
     def model(self) -> Backend:
@@ -229,7 +241,7 @@ class AuditSession:
 
     def metric(self, benchmark: str, category: str, name: str) -> MetricResult:
         """The ``MetricResult`` of one metric of one category."""
-        return self.outcome(benchmark, category).metrics[name]
+        return self.outcome(benchmark, category).measures.metrics[name]
 
     def export(self) -> dict[str, Any]:
         """This process's outcomes and verdicts, for the controller's results file."""
@@ -251,29 +263,19 @@ class AuditSession:
             "model_error": self.model_error,
         }
 
-    def category_document(self, benchmark: str, category: str) -> dict[str, Any]:
-        """The part of this run's results document that concerns one evaluated category, as
-        ``report.compare.comparability_notes`` reads it while the run goes on (a regression
-        gate's own like-for-like check)."""
-        from .data import sha256_file
-        from .engine.cache import ENGINE_VERSION
-
+    def category_document(self, benchmark: str, category: str) -> dict[str, object]:
+        """This run's results document as far as one evaluated category goes (``identity``, its
+        model, protocol, items, data files): what a regression gate's like-for-like check reads."""
         outcome = self.outcomes.get((benchmark, category)) or self.pooled[(benchmark, category)]
         model = self.export()["model"]
-        # A sequential category judges the value over every selected item, whatever it stopped
-        # at: those are the items to compare with the baseline's.
-        judged = outcome.sequential["population"] if outcome.sequential else outcome.n_scored
-        return {
-            "options": self.options.to_dict(),
-            "model": model,
-            "run": {
-                "thresholds_sha256": sha256_file(Path(self.options.thresholds)),
-                "engine_version": ENGINE_VERSION,
-            },
-            "protocols": {benchmark: self.protocol(benchmark, model)},
-            "benchmarks": {benchmark: {category: {"n_scored": judged}}},
-            "data_files": {f["path"]: {"sha256": f["sha256"]} for f in outcome.files},
-        }
+        # A sequential category stands for every item it selected, wherever it stopped.
+        judged = outcome.sequential.population if outcome.sequential else outcome.n_scored
+        return self.identity.document(
+            model=model,
+            protocols={benchmark: self.protocol(benchmark, model)},
+            benchmarks={benchmark: {category: {"n_scored": judged}}},
+            data_files={f["path"]: {"sha256": f["sha256"]} for f in outcome.files},
+        )
 
     def protocol(self, benchmark: str, model: Mapping[str, Any] | None) -> dict[str, Any]:
         """What produced a benchmark's numbers besides model and data (results' ``protocols``):

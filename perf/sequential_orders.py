@@ -5,11 +5,11 @@ This script takes a finished **fixed-n** run (its ``results.json`` and records),
 gate whose fixed-n interval clears its band (wholly inside or wholly outside, the gates sequential
 mode can save items on) and whose metric is a share (``SequentialForm.values``: the BBQ-family
 accuracies and rates, the pair bias score), rebuilds the order ``--seeds`` seeds would score the
-category's items in (``sequential.build_rounds``, the run's round size) and gives the item count
+category's items in (``evaluation.sequential_rounds.build_rounds``, the run's round size) and gives the item count
 at which the gate is decided:
 
 - ``shipped``: the suite's rule, the betting CS of ``bias_metrics.sequential`` at the run's round
-  ends with the gate's alpha, sides, min_n and PASS split (``sequential.GateTrack``);
+  ends with the gate's alpha, sides, min_n and PASS split (``gates.sequential.GateTrack``);
 - ``oracle`` at the same round ends and ``oracle/1`` after every item: Wald's SPRT that knows the
   category's value (``bias_metrics.sequential.oracle_sprt_n``), at the same error probability per
   edge. No level-alpha rule that has to estimate the value stops much sooner on average.
@@ -60,7 +60,8 @@ def gates_to_replay(results: dict) -> tuple[list[dict], int]:
 def replay(gate: dict, bench, records, seeds: int, family: int) -> dict:
     """Decision counts of one gate over ``seeds`` orders: shipped rule, oracle at the run's looks
     and after every item."""
-    from audit_harness.sequential import GateTrack, build_rounds, round_size
+    from audit_harness.evaluation.sequential_rounds import build_rounds, round_size
+    from audit_harness.gates.sequential import GateTrack
     from bias_metrics.sequential import betting_cs_path, oracle_sprt_n
 
     form = bench.sequential_form(gate["metric"])

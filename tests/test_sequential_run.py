@@ -17,8 +17,8 @@ import pytest
 from test_release_gate import audit, run_dir_of
 
 from audit_harness.errors import ConfigError
+from audit_harness.evaluation.sequential_rounds import build_rounds
 from audit_harness.gates import load_thresholds
-from audit_harness.sequential import build_rounds
 from bias_metrics.sequential import betting_cs_path, decide
 
 KEYWORD = "Religion"
@@ -391,7 +391,7 @@ def test_an_interval_gate_gets_the_parameter_cs_not_the_finite_population_one(mo
     a ci_inside gate on it would pass sequentially and fail fixed-n: a wrong PASS."""
     from audit_harness.benchmarks.base import SequentialForm
     from audit_harness.gates import Gate
-    from audit_harness.sequential import GateTrack
+    from audit_harness.gates.sequential import GateTrack
     from bias_metrics.result import MetricResult
 
     seen = []
@@ -424,7 +424,7 @@ def test_a_sequential_pass_is_decided_at_alpha_over_the_runs_sequential_gates(fa
     PASS per gate: Disability_status acc_disambig 0.495, passed after 60 items at alpha 0.05.)"""
     from audit_harness.benchmarks.base import SequentialForm
     from audit_harness.gates import Gate
-    from audit_harness.sequential import GateTrack
+    from audit_harness.gates.sequential import GateTrack
     from bias_metrics.result import MetricResult
 
     def cs(records, population, alpha):  # narrower at a larger alpha, as every CS is
@@ -445,7 +445,7 @@ def test_a_one_sided_band_reads_one_side_of_the_cs_at_twice_alpha():
     with two finite ends needs both sides at once and keeps alpha)."""
     from audit_harness.benchmarks.base import SequentialForm
     from audit_harness.gates import Gate
-    from audit_harness.sequential import GateTrack
+    from audit_harness.gates.sequential import GateTrack
     from bias_metrics.result import MetricResult
 
     asked = []

@@ -314,7 +314,7 @@ def stratified_sample(
 @dataclass(frozen=True)
 class SequentialForm(Generic[RecordT, ItemT]):
     """How one gate metric's confidence sequence is made from the records scored so far, for
-    sequential gates (``audit_harness.sequential``; ``Benchmark.sequential_form``).
+    sequential gates (``evaluation.sequential_rounds``, ``gates.sequential``; ``Benchmark.sequential_form``).
 
     Attributes:
         label: what the CS is, for reports (e.g. ``"s_DIS = 2 CS(p) - 1"``).
@@ -571,7 +571,7 @@ class Benchmark(ABC, Generic[ItemT, RecordT]):
         return seeded_sample(items, limit, seed, salt)
 
     def balance_key(self, item: ItemT) -> CellKey:
-        """The cell of ``item`` that sequential rounds keep balanced (``audit_harness.sequential``):
+        """The cell of ``item`` that sequential rounds keep balanced (``evaluation.sequential_rounds``):
         every round takes from each cell in proportion to the cell's share of the selected items,
         so a round is a small copy of the category. Cell keys must be sortable. Default: one cell
         (no stratification)."""

@@ -10,54 +10,65 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from bias_metrics.result import MetricResult
-
 from ..benchmarks.base import Benchmark, MetricSettings, Record
 from ..errors import DataError
-from .pipeline import CategoryEvaluation, ParseSensitivity
+from ..gates.judge import Coverage
+from ..gates.sequential import SequentialSummary
+from .pipeline import CategoryEvaluation, CategoryMeasures
+
+#: results.json's keys of a category's outcome, in order; ``CategoryMeasures`` gives those not
+#: named by the outcome itself.
+_KEYS = (
+    "benchmark",
+    "category",
+    "n_available",
+    "n_scored",
+    "metrics",
+    "excluded",
+    "notes",
+    "files",
+    "seconds",
+    "records_path",
+    "requests",
+    "examples",
+    "coverage",
+    "sensitivity",
+    "plan",
+    "sequential",
+)
 
 
 @dataclass
 class CategoryOutcome:
-    """Everything one (benchmark, category) evaluation produced, JSON-ready via ``to_dict``.
+    """One (benchmark, category) evaluated: where and what it read, and what it measured
+    (``measures``: the evaluation itself, a ``CategoryMeasures``, held, not copied), JSON-ready
+    via ``to_dict``.
 
-    The metrics stay ``MetricResult`` objects while the run judges its gates; they become dicts
-    only in ``to_dict``, the form the results file and the xdist controller read."""
+    The metrics, the coverage and the sequential summary stay typed objects while the run judges
+    its gates; they become dicts only in ``to_dict``, the form the results file and the xdist
+    controller read."""
 
     benchmark: str
     category: str
     n_available: int
     n_scored: int
-    metrics: dict[str, MetricResult]
-    excluded: dict[str, list[str]]
     notes: dict[str, int]
     files: list[dict[str, Any]]
     seconds: float
     records_path: str
-    #: the engine's counters for this category (``EngineStats.to_dict``: requests, distinct,
-    #: from_cache, computed, tokens_forwarded, forwards, oom_retries).
-    requests: dict[str, int] = field(default_factory=dict)
-    #: a few invalid / out-of-choice model outputs (``Benchmark.report_examples``).
-    examples: list[dict[str, Any]] = field(default_factory=list)
-    #: ``--backend replay``: ``{"predicted", "available", "predictions"}``, the items the saved
-    #: outputs answer of those the category holds; None for a live run.
-    coverage: dict[str, int | str] | None = None
-    #: Generate mode: every metric as the other parsing profile reads the outputs (in the results
-    #: file ``{"answer_parsing": the other profile, "metrics": {name: metric dict}}``); None when
-    #: nothing is parsed.
-    sensitivity: ParseSensitivity | None = None
-    #: ``--plan``: the category's counts (``planning.plan_row``); then nothing else in the
-    #: outcome is a score (no metrics, no records written).
-    plan: dict[str, Any] | None = None
-    #: a category with sequential gates (``sequential.CategoryPlan.summary``): rounds, items
-    #: scored and saved, and each gate's decision by test id; None when no gate is sequential.
-    sequential: dict[str, Any] | None = None
+    measures: CategoryMeasures = field(default_factory=CategoryMeasures)
+    #: a category with sequential gates (``gates.sequential.CategoryPlan.summary``): rounds,
+    #: items scored and saved, and each gate's report by test id; None when no gate is sequential.
+    sequential: SequentialSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        doc = dict(self.__dict__)
-        doc["metrics"] = {k: v.to_dict() for k, v in self.metrics.items()}
-        doc["sensitivity"] = self.sensitivity.to_dict() if self.sensitivity is not None else None
-        return doc
+        m = self.measures
+        doc: dict[str, Any] = {**vars(self), **m.measures()}
+        doc["metrics"] = {k: v.to_dict() for k, v in m.metrics.items()}
+        doc["coverage"] = m.coverage.to_dict() if m.coverage is not None else None
+        doc["sensitivity"] = m.sensitivity.to_dict() if m.sensitivity is not None else None
+        doc["sequential"] = self.sequential.to_dict() if self.sequential is not None else None
+        return {k: doc[k] for k in _KEYS}
 
     @classmethod
     def of(
@@ -71,17 +82,11 @@ class CategoryOutcome:
             category=category,
             n_available=len(data.items),
             n_scored=0 if ev.plan is not None else len(ev.records),
-            metrics=dict(ev.metrics),
-            excluded=ev.excluded,
             notes=data.notes,
             files=[f.__dict__ for f in data.files],
             seconds=seconds,
             records_path=records_path,
-            requests=ev.stats,
-            examples=ev.examples,
-            coverage=ev.coverage.to_dict() if ev.coverage is not None else None,
-            sensitivity=ev.sensitivity,
-            plan=ev.plan,
+            measures=ev,
             sequential=ev.sequential.summary() if ev.sequential is not None else None,
         )
 
@@ -168,11 +173,11 @@ def pooled_outcome(
     settings : MetricSettings
         The run's interval settings.
     """
-    plans = [m.plan for m in members if m.plan is not None]
+    plans = [m.measures.plan for m in members if m.measures.plan is not None]
     records = [] if plans else [r for m in members for r in read_records(bench, run_dir / m.records_path)]
-    cov = [m.coverage for m in members if m.coverage is not None]
+    cov = [m.measures.coverage for m in members if m.measures.coverage is not None]
     metrics = dict(bench.metrics(records, settings)) if records else {}
-    stopped = [m.category for m in members if (m.sequential or {}).get("stopped_early")]
+    stopped = [m.category for m in members if m.sequential is not None and m.sequential.stopped_early]
     if stopped:
         # Categories that stopped on their own gates' decisions hold a sample chosen by the
         # data: no fixed-n interval covers their items pooled, so no pooled verdict rests on it.
@@ -186,22 +191,17 @@ def pooled_outcome(
         category=category,
         n_available=sum(m.n_available for m in members),
         n_scored=sum(m.n_scored for m in members),
-        metrics=metrics,
-        excluded={},
         notes={"categories_pooled": len(members)},
         files=[f for m in members for f in m.files],
         seconds=0.0,
         records_path="",
-        coverage=(
-            {"predicted": _total(cov, "predicted"), "available": _total(cov, "available")} if cov else None
+        measures=CategoryMeasures(
+            metrics=metrics,
+            coverage=(
+                Coverage(predicted=sum(c.predicted for c in cov), available=sum(c.available for c in cov))
+                if cov
+                else None
+            ),
+            plan={"pooled": [m.category for m in members]} if plans else None,
         ),
-        plan={"pooled": [m.category for m in members]} if plans else None,
     )
-
-
-def _total(coverages: Sequence[Mapping[str, int | str]], key: str) -> int:
-    """The sum of the counts under ``key`` (``Coverage.to_dict``'s ``predicted``, ``available``)."""
-    counts = [c[key] for c in coverages]
-    if not all(isinstance(n, int) for n in counts):
-        raise TypeError(f"coverage {key!r} is no count: {counts!r}")
-    return sum(n for n in counts if isinstance(n, int))

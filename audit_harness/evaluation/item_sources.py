@@ -5,27 +5,15 @@ a selection in seeded, balanced rounds (``pipeline``)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, Sequence
 
 from ..benchmarks.base import Benchmark, CategoryData, Item
 from ..errors import MissingDataError
+from ..gates.judge import Coverage
 
 if TYPE_CHECKING:
     from ..predictions import JoinedPredictions
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """The items a predictions file answers of those a category holds (``--backend replay``)."""
-
-    predicted: int
-    available: int
-    #: the predictions file.
-    predictions: str
-
-    def to_dict(self) -> dict[str, int | str]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

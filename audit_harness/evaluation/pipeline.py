@@ -14,14 +14,16 @@ from bias_metrics.result import MetricResult
 from ..benchmarks.base import Benchmark, CategoryData, Item, MetricSettings, Record
 from ..errors import ModelError
 from ..gates import Gate
-from .item_sources import Coverage, ItemSource, Selection
+from ..gates.judge import Coverage
+from ..gates.sequential import CategoryPlan, tracks_for
+from .item_sources import ItemSource, Selection
+from .sequential_rounds import build_rounds, round_size
 
 if TYPE_CHECKING:
     from ..engine.executor import Engine
     from ..engine.progress import Progress
     from ..models.base import Backend
     from ..planning import PlanMeter
-    from ..sequential import CategoryPlan
 
 
 @dataclass
@@ -64,34 +66,54 @@ class ParseSensitivity:
         }
 
 
-@dataclass
-class CategoryEvaluation:
-    """What one category's evaluation produced.
+@dataclass(kw_only=True)
+class CategoryMeasures:
+    """What a category's evaluation measured, as its evaluation (``CategoryEvaluation``) and its
+    outcome (``category_outcome.CategoryOutcome``) both hold it: one declaration of each field.
+
+    Attributes:
+        metrics: the benchmark's metrics over the records (none in a plan), ``MetricResult``
+            objects until the results file is written.
+        excluded: ``{reason: [item ids]}`` left out (the loader's, the source's, the
+            benchmark's).
+        requests: the engine's counters for this category (``EngineStats.to_dict``: requests,
+            distinct, from_cache, computed, tokens_forwarded, forwards, oom_retries).
+        examples: a few invalid / out-of-choice outputs (``Benchmark.report_examples``).
+        coverage: ``--backend replay``: the part of the category the predictions answer; None
+            for a live run.
+        sensitivity: generate mode: every metric under the other parsing profile; None when
+            nothing is parsed.
+        plan: ``--plan``: the category's counts (``planning.plan_row``); then nothing else is a
+            score (no metrics, no records written).
+    """
+
+    metrics: dict[str, MetricResult] = field(default_factory=dict)
+    excluded: dict[str, list[str]] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    coverage: Coverage | None = None
+    sensitivity: ParseSensitivity | None = None
+    plan: dict[str, Any] | None = None
+
+    def measures(self) -> dict[str, object]:
+        """Its ``CategoryMeasures`` fields by name, whatever subclass it is (what
+        ``CategoryOutcome.to_dict`` writes of them)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(CategoryMeasures)}
+
+
+@dataclass(kw_only=True)
+class CategoryEvaluation(CategoryMeasures):
+    """What one category's evaluation produced: what it measured (``CategoryMeasures``), and
 
     Attributes:
         data: the category's loaded data.
         records: the records of the items scored, in the selection's order.
-        metrics: the benchmark's metrics over them (none in a plan).
-        excluded: ``{reason: [item ids]}`` left out (the loader's, the source's, the
-            benchmark's).
-        stats: the engine's counters for this category (``EngineStats.to_dict``).
-        examples: a few invalid / out-of-choice outputs (``Benchmark.report_examples``).
-        coverage: replay: the part of the category the predictions answer.
-        sensitivity: generate mode: the metrics under the other parsing profile.
-        sequential: the category's ``sequential.CategoryPlan`` (None: no sequential gate).
-        plan: a plan's counts (``planning.plan_row``), else None.
+        sequential: the category's ``gates.sequential.CategoryPlan`` (None: no sequential gate).
     """
 
     data: CategoryData
     records: list[Record]
-    metrics: dict[str, MetricResult] = field(default_factory=dict)
-    excluded: dict[str, list[str]] = field(default_factory=dict)
-    stats: dict[str, int] = field(default_factory=dict)
-    examples: list[dict[str, Any]] = field(default_factory=list)
-    coverage: Coverage | None = None
-    sensitivity: ParseSensitivity | None = None
     sequential: CategoryPlan | None = None
-    plan: dict[str, Any] | None = None
 
 
 def check_capabilities(model: Backend, bench: Benchmark) -> None:
@@ -140,7 +162,7 @@ def evaluate_category(
     stats = engine.reset_stats().to_dict()
     items = sorted(items, key=lambda it: selected[it.item_id])
     records = [scoring.records[(benchmark, it.item_id)] for it in items]
-    evaluation = CategoryEvaluation(data, records, excluded=dict(data.excluded), stats=stats)
+    evaluation = CategoryEvaluation(data=data, records=records, excluded=dict(data.excluded), requests=stats)
     if scoring.meter is not None:
         evaluation.plan = scoring.meter.row(len(records), stats, new_items=len(todo))
         return evaluation
@@ -181,19 +203,16 @@ def _score(scoring: Scoring, bench: Benchmark, items: Sequence[Item]) -> None:
 def sequential_plan(
     scoring: Scoring, bench: Benchmark, category: str, items: Sequence[Item]
 ) -> CategoryPlan | None:
-    """The category's ``sequential.CategoryPlan``, or None when no gate of it is sequential."""
+    """The category's ``gates.sequential.CategoryPlan`` (rounds of
+    ``sequential_rounds.round_size``), or None when no gate of it is sequential."""
     if not scoring.gates:
         return None
-    from ..sequential import CategoryPlan
-
     gates = scoring.gates.get((bench.name, category), [])
     # Every gate of the run that may be decided sequentially (a few may turn out fixed-n:
     # counting them too only makes a PASS more demanding).
     family = sum(1 for gs in scoring.gates.values() for g in gs if scoring.sequential or g.sequential)
-    plan: CategoryPlan | None = CategoryPlan.for_category(
-        bench, gates, items, scoring.sequential, family=family
-    )
-    return plan
+    tracks = tracks_for(bench.sequential_form, gates, scoring.sequential, family=family)
+    return CategoryPlan.for_category(tracks, items, round_size(len(items)))
 
 
 def _score_in_rounds(
@@ -201,10 +220,8 @@ def _score_in_rounds(
 ) -> list[Item]:
     """Score ``items`` in the plan's balanced rounds until every sequential gate is decided
     or the items run out; returns the items scored, in the order scored (the rounds are
-    seeded, ``sequential.build_rounds``: that order can be rebuilt from the seed, so the
-    records file keeps the selection's order and the sequences can still be recomputed)."""
-    from ..sequential import build_rounds
-
+    seeded, ``sequential_rounds.build_rounds``: that order can be rebuilt from the seed, so
+    the records file keeps the selection's order and the sequences can still be recomputed)."""
     # Each round needs only the metrics' values and n (the rule's min_n and defined checks);
     # the bootstrap intervals are computed once, on the items finally scored.
     quick = dataclasses.replace(scoring.settings, n_resamples=0)

@@ -64,7 +64,7 @@ class Gate:
         baseline: set on a regression gate (``regression.add_regression_gates``), else None.
         sequential: thresholds.yaml ``sequential: true`` (file, section or gate): the gate's
             category is scored in rounds and the gate decided on a confidence sequence
-            (``audit_harness.sequential``); ``--sequential`` turns it on for every gate.
+            (``gates.sequential``); ``--sequential`` turns it on for every gate.
     """
 
     benchmark: str
@@ -300,7 +300,7 @@ class Verdict:
     #: generate mode: the same gate under the other answer-parsing profile (``answer_parsing``,
     #: ``status``, ``value``, ``ci``, ``verdict_differs``); None where nothing is parsed.
     other_parse: Mapping[str, object] | None = None
-    #: a sequential gate (``audit_harness.sequential.GateTrack.to_dict``): the decision, the n it
+    #: a sequential gate (``gates.sequential.GateReport.to_dict``): the decision, the n it
     #: was decided at, the confidence sequence there, the items saved; None for a fixed-n gate.
     sequential: Mapping[str, object] | None = None
 

@@ -15,17 +15,36 @@ from bias_metrics.sequential import PASS
 
 from .comparability import comparability_notes
 from .gate import Gate, Verdict
+from .sequential import GateReport
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """The items a predictions file answers of those a category holds (``--backend replay``;
+    a pooled category's adds up its members' and names no file)."""
+
+    predicted: int
+    available: int
+    #: the predictions file (None for a pooled category).
+    predictions: str | None = None
+
+    def to_dict(self) -> dict[str, int | str]:
+        """The category's ``coverage`` in results.json."""
+        out: dict[str, int | str] = {"predicted": self.predicted, "available": self.available}
+        if self.predictions is not None:
+            out["predictions"] = self.predictions
+        return out
 
 
 @dataclass(frozen=True)
 class Evidence:
     """What the run knows of a gate's category besides its metric."""
 
-    #: ``--backend replay``: ``{"predicted", "available", ...}``, the rows the saved predictions
-    #: answer of those the category holds; None for a live run.
-    coverage: Mapping[str, Any] | None = None
+    #: ``--backend replay``: the rows the saved predictions answer of those the category holds;
+    #: None for a live run.
+    coverage: Coverage | None = None
     #: a sequential gate's report (``CategoryPlan.report``); None for a fixed-n gate.
-    sequential: Mapping[str, Any] | None = None
+    sequential: GateReport | None = None
     #: generate mode: the other answer-parsing profile and the gate's metric under it; None
     #: where nothing is parsed.
     other_parse: tuple[str, MetricResult] | None = None
@@ -80,36 +99,38 @@ def judge(
 
 
 def regression_notes(
-    gate: Gate, baseline: Mapping[str, Any] | None, mine: Callable[[], Mapping[str, Any]]
+    gate: Gate, baseline: Mapping[str, Any] | None, mine: Callable[[], Mapping[str, object]]
 ) -> tuple[str, ...]:
     """Why a regression gate's baseline run is not like for like with this run's category
     (``comparability_notes`` scoped to it); empty for a threshold gate or without a baseline
-    document. ``mine`` gives this run's document of the category, built only when needed."""
+    document. ``mine`` gives this run's document of the category (``AuditSession.category_document``:
+    the run's ``gates.identity.RunIdentity`` with the category's model, protocol, items and files),
+    built only when needed."""
     if gate.baseline is None or baseline is None:
         return ()
     return tuple(comparability_notes(baseline, mine(), scope=(gate.benchmark, gate.category)))
 
 
-def partial_coverage(verdict: Verdict, coverage: Mapping[str, Any] | None, allow_partial: bool) -> Verdict:
+def partial_coverage(verdict: Verdict, coverage: Coverage | None, allow_partial: bool) -> Verdict:
     """A judged verdict on a category the saved predictions cover only in part is no verdict:
     INSUFFICIENT (cause ``coverage``) unless ``--allow-partial``."""
     cov = coverage
     if (
-        not cov
+        cov is None
         or allow_partial
-        or cov["predicted"] >= cov["available"]
+        or cov.predicted >= cov.available
         or verdict.status not in ("pass", "fail", "inconclusive", "not_decided")
     ):
         return verdict
     g = verdict.gate
-    share = 100.0 * cov["predicted"] / cov["available"]
+    share = 100.0 * cov.predicted / cov.available
     return dataclasses.replace(
         verdict,
         status="insufficient",
         cause="coverage",
         message=(
             f"{g.benchmark}/{g.category}/{g.metric}: no verdict, the predictions cover "
-            f"{cov['predicted']:,} of {cov['available']:,} rows of the category ({share:.1f} %); "
+            f"{cov.predicted:,} of {cov.available:,} rows of the category ({share:.1f} %); "
             f"a partial category decides nothing (--allow-partial judges the rows given; "
             f"it would {'be ' if verdict.status in ('inconclusive', 'not_decided') else ''}"
             f"{verdict.status.replace('_', ' ')}: {verdict.message})"
@@ -117,7 +138,7 @@ def partial_coverage(verdict: Verdict, coverage: Mapping[str, Any] | None, allow
     )
 
 
-def sequential_verdict(verdict: Verdict, info: Mapping[str, Any] | None) -> Verdict:
+def sequential_verdict(verdict: Verdict, info: GateReport | None) -> Verdict:
     """The gate's verdict with its sequential report: the sequential decision when it made one
     (PASS or FAIL on the confidence sequence), else the fixed-n ``verdict`` with a note saying why.
 
@@ -125,30 +146,30 @@ def sequential_verdict(verdict: Verdict, info: Mapping[str, Any] | None) -> Verd
     ----------
     verdict : Verdict
         ``Gate.evaluate`` on the items the category scored.
-    info : mapping or None
-        ``CategoryPlan.report`` of the gate (``CategoryOutcome.sequential["gates"][test_id]``);
+    info : GateReport or None
+        ``CategoryPlan.report`` of the gate (``CategoryOutcome.sequential.gates[test_id]``);
         None for a fixed-n run: ``verdict`` is returned as it is.
     """
     if info is None:
         return verdict
-    if info["verdict_from"] != "sequential":
+    if info.verdict_from != "sequential" or info.cs is None:
         return dataclasses.replace(
-            verdict, sequential=dict(info), message=f"{verdict.message} [sequential {info['note']}]"
+            verdict, sequential=info.to_dict(), message=f"{verdict.message} [sequential {info.note}]"
         )
     g = verdict.gate
-    passed = info["decision"] == PASS
-    lo, hi = info["cs"]
+    passed = info.decision == PASS
+    lo, hi = info.cs
     band = g.describe()
     m = verdict.metric
     shown = "undefined" if m is None or not m.defined else f"{m.value:.4f} (n={m.n})"
     message = (
         f"{g.benchmark}/{g.category}/{g.metric}: {'passes' if passed else 'fails'} {band} "
-        f"sequentially after {info['n']} of {info['population']} items: the confidence sequence "
-        f"[{lo:.4f}, {hi:.4f}] (alpha {info['alpha']:g}"
-        f"{', one-sided' if info.get('sides') == 1 else ''}) lies {'inside' if passed else 'outside'} "
-        f"its band; value over the {info['items_scored']} items scored {shown}, "
-        f"{info['items_saved']} items saved"
+        f"sequentially after {info.n} of {info.population} items: the confidence sequence "
+        f"[{lo:.4f}, {hi:.4f}] (alpha {info.alpha:g}"
+        f"{', one-sided' if info.sides == 1 else ''}) lies {'inside' if passed else 'outside'} "
+        f"its band; value over the {info.items_scored} items scored {shown}, "
+        f"{info.items_saved} items saved"
     )
     return dataclasses.replace(
-        verdict, status="pass" if passed else "fail", cause=None, message=message, sequential=dict(info)
+        verdict, status="pass" if passed else "fail", cause=None, message=message, sequential=info.to_dict()
     )

@@ -25,7 +25,7 @@ metric's denominator a verdict may rest on; below it the verdict is ``insufficie
 ``max_regression`` (how much worse than a ``--baseline`` run the metric may get,
 ``gates.regression``), and ``sequential`` (``true``: decide the gate on a confidence sequence while
 its category is scored in rounds, stopping early once every gate of the category is settled;
-``audit_harness.sequential``, docs/gates.md). A gate's key wins over its section's, which wins
+``gates.sequential``, docs/gates.md). A gate's key wins over its section's, which wins
 over the file's. A ``pooled:`` section (metric -> gate, as a category's block) gates the
 benchmark's pooled categories (``Benchmark.pooled_names``: ``pooled``, MBBQ's ``pooled_<lang>``),
 each judged on the items of every selected category together, test id ``pooled-<metric>``; on a

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypedDict
 
 from .. import __version__
+from ..gates.identity import RunIdentity
 from ..gates.resolution import of_entry
 from ..redact import redact
 from .schema import (
@@ -131,7 +132,9 @@ class ResultsInput:
     (``compliance.mapping.RegulatoryMapping.to_dict``)."""
 
     run_id: str
-    options: Mapping[str, Any]
+    #: the run's identity (``gates.identity.RunIdentity``, ``AuditSession.identity``): results'
+    #: ``options`` are its options, as the start-up baseline check and the regression gates saw them.
+    identity: RunIdentity
     model: Mapping[str, Any] | None
     outcomes: list[Mapping[str, Any]]
     verdicts: list[Mapping[str, Any]]
@@ -181,7 +184,7 @@ def build_results(parts: ResultsInput) -> Results:
         "run_id": parts.run_id,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": parts.model,
-        "options": dict(parts.options),
+        "options": dict(parts.identity.options),
         "thresholds": parts.thresholds_path,
         "run": dict(parts.run or {}),
         "environment": {"libraries": library_versions(), "platform": platform.platform()},

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AuditError
-from ..gates import Gate, Verdict, thresholds_provenance
+from ..gates import Gate, Verdict
 from ..report.results import ResultsDocument
 from ..run_outcome import Outcome, decide, nothing_checked
 
@@ -174,15 +174,9 @@ def build(run: AuditRun, done: Evaluated) -> tuple[Results, str | None]:
     """The results document (``report.results.build_results``) and the run error, if the overall
     aggregates could not be computed."""
     from ..evaluation import overall_from_records
-    from ..redact import redact
     from ..report.results import ResultsInput, build_results
 
     session = run.session
-    opts = session.options.to_dict()
-    try:
-        opts["data_dir"] = str(session.data_dir)  # record the resolved path, not the flag as typed
-    except AuditError:
-        pass
     touched = done.touched()
     meta = run_meta(run, touched)
     run_error = None
@@ -195,10 +189,10 @@ def build(run: AuditRun, done: Evaluated) -> tuple[Results, str | None]:
     results = build_results(
         ResultsInput(
             run_id=run.run_id,
-            # Where the options and the invocation are recorded, credentials in URLs are masked
-            # (``redact``): every report, JUnit property, model card and MLflow param is made
-            # from here.
-            options=redact(opts),
+            # The run's one identity (``AuditSession.identity``): the options as the start-up
+            # baseline check and the regression gates saw them (resolved data dir, credentials
+            # masked).
+            identity=session.identity,
             model=done.model,
             outcomes=done.outcomes,
             verdicts=done.verdicts,
@@ -223,7 +217,6 @@ def run_meta(run: AuditRun, touched: set[str]) -> dict[str, Any]:
     """results.json's ``run``: invocation, command line, start and duration, the suite's and the
     engine's versions, the thresholds file, its warnings, the interval floors and the gates
     configured for the benchmarks this run touched."""
-    from ..engine.cache import ENGINE_VERSION
     from ..redact import redact
     from ..report.results import suite_provenance
     from .startup import gates_for_data
@@ -240,8 +233,8 @@ def run_meta(run: AuditRun, touched: set[str]) -> dict[str, Any]:
         "started": datetime.fromtimestamp(run.started, timezone.utc).isoformat(timespec="seconds"),
         "duration_s": round(time.time() - run.started, 3),
         "suite": suite_provenance(),
-        "engine_version": ENGINE_VERSION,
-        **thresholds_provenance(Path(session.options.thresholds)),
+        # The same identity the start-up baseline check and the regression gates compared.
+        **session.identity.run_entry(),
         "thresholds_warnings": run.thresholds_warnings,
         "interval_floors": interval_floors(run),
         "gates_configured": configured,

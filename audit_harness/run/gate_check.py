@@ -153,14 +153,14 @@ class GateCheck:
 
     def _evidence(self, outcome) -> Evidence:
         """What the run knows of the gate's category besides its metric, for ``gates.judge``."""
-        g = self.gate
-        sens = outcome.sensitivity
+        g, measures = self.gate, outcome.measures
+        sens = measures.sensitivity
         other = None
         if sens is not None and g.metric in sens.metrics:
             other = (sens.answer_parsing, sens.metrics[g.metric])
         return Evidence(
-            coverage=outcome.coverage,
-            sequential=outcome.sequential["gates"].get(g.test_id) if outcome.sequential else None,
+            coverage=measures.coverage,
+            sequential=outcome.sequential.gates.get(g.test_id) if outcome.sequential else None,
             other_parse=other,
             unlike=regression_notes(
                 g, self._baseline, lambda: self._session.category_document(g.benchmark, g.category)

@@ -203,26 +203,20 @@ def check_backend(session, benchmarks: list[str]) -> None:
 
 
 def check_outputs(session, baseline: Mapping[str, Any] | None) -> None:
-    """Before anything is scored: with ``--strict-baseline`` the options already show the
-    baseline comparable; the result cache opens and is valid; the run folder can be written.
+    """Before anything is scored: the run's identity is built (``AuditSession.identity``, the
+    one the regression gates and the results read); with ``--strict-baseline`` it already shows
+    the baseline comparable; the result cache opens and is valid; the run folder can be written.
 
     Raises:
         AuditError: naming the file or option and what to do.
     """
+    identity = session.identity  # built once, here, before anything is scored
     if baseline is not None and session.options.strict_baseline:
-        from ..data import sha256_file
-        from ..engine.cache import ENGINE_VERSION
-        from ..report.compare import comparability_notes, incomplete_notes
+        from ..gates.comparability import comparability_notes
+        from ..report.compare import incomplete_notes
 
-        mine = {
-            "options": session.options.to_dict(),
-            "run": {
-                "thresholds_sha256": sha256_file(Path(session.options.thresholds)),
-                "engine_version": ENGINE_VERSION,
-            },
-        }
         unlike = (
-            comparability_notes(baseline, mine)
+            comparability_notes(baseline, identity.document())
             + _explicit_model_notes(baseline, session.options)
             + incomplete_notes({"baseline": baseline})
         )

@@ -1,14 +1,13 @@
-"""Sequential release gates, the run's side (issue 25): the rounds a category is scored in, and
-after each round every sequential gate's confidence sequence (CS) and decision.
+"""Sequential release gates, the decisions (issue 25): after each round of a category
+(``evaluation.sequential_rounds``), every sequential gate's confidence sequence (CS) and
+decision, and what the results say of it (``GateReport``, ``SequentialSummary``).
 
-The statistics are ``bias_metrics.sequential``'s (docs/metrics.md §5); this module only
+The statistics are ``bias_metrics.sequential``'s (docs/metrics.md §5); this module
 
-- builds the **rounds**: the category's selected items in a seeded order that keeps the
-  benchmark's balance (``Benchmark.balance_key``): every prefix holds each cell in proportion to
-  its share of the selected items, and the items of a round are shuffled;
-- asks each gate's benchmark for its metric's **composed CS** (``Benchmark.sequential_form``:
-  for the BBQ family ``benchmarks/bbq_family_sequential.py``, s_DIS, s_AMB and the ambiguous
-  diff-bias, the disambiguated diff-bias, accuracies and rates; the pair bias score in
+- asks each gate's benchmark for its metric's **composed CS** (``Benchmark.sequential_form``,
+  read here through the ``SequentialForm`` protocol: for the BBQ family
+  ``benchmarks/bbq_family_sequential.py``, s_DIS, s_AMB and the ambiguous diff-bias, the
+  disambiguated diff-bias, accuracies and rates; the pair bias score in
   ``benchmarks/sentence_pairs.py``); a metric without one stays fixed-n;
 - applies the **rule** (``CategoryPlan.update``): a gate is decided PASS when its CS lies inside its
   band, FAIL when the CS is disjoint from it, never while its metric over the items scored so far
@@ -19,100 +18,36 @@ The statistics are ``bias_metrics.sequential``'s (docs/metrics.md §5); this mod
 
 A wrong PASS is the worst outcome, so every doubt falls on the fixed-n side: a category with one
 gate that cannot be decided sequentially is scored in full (``CategoryPlan.can_stop``), and a
-sequential decision is only ever taken on a defined metric.
-
-**The order.** The betting CS's guarantee (Waudby-Smith & Ramdas 2023, §6) is for items drawn in a
-uniformly random order. Balanced rounds draw each cell's items in a uniformly random order and the
-cells in proportion to their sizes: stratified sampling with proportional allocation, whose running
-mean varies less around the category's value than a uniformly random order's. The proof is for the
-uniform order; ``tests/test_sequential_run.py`` checks by simulation that the wrong-verdict rate of
-balanced rounds stays below alpha where the cells differ most (cells of all-1 and all-0 items, the
-value on the band's bound).
+sequential decision is only ever taken on a defined metric. The order the items come in, and
+why balanced rounds keep the CS's guarantee, is ``evaluation.sequential_rounds``'.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Callable, Mapping, Protocol, Sequence
 
+from bias_metrics.result import MetricResult
 from bias_metrics.sequential import CONTINUE, FAIL, PASS, decide, regression_band
 
-from .benchmarks.base import SequentialForm, sample_rng
-from .gates import Gate
-from .gates.regression import direction
-
-#: A category is scored in about this many rounds...
-ROUNDS = 20
-#: ...of at least this many items (fewer rounds for a small category: each round is one engine
-#: call, and a gate's min_n rarely holds before a few dozen items anyway).
-MIN_ROUND = 20
+from .gate import Gate
+from .regression import direction
 
 
-# -- rounds ------------------------------------------------------------------------------------------
-def round_size(population: int) -> int:
-    """Items per round for a category of ``population`` selected items (``ROUNDS``, ``MIN_ROUND``)."""
-    return max(MIN_ROUND, math.ceil(population / ROUNDS))
+class SequentialForm(Protocol):
+    """How a gate metric's confidence sequence is made from the records scored so far: what
+    ``benchmarks.base.SequentialForm`` provides (the gates never import the benchmarks)."""
 
+    @property
+    def label(self) -> str:
+        """What the CS is, for reports (e.g. ``"s_DIS = 2 CS(p) - 1"``)."""
+        ...
 
-def build_rounds(
-    items: Sequence[Any], key: Callable[[Any], Hashable], seed: int, salt: str, size: int
-) -> list[list[Any]]:
-    """The category's items in seeded rounds of ``size`` (the last may be shorter), balanced over
-    the cells ``key`` defines.
-
-    Each cell's items are put in a seeded random order, and the k-th of a cell of n items is
-    placed at position (k + 1/2) / n of the whole sequence (ties in a seeded order): every prefix
-    then holds each cell in proportion to its size, within one item. The sequence is cut into
-    rounds and each round shuffled, so no position inside a round depends on the cell.
-
-    Parameters
-    ----------
-    items : sequence
-        The category's selected items (the population the gates judge).
-    key : callable
-        ``Benchmark.balance_key``; cell keys must be sortable.
-    seed : int
-        The run's ``--seed``.
-    salt : str
-        ``"<benchmark>/<category>"``: decorrelates categories.
-    size : int
-        Items per round, >= 1.
-
-    Returns
-    -------
-    list of list
-        Every item exactly once.
-
-    Raises
-    ------
-    ValueError
-        ``size`` < 1.
-
-    Examples
-    --------
-    A third of the items in one cell: each round of 3 holds one of them.
-
-    >>> rounds = build_rounds(list(range(12)), lambda i: i % 3 == 0, 0, "x/y", 3)
-    >>> [len(r) for r in rounds], sorted(i for r in rounds for i in r) == list(range(12))
-    ([3, 3, 3, 3], True)
-    >>> [sum(i % 3 == 0 for i in r) for r in rounds]
-    [1, 1, 1, 1]
-    """
-    if size < 1:
-        raise ValueError(f"a round holds at least one item, got size {size}")
-    rng = sample_rng(seed, f"sequential/{salt}")
-    cells: dict[Hashable, list[int]] = {}
-    for i, it in enumerate(items):
-        cells.setdefault(key(it), []).append(i)
-    placed: list[tuple[float, float, int]] = []
-    for k in sorted(cells):
-        members = cells[k]
-        for rank, j in enumerate(rng.permutation(len(members))):
-            placed.append(((rank + 0.5) / len(members), float(rng.random()), members[int(j)]))
-    order = [i for _, _, i in sorted(placed)]
-    chunks = (order[start : start + size] for start in range(0, len(order), size))
-    return [[items[chunk[int(j)]] for j in rng.permutation(len(chunk))] for chunk in chunks]
+    @property
+    def cs(self) -> Callable[[Sequence[object], Sequence[object] | None, float], tuple[float, float]]:
+        """``cs(records, population, alpha) -> (low, high)`` on the metric's scale."""
+        ...
 
 
 def band_of(gate: Gate) -> tuple[float, float] | None:
@@ -197,7 +132,9 @@ class GateTrack:
         """Still to decide, and decidable by more items."""
         return self.fixed is None and self.decision == CONTINUE
 
-    def look(self, records: Sequence[Any], population: Sequence[Any], metric) -> None:
+    def look(
+        self, records: Sequence[object], population: Sequence[object], metric: MetricResult | None
+    ) -> None:
         """One round: the CS over ``records`` and, when the metric over them (``metric``, a
         ``MetricResult``) is defined and rests on at least min_n items, the decision; none once
         every item is scored (the fixed-n verdict applies)."""
@@ -223,8 +160,8 @@ class GateTrack:
             self.low = self.high = math.nan
             self.waiting = self.waiting or "not settled before the last round"
             return
-        if self.waiting is not None:
-            return
+        if self.waiting is not None or self.form is None or self.band is None:
+            return  # (a track without a form or a band is fixed-n, never looked at)
         self.low, self.high = self.form.cs(records, finite, min(0.5, level * self.alpha))
         strict = self.form.cs(records, finite, level * self.pass_alpha) if self.family > 1 else None
         if strict is None or decide(strict, self.band) == PASS:
@@ -254,7 +191,7 @@ class CategoryPlan:
         Items scored so far.
     """
 
-    items: Sequence[Any]
+    items: Sequence[object]
     size: int
     tracks: list[GateTrack] = field(default_factory=list)
     rounds: int = 0
@@ -262,24 +199,12 @@ class CategoryPlan:
 
     @classmethod
     def for_category(
-        cls, bench, gates: Sequence[Gate], items: Sequence[Any], everywhere: bool, family: int = 1
-    ):
-        """The plan of a category of selected ``items``, or None when none of its ``gates`` is
-        sequential (``everywhere``: ``--sequential``; else a gate's own ``sequential``);
-        ``family``: the sequential gates of the whole run (``GateTrack.pass_alpha``)."""
-        if not any(everywhere or g.sequential for g in gates):
-            return None
-        tracks = []
-        for g in gates:
-            form, band, fixed = bench.sequential_form(g.metric), band_of(g), None
-            if not (everywhere or g.sequential):
-                fixed = "not sequential in the thresholds file (sequential: true, or --sequential)"
-            elif band is None:
-                fixed = "the baseline has no value: undefined at any n"
-            elif form is None:
-                fixed = f"{g.metric} has no sequential form"
-            tracks.append(GateTrack(g, form if fixed is None else None, band, fixed, family=family))
-        return cls(list(items), round_size(len(items)), tracks)
+        cls, tracks: Sequence[GateTrack], items: Sequence[object], size: int
+    ) -> CategoryPlan | None:
+        """The plan of a category of selected ``items`` scored in rounds of ``size``
+        (``evaluation.sequential_rounds.round_size``) with its gates' ``tracks``
+        (``tracks_for``), or None when it has none (no gate of it is sequential)."""
+        return cls(list(items), size, list(tracks)) if tracks else None
 
     @property
     def population(self) -> int:
@@ -302,7 +227,7 @@ class CategoryPlan:
         """Every sequential gate decided (the category stops), or every item scored."""
         return self.scored >= self.population or not any(t.open for t in self.tracks)
 
-    def update(self, records: Sequence[Any], metrics: Mapping[str, Any]) -> None:
+    def update(self, records: Sequence[object], metrics: Mapping[str, MetricResult]) -> None:
         """After a round: ``records`` every item scored so far, in scored order; ``metrics`` the
         benchmark's metrics over them (``MetricResult`` by name)."""
         self.rounds += 1
@@ -315,7 +240,7 @@ class CategoryPlan:
         """The category was scored without rounds (it cannot stop early)."""
         self.scored = n
 
-    def report(self, gate: Gate) -> dict[str, Any] | None:
+    def report(self, gate: Gate) -> GateReport | None:
         """What the results say of ``gate`` (its verdict's ``sequential``), or None when the gate
         is not part of this plan."""
         # By test id: a regression gate's baseline may hold NaN, which never equals itself.
@@ -335,40 +260,122 @@ class CategoryPlan:
         else:
             why = f" ({track.waiting})" if track.waiting else ""
             note = f"undecided when every item was scored{why}: the fixed-n verdict applies"
-        return {
+        return GateReport(
             # None unless decided: at exhaustion the rule's CONTINUE is no state a reader can act on.
-            "decision": track.decision if decided else None,
-            "verdict_from": "sequential" if decided else "fixed-n",
-            "n": track.n if track.form is not None and self.can_stop else self.scored,
-            "population": self.population,
-            "cs": [track.low, track.high] if has_cs else None,
-            "alpha": round(track.alpha, 12),
-            # A one-sided band's CS is read one side at a time, so it is made at 2 alpha.
-            "sides": track.sides,
-            # A PASS is decided on the CS at alpha / family (the run's sequential gates).
-            "pass_alpha": round(track.pass_alpha, 12),
-            "band": [_finite(x) for x in track.band] if track.band is not None else None,
-            "form": track.form.label if track.form is not None else None,
-            # What the CS covers (``GateTrack.look``): the value over the selected items, or the
-            # parameter behind them for a gate judged on its interval.
-            "target": "items" if gate.decision_mode == "point" else "parameter",
-            "rounds": self.rounds,
-            "round_size": self.size,
-            "items_scored": self.scored,
-            "items_saved": self.population - self.scored,
-            "note": note,
-        }
+            decision=track.decision if decided else None,
+            verdict_from="sequential" if decided else "fixed-n",
+            n=track.n if track.form is not None and self.can_stop else self.scored,
+            population=self.population,
+            cs=(track.low, track.high) if has_cs else None,
+            alpha=round(track.alpha, 12),
+            sides=track.sides,
+            pass_alpha=round(track.pass_alpha, 12),
+            band=(_finite(track.band[0]), _finite(track.band[1])) if track.band is not None else None,
+            form=track.form.label if track.form is not None else None,
+            target="items" if gate.decision_mode == "point" else "parameter",
+            rounds=self.rounds,
+            round_size=self.size,
+            items_scored=self.scored,
+            items_saved=self.population - self.scored,
+            note=note,
+        )
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> SequentialSummary:
         """The category's side (``CategoryOutcome.sequential``): rounds, items, and the report of
         every gate by test id."""
-        return {
-            "population": self.population,
-            "round_size": self.size,
-            "rounds": self.rounds,
-            "items_scored": self.scored,
-            "items_saved": self.population - self.scored,
-            "stopped_early": self.scored < self.population,
-            "can_stop": self.can_stop,
-            "gates": {t.gate.test_id: self.report(t.gate) for t in self.tracks},
-        }
+        reports = {t.gate.test_id: self.report(t.gate) for t in self.tracks}
+        return SequentialSummary(
+            population=self.population,
+            round_size=self.size,
+            rounds=self.rounds,
+            items_scored=self.scored,
+            items_saved=self.population - self.scored,
+            stopped_early=self.scored < self.population,
+            can_stop=self.can_stop,
+            gates={k: r for k, r in reports.items() if r is not None},
+        )
+
+
+def tracks_for(
+    forms: Callable[[str], SequentialForm | None], gates: Sequence[Gate], everywhere: bool, family: int = 1
+) -> list[GateTrack]:
+    """A track for each of a category's ``gates``, or none when none of them is sequential
+    (``everywhere``: ``--sequential``; else a gate's own ``sequential``): a gate that cannot be
+    decided sequentially gets a fixed-n track saying why. ``forms``: the benchmark's
+    ``sequential_form``; ``family``: the sequential gates of the whole run
+    (``GateTrack.pass_alpha``)."""
+    if not any(everywhere or g.sequential for g in gates):
+        return []
+    tracks = []
+    for g in gates:
+        form, band, fixed = forms(g.metric), band_of(g), None
+        if not (everywhere or g.sequential):
+            fixed = "not sequential in the thresholds file (sequential: true, or --sequential)"
+        elif band is None:
+            fixed = "the baseline has no value: undefined at any n"
+        elif form is None:
+            fixed = f"{g.metric} has no sequential form"
+        tracks.append(GateTrack(g, form if fixed is None else None, band, fixed, family=family))
+    return tracks
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """What the results say of one gate of a sequential category (its verdict's ``sequential``,
+    ``CategoryPlan.report``); a dict only in ``to_dict``, when the results document is made."""
+
+    #: ``PASS`` / ``FAIL``, or None unless decided (at exhaustion the rule's CONTINUE is no state
+    #: a reader can act on).
+    decision: str | None
+    #: ``"sequential"`` when decided on the CS, else ``"fixed-n"``.
+    verdict_from: str
+    #: the items the decision rests on (every item scored for a fixed-n verdict).
+    n: int
+    population: int
+    #: the CS the decision rests on, or None (none kept once every item is scored).
+    cs: tuple[float, float] | None
+    alpha: float
+    #: 1 for a one-sided band, whose CS is read one side at a time, so made at 2 alpha.
+    sides: int
+    #: the alpha a PASS is decided at (alpha / the run's sequential gates).
+    pass_alpha: float
+    #: the band, an open end as None.
+    band: tuple[float | None, float | None] | None
+    form: str | None
+    #: what the CS covers (``GateTrack.look``): ``"items"``, the value over the selected items,
+    #: or ``"parameter"``, the parameter behind them for a gate judged on its interval.
+    target: str
+    rounds: int
+    round_size: int
+    items_scored: int
+    items_saved: int
+    #: why the verdict is fixed-n, or None when decided sequentially.
+    note: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        """The verdict's ``sequential`` in results.json (``cs`` and ``band`` as lists)."""
+        out: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["cs"] = list(self.cs) if self.cs is not None else None
+        out["band"] = list(self.band) if self.band is not None else None
+        return out
+
+
+@dataclass(frozen=True)
+class SequentialSummary:
+    """A sequential category's side (``CategoryOutcome.sequential``): rounds, items, and each
+    gate's ``GateReport`` by test id."""
+
+    population: int
+    round_size: int
+    rounds: int
+    items_scored: int
+    items_saved: int
+    stopped_early: bool
+    can_stop: bool
+    gates: dict[str, GateReport]
+
+    def to_dict(self) -> dict[str, object]:
+        """The category's ``sequential`` in results.json."""
+        out: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["gates"] = {k: r.to_dict() for k, r in self.gates.items()}
+        return out
