@@ -39,10 +39,10 @@ STRICT = (
 #: Each count's ceiling. Counts above it fail ``make lint``.
 CEILINGS = {
     "mypy errors in strictly held modules": 0,
-    "mypy errors elsewhere": 285,
-    "Any in code": 666,
-    "dict[str, Any] in code": 171,
-    "type: ignore comments": 38,
+    "mypy errors elsewhere": 196,
+    "Any in code": 163,
+    "dict[str, Any] in code": 41,
+    "type: ignore comments": 35,
 }
 _ERROR = re.compile(r"^(?P<path>[^:\s]+\.py):\d+(:\d+)?: error: ")
 _IGNORE = re.compile(r"#\s*type:\s*ignore")
