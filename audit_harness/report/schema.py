@@ -7,6 +7,10 @@ readers fall back, e.g. ``views.resolution_of``), and a category that failed hol
 and ``error`` only. Objects whose keys are data, not fields (metric names, categories, file
 paths, library names), are ``dict[str, ...]`` of the entry type. ``build_results`` writes these;
 ``ResultsDocument`` reads them back.
+
+An object written below ``report/`` (a server endpoint's accounting, a benchmark's
+``benchmark_info``) is declared once, in ``results_shapes``, for its writer and its readers. An
+endpoint's accounting holds every key in every file that has one.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Mapping, TypedDict, cast
 
 from ..compliance.mapping import MappingRecord
 from ..compliance.meta import AuditMetaRecord
+from ..results_shapes import BenchmarkInfo, EndpointAccounting
 
 #: An interval as recorded: ``[low, high]``, ``null`` where undefined or open.
 Interval = list[float | None]
@@ -182,22 +187,6 @@ class GateEntry(TypedDict, total=False):
     basis: str
 
 
-class Endpoint(TypedDict, total=False):
-    """One inference-server endpoint the run used, and what it computed."""
-
-    base_url: str
-    state: str
-    reason: str
-    requests: int
-    scored: int
-    generated: int
-    tokens: int
-    retries: int
-    failures: int
-    seconds: float
-    groups: int
-
-
 class LetterRead(TypedDict, total=False):
     """How letter log-probs were read through a chat API."""
 
@@ -210,7 +199,7 @@ class LetterRead(TypedDict, total=False):
 class ServerInfo(TypedDict, total=False):
     """``model.server``: a served model's endpoints and how its letters were read."""
 
-    endpoints: list[Endpoint]
+    endpoints: list[EndpointAccounting]
     letter_read: LetterRead | str
     notices: list[str]
 
@@ -328,21 +317,6 @@ class ProtocolEntry(TypedDict, total=False):
     answer_mode: str
     answer_parsing: str
     table_metrics: list[str]
-
-
-class BenchmarkInfo(TypedDict, total=False):
-    """``benchmark_info.<bench>`` (``Benchmark.report_info``)."""
-
-    title: str
-    family: str
-    limitations: list[str]
-    chart_metrics: list[str]
-    rate_metrics: list[str]
-    bias_metrics: list[str]
-    pooled_category: str | None
-    metric_ranges: dict[str, list[float]]
-    table_legend: list[str]
-    judged_unit: str | None
 
 
 class BaselineSummary(TypedDict, total=False):
