@@ -369,7 +369,7 @@ class Results(TypedDict, total=False):
     reads: dict[str, ReadEntry]
 
 
-class PlanWhole(TypedDict, total=False):
+class PlanWhole(TypedDict):
     """A plan row's counts with every request computed on its own (no cache, no prefix sharing)."""
 
     forward_tokens: int
@@ -388,8 +388,9 @@ class PlanEstimate(TypedDict, total=False):
     whole_flops: float
 
 
-class PlanRow(TypedDict, total=False):
-    """A category's, benchmark's or run's counts in a plan (``planning.build_plan``)."""
+class PlanCounts(TypedDict):
+    """A category's counts as ``planning.plan_row`` writes them (every key); a benchmark's and
+    the run's total are their sums."""
 
     items: int
     new_items: int
@@ -404,6 +405,12 @@ class PlanRow(TypedDict, total=False):
     tokens_to_generate: int
     whole: PlanWhole
     texts_to_embed: int
+
+
+class PlanRow(PlanCounts, total=False):
+    """A category's, benchmark's or run's counts in a plan (``planning.build_plan``), with the
+    seconds its planning took and its estimate."""
+
     seconds_planning: float
     estimate: PlanEstimate
 
@@ -448,6 +455,7 @@ class Plan(TypedDict, total=False):
     parameters: int
     parameters_source: str
     benchmarks: dict[str, PlanSection]
+    #: ``{}`` when no category was planned (no ``benchmarks``).
     total: PlanRow
     seconds_planning: float
     notes: list[str]
