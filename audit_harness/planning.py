@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, TypedDict
 
 from .engine.executor import Engine
 from .models.base import GenerationRequest
+from .report.schema import PlanCounts
 
 if TYPE_CHECKING:
     from .models.counting import PlanCausalLM, PlanEmbedder, PlanMaskedLM
@@ -74,34 +75,6 @@ class EngineCounts(TypedDict):
     masked_tokens: int
     masked_forwards: int
     whole: WholeTally
-
-
-class WholeRow(TypedDict):
-    """A plan row's cost with every request forwarded whole on its own."""
-
-    forward_tokens: int
-    score_tokens: int
-    prompt_tokens: int
-    generation_requests: int
-    tokens_to_generate: int
-
-
-class PlanRow(TypedDict):
-    """One category of the plan (``plan_row``)."""
-
-    items: int
-    new_items: int
-    requests: int
-    distinct: int
-    computed: int
-    forwards: int
-    forward_tokens: int
-    score_tokens: int
-    generation_prompt_tokens: int
-    generations: int
-    tokens_to_generate: int
-    whole: WholeRow
-    texts_to_embed: int
 
 
 MEASURED: Measured = {
@@ -217,7 +190,7 @@ def plan_row(
     counts: EngineCounts,
     texts_to_embed: int = 0,
     new_items: int | None = None,
-) -> PlanRow:
+) -> PlanCounts:
     """One category of the plan from the engine's counters (``EngineStats.to_dict``) and
     ``PlanEngine.take_counts``.
 

@@ -36,7 +36,7 @@ from typing import (
 )
 
 import numpy as np
-from typing_extensions import NotRequired, TypeVar
+from typing_extensions import TypeVar
 
 from bias_metrics.bbq_family import FLAVOURS
 from bias_metrics.result import MetricResult
@@ -45,6 +45,7 @@ from ..data import DataFile
 from ..errors import ConfigError, DataError
 from ..option_spec import Option
 from ..option_values import MetricSettings as MetricSettings  # the run's, as benchmarks read it
+from ..results_shapes import BenchmarkInfo
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -80,23 +81,6 @@ class Sensitivity(TypedDict):
 #: A saved output as an oracle writes it: an answer's letter, label or text, a letter read
 #: (``{letter: log-probability}``) or a sentence pair's scores (``{"sent_more": ll, ...}``).
 SavedOutput = str | dict[str, float]
-
-
-class BenchmarkInfo(TypedDict):
-    """``Benchmark.report_info``: what the report says of a configured benchmark besides its
-    numbers (results' ``benchmark_info``)."""
-
-    title: str
-    limitations: list[str]
-    chart_metrics: list[str]
-    rate_metrics: list[str]
-    bias_metrics: list[str]
-    pooled_category: str | None
-    metric_ranges: dict[str, list[float]]
-    table_legend: list[str]
-    judged_unit: str | None
-    #: a declared dataset's BBQ family (``DeclaredBBQ``).
-    family: NotRequired[str]
 
 
 class CellKey(Protocol):

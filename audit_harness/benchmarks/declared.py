@@ -21,7 +21,8 @@ from bias_metrics.records import biased_option
 
 from ..data import DataFile, csv_rows, require_file, sha256_file
 from ..errors import ConfigError, DataError
-from .base import BenchmarkInfo, CategoryData
+from ..results_shapes import BenchmarkInfo
+from .base import CategoryData
 from .bbq import BBQRow, checked_row, metadata_target, native_item, read_metadata
 from .bbq_family import GENERATE_PROMPTS, BBQFamilyBenchmark, MCItem
 from .declaration import CHOICE_FIELDS, NATIVE, Declaration, jsonl_rows, read_declaration, resolved

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Sequence, TypedDict, TypeVar
 
 from ..errors import ModelError
+from ..results_shapes import EndpointAccounting
 from .server_client import ServerUnavailable
 
 if TYPE_CHECKING:
@@ -102,25 +103,6 @@ class Job(Generic[R]):
     generated: int = 0
     tokens: int = 0
     tokens_of: Callable[[R], int] | None = None
-
-
-class EndpointAccounting(TypedDict):
-    """One endpoint as results.json records it (``Endpoint.accounting``)."""
-
-    base_url: str
-    state: str
-    reason: str
-    requests: int
-    scored: int
-    generated: int
-    tokens: int
-    retries: int
-    failures: int
-    seconds: float
-    groups: int
-    stolen: int
-    taken_out: int
-    readmitted: int
 
 
 class PoolSummary(TypedDict):

@@ -7,6 +7,10 @@ readers fall back, e.g. ``views.resolution_of``), and a category that failed hol
 and ``error`` only. Objects whose keys are data, not fields (metric names, categories, file
 paths, library names), are ``dict[str, ...]`` of the entry type. ``build_results`` writes these;
 ``ResultsDocument`` reads them back.
+
+An object written below ``report/`` (a server endpoint's accounting, a benchmark's
+``benchmark_info``) is declared once, in ``results_shapes``, for its writer and its readers. An
+endpoint's accounting holds every key in every file that has one.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Mapping, TypedDict, cast
 
 from ..compliance.mapping import MappingRecord
 from ..compliance.meta import AuditMetaRecord
+from ..results_shapes import BenchmarkInfo, EndpointAccounting
 
 #: An interval as recorded: ``[low, high]``, ``null`` where undefined or open.
 Interval = list[float | None]
@@ -182,22 +187,6 @@ class GateEntry(TypedDict, total=False):
     basis: str
 
 
-class Endpoint(TypedDict, total=False):
-    """One inference-server endpoint the run used, and what it computed."""
-
-    base_url: str
-    state: str
-    reason: str
-    requests: int
-    scored: int
-    generated: int
-    tokens: int
-    retries: int
-    failures: int
-    seconds: float
-    groups: int
-
-
 class LetterRead(TypedDict, total=False):
     """How letter log-probs were read through a chat API."""
 
@@ -210,7 +199,7 @@ class LetterRead(TypedDict, total=False):
 class ServerInfo(TypedDict, total=False):
     """``model.server``: a served model's endpoints and how its letters were read."""
 
-    endpoints: list[Endpoint]
+    endpoints: list[EndpointAccounting]
     letter_read: LetterRead | str
     notices: list[str]
 
@@ -330,21 +319,6 @@ class ProtocolEntry(TypedDict, total=False):
     table_metrics: list[str]
 
 
-class BenchmarkInfo(TypedDict, total=False):
-    """``benchmark_info.<bench>`` (``Benchmark.report_info``)."""
-
-    title: str
-    family: str
-    limitations: list[str]
-    chart_metrics: list[str]
-    rate_metrics: list[str]
-    bias_metrics: list[str]
-    pooled_category: str | None
-    metric_ranges: dict[str, list[float]]
-    table_legend: list[str]
-    judged_unit: str | None
-
-
 class BaselineSummary(TypedDict, total=False):
     """``baseline``: the ``--baseline`` run and how it differs from this one."""
 
@@ -395,7 +369,7 @@ class Results(TypedDict, total=False):
     reads: dict[str, ReadEntry]
 
 
-class PlanWhole(TypedDict, total=False):
+class PlanWhole(TypedDict):
     """A plan row's counts with every request computed on its own (no cache, no prefix sharing)."""
 
     forward_tokens: int
@@ -414,8 +388,9 @@ class PlanEstimate(TypedDict, total=False):
     whole_flops: float
 
 
-class PlanRow(TypedDict, total=False):
-    """A category's, benchmark's or run's counts in a plan (``planning.build_plan``)."""
+class PlanCounts(TypedDict):
+    """A category's counts as ``planning.plan_row`` writes them (every key); a benchmark's and
+    the run's total are their sums."""
 
     items: int
     new_items: int
@@ -430,6 +405,12 @@ class PlanRow(TypedDict, total=False):
     tokens_to_generate: int
     whole: PlanWhole
     texts_to_embed: int
+
+
+class PlanRow(PlanCounts, total=False):
+    """A category's, benchmark's or run's counts in a plan (``planning.build_plan``), with the
+    seconds its planning took and its estimate."""
+
     seconds_planning: float
     estimate: PlanEstimate
 
@@ -474,6 +455,7 @@ class Plan(TypedDict, total=False):
     parameters: int
     parameters_source: str
     benchmarks: dict[str, PlanSection]
+    #: ``{}`` when no category was planned (no ``benchmarks``).
     total: PlanRow
     seconds_planning: float
     notes: list[str]
