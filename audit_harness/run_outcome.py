@@ -257,7 +257,7 @@ def _judged(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> Ou
     >>> decide(["pass", "fail", "inconclusive"]).line()
     'VERDICT: FAIL: BLOCKED, evidence of bias: 1 of 3 gate(s) failed, the whole interval outside the band (a bias beyond it, or a floor broken); 2 of 3 block the release (1 fail, 1 inconclusive) (exit code 1)'
     >>> decide(["pass", "inconclusive", "not_decided"]).line()
-    'VERDICT: NOT CERTIFIED: not decided: 1 of 3 must-pass gate(s) could not be certified (1 inconclusive) and none failed: no evidence of bias, but the release is not certified until they pass; 1 detection gate(s) not decided (no evidence of bias either way) (exit code 1)'
+    'VERDICT: NOT CERTIFIED: not decided: 1 must-pass gate(s) could not be certified (1 inconclusive; 3 gate(s) judged) and none failed: no evidence of bias, but the release is not certified until they pass; 1 detection gate(s) not decided (no evidence of bias either way) (exit code 1)'
     >>> decide(["pass", "not_decided", "not_decided"]).line()
     'VERDICT: PASS: no gate blocks: 1 passed; 2 detection gate(s) not decided (no evidence of bias either way) (exit code 0)'
     >>> _judged({"pass": 1, "not_decided": 1}, 2, ()).exit_code  # not decided does not block
@@ -312,7 +312,7 @@ def _blocked(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> O
     >>> o.label, o.exit_code
     ('NOT CERTIFIED', 1)
     >>> o.line()[:95]
-    'VERDICT: NOT CERTIFIED ON A PARTIAL SCOPE: too small to decide: 1 of 2 must-pass gate(s) not de'
+    'VERDICT: NOT CERTIFIED ON A PARTIAL SCOPE: too small to decide: 1 must-pass gate(s) not decided'
     >>> decide([{"status": "insufficient", "cause": "interval"}]).line()  # a setting, not the data
     'VERDICT: FAIL: 1 of 1 gate(s) did not pass (1 insufficient (interval)): the release is blocked (exit code 1)'
     """
@@ -338,14 +338,16 @@ def _blocked(counts: Mapping[str, int], total: int, partial: Sequence[str]) -> O
     if sampled:
         return _make(
             "NOT CERTIFIED",
-            f"too small to decide: {blocked} of {total} must-pass gate(s) not decided on the items "
-            f"sampled ({parts}) and none failed; score every row to decide them{detect}",
+            f"too small to decide: {blocked} must-pass gate(s) not decided on the items sampled "
+            f"({parts}; {total} gate(s) judged) and none failed; score every row to decide them"
+            f"{detect}",
             partial,
         )
     return _make(
         "NOT CERTIFIED",
-        f"not decided: {blocked} of {total} must-pass gate(s) could not be certified ({parts}) and "
-        f"none failed: no evidence of bias, but the release is not certified until they pass{detect}",
+        f"not decided: {blocked} must-pass gate(s) could not be certified ({parts}; {total} gate(s) "
+        f"judged) and none failed: no evidence of bias, but the release is not certified until they "
+        f"pass{detect}",
         partial,
     )
 

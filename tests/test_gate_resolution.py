@@ -164,7 +164,13 @@ def test_verdict_entries_carry_their_resolution():
     [
         (["pass", "fail", "inconclusive"], [], "FAIL", 1, "BLOCKED, evidence of bias: 1 of 3 gate(s) failed"),
         (["pass", "undefined"], [], "FAIL", 1, "1 of 2 gate(s) did not pass (1 undefined)"),
-        (["pass", "inconclusive", "insufficient"], [], "NOT CERTIFIED", 1, "not decided: 2 of 3 must-pass"),
+        (
+            ["pass", "inconclusive", "insufficient"],
+            [],
+            "NOT CERTIFIED",
+            1,
+            "not decided: 2 must-pass gate(s) could not be certified (1 insufficient, 1 inconclusive; 3 gate(s) judged)",
+        ),
         (
             ["inconclusive"],
             ["items sampled (--limit 8): 8 of 864 rows"],
