@@ -170,8 +170,8 @@ def _ungated_reason(results: Results) -> str | None:
     return (
         f"no bias metric gated in {len(ungated)} categor{'y' if len(ungated) == 1 else 'ies'} "
         f"of bias benchmarks ({where})"
-        + (f"; the gates file is {origin}" if origin else "")
-        + ": not a bias verdict there"
+        + (f"; {origin} gates file" if origin else "")
+        + ": measured, but no bias gate of their own judged them (a pooled gate may)"
     )
 
 
