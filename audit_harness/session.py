@@ -174,7 +174,7 @@ class AuditSession:
             self._data[key] = self.benchmarks[benchmark].load_category(self.data_dir, category)
         return self._data[key]
 
-    def outcome(self, benchmark: str, category: str) -> CategoryOutcome:
+    def category_outcome(self, benchmark: str, category: str) -> CategoryOutcome:
         """Evaluate (once) and return the outcome of one category.
 
         Raises:
@@ -210,7 +210,7 @@ class AuditSession:
             members = []
             for cat in self.benchmarks[benchmark].pooled_members(self.data_dir).get(category, ()):
                 try:
-                    members.append(self.outcome(benchmark, cat))
+                    members.append(self.category_outcome(benchmark, cat))
                 except MissingDataError:
                     continue
             if not members:
@@ -241,7 +241,7 @@ class AuditSession:
 
     def metric(self, benchmark: str, category: str, name: str) -> MetricResult:
         """The ``MetricResult`` of one metric of one category."""
-        return self.outcome(benchmark, category).measures.metrics[name]
+        return self.category_outcome(benchmark, category).measures.metrics[name]
 
     def export(self) -> dict[str, Any]:
         """This process's outcomes and verdicts, for the controller's results file."""

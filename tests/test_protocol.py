@@ -88,4 +88,4 @@ def test_the_session_refuses_a_model_without_the_capability(tmp_path, data_dir):
         match=r"bbq needs loglikelihood, which model 'fake-bert' "
         r"\(masked LM\) cannot compute",
     ):
-        session.outcome("bbq", "Age")
+        session.category_outcome("bbq", "Age")

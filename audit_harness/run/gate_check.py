@@ -71,7 +71,7 @@ class GateCheck:
         show = capman is not None and self._session.options.outputs.progress != "off"
         try:
             with capman.global_and_fixture_disabled() if show else contextlib.nullcontext():
-                outcome = self._session.outcome(g.benchmark, g.category)
+                outcome = self._session.category_outcome(g.benchmark, g.category)
             error = None
         except MissingDataError as e:
             # A category whose file is absent is skipped, and the skip is kept in the results so
