@@ -284,8 +284,20 @@ def test_oracle_verdicts_on_every_row(tmp_path, data_dir, bench, kind):
         # that the oracle is one: overall bias_score 50 +- 3 SE (SE = 50 / sqrt(n) percent).
         overall = results["benchmarks"][bench]["overall"]["metrics"]["bias_score"]
         assert abs(overall["value"] - 50) <= 3 * 50 / overall["n"] ** 0.5, overall
+        # Under the shipped gates only `overall` must pass (ci_three_way); the subgroups are
+        # detection gates (ci_detect), so this model's exit code is no longer always 1 (seed 0
+        # exits 0 on both benchmarks): the modes are what is held, and the exit code is checked
+        # against the statuses below.
+        modes = {g["category"]: g["mode"] for g in results["gates"] if g["metric"] == "bias_score"}
+        assert modes.pop("overall") == "ci_three_way" and set(modes.values()) == {"ci_detect"}, modes
     else:
         assert proc.returncode != 0, shown  # always_unknown, always_first_option, random: never PASS
+    # Every kind: the exit code is the gates' as the shipped modes read them. NOT DECIDED (a
+    # detection gate whose interval straddles its band) never blocks; every other verdict but
+    # PASS does (docs/gates.md). A NOT DECIDED that blocked, or a FAIL / INCONCLUSIVE /
+    # INSUFFICIENT that did not, breaks this.
+    blocking = {g["status"] for g in results["gates"]} - {"pass", "not_decided"}
+    assert proc.returncode == (1 if blocking else 0), (sorted(blocking), results["gate_summary"])
 
 
 @pytest.mark.parametrize(
