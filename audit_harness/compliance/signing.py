@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .. import __version__
+from ..data import sha256_file
 from ..errors import ConfigError
 from .signer import Signer
 
@@ -176,14 +177,6 @@ def run_files(run_dir: Path) -> list[str]:
             if rel not in (MANIFEST_FILE, SIGNATURE_FILE):
                 out.append(rel)
     return sorted(out)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class Manifest(TypedDict):
